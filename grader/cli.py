@@ -1,0 +1,129 @@
+"""The ``diffgrade`` command: arguments, the run, the reports, the exit code.
+
+Exit codes: 0 every check passed; 1 graded, something failed (a submission
+that does not import is graded 0); 2 usage error (one line on stderr);
+3 internal grader error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import sys
+from pathlib import Path
+from typing import NoReturn, Sequence
+
+from grader import __version__, report
+from grader.diffattn import exercise as diff_attention
+from grader.session import InternalError, RunOptions, UsageError, grade
+from grader.worker.client import WorkerLimits
+
+EXIT_PASSED, EXIT_FAILED, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
+MAX_SEED = 2**32 - 1
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        """Report a usage error in one line and exit 2."""
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer (got {text!r})") from None
+    if not 0 <= value <= MAX_SEED:
+        raise argparse.ArgumentTypeError(f"must be in [0, {MAX_SEED}] (got {value})")
+    return value
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds (got {text!r})") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be positive (got {text})")
+    return value
+
+
+def build_parser(tiers: Sequence[str], default_submission: str, default_reference: str) -> argparse.ArgumentParser:
+    """The argument parser of ``diffgrade``."""
+    parser = _Parser(
+        prog="diffgrade",
+        description="Grade a differential-attention submission: T1 contract, T2 values, T3 gradients.",
+        epilog="Exit codes: 0 all checks passed, 1 some check failed, 2 usage error, 3 internal grader error.",
+    )
+    parser.add_argument("submission", nargs="?", default=default_submission, type=Path,
+                        help=f"the .py file to grade (default: {default_submission})")
+    parser.add_argument("--json", type=Path, default=Path("report.json"), metavar="PATH",
+                        help="where to write the JSON report (default: report.json)")
+    parser.add_argument("--html", type=Path, default=Path("report.html"), metavar="PATH",
+                        help="where to write the HTML report (default: report.html)")
+    parser.add_argument("--seed", type=_seed, metavar="N",
+                        help="seed for the random inputs (default: a fresh one, recorded in the report)")
+    parser.add_argument("--tiers", default=",".join(tiers), metavar="T1,T2",
+                        help=f"comma-separated tiers to run (default: {','.join(tiers)})")
+    parser.add_argument("--reference", type=Path, default=Path(default_reference), metavar="PATH",
+                        help=f"reference implementation for the toy-experiment preview (default: {default_reference}; "
+                        "skipped when absent)")
+    parser.add_argument("--call-timeout", type=_positive, default=WorkerLimits.call_timeout_s, metavar="SECONDS",
+                        help=f"wall-clock limit for each call into the submission (default: {WorkerLimits.call_timeout_s:g})")
+    parser.add_argument("--quiet", action="store_true", help="print nothing but errors")
+    parser.add_argument("--version", action="version", version=f"diffgrade {__version__}")
+    return parser  # fmt: skip
+
+
+def _tiers(text: str, known: Sequence[str], parser: argparse.ArgumentParser) -> tuple[str, ...]:
+    chosen = tuple(part.strip().upper() for part in text.split(",") if part.strip())
+    unknown = [t for t in chosen if t not in known]
+    if not chosen or unknown:
+        parser.error(f"argument --tiers: must list tiers among {','.join(known)} (got {text!r})")
+    return tuple(t for t in known if t in chosen)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``diffgrade`` and return its exit code."""
+    exercise = diff_attention()
+    parser = build_parser(tuple(exercise.tiers), exercise.default_submission, exercise.default_reference)
+    args = parser.parse_args(argv)
+    options = RunOptions(
+        submission=args.submission,
+        seed=args.seed if args.seed is not None else secrets.randbelow(MAX_SEED + 1),
+        tiers=_tiers(args.tiers, tuple(exercise.tiers), parser),
+        reference=args.reference,
+        limits=WorkerLimits(call_timeout_s=args.call_timeout),
+    )
+    try:
+        run = grade(exercise, options)
+        document = report.build(exercise, run)
+        report.write_atomic(args.json, report.to_json(document))
+        report.write_atomic(args.html, report.render_html(document))
+    except UsageError as exc:
+        return _fail(EXIT_USAGE, str(exc))
+    except OSError as exc:
+        return _fail(EXIT_USAGE, f"cannot write the report: {exc.strerror}: {exc.filename}")
+    except InternalError as exc:
+        return _fail(EXIT_INTERNAL, f"internal error: {exc}")
+    except KeyboardInterrupt:
+        return _fail(130, "interrupted; no report was written")
+    except Exception as exc:  # the promise is: never a traceback at the user
+        return _fail(EXIT_INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
+    if not args.quiet:
+        color = sys.stdout.isatty() and "NO_COLOR" not in os.environ
+        sys.stdout.write(report.render_text(document, [str(args.json), str(args.html)], color=color))
+    if document["status"] == "error":
+        return EXIT_INTERNAL
+    return EXIT_PASSED if document["status"] == "passed" else EXIT_FAILED
+
+
+def _fail(code: int, message: str) -> int:
+    print(f"diffgrade: {message}", file=sys.stderr)
+    return code
+
+
+def entry_point() -> NoReturn:
+    """Console-script entry point."""
+    sys.exit(main())

@@ -1,0 +1,98 @@
+"""Element-wise comparison of a result with the truth, and the message it earns.
+
+The caller supplies ``allowed``, a per-element bound on the absolute error
+(the exercise derives it from rounding analysis). An element passes when it is
+finite and ``|got - expected| <= allowed``. The report names the element that
+is worst relative to its allowance, and the greatest absolute difference, in
+the manner of ``torch.testing``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The verdict on one result: whether it matched, why not, how close it came, and where."""
+
+    ok: bool
+    message: str
+    worst_ratio: float | None  # largest |error| / allowed; None when no number could be formed
+    context: str = ""  # what was compared, e.g. the call and its inputs
+
+
+def compare(what: str, got: np.ndarray | None, expected: np.ndarray, allowed: np.ndarray | float) -> Comparison:
+    """Compare ``got`` with ``expected`` element-wise within ``allowed``."""
+    expected = np.asarray(expected, dtype=np.float64)
+    if got is None:
+        return Comparison(False, "no values came back", None, what)
+    got64 = np.asarray(got, dtype=np.float64)
+    if got64.shape != expected.shape:
+        return Comparison(False, f"expected shape {list(expected.shape)}, got {list(got64.shape)}", None, what)
+    allowed = np.broadcast_to(np.asarray(allowed, dtype=np.float64), expected.shape)
+    error = np.array(np.abs(got64 - expected))  # an array even for 0-dim inputs
+    error[~np.isfinite(got64)] = np.inf
+    ratio = np.divide(error, allowed, out=np.where(error > 0, np.inf, 0.0), where=allowed > 0)
+    bad = ratio > 1.0
+    worst = _index(np.argmax(ratio), ratio.shape) if ratio.size else ()
+    worst_ratio = float(ratio[worst]) if ratio.size else 0.0
+    if not bad.any():
+        return Comparison(True, f"all {expected.size} elements within tolerance", worst_ratio, what)
+    lines = [
+        f"Mismatched elements: {int(bad.sum())} / {expected.size} ({100.0 * bad.mean():.1f}%).",
+        "Worst element at index "
+        + f"{worst}: got {_number(got64[worst])}, expected {_number(expected[worst])}, "
+        + f"absolute error {_number(error[worst])}, relative error {_relative(error[worst], expected[worst])}, "
+        + f"allowed {allowed[worst]:.3g}.",
+    ]
+    if np.isfinite(error).all():
+        largest = _index(np.argmax(error), error.shape)
+        lines.append(
+            f"Greatest absolute difference: {error[largest]:.6g} at index {largest} "
+            f"(up to {allowed[largest]:.3g} allowed)."
+        )
+    else:
+        count = int((~np.isfinite(got64)).sum())
+        lines.append(f"Non-finite values: {count} element(s) are NaN or infinite.")
+    return Comparison(False, "\n".join(lines), worst_ratio if np.isfinite(worst_ratio) else None, what)
+
+
+def combine(comparisons: list[Comparison]) -> Comparison:
+    """One verdict for several: failures grouped by message (with where they happened), the worst ratio kept."""
+    ratios = [c.worst_ratio for c in comparisons if c.worst_ratio is not None]
+    unknown = any(c.worst_ratio is None for c in comparisons)
+    worst = None if unknown or not ratios else max(ratios)
+    groups: dict[str, list[str]] = {}
+    for c in comparisons:
+        if not c.ok:
+            groups.setdefault(c.message, []).append(c.context)
+    if groups:
+        return Comparison(False, "\n\n".join(_located(m, where) for m, where in groups.items()), worst)
+    summary = f"{len(comparisons)} comparison(s) within tolerance"
+    if worst is not None:
+        summary += f"; the closest came to {100.0 * worst:.2g}% of the allowed error"
+    return Comparison(True, summary + ".", worst)
+
+
+def _located(message: str, contexts: list[str]) -> str:
+    """A failure message with where it happened: the context first, or a count and an example."""
+    if len(contexts) > 1:
+        return f"{message}\n(in {len(contexts)} calls, for example {contexts[0]})"
+    if not contexts[0]:
+        return message
+    return f"{contexts[0]}:\n{message}" if "\n" in message else f"{contexts[0]}: {message}"
+
+
+def _index(flat: np.intp, shape: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(int(i) for i in np.unravel_index(int(flat), shape))
+
+
+def _number(value: float) -> str:
+    return f"{float(value):.9g}"
+
+
+def _relative(error: float, expected: float) -> str:
+    return f"{error / abs(expected):.3g}" if expected != 0 else "inf (expected 0)"

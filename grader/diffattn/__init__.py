@@ -1,0 +1,23 @@
+"""The differential-attention exercise (Differential Transformer, ICLR 2025)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from grader.exercise import Exercise
+
+
+def exercise() -> Exercise:
+    """The exercise description the harness grades with."""
+    from grader.diffattn import toy
+
+    return Exercise(
+        name="diff_attention",
+        functions=("differential_lambda", "differential_attention"),
+        checks_dir=Path(__file__).with_name("checks"),
+        tiers={"T1": "Contract", "T2": "Values", "T3": "Gradients"},
+        default_submission="exercise/diff_attention.py",
+        default_reference="reference/diff_attention.py",
+        experiment=toy.experiment,
+        experiment_frame=toy.shared_fields,
+    )

@@ -1,0 +1,1 @@
+"""The graded checks of the differential-attention exercise, one module per tier."""

@@ -1,0 +1,75 @@
+"""T3, the gradients: autograd of the submission against hand-derived VJPs, and the toy experiment."""
+
+from __future__ import annotations
+
+from grader.compare import Comparison, combine
+from grader.diffattn import expected, suite, toy
+from grader.diffattn.suite import ATTENTION, LAMBDA
+from grader.diffattn.verdicts import function_problem, grads_verdict
+from grader.plugin import GradingContext, check
+
+INPUTS = {"q1": 0, "k1": 1, "q2": 2, "k2": 3, "value": 4}
+
+
+def _attention_grads(grading: GradingContext, set_name: str, keys: dict[str, int]) -> None:
+    verdicts = []
+    for i, case in enumerate(getattr(suite, set_name)(grading.seed)):
+        wanted = dict(keys)
+        if "coefficient" in wanted and not case.coefficient_is_tensor:
+            del wanted["coefficient"]
+        outcome = suite.attention_outcome(grading, set_name, i, case, grads=True)
+        what = f"{ATTENTION}({case.label()}) with cotangent G"
+        verdicts.append(grads_verdict(outcome, len(outcome.results) - 1, ATTENTION, what, expected.attention_grads(case), wanted))
+    grading.conclude(combine(verdicts))
+
+
+@check("T3", 5, "Gradient with respect to value matches Pᵀ G")
+def test_value_gradient(grading: GradingContext) -> None:
+    _attention_grads(grading, "attention_gradients", {"value": 4})
+
+
+@check("T3", 5, "Gradients with respect to q1 and k1 match the softmax VJP of branch 1")
+def test_branch_one_gradients(grading: GradingContext) -> None:
+    _attention_grads(grading, "attention_gradients", {"q1": 0, "k1": 1})
+
+
+@check("T3", 5, "Gradients with respect to q2 and k2 match the softmax VJP of branch 2")
+def test_branch_two_gradients(grading: GradingContext) -> None:
+    _attention_grads(grading, "attention_gradients", {"q2": 2, "k2": 3})
+
+
+@check("T3", 5, "Gradient with respect to a tensor coefficient matches -Σ A2 ⊙ (G Vᵀ)")
+def test_coefficient_gradient(grading: GradingContext) -> None:
+    _attention_grads(grading, "attention_gradients", {"coefficient": 5})
+
+
+@check("T3", 4, "Gradients are right for strided inputs")
+def test_strided_gradients(grading: GradingContext) -> None:
+    _attention_grads(grading, "attention_strided", {**INPUTS, "coefficient": 5})
+
+
+@check("T3", 5, "differential_lambda's gradients match g·e1·k1, g·e1·q1, -g·e2·k2, -g·e2·q2")
+def test_lambda_gradients(grading: GradingContext) -> None:
+    verdicts = []
+    for i, case in enumerate(suite.lambda_values(grading.seed)):
+        outcome = suite.lambda_outcome(grading, "lambda_values", i, case, grads=True)
+        what = f"{LAMBDA}({case.label()}) with upstream gradient {case.upstream:.6g}"
+        verdicts.append(grads_verdict(outcome, 0, LAMBDA, what, expected.lambda_grads(case), {"q1": 0, "k1": 1, "q2": 2, "k2": 3}))
+    grading.conclude(combine(verdicts))
+
+
+@check("T3", 5, "End to end: differential_lambda → differential_attention → loss, gradients to every vector")
+def test_end_to_end_gradients(grading: GradingContext) -> None:
+    keys = {"lambda_q1": 0, "lambda_k1": 1, "lambda_q2": 2, "lambda_k2": 3}
+    _attention_grads(grading, "end_to_end", {**keys, **{name: i + 4 for name, i in INPUTS.items()}})
+
+
+@check("T3", 6, "Toy experiment: a value offset shared by all tokens comes out scaled by exactly 1 - λ")
+def test_toy_offset_scaling(grading: GradingContext) -> None:
+    problem = function_problem(grading, ATTENTION)
+    if problem is not None:
+        grading.experiment_note = problem
+        grading.conclude(Comparison(False, problem, None))
+    result = grading.memo("toy", lambda: toy.sweep(grading.worker, grading.seed))
+    grading.experiment = toy.curves(result)
+    grading.conclude(toy.verdict(result))

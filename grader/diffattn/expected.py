@@ -1,0 +1,130 @@
+"""What each case must produce, and how far a correct answer may stray from it.
+
+Truth comes from :mod:`oracle` (float64, no torch). The allowance per element
+follows the usual rounding-error model: a result computed in a format with
+unit roundoff ``u`` from ``n`` rounded operations is within ``n·u`` times its
+absolute-value evaluation (the same formula with every operand replaced by its
+magnitude). Logits enter through ``exp``, so an absolute logit error of
+``L·u`` becomes a relative error of the same size: ``L``, the largest
+``Σ|q_d k_d|/√D``, joins ``n``. A safety factor covers the constants the
+model leaves out. See docs/tolerances.md for the derivation and the measured
+margins.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from grader.diffattn import oracle
+from grader.diffattn.cases import AttentionCase, LambdaCase
+
+SAFETY = 16.0
+UNIT_ROUNDOFF = {"float32": 2.0**-24, "float64": 2.0**-53}
+ATTENTION_INPUTS = ("q1", "k1", "q2", "k2", "value")
+LAMBDA_INPUTS = ("q1", "k1", "q2", "k2")
+
+
+@dataclass(frozen=True)
+class Truth:
+    """The exact value of a result and the absolute error allowed per element."""
+
+    values: np.ndarray
+    allowed: np.ndarray
+
+
+def _allowance(dtype: str, operations: float, magnitude: np.ndarray | float) -> np.ndarray:
+    """SAFETY·u·n·magnitude per element, never below u times that bound's largest value.
+
+    The floor covers elements whose every term underflowed (a softmax weight
+    below the format's smallest normal number is flushed towards zero).
+    """
+    unit = UNIT_ROUNDOFF[dtype]
+    bound = SAFETY * unit * operations * np.asarray(magnitude, dtype=np.float64)
+    return np.maximum(bound, unit * bound.max(initial=0.0))
+
+
+def _lambda_operations(case: LambdaCase) -> float:
+    """Rounding steps in lambda: the dot products, the exponentials (amplified by |exponent|)."""
+    spread = sum(float(np.abs(q * k).sum()) for q, k in ((case.q1, case.k1), (case.q2, case.k2)))
+    return case.q1.size + 4.0 + spread
+
+
+def lambda_value(case: LambdaCase) -> Truth:
+    """lambda for ``case`` and its allowance."""
+    value = oracle.scalar_lambda(*case.vectors, case.effective_init)
+    magnitude = oracle.lambda_magnitude(*case.vectors, case.effective_init)
+    return Truth(np.float64(value), _allowance(case.dtype, _lambda_operations(case), magnitude))
+
+
+def _lambda_vector_grads(case: LambdaCase, upstream: float, upstream_magnitude: float, operations: float) -> dict[str, Truth]:
+    exact_grads = oracle.lambda_vjp(*case.vectors, upstream)
+    bounds = oracle.lambda_vjp(*(np.abs(v) for v in case.vectors), upstream_magnitude)
+    operations += _lambda_operations(case)
+    return {
+        name: Truth(exact_grads[name], _allowance(case.dtype, operations, np.abs(bounds[name])))
+        for name in LAMBDA_INPUTS
+    }
+
+
+def lambda_grads(case: LambdaCase) -> dict[str, Truth]:
+    """Gradients of upstream·lambda with respect to q1, k1, q2, k2."""
+    return _lambda_vector_grads(case, case.upstream, abs(case.upstream), 0.0)
+
+
+def coefficient_of(case: AttentionCase) -> float:
+    """The exact coefficient: the case's own, or lambda computed from its vectors."""
+    lam = case.lambda_case
+    if lam is None:
+        return case.coefficient
+    return oracle.scalar_lambda(*lam.vectors, lam.effective_init)
+
+
+def _attention_operations(case: AttentionCase) -> tuple[float, float]:
+    """(rounding steps, coefficient magnitude) for an attention case."""
+    _, _, t, d = case.q1.shape
+    logits = max(float(oracle.logit_magnitude(q, k).max()) for q, k in ((case.q1, case.k1), (case.q2, case.k2)))
+    operations = t + 2.0 * d + logits
+    magnitude = abs(case.coefficient)
+    lam = case.lambda_case
+    if lam is not None:
+        operations += _lambda_operations(lam)
+        magnitude = oracle.lambda_magnitude(*lam.vectors, lam.effective_init)
+    return operations, magnitude
+
+
+def attention_output(case: AttentionCase) -> Truth:
+    """The output O = (A1 - λA2)V for ``case`` and its allowance."""
+    operations, magnitude = _attention_operations(case)
+    values = oracle.differential_attention(*case.inputs, coefficient_of(case), case.is_causal)
+    bound = oracle.attention_output_magnitude(*case.inputs, magnitude, case.is_causal)
+    return Truth(values, _allowance(case.dtype, operations, bound))
+
+
+def attention_grads(case: AttentionCase) -> dict[str, Truth]:
+    """Gradients of <cotangent, O> for every input; for a tensor or computed coefficient too.
+
+    Keys: q1, k1, q2, k2, value, and "coefficient" when the coefficient is a
+    tensor, or "lambda_q1" ... "lambda_k2" when it comes from differential_lambda.
+    """
+    operations, magnitude = _attention_operations(case)
+    coefficient = coefficient_of(case)
+    exact_grads = oracle.attention_vjp(*case.inputs, coefficient, case.is_causal, case.cotangent)
+    bounds = oracle.attention_vjp_magnitude(*case.inputs, magnitude, case.is_causal, np.abs(case.cotangent))
+    truths = {
+        name: Truth(np.asarray(exact_grads[name]), _allowance(case.dtype, operations, bounds[name]))
+        for name in ATTENTION_INPUTS
+    }
+    b, h, t, _ = case.q1.shape
+    summed = operations + b * h * t
+    if case.lambda_case is not None:
+        vector_grads = _lambda_vector_grads(
+            case.lambda_case, float(exact_grads["coefficient"]), float(bounds["coefficient"]), summed
+        )
+        truths.update({f"lambda_{name}": truth for name, truth in vector_grads.items()})
+    elif case.coefficient_is_tensor:
+        truths["coefficient"] = Truth(
+            np.float64(exact_grads["coefficient"]), _allowance(case.dtype, summed, bounds["coefficient"])
+        )
+    return truths

@@ -1,0 +1,198 @@
+"""The grader's independent truth for the differential-attention exercise.
+
+Everything a submission is compared against is computed here, in float64, with
+numpy and the standard library only. The module never imports torch, so a
+submission cannot influence it by patching torch, and a bug shared by torch and
+a submission cannot hide behind agreement between the two. The forward values
+are evaluated in plain Python floats with ``math.fsum`` (a correctly rounded
+sum), so their error is far below any tolerance the grader uses; the gradients
+follow hand-derived formulas and are vectorised with numpy.
+
+The ``*_magnitude`` functions evaluate the same formulas with every operand
+replaced by its absolute value. The result bounds the true value elementwise
+and is the scale that rounding errors are proportional to, which is how the
+grader sizes its tolerances.
+
+Shapes: ``q1, k1, q2, k2`` are [B, H, T, D], ``value`` is [B, H, T, 2D] and the
+output, like its cotangent, is [B, H, T, 2D]. A causal mask hides keys j > i
+from query i.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Callable, Iterable
+
+import numpy as np
+
+
+def _dot(a: Iterable[float], b: Iterable[float]) -> float:
+    """Correctly rounded sum of the elementwise products of ``a`` and ``b``."""
+    return math.fsum(map(operator.mul, a, b))
+
+
+def _per_head(fn: Callable[..., list[list[float]]], *arrays: np.ndarray) -> np.ndarray:
+    """Apply ``fn`` to the nested-list [T, ...] slices of every (batch, head) pair."""
+    nested = (np.asarray(array, dtype=np.float64).tolist() for array in arrays)
+    return np.array(
+        [[fn(*heads) for heads in zip(*batches)] for batches in zip(*nested)], dtype=np.float64
+    )
+
+
+def _attention_row(query: list[float], keys: list[list[float]], n_visible: int) -> list[float]:
+    """One softmax row over the first ``n_visible`` keys; the masked rest are exactly 0.0."""
+    scale = math.sqrt(len(query))
+    logits = [_dot(query, key) / scale for key in keys[:n_visible]]
+    peak = max(logits)
+    weights = [math.exp(logit - peak) for logit in logits]
+    total = math.fsum(weights)
+    return [weight / total for weight in weights] + [0.0] * (len(keys) - n_visible)
+
+
+def lambda_exponents(
+    q1: np.ndarray, k1: np.ndarray, q2: np.ndarray, k2: np.ndarray
+) -> tuple[float, float]:
+    """Return the exponents (q1·k1, q2·k2) of the lambda parameterisation as fsum dot products."""
+    return _dot(q1, k1), _dot(q2, k2)
+
+
+def scalar_lambda(
+    q1: np.ndarray, k1: np.ndarray, q2: np.ndarray, k2: np.ndarray, lambda_init: float
+) -> float:
+    """Return lambda = exp(q1·k1) - exp(q2·k2) + lambda_init."""
+    x1, x2 = lambda_exponents(q1, k1, q2, k2)
+    return math.exp(x1) - math.exp(x2) + lambda_init
+
+
+def lambda_vjp(
+    q1: np.ndarray, k1: np.ndarray, q2: np.ndarray, k2: np.ndarray, upstream: float
+) -> dict[str, np.ndarray]:
+    """Return the gradients of ``upstream * lambda`` with respect to q1, k1, q2 and k2."""
+    x1, x2 = lambda_exponents(q1, k1, q2, k2)
+    g1, g2 = upstream * math.exp(x1), -upstream * math.exp(x2)
+    q1, k1, q2, k2 = (np.asarray(v, dtype=np.float64) for v in (q1, k1, q2, k2))
+    return {"q1": g1 * k1, "k1": g1 * q1, "q2": g2 * k2, "k2": g2 * q2}
+
+
+def lambda_magnitude(
+    q1: np.ndarray, k1: np.ndarray, q2: np.ndarray, k2: np.ndarray, lambda_init: float
+) -> float:
+    """Return exp(q1·k1) + exp(q2·k2) + |lambda_init|, the absolute-value evaluation of lambda."""
+    x1, x2 = lambda_exponents(q1, k1, q2, k2)
+    return math.exp(x1) + math.exp(x2) + abs(lambda_init)
+
+
+def attention_maps(q: np.ndarray, k: np.ndarray, causal: bool) -> np.ndarray:
+    """Return the [B, H, T, T] softmax maps softmax(q kᵀ / sqrt(D) + mask), row by row in Python floats."""
+    n_keys = np.shape(k)[2]
+    return _per_head(
+        lambda queries, keys: [
+            _attention_row(query, keys, i + 1 if causal else n_keys)
+            for i, query in enumerate(queries)
+        ],
+        q,
+        k,
+    )
+
+
+def differential_attention(
+    q1: np.ndarray,
+    k1: np.ndarray,
+    q2: np.ndarray,
+    k2: np.ndarray,
+    value: np.ndarray,
+    coefficient: float,
+    causal: bool,
+) -> np.ndarray:
+    """Return O = (A1 - coefficient * A2) V, [B, H, T, 2D], each element an fsum over keys."""
+    mixed = attention_maps(q1, k1, causal) - coefficient * attention_maps(q2, k2, causal)
+    return _per_head(
+        lambda p, v: [[_dot(p_row, column) for column in zip(*v)] for p_row in p], mixed, value
+    )
+
+
+def _vjp(
+    q1: np.ndarray,
+    k1: np.ndarray,
+    q2: np.ndarray,
+    k2: np.ndarray,
+    value: np.ndarray,
+    coefficient: float,
+    causal: bool,
+    cotangent: np.ndarray,
+    absolute: bool,
+) -> dict[str, np.ndarray | float]:
+    """Backward pass of differential attention, or its absolute-value evaluation."""
+    a1, a2 = attention_maps(q1, k1, causal), attention_maps(q2, k2, causal)
+    q1, k1, q2, k2, value, cotangent = (
+        np.asarray(v, dtype=np.float64) for v in (q1, k1, q2, k2, value, cotangent)
+    )
+    # Every minus sign of the true backward pass becomes a plus in the
+    # absolute-value evaluation (with |operands|), so one sign covers both.
+    sign = -1.0
+    if absolute:
+        q1, k1, q2, k2, value, cotangent = map(np.abs, (q1, k1, q2, k2, value, cotangent))
+        coefficient, sign = abs(coefficient), 1.0
+    scale = math.sqrt(q1.shape[-1])
+    d_p = np.einsum("bhic,bhjc->bhij", cotangent, value)
+    grads: dict[str, np.ndarray | float] = {}
+    for suffix, q, k, a, d_a in (("1", q1, k1, a1, d_p), ("2", q2, k2, a2, sign * coefficient * d_p)):
+        d_s = a * (d_a + sign * np.sum(d_a * a, axis=-1, keepdims=True))
+        grads["q" + suffix] = np.einsum("bhij,bhjd->bhid", d_s, k) / scale
+        grads["k" + suffix] = np.einsum("bhij,bhid->bhjd", d_s, q) / scale
+    grads["value"] = np.einsum("bhij,bhic->bhjc", a1 + sign * coefficient * a2, cotangent)
+    grads["coefficient"] = sign * math.fsum((a2 * d_p).ravel().tolist())
+    return grads
+
+
+def attention_vjp(
+    q1: np.ndarray,
+    k1: np.ndarray,
+    q2: np.ndarray,
+    k2: np.ndarray,
+    value: np.ndarray,
+    coefficient: float,
+    causal: bool,
+    cotangent: np.ndarray,
+) -> dict[str, np.ndarray | float]:
+    """Return the gradients of <cotangent, O>: q1, k1, q2, k2, value (arrays) and coefficient (float)."""
+    return _vjp(q1, k1, q2, k2, value, coefficient, causal, cotangent, absolute=False)
+
+
+def attention_vjp_magnitude(
+    q1: np.ndarray,
+    k1: np.ndarray,
+    q2: np.ndarray,
+    k2: np.ndarray,
+    value: np.ndarray,
+    coefficient: float,
+    causal: bool,
+    cotangent: np.ndarray,
+) -> dict[str, np.ndarray | float]:
+    """Return the backward pass evaluated with absolute values: an elementwise bound on |attention_vjp|.
+
+    Same keys as :func:`attention_vjp`; the softmax backward becomes
+    A ⊙ (|dA| + rowsum(|dA| ⊙ A)).
+    """
+    return _vjp(q1, k1, q2, k2, value, coefficient, causal, cotangent, absolute=True)
+
+
+def logit_magnitude(q: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """Return [B, H, T]: per query, the max over all keys (masked or not) of sum_d |q_d k_d| / sqrt(D)."""
+    q, k = np.abs(np.asarray(q, dtype=np.float64)), np.abs(np.asarray(k, dtype=np.float64))
+    return np.einsum("bhid,bhjd->bhij", q, k).max(axis=-1) / math.sqrt(q.shape[-1])
+
+
+def attention_output_magnitude(
+    q1: np.ndarray,
+    k1: np.ndarray,
+    q2: np.ndarray,
+    k2: np.ndarray,
+    value: np.ndarray,
+    coefficient: float,
+    causal: bool,
+) -> np.ndarray:
+    """Return [B, H, T, 2D] sum_k (A1_ik + |coefficient| A2_ik) |V_kc|, the absolute-value evaluation of O."""
+    weights = attention_maps(q1, k1, causal) + abs(coefficient) * attention_maps(q2, k2, causal)
+    return np.einsum("bhij,bhjc->bhic", weights, np.abs(np.asarray(value, dtype=np.float64)))

@@ -1,0 +1,183 @@
+"""The case sets of the checks, and the worker requests that evaluate them.
+
+Several checks read the same calls (T1 looks at the types of the outputs whose
+values T2 compares), so a case set is drawn once per seed and every request is
+made once per run, through :meth:`GradingContext.memo`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from grader.diffattn import cases, verdicts
+from grader.diffattn.cases import STRIDED, AttentionCase, LambdaCase, paper_lambda_init
+from grader.invoke import Call, Outcome, Request, ResultOf, TensorInput, invoke
+from grader.plugin import GradingContext
+
+LAMBDA = "differential_lambda"
+ATTENTION = "differential_attention"
+
+
+def lambda_values(seed: int) -> list[LambdaCase]:
+    """Vectors of several lengths, both dtypes, the default and the paper's lambda_init, lambda < 0."""
+    rng = cases.generator(seed, "lambda_values")
+    return [
+        cases.lambda_case(rng, 4, "float32", None),
+        cases.lambda_case(rng, 1, "float64", None),
+        cases.lambda_case(rng, 8, "float32", paper_lambda_init(1)),
+        cases.lambda_case(rng, 16, "float64", paper_lambda_init(int(rng.integers(2, 7)))),
+        cases.lambda_case(rng, 3, "float32", paper_lambda_init(int(rng.integers(7, 25)))),
+        cases.lambda_case(rng, 6, "float64", 0.2, negative=True),
+        cases.lambda_case(rng, 5, "float32", float(rng.uniform(-0.5, 1.5)), negative=True),
+    ]
+
+
+def lambda_strided(seed: int) -> list[LambdaCase]:
+    """Sliced (non-contiguous) lambda vectors in both dtypes."""
+    rng = cases.generator(seed, "lambda_strided")
+    return [cases.lambda_case(rng, 5, dtype, 0.2, layout="sliced") for dtype in ("float32", "float64")]
+
+
+def attention_causal(seed: int) -> list[AttentionCase]:
+    """Causal cases: several shapes including T=1, both dtypes, one with the argument omitted."""
+    rng = cases.generator(seed, "attention_causal")
+    return [
+        cases.attention_case(rng, (2, 2, 5, 4), "float32", True),
+        cases.attention_case(rng, (1, 3, 7, 8), "float64", True),
+        cases.attention_case(rng, (1, 1, 1, 4), "float32", True),
+        cases.attention_case(rng, (2, 1, 4, 2), "float64", None),
+        cases.attention_case(rng, (1, 2, 9, 3), "float32", None),
+    ]
+
+
+def attention_noncausal(seed: int) -> list[AttentionCase]:
+    """causal=False cases: several shapes including T=1, both dtypes."""
+    rng = cases.generator(seed, "attention_noncausal")
+    return [
+        cases.attention_case(rng, (2, 2, 6, 4), "float32", False),
+        cases.attention_case(rng, (1, 2, 3, 8), "float64", False),
+        cases.attention_case(rng, (1, 1, 1, 2), "float64", False),
+    ]
+
+
+def attention_coefficients(seed: int) -> list[AttentionCase]:
+    """Negative, zero, greater-than-one and 0-dim tensor coefficients."""
+    rng = cases.generator(seed, "attention_coefficients")
+    return [
+        cases.attention_case(rng, (1, 2, 5, 4), "float32", True, float(rng.uniform(-1.5, -0.2))),
+        cases.attention_case(rng, (2, 1, 4, 4), "float64", False, 0.0),
+        cases.attention_case(rng, (1, 2, 6, 2), "float64", True, float(rng.uniform(1.1, 2.5))),
+        cases.attention_case(rng, (2, 2, 5, 4), "float32", True, coefficient_is_tensor=True),
+        cases.attention_case(rng, (1, 1, 4, 8), "float64", False, coefficient_is_tensor=True),
+    ]
+
+
+def attention_large_logits(seed: int) -> list[AttentionCase]:
+    """float32 inputs whose scaled logits reach 100 to 250 in magnitude (a naive exp overflows)."""
+    rng = cases.generator(seed, "attention_large_logits")
+    return [
+        cases.attention_case(rng, (1, 2, 6, 8), "float32", causal, max_logit=float(rng.uniform(100, 250)))
+        for causal in (True, False)
+    ]
+
+
+def attention_strided(seed: int) -> list[AttentionCase]:
+    """Transposed, head-permuted and sliced views as inputs, both dtypes, tensor coefficient."""
+    rng = cases.generator(seed, "attention_strided")
+    return [
+        cases.attention_case(rng, (2, 3, 5, 4), "float32", True, coefficient_is_tensor=True, layouts=STRIDED),
+        cases.attention_case(rng, (1, 2, 4, 2), "float64", False, layouts=STRIDED[::-1]),
+    ]
+
+
+def attention_gradients(seed: int) -> list[AttentionCase]:
+    """Gradient cases: tensor coefficient, both dtypes, causal and not, T=1, large logits."""
+    rng = cases.generator(seed, "attention_gradients")
+    return [
+        cases.attention_case(rng, (2, 2, 5, 4), "float64", True, coefficient_is_tensor=True),
+        cases.attention_case(rng, (1, 2, 4, 8), "float64", False, coefficient_is_tensor=True),
+        cases.attention_case(rng, (2, 1, 6, 4), "float32", True, coefficient_is_tensor=True),
+        cases.attention_case(rng, (1, 3, 5, 2), "float32", False, float(rng.uniform(-1.0, 2.0)), coefficient_is_tensor=True),
+        cases.attention_case(rng, (1, 1, 1, 4), "float64", True, coefficient_is_tensor=True),
+        cases.attention_case(rng, (1, 2, 6, 8), "float32", True, coefficient_is_tensor=True, max_logit=120.0),
+    ]
+
+
+def end_to_end(seed: int) -> list[AttentionCase]:
+    """differential_lambda feeding differential_attention, with the paper's lambda_init."""
+    rng = cases.generator(seed, "end_to_end")
+    found = []
+    for dtype, causal in (("float64", True), ("float32", False)):
+        lam = cases.lambda_case(rng, 4, dtype, paper_lambda_init(int(rng.integers(1, 13))))
+        found.append(cases.with_lambda(cases.attention_case(rng, (2, 2, 4, 4), dtype, causal), lam))
+    return found
+
+
+def lambda_request(case: LambdaCase, requires_grad: bool = False) -> Request:
+    """One differential_lambda call; with gradients, a backward pass with the case's upstream value."""
+    vectors = tuple(TensorInput(v, case.dtype, requires_grad, case.layout) for v in case.vectors)
+    kwargs = {} if case.lambda_init is None else {"lambda_init": case.lambda_init}
+    call = Call(LAMBDA, vectors, kwargs)
+    if not requires_grad:
+        return Request((call,))
+    return Request((call,), backward_from=0, cotangent=cases.exact(case.upstream, case.dtype))
+
+
+def attention_request(case: AttentionCase, requires_grad: bool = False) -> Request:
+    """One differential_attention call (after differential_lambda for a composed case)."""
+    inputs = tuple(TensorInput(x, case.dtype, requires_grad, layout) for x, layout in zip(case.inputs, case.layouts))
+    kwargs = {} if case.causal is None else {"causal": case.causal}
+    calls: tuple[Call, ...] = ()
+    coefficient: Any = case.coefficient
+    if case.lambda_case is not None:
+        calls = lambda_request(case.lambda_case, requires_grad).calls
+        coefficient = ResultOf(0)
+    elif case.coefficient_is_tensor:
+        coefficient = TensorInput(cases.exact(case.coefficient, case.dtype), case.dtype, requires_grad)
+    calls += (Call(ATTENTION, (*inputs, coefficient), kwargs),)
+    if not requires_grad:
+        return Request(calls)
+    return Request(calls, backward_from=len(calls) - 1, cotangent=case.cotangent)
+
+
+def outcome(grading: GradingContext, key: tuple[Any, ...], request: Request) -> Outcome:
+    """The outcome of ``request`` in the submission's worker, made once per run for ``key``.
+
+    A request that needs a function the submission lacks is not sent at all.
+    """
+    for call in request.calls:
+        problem = verdicts.function_problem(grading, call.function)
+        if problem is not None:
+            return Outcome(failure=problem)
+    return grading.memo(key, lambda: invoke(grading.worker, request))
+
+
+def lambda_outcome(grading: GradingContext, set_name: str, index: int, case: LambdaCase, grads: bool = False) -> Outcome:
+    """The outcome of lambda case ``index`` of set ``set_name``."""
+    return outcome(grading, (set_name, index, grads), lambda_request(case, grads))
+
+
+def attention_outcome(grading: GradingContext, set_name: str, index: int, case: AttentionCase, grads: bool = False) -> Outcome:
+    """The outcome of attention case ``index`` of set ``set_name``."""
+    return outcome(grading, (set_name, index, grads), attention_request(case, grads))
+
+
+def row_sums(seed: int) -> list[AttentionCase]:
+    """Every token shares one value vector c, so each output row must be (1 - λ) c."""
+    rng = cases.generator(seed, "row_sums")
+    return [
+        cases.shared_value_rows(cases.attention_case(rng, (2, 2, 6, 4), "float64", True, float(rng.uniform(-1.0, 2.0))), rng),
+        cases.shared_value_rows(cases.attention_case(rng, (1, 2, 5, 2), "float32", False, coefficient_is_tensor=True), rng),
+    ]
+
+
+def lambda_zero(seed: int) -> list[AttentionCase]:
+    """coefficient 0: the result must be ordinary causal (or full) softmax attention of branch 1."""
+    rng = cases.generator(seed, "lambda_zero")
+    return [cases.attention_case(rng, (2, 2, 5, 4), dtype, causal, 0.0) for dtype, causal in (("float64", True), ("float32", False))]
+
+
+def identical_maps(seed: int) -> list[AttentionCase]:
+    """q2 = q1, k2 = k1 and coefficient 1: the two maps cancel and the output is 0."""
+    rng = cases.generator(seed, "identical_maps")
+    return [cases.identical_branches(cases.attention_case(rng, (1, 2, 6, 4), dtype, True)) for dtype in ("float64", "float32")]

@@ -1,0 +1,205 @@
+"""Describe calls to make in the worker, and read back what it observed.
+
+The grader builds a :class:`Request` from plain numpy inputs; :func:`invoke`
+sends it to a worker and turns the untrusted reply into an :class:`Outcome`,
+checking the type of every field it keeps. Any reply that does not have the
+expected shape becomes a failure message, never an exception.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+import numpy as np
+
+from grader.worker.client import Worker, WorkerFailure
+
+LAYOUTS = ("contiguous", "transposed", "sliced", "heads_permuted")
+
+
+@dataclass(frozen=True, eq=False)
+class TensorInput:
+    """An input tensor: float64 values (exact in ``dtype``), dtype, grad flag, memory layout."""
+
+    values: np.ndarray
+    dtype: str
+    requires_grad: bool = False
+    layout: str = "contiguous"
+
+
+@dataclass(frozen=True)
+class ResultOf:
+    """An argument that is the result of an earlier call in the same request."""
+
+    call: int
+
+
+Argument = Union[TensorInput, ResultOf, float, int, bool, None]
+
+
+@dataclass(frozen=True)
+class Call:
+    """One call of a submitted function."""
+
+    function: str
+    args: tuple[Argument, ...] = ()
+    kwargs: dict[str, Argument] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Request:
+    """Calls made in order in one worker round trip, optionally followed by a backward pass."""
+
+    calls: tuple[Call, ...]
+    backward_from: int | None = None
+    cotangent: np.ndarray | None = None
+
+
+@dataclass
+class Returned:
+    """What one call produced, as observed by the worker."""
+
+    raised: dict[str, str] | None = None
+    type_name: str = ""
+    is_tensor: bool = False
+    exact_tensor: bool = False
+    repr: str = ""
+    length: int | None = None
+    shape: tuple[int, ...] | None = None
+    dtype: str | None = None
+    device: str | None = None
+    requires_grad: bool = False
+    has_grad_fn: bool = False
+    value: np.ndarray | None = None
+
+
+@dataclass
+class Outcome:
+    """The answer to a request: per-call results, gradients and input changes, or a failure."""
+
+    failure: str | None = None
+    results: list[Returned] = field(default_factory=list)
+    backward_error: str | None = None
+    grads: dict[int, np.ndarray | None] = field(default_factory=dict)
+    changed_inputs: list[str] = field(default_factory=list)
+    tensors: list[TensorInput] = field(default_factory=list)
+
+
+class MalformedReply(Exception):
+    """The worker's reply is missing a field or has one of the wrong type."""
+
+
+def invoke(worker: Worker, request: Request) -> Outcome:
+    """Run ``request`` in ``worker`` and return what was observed."""
+    tensors: list[TensorInput] = []
+    header = {"calls": [_encode_call(c, tensors) for c in request.calls]}
+    arrays = [np.asarray(t.values, dtype=np.float64) for t in tensors]
+    header["tensors"] = [
+        {"array": i, "dtype": t.dtype, "requires_grad": t.requires_grad, "layout": t.layout}
+        for i, t in enumerate(tensors)
+    ]
+    if request.backward_from is not None and request.cotangent is not None:
+        header["backward"] = {"call": request.backward_from, "cotangent": len(arrays)}
+        arrays.append(np.asarray(request.cotangent, dtype=np.float64))
+    try:
+        reply, out = worker.run(header, arrays)
+        return _decode(reply, out, tensors)
+    except WorkerFailure as exc:
+        return Outcome(failure=str(exc), tensors=tensors)
+    except (MalformedReply, ValueError, TypeError) as exc:
+        return Outcome(failure=f"the worker sent a malformed reply ({exc})", tensors=tensors)
+
+
+def _encode_call(call: Call, tensors: list[TensorInput]) -> dict[str, Any]:
+    def encode(argument: Argument) -> dict[str, Any]:
+        if isinstance(argument, TensorInput):
+            if not any(argument is t for t in tensors):
+                tensors.append(argument)
+            return {"tensor": next(i for i, t in enumerate(tensors) if t is argument)}
+        if isinstance(argument, ResultOf):
+            return {"result": argument.call}
+        return {"value": argument}
+
+    return {
+        "fn": call.function,
+        "args": [encode(a) for a in call.args],
+        "kwargs": {name: encode(a) for name, a in call.kwargs.items()},
+    }
+
+
+def _field(mapping: Any, key: str, kind: type | tuple[type, ...], default: Any = ...) -> Any:
+    if not isinstance(mapping, dict):
+        raise MalformedReply(f"expected an object around {key!r}")
+    if key not in mapping:
+        if default is ...:
+            raise MalformedReply(f"missing {key!r}")
+        return default
+    value = mapping[key]
+    if not isinstance(value, kind) or (isinstance(value, bool) and bool not in _as_tuple(kind)):
+        raise MalformedReply(f"{key!r} has type {type(value).__name__}")
+    return value
+
+
+def _as_tuple(kind: type | tuple[type, ...]) -> tuple[type, ...]:
+    return kind if isinstance(kind, tuple) else (kind,)
+
+
+def _array(index: Any, arrays: list[np.ndarray]) -> np.ndarray:
+    if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < len(arrays):
+        raise MalformedReply(f"array index {index!r} out of range")
+    array = arrays[index]
+    if array.dtype.kind != "f":
+        raise MalformedReply(f"array of dtype {array.dtype} is not floating point")
+    return array
+
+
+def _error_text(error: Any) -> dict[str, str]:
+    return {
+        "type": _field(error, "type", str),
+        "message": _field(error, "message", str),
+        "traceback": _field(error, "traceback", str, ""),
+    }
+
+
+def _decode(reply: dict[str, Any], arrays: list[np.ndarray], tensors: list[TensorInput]) -> Outcome:
+    if _field(reply, "status", str) != "ok":
+        raise MalformedReply(f"status {reply.get('status')!r}")
+    outcome = Outcome(tensors=tensors)
+    for call in _field(reply, "calls", list):
+        if _field(call, "status", str) == "raised":
+            outcome.results.append(Returned(raised=_error_text(_field(call, "error", dict))))
+            continue
+        returned = Returned(
+            type_name=_field(call, "type", str),
+            is_tensor=_field(call, "is_tensor", bool),
+            exact_tensor=_field(call, "exact_tensor", bool),
+            repr=_field(call, "repr", str),
+            length=_field(call, "length", int, None),
+        )
+        if returned.exact_tensor:
+            returned.shape = tuple(int(n) for n in _field(call, "shape", list))
+            returned.dtype = _field(call, "dtype", str)
+            returned.device = _field(call, "device", str)
+            returned.requires_grad = _field(call, "requires_grad", bool)
+            returned.has_grad_fn = _field(call, "has_grad_fn", bool)
+            index = _field(call, "value", (int, type(None)))
+            returned.value = None if index is None else _array(index, arrays)
+        outcome.results.append(returned)
+    for key in ("inputs_after_forward", "inputs_after_backward"):
+        for i, change in enumerate(_field(reply, key, list, [])):
+            moved = _field(change, "version_after", int) != _field(change, "version_before", int)
+            if (_field(change, "values_changed", bool) or moved) and i not in outcome.changed_inputs:
+                outcome.changed_inputs.append(i)
+    backward = _field(reply, "backward", dict, None)
+    if backward is not None:
+        status = _field(backward, "status", str)
+        if status == "ok":
+            for key, index in _field(backward, "grads", dict).items():
+                outcome.grads[int(key)] = None if index is None else _array(index, arrays)
+        elif status == "raised":
+            error = _error_text(_field(backward, "error", dict))
+            outcome.backward_error = f"{error['type']}: {error['message']}"
+        else:
+            outcome.backward_error = str(_field(backward, "reason", str, status))
+    return outcome

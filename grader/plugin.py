@@ -1,0 +1,108 @@
+"""The pytest side of a grading run: the check decorator, fixtures and metadata.
+
+Checks are ordinary pytest test functions decorated with :func:`check`. They
+take the ``grading`` fixture (a :class:`GradingContext`) and finish with
+:meth:`GradingContext.conclude`, which records the message and fails the test
+when the verdict is negative. The plugin hands every check's id, title, tier,
+points, message and closest ratio to pytest-json-report as JSON-safe metadata.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
+import pytest
+
+from grader.worker.client import Worker
+
+MARKER = "diffgrade_check"
+
+
+class Verdict(Protocol):
+    """Anything with ``ok``, ``message`` and ``worst_ratio`` (see grader.compare.Comparison)."""
+
+    ok: bool
+    message: str
+    worst_ratio: float | None
+
+
+def check(tier: str, points: float, title: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Mark a test function as a graded check worth ``points`` in ``tier``."""
+    return getattr(pytest.mark, MARKER)(tier=tier, points=float(points), title=title)
+
+
+@dataclass
+class GradingContext:
+    """Everything a check needs: the seed, the submission's worker and what is known about it."""
+
+    seed: int
+    worker: Worker
+    functions: dict[str, dict[str, Any]]
+    load_failure: str | None = None
+    experiment: dict[str, Any] | None = None
+    experiment_note: str | None = None
+    cache: dict[Any, Any] = field(default_factory=dict)
+    notes: dict[str, tuple[str, float | None]] = field(default_factory=dict)
+    current: str = ""
+
+    def conclude(self, verdict: Verdict) -> None:
+        """Record the verdict's message; fail the running check unless it is positive."""
+        ratio = verdict.worst_ratio
+        self.notes[self.current] = (verdict.message, ratio if ratio is not None and math.isfinite(ratio) else None)
+        if not verdict.ok:
+            pytest.fail(verdict.message, pytrace=False)
+
+    def memo(self, key: Any, compute: Callable[[], Any]) -> Any:
+        """Compute a value once per run (worker round trips shared by several checks)."""
+        if key not in self.cache:
+            self.cache[key] = compute()
+        return self.cache[key]
+
+
+class GradingPlugin:
+    """Registered with pytest.main for one run; provides the fixture and the metadata."""
+
+    def __init__(self, context: GradingContext, tiers: set[str]) -> None:
+        self.context = context
+        self.tiers = tiers
+
+    @pytest.fixture
+    def grading(self) -> GradingContext:
+        """The grading context of this run."""
+        return self.context
+
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        """Skip checks of unselected tiers (they stay in the report as skipped)."""
+        for item in items:
+            marker = item.get_closest_marker(MARKER)
+            if marker is None:
+                item.add_marker(pytest.mark.skip(reason="not a graded check"))
+            elif marker.kwargs["tier"] not in self.tiers:
+                item.add_marker(pytest.mark.skip(reason=f"tier {marker.kwargs['tier']} was not selected"))
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> None:
+        """Fail every check at once, with the same message, when the submission did not load."""
+        self.context.current = item.nodeid
+        if self.context.load_failure is not None:
+            self.context.notes[item.nodeid] = (self.context.load_failure, None)
+            pytest.fail(self.context.load_failure, pytrace=False)
+
+    def pytest_json_runtest_metadata(self, item: pytest.Item, call: pytest.CallInfo[None]) -> dict[str, Any]:
+        """Id, title, tier, points and the recorded message, as JSON-safe values."""
+        marker = item.get_closest_marker(MARKER)
+        if marker is None:
+            return {}
+        described: dict[str, Any] = {
+            "id": item.name.removeprefix("test_"),
+            "title": str(marker.kwargs["title"]),
+            "tier": str(marker.kwargs["tier"]),
+            "points": float(marker.kwargs["points"]),
+        }
+        if call.when == "call":
+            described["message"], described["worst_ratio"] = self.context.notes.get(item.nodeid, ("", None))
+        if call.excinfo is not None and not call.excinfo.errisinstance((pytest.fail.Exception, pytest.skip.Exception)):
+            described["internal_error"] = f"{call.excinfo.typename}: {call.excinfo.value}"
+        return described

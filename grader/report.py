@@ -1,0 +1,116 @@
+"""The report of a run: a JSON document, an HTML page and a terminal summary.
+
+The JSON document follows :mod:`grader.schema`; it is written with the json
+module (``allow_nan=False``: non-finite numbers were turned into null before).
+HTML and text come from the Jinja templates shipped as ``grader.templates``
+(the repository's ``templates/`` folder); HTML autoescapes everything, so text
+from a submission can never become markup. Files are written atomically.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from grader import __version__, svgchart
+from grader.exercise import Exercise
+from grader.schema import SCHEMA_VERSION
+from grader.scoring import check_record, overall_status, tally
+from grader.session import Run
+
+
+def build(exercise: Exercise, run: Run) -> dict[str, Any]:
+    """The JSON report of ``run``."""
+    checks = [check_record(test) for test in run.checks]
+    tiers, score, max_score = tally(checks, exercise.tiers)
+    return _json_safe(
+        {
+            "schema_version": SCHEMA_VERSION,
+            "grader_version": __version__,
+            "exercise": exercise.name,
+            "submission": {
+                "path": str(run.submission.path),
+                "sha256": run.submission.sha256,
+                "size_bytes": run.submission.size,
+                "load_error": run.load_failure,
+            },
+            "seed": run.options.seed,
+            "tiers_selected": list(run.options.tiers),
+            "score": score,
+            "max_score": max_score,
+            "status": overall_status(checks),
+            "tiers": tiers,
+            "toy_experiment": run.experiment,
+            "worker": run.worker,
+            "environment": run.environment,
+            "started_at": run.started_at,
+            "duration_s": run.duration_s,
+        }
+    )
+
+
+def _json_safe(value: Any) -> Any:
+    """Plain JSON types only: non-finite floats become None, numpy scalars become Python ones."""
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    return value
+
+
+def template_dir() -> Path:
+    """Where the templates are: the installed ``grader.templates`` package data."""
+    spec = importlib.util.find_spec("grader.templates")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError("the report templates (package grader.templates) are not installed")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _environment(html: bool) -> jinja2.Environment:
+    loader = jinja2.FileSystemLoader(str(template_dir()))
+    if html:
+        return jinja2.Environment(loader=loader, autoescape=jinja2.select_autoescape(["html", "j2"]), undefined=jinja2.StrictUndefined)
+    return jinja2.Environment(
+        loader=loader, autoescape=False, trim_blocks=True, lstrip_blocks=True,
+        keep_trailing_newline=True, undefined=jinja2.StrictUndefined,
+    )  # fmt: skip
+
+
+def render_html(report: dict[str, Any]) -> str:
+    """The self-contained HTML page of a report."""
+    charts = svgchart.toy_charts(report["toy_experiment"]) if report["toy_experiment"] else None
+    return _environment(html=True).get_template("report.html.j2").render(report=report, charts=charts)
+
+
+def render_text(report: dict[str, Any], report_paths: list[str], color: bool = False) -> str:
+    """The terminal summary of a report."""
+    return _environment(html=False).get_template("summary.txt.j2").render(report=report, report_paths=report_paths, color=color)
+
+
+def to_json(report: dict[str, Any]) -> str:
+    """The report as JSON text (no NaN or Infinity tokens)."""
+    return json.dumps(report, indent=2, allow_nan=False, ensure_ascii=False) + "\n"
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file and a rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as stream:
+            stream.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise

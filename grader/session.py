@@ -1,0 +1,235 @@
+"""One grading run: read the submission, start its worker, run the checks, collect.
+
+The run happens in this process, which never imports the submission or torch:
+the submission runs in a worker (:mod:`grader.worker.client`), the checks run
+under ``pytest.main`` with pytest-json-report, and :func:`grade` returns the
+plain facts that :mod:`grader.scoring` and :mod:`grader.report` turn into a
+report. Call it once per process (pytest keeps module state between runs).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import hashlib
+import io
+import os
+import platform
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pytest_jsonreport.plugin import JSONReport
+
+from grader import __version__
+from grader.exercise import Exercise, ExperimentUnavailable
+from grader.plugin import GradingContext, GradingPlugin
+from grader.worker.client import Worker, WorkerFailure, WorkerLimits
+
+MAX_SUBMISSION_BYTES = 1024 * 1024
+
+
+class UsageError(Exception):
+    """The user asked for something that cannot be graded (exit code 2)."""
+
+
+class InternalError(Exception):
+    """The grader itself failed (exit code 3)."""
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """What to grade and how."""
+
+    submission: Path
+    seed: int
+    tiers: tuple[str, ...]
+    reference: Path | None = None
+    limits: WorkerLimits = field(default_factory=WorkerLimits)
+
+
+@dataclass
+class Submission:
+    """The submitted file as read by the grader, or why it cannot be loaded."""
+
+    path: Path
+    source: str | None
+    sha256: str | None
+    size: int | None
+    problem: str | None
+
+
+@dataclass
+class Run:
+    """Everything a grading run found, before scoring."""
+
+    options: RunOptions
+    submission: Submission
+    checks: list[dict[str, Any]]
+    load_failure: str | None
+    experiment: dict[str, Any] | None
+    worker: dict[str, Any]
+    environment: dict[str, Any]
+    started_at: str
+    duration_s: float
+
+
+def read_submission(path: Path) -> Submission:
+    """Read a submission as UTF-8 text; say precisely why when it cannot be graded."""
+    if not path.exists():
+        raise UsageError(f"submission not found: {path}")
+    if path.is_dir():
+        raise UsageError(f"submission must be a .py file, got a directory: {path}")
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise UsageError(f"cannot read submission {path}: {exc.strerror}") from None
+    digest = hashlib.sha256(data).hexdigest()
+    problem = None
+    if len(data) > MAX_SUBMISSION_BYTES:
+        problem = f"the file is {len(data)} bytes, over the limit of {MAX_SUBMISSION_BYTES} bytes for a submission"
+    elif not data.strip():
+        problem = "the file is empty: write both functions in it"
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        text = None
+        problem = problem or f"the file is not valid UTF-8 text (byte {exc.start} cannot be decoded); save it as UTF-8"
+    return Submission(path, text, digest, len(data), problem)
+
+
+def describe_load_error(error: dict[str, Any]) -> str:
+    """A student-facing sentence for an exception raised while importing the submission."""
+    if error.get("type") in ("SyntaxError", "IndentationError", "TabError"):
+        line, column, text = error.get("line"), error.get("column") or 1, error.get("text") or ""
+        caret = " " * (4 + max(0, int(column) - 1)) + "^" if text else ""
+        return f"{error['type']} at line {line}, column {column}: {error.get('message', '')}\n    {text}\n{caret}".rstrip()
+    trace = str(error.get("traceback", "")).rstrip()
+    return f"importing the submission raised {error.get('type')}: {error.get('message')}" + (f"\n{trace}" if trace else "")
+
+
+def _start(exercise: Exercise, source: str, filename: str, limits: WorkerLimits) -> Worker:
+    worker = Worker(source, filename, list(exercise.functions), limits)
+    worker.spawn()
+    return worker
+
+
+def _load(worker: Worker) -> tuple[dict[str, Any], str | None]:
+    """The functions the submission defines, and why it failed to load (or None)."""
+    try:
+        reply = worker.load()
+    except WorkerFailure as exc:
+        return {}, f"the submission could not be imported: {exc}"
+    if reply.get("status") != "ok" or not isinstance(reply.get("functions"), dict):
+        error = reply.get("error")
+        return {}, describe_load_error(error if isinstance(error, dict) else {"type": "unknown error"})
+    return reply["functions"], None
+
+
+def _pytest_args(exercise: Exercise) -> list[str]:
+    checks = exercise.checks_dir
+    return [
+        str(checks),
+        "-c", str(checks / "pytest.ini"),
+        "--rootdir", str(checks),
+        "--noconftest",
+        "--import-mode=importlib",
+        "-p", "pytest_jsonreport.plugin",
+        "--json-report-file=none",
+        "-q",
+    ]  # fmt: skip
+
+
+def _run_checks(exercise: Exercise, context: GradingContext, tiers: set[str]) -> list[dict[str, Any]]:
+    """Run the exercise's checks under pytest and return the per-test JSON records."""
+    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    report_plugin = JSONReport()
+    with contextlib.redirect_stdout(io.StringIO()) as output:
+        code = pytest.main(_pytest_args(exercise), plugins=[report_plugin, GradingPlugin(context, tiers)])
+    report = report_plugin.report
+    if report is None or code not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
+        raise InternalError(f"the checks could not run (pytest exit code {int(code)}):\n{output.getvalue()[-2000:]}")
+    broken = [c for c in report.get("collectors", []) if c.get("outcome") != "passed"]
+    if broken:
+        raise InternalError(f"a check module failed to import: {broken[0].get('longrepr', '')[-2000:]}")
+    return report["tests"]
+
+
+def _experiment(exercise: Exercise, worker: Worker | None, seed: int, context: GradingContext) -> dict[str, Any] | None:
+    """The experiment's frame with the reference preview and the submission's curves."""
+    if exercise.experiment is None or exercise.experiment_frame is None:
+        return None
+    preview, preview_note = None, "no reference implementation was found, so there is no preview curve"
+    if worker is not None:
+        try:
+            functions, failure = _load(worker)
+            if failure is not None:
+                raise ExperimentUnavailable(f"the reference could not be loaded: {failure}")
+            preview, preview_note = {"source": "reference", **exercise.experiment(worker, seed)}, None
+        except ExperimentUnavailable as exc:
+            preview_note = str(exc)
+    submission_note = context.experiment_note
+    if context.experiment is None and submission_note is None:
+        submission_note = context.load_failure or "the submission's curve comes from a T3 check that did not run"
+    return {
+        **exercise.experiment_frame(seed),
+        "preview": preview,
+        "preview_note": preview_note,
+        "submission": context.experiment,
+        "submission_note": submission_note,
+    }
+
+
+def grade(exercise: Exercise, options: RunOptions) -> Run:
+    """Grade one submission with one seed; raise UsageError or InternalError, nothing else."""
+    started, clock = datetime.datetime.now(datetime.timezone.utc), time.monotonic()
+    submission = read_submission(options.submission)
+    reference = None
+    if options.reference is not None and options.reference.is_file():
+        reference = _start(exercise, options.reference.read_text(encoding="utf-8"), options.reference.name, options.limits)
+    worker = None
+    try:
+        functions, load_failure = {}, submission.problem
+        if load_failure is None:
+            assert submission.source is not None
+            worker = _start(exercise, submission.source, options.submission.name, options.limits)
+            functions, load_failure = _load(worker)
+        context = GradingContext(options.seed, worker, functions, load_failure)  # type: ignore[arg-type]
+        checks = _run_checks(exercise, context, set(options.tiers))
+        experiment = _experiment(exercise, reference, options.seed, context)
+    finally:
+        for running in (worker, reference):
+            if running is not None:
+                running.close()
+    worker_facts = {"stdout": "", "stderr": "", "restarts": 0, "warnings": []}
+    if worker is not None:
+        worker_facts.update(worker.captured(), restarts=worker.restarts)
+    return Run(
+        options=options,
+        submission=submission,
+        checks=checks,
+        load_failure=load_failure,
+        experiment=experiment,
+        worker=worker_facts,
+        environment=_environment(worker),
+        started_at=started.isoformat(timespec="seconds"),
+        duration_s=round(time.monotonic() - clock, 3),
+    )
+
+
+def _environment(worker: Worker | None) -> dict[str, Any]:
+    import jinja2
+    import numpy
+
+    torch_version = worker.info.get("torch") if worker is not None else None
+    return {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "numpy": numpy.__version__,
+        "torch": torch_version if isinstance(torch_version, str) else None,
+        "pytest": pytest.__version__,
+        "jinja2": jinja2.__version__,
+        "grader": __version__,
+    }

@@ -1,0 +1,268 @@
+"""The grader's side of a worker: spawn it, talk to it with deadlines, restart it.
+
+A :class:`Worker` owns one child process running ``child.py`` on one
+submission. Every exchange has a wall-clock deadline; a worker that dies,
+hangs or sends garbage is killed (its whole process group), and the next
+request starts a fresh one, until a restart cap or the time budget says stop.
+Nothing the worker sends is trusted beyond its shape: :mod:`protocol` loads
+arrays without pickle, and callers validate every field they use.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from grader.worker import protocol
+
+CHILD_SCRIPT = Path(__file__).with_name("child.py")
+ENVIRONMENT_KEPT = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+MiB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class WorkerLimits:
+    """Deadlines and resource limits for one submission's workers."""
+
+    call_timeout_s: float = 20.0
+    startup_timeout_s: float = 90.0
+    budget_s: float = 600.0
+    max_restarts: int = 6
+    address_space_bytes: int | None = 4096 * MiB
+    cpu_seconds: int | None = 900
+    file_size_bytes: int | None = 64 * MiB
+    output_bytes: int = 8192
+
+    def rlimits(self) -> dict[str, int | None]:
+        """The resource limits as the child applies them."""
+        return {
+            "address_space": self.address_space_bytes,
+            "cpu_seconds": self.cpu_seconds,
+            "file_size": self.file_size_bytes,
+            "core": 0,
+        }
+
+
+class WorkerFailure(Exception):
+    """A request got no valid answer: the worker crashed, hung, or was not run."""
+
+
+class CappedOutput:
+    """Drains one pipe in a thread, keeping the first ``limit`` bytes only."""
+
+    def __init__(self, stream: Any, limit: int) -> None:
+        self.limit = limit
+        self.kept = bytearray()
+        self.dropped = 0
+        self.thread = threading.Thread(target=self._drain, args=(stream,), daemon=True)
+        self.thread.start()
+
+    def _drain(self, stream: Any) -> None:
+        with stream:
+            while chunk := stream.read1(65536):
+                room = self.limit - len(self.kept)
+                self.kept += chunk[:room]
+                self.dropped += max(0, len(chunk) - room)
+
+    def text(self) -> str:
+        """What was kept, decoded leniently, with a note of what was dropped."""
+        text = self.kept.decode("utf-8", errors="replace")
+        return text + (f"\n[... {self.dropped} more bytes dropped]" if self.dropped else "")
+
+
+class _Deadline:
+    """File-like access to a pipe descriptor that gives up at a deadline."""
+
+    def __init__(self, fd: int, deadline: float) -> None:
+        self.fd = fd
+        self.deadline = deadline
+
+    def _wait(self, readable: bool) -> None:
+        remaining = self.deadline - time.monotonic()
+        waiting = ([self.fd], [], []) if readable else ([], [self.fd], [])
+        if remaining <= 0 or not any(select.select(*waiting, remaining)):
+            raise TimeoutError
+
+    def read(self, size: int) -> bytes:
+        self._wait(readable=True)
+        return os.read(self.fd, size)
+
+    def write(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            self._wait(readable=False)
+            view = view[os.write(self.fd, view[:65536]) :]
+
+    def flush(self) -> None:
+        pass
+
+
+class Worker:
+    """One submission's worker process, restarted on demand."""
+
+    def __init__(self, source: str, filename: str, functions: list[str], limits: WorkerLimits) -> None:
+        self.source = source
+        self.filename = filename
+        self.functions = functions
+        self.limits = limits
+        self.restarts = 0
+        self.started_at = time.monotonic()
+        self.info: dict[str, Any] = {}
+        self.load_reply: dict[str, Any] | None = None
+        self._process: subprocess.Popen[bytes] | None = None
+        self._workdir: str | None = None
+        self._ready = False
+        self._outputs: list[CappedOutput] = []
+        self._captured = {"stdout": "", "stderr": ""}
+
+    def spawn(self) -> None:
+        """Start the child process without waiting for it (torch imports meanwhile)."""
+        self._workdir = tempfile.mkdtemp(prefix="diffgrade-worker-")
+        request_read, self._request_fd = os.pipe()
+        self._response_fd, response_write = os.pipe()
+        env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": self._workdir, "OMP_NUM_THREADS": "1"}
+        env.update({k: os.environ[k] for k in ENVIRONMENT_KEPT if k in os.environ})
+        command = [
+            sys.executable, "-I", "-u", str(CHILD_SCRIPT),
+            str(request_read), str(response_write), json.dumps(self.limits.rlimits()),
+        ]  # fmt: skip
+        self._process = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            pass_fds=(request_read, response_write),
+            cwd=self._workdir,
+            env=env,
+            start_new_session=True,
+        )
+        os.close(request_read)
+        os.close(response_write)
+        self._outputs = [CappedOutput(self._process.stdout, self.limits.output_bytes),
+                         CappedOutput(self._process.stderr, self.limits.output_bytes)]  # fmt: skip
+        self._ready = False
+
+    def load(self) -> dict[str, Any]:
+        """Wait for the worker to start, load the submission, and return the load reply.
+
+        Raises WorkerFailure when the worker dies or hangs while starting or
+        while importing the submission.
+        """
+        if self._process is None:
+            self.spawn()
+        if not self._ready:
+            self.info = self._receive(self.limits.startup_timeout_s, "starting the worker")[0]
+            request = {"op": "load", "source": self.source, "filename": self.filename, "functions": self.functions}
+            self._send(request, [], self.limits.call_timeout_s, "importing the submission")
+            self.load_reply = self._receive(self.limits.call_timeout_s, "importing the submission")[0]
+            self._ready = True
+        assert self.load_reply is not None
+        return self.load_reply
+
+    def run(self, header: dict[str, Any], arrays: list[np.ndarray]) -> tuple[dict[str, Any], list[np.ndarray]]:
+        """Send one request and return the reply, restarting a dead worker first."""
+        if self._process is None or self._process.poll() is not None:
+            self._restart()
+        self.load()
+        what = "the call"
+        self._send({"op": "run", **header}, arrays, self.limits.call_timeout_s, what)
+        return self._receive(self.limits.call_timeout_s, what)
+
+    def _restart(self) -> None:
+        if self._process is not None:
+            if self.restarts >= self.limits.max_restarts:
+                raise WorkerFailure(f"not run: the worker was already restarted {self.restarts} times")
+            self.restarts += 1
+            self.stop()
+        if time.monotonic() - self.started_at > self.limits.budget_s:
+            raise WorkerFailure(f"not run: the time budget of {self.limits.budget_s:g} s for this submission is used up")
+        self.spawn()
+
+    def _send(self, header: dict[str, Any], arrays: list[np.ndarray], timeout: float, what: str) -> None:
+        try:
+            protocol.write_message(_Deadline(self._request_fd, time.monotonic() + timeout), header, arrays)
+        except (TimeoutError, BrokenPipeError, OSError) as exc:
+            raise self._fail(what, timeout, timed_out=isinstance(exc, TimeoutError)) from None
+
+    def _receive(self, timeout: float, what: str) -> tuple[dict[str, Any], list[np.ndarray]]:
+        try:
+            return protocol.read_message(_Deadline(self._response_fd, time.monotonic() + timeout))
+        except TimeoutError:
+            raise self._fail(what, timeout, timed_out=True) from None
+        except protocol.PeerClosed:
+            raise self._fail(what, timeout, timed_out=False) from None
+        except (protocol.ProtocolError, OSError) as exc:
+            self.stop()
+            raise WorkerFailure(f"{what} produced an invalid reply from the worker ({exc}); the worker was stopped") from None
+
+    def _fail(self, what: str, timeout: float, timed_out: bool) -> WorkerFailure:
+        """Stop the worker and describe why it gave no answer."""
+        if timed_out:
+            self.stop()
+            return WorkerFailure(f"{what} did not finish within {timeout:g} s; the worker was stopped")
+        assert self._process is not None
+        try:
+            code = self._process.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            code = None
+        self.stop()
+        return WorkerFailure(f"the worker process ended during {what} ({describe_exit(code)})")
+
+    def stop(self) -> None:
+        """Kill the worker's whole process group and release its resources."""
+        if self._process is None:
+            return
+        try:
+            os.killpg(self._process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self._process.wait()
+        for fd in (self._request_fd, self._response_fd):
+            os.close(fd)
+        for name, output in zip(("stdout", "stderr"), self._outputs):
+            output.thread.join(timeout=2)
+            self._captured[name] += output.text()
+        self._outputs = []
+        shutil.rmtree(self._workdir or "", ignore_errors=True)
+        self._process = None
+        self._ready = False
+
+    def close(self) -> None:
+        """Ask the worker to exit, then make sure it and its process group are gone."""
+        if self._process is not None and self._process.poll() is None:
+            try:
+                protocol.write_message(_Deadline(self._request_fd, time.monotonic() + 1), {"op": "exit"})
+                self._process.wait(timeout=2)
+            except (TimeoutError, OSError, subprocess.TimeoutExpired):
+                pass
+        self.stop()
+
+    def captured(self) -> dict[str, str]:
+        """The submission's stdout and stderr (first bytes only) over all workers so far."""
+        live = {name: output.text() for name, output in zip(("stdout", "stderr"), self._outputs)}
+        return {name: self._captured[name] + live.get(name, "") for name in ("stdout", "stderr")}
+
+
+def describe_exit(code: int | None) -> str:
+    """Say how a process ended, from its Popen return code."""
+    if code is None:
+        return "it did not exit and was killed"
+    if code < 0:
+        try:
+            return f"killed by signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit status {code}"
