@@ -66,9 +66,11 @@ def build_parser(tiers: Sequence[str], default_submission: str, default_referenc
                         help="seed for the random inputs (default: a fresh one, recorded in the report)")
     parser.add_argument("--tiers", default=",".join(tiers), metavar="T1,T2",
                         help=f"comma-separated tiers to run (default: {','.join(tiers)})")
-    parser.add_argument("--reference", type=Path, default=Path(default_reference), metavar="PATH",
-                        help=f"reference implementation for the toy-experiment preview (default: {default_reference}; "
-                        "skipped when absent)")
+    parser.add_argument("--reference", type=Path, metavar="PATH",
+                        help=f"reference implementation that draws the toy-experiment preview curve "
+                        f"(default: {default_reference} if it exists)")
+    parser.add_argument("--no-preview", action="store_true",
+                        help="do not run the reference for the preview curve (faster)")
     parser.add_argument("--call-timeout", type=_positive, default=WorkerLimits.call_timeout_s, metavar="SECONDS",
                         help=f"wall-clock limit for each call into the submission (default: {WorkerLimits.call_timeout_s:g})")
     parser.add_argument("--quiet", action="store_true", help="print nothing but errors")
@@ -84,6 +86,16 @@ def _tiers(text: str, known: Sequence[str], parser: argparse.ArgumentParser) -> 
     return tuple(t for t in known if t in chosen)
 
 
+def _reference(args: argparse.Namespace, default: Path, parser: argparse.ArgumentParser) -> Path | None:
+    if args.no_preview:
+        return None
+    if args.reference is None:
+        return default if default.is_file() else None
+    if not args.reference.is_file():
+        parser.error(f"argument --reference: not a file: {args.reference}")
+    return args.reference
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``diffgrade`` and return its exit code."""
     exercise = diff_attention()
@@ -93,7 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         submission=args.submission,
         seed=args.seed if args.seed is not None else secrets.randbelow(MAX_SEED + 1),
         tiers=_tiers(args.tiers, tuple(exercise.tiers), parser),
-        reference=args.reference,
+        reference=_reference(args, Path(exercise.default_reference), parser),
         limits=WorkerLimits(call_timeout_s=args.call_timeout),
     )
     try:

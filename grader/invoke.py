@@ -16,6 +16,7 @@ import numpy as np
 from grader.worker.client import Worker, WorkerFailure
 
 LAYOUTS = ("contiguous", "transposed", "sliced", "heads_permuted")
+SKIPPED = {"type": "Skipped", "message": "not called, because a call it depends on failed", "traceback": ""}
 
 
 @dataclass(frozen=True, eq=False)
@@ -79,6 +80,7 @@ class Outcome:
     """The answer to a request: per-call results, gradients and input changes, or a failure."""
 
     failure: str | None = None
+    functions: list[str] = field(default_factory=list)
     results: list[Returned] = field(default_factory=list)
     backward_error: str | None = None
     grads: dict[int, np.ndarray | None] = field(default_factory=dict)
@@ -102,13 +104,16 @@ def invoke(worker: Worker, request: Request) -> Outcome:
     if request.backward_from is not None and request.cotangent is not None:
         header["backward"] = {"call": request.backward_from, "cotangent": len(arrays)}
         arrays.append(np.asarray(request.cotangent, dtype=np.float64))
+    functions = [c.function for c in request.calls]
     try:
         reply, out = worker.run(header, arrays)
-        return _decode(reply, out, tensors)
+        outcome = _decode(reply, out, tensors)
     except WorkerFailure as exc:
-        return Outcome(failure=str(exc), tensors=tensors)
+        outcome = Outcome(failure=str(exc), tensors=tensors)
     except (MalformedReply, ValueError, TypeError) as exc:
-        return Outcome(failure=f"the worker sent a malformed reply ({exc})", tensors=tensors)
+        outcome = Outcome(failure=f"the worker sent a malformed reply ({exc})", tensors=tensors)
+    outcome.functions = functions
+    return outcome
 
 
 def _encode_call(call: Call, tensors: list[TensorInput]) -> dict[str, Any]:
@@ -167,8 +172,10 @@ def _decode(reply: dict[str, Any], arrays: list[np.ndarray], tensors: list[Tenso
         raise MalformedReply(f"status {reply.get('status')!r}")
     outcome = Outcome(tensors=tensors)
     for call in _field(reply, "calls", list):
-        if _field(call, "status", str) == "raised":
-            outcome.results.append(Returned(raised=_error_text(_field(call, "error", dict))))
+        status = _field(call, "status", str)
+        if status in ("raised", "skipped"):
+            error = _error_text(_field(call, "error", dict)) if status == "raised" else SKIPPED
+            outcome.results.append(Returned(raised=error))
             continue
         returned = Returned(
             type_name=_field(call, "type", str),

@@ -17,6 +17,8 @@ WIDTH = 640
 """Width of every chart's viewbox, in user units."""
 HEIGHT = 380
 """Height of every chart's viewbox, in user units."""
+# Layout in viewbox units; legend widths are estimated from the label length
+# at the template's 16-unit font, as no text can be measured here.
 MARGIN_LEFT = 64
 MARGIN_RIGHT = 20
 MARGIN_BOTTOM = 60
@@ -387,7 +389,10 @@ def toy_charts(toy: dict[str, Any] | None) -> dict[str, Any]:
     toy = toy if isinstance(toy, dict) else {}
     raw_lambdas = toy.get("lambdas")
     if isinstance(raw_lambdas, (list, tuple)):
-        lambdas = clean_series(raw_lambdas, len(raw_lambdas))
+        lambdas = [
+            None if x is None else min(max(x, -VALUE_LIMIT), VALUE_LIMIT)
+            for x in clean_series(raw_lambdas, len(raw_lambdas))
+        ]
     else:
         lambdas = []
     n = len(lambdas)

@@ -333,7 +333,7 @@ def test_html_all_null_points_and_empty_toy(report: dict[str, Any]) -> None:
     toy["submission"]["offset_response"] = [None] * len(toy["lambdas"])
     page = render_html(report)
     assert series_group(svg_blocks(page)[0], "submission") == ""
-    assert "no values were recorded" in page
+    assert "Submission:</strong> not shown: none of its 11 points has a finite value." in page
     empty = copy.deepcopy(report)
     empty["toy_experiment"] = {
         "lambdas": [],
@@ -602,6 +602,9 @@ def test_toy_charts_deterministic_and_tolerant() -> None:
     assert not charts["signal_retained"]["series"][1]["present"]
     assert len(offset["series"][1]["label"]) <= svgchart.LABEL_MAX_CHARS
     assert svgchart.toy_charts(None)["offset_response"]["has_data"] is False
+    huge_toy = {"lambdas": [-1e308, 1e308], "submission": {"offset_response": [0, 1]}}
+    huge = svgchart.toy_charts(huge_toy)
+    assert huge["offset_response"]["series"][2]["available"]
 
 
 def test_toy_charts_expected_defaults_to_one_minus_lambda() -> None:

@@ -62,7 +62,7 @@ def _outputs(result: Sweep) -> tuple[list[np.ndarray | None], list[Comparison]]:
     """The [T, 2D] output of every call (None where it failed) and the problems found."""
     outputs, problems = [], []
     for index, case in enumerate(result.with_offset + result.signal_only):
-        returned, problem = tensor_result(result.outcome, index, ATTENTION)
+        returned, problem = tensor_result(result.outcome, index)
         if returned is not None and (returned.value is None or returned.value.shape != case.value.shape):
             problem = f"expected an output of shape {list(case.value.shape)}, got {list(returned.shape or ())}"
         outputs.append(None if problem else returned.value[0, 0].astype(np.float64))

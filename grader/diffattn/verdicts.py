@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from grader.compare import Comparison, combine, compare
 from grader.diffattn.expected import Truth
-from grader.invoke import Outcome, Returned
+from grader.invoke import SKIPPED, Outcome, Returned
 from grader.plugin import GradingContext
 
 
@@ -32,15 +32,20 @@ def _raised(name: str, error: dict[str, str]) -> str:
     return f"{name} raised {error['type']}: {error['message']}{trace}"
 
 
-def tensor_result(outcome: Outcome, index: int, name: str) -> tuple[Returned | None, str | None]:
-    """Call ``index``'s result if it is one plain torch.Tensor, else the problem in one sentence."""
+def tensor_result(outcome: Outcome, index: int) -> tuple[Returned | None, str | None]:
+    """Call ``index``'s result if it is one plain torch.Tensor, else the problem in one sentence.
+
+    A call that raised before it (in a composed request) is the problem named.
+    """
     if outcome.failure is not None:
         return None, outcome.failure
     if index >= len(outcome.results):
-        return None, "the call was not made because an earlier call in the same request failed"
+        return None, "the worker did not report this call"
+    for position, earlier in enumerate(outcome.results[: index + 1]):
+        if earlier.raised is not None and earlier.raised is not SKIPPED:
+            return None, _raised(outcome.functions[position], earlier.raised)
     result = outcome.results[index]
-    if result.raised is not None:
-        return None, _raised(name, result.raised)
+    name = outcome.functions[index]
     if result.exact_tensor:
         return result, None
     if result.is_tensor:
@@ -69,17 +74,17 @@ def shape_dtype_problem(result: Returned, shape: tuple[int, ...], dtype: str) ->
     return None
 
 
-def values_verdict(outcome: Outcome, index: int, name: str, what: str, truth: Truth) -> Comparison:
+def values_verdict(outcome: Outcome, index: int, what: str, truth: Truth) -> Comparison:
     """Compare call ``index``'s values with ``truth``."""
-    result, problem = tensor_result(outcome, index, name)
+    result, problem = tensor_result(outcome, index)
     if result is None:
         return Comparison(False, str(problem), None, what)
     return compare(f"{what}, output", result.value, truth.values, truth.allowed)
 
 
-def grads_verdict(outcome: Outcome, index: int, name: str, what: str, truths: dict[str, Truth], keys: dict[str, int]) -> Comparison:
+def grads_verdict(outcome: Outcome, index: int, what: str, truths: dict[str, Truth], keys: dict[str, int]) -> Comparison:
     """Compare the gradients with respect to ``keys`` (name -> input tensor position) with ``truths``."""
-    result, problem = tensor_result(outcome, index, name)
+    result, problem = tensor_result(outcome, index)
     if result is None:
         return Comparison(False, str(problem), None, what)
     if outcome.backward_error is not None:

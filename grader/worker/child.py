@@ -190,8 +190,13 @@ class Run:
 
     def execute(self) -> tuple[dict[str, Any], list[Any]]:
         """Make every call, then the backward pass if one was asked for."""
-        calls = []
+        calls: list[dict[str, Any]] = []
         for call in self.header["calls"]:
+            needed = [a["result"] for a in [*call.get("args", []), *call.get("kwargs", {}).values()] if "result" in a]
+            if any(calls[i]["status"] != "returned" for i in needed):
+                self.results.append(None)
+                calls.append({"status": "skipped"})
+                continue
             function = getattr(self.server.module, call["fn"], None)
             args = [self.argument(a) for a in call.get("args", [])]
             kwargs = {k: self.argument(a) for k, a in call.get("kwargs", {}).items()}

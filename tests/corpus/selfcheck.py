@@ -17,7 +17,10 @@ from pathlib import Path
 
 import torch
 
-from mutants import MUTANTS, mutant_source
+try:  # imported as part of the tests package
+    from .mutants import MUTANTS, mutant_source
+except ImportError:  # run as a script from any folder
+    from mutants import MUTANTS, mutant_source
 
 HERE = Path(__file__).resolve().parent
 
@@ -46,7 +49,7 @@ def true_attention(q1, k1, q2, k2, value, coefficient, causal=True):
 def make_inputs(dtype, layout="plain", logit_scale=1.0, shape=(2, 3, 5, 4)):
     """Q/K [B,H,T,D] and V [B,H,T,2D]; layouts 'plain', 'transposed', 'permuted'."""
     b, h, t, d = shape
-    amp = math.sqrt(logit_scale * math.sqrt(d) / d)  # makes |logits| ~ logit_scale
+    amp = math.sqrt(logit_scale)  # the scaled logits then spread about +-logit_scale
 
     def qk():
         if layout == "transposed":

@@ -32,7 +32,7 @@ class Observed:
 
     def result(self) -> tuple[Returned | None, Comparison | None]:
         """The returned tensor, or a finding saying why there is none."""
-        result, problem = tensor_result(self.outcome, 0, self.function)
+        result, problem = tensor_result(self.outcome, 0)
         return result, finding(self.what, problem)
 
 

@@ -16,7 +16,7 @@ def _attention_values(grading: GradingContext, set_name: str, truth=expected.att
     verdicts = []
     for i, case in enumerate(getattr(suite, set_name)(grading.seed)):
         outcome = suite.attention_outcome(grading, set_name, i, case)
-        verdicts.append(values_verdict(outcome, 0, ATTENTION, f"{ATTENTION}({case.label()})", truth(case)))
+        verdicts.append(values_verdict(outcome, 0, f"{ATTENTION}({case.label()})", truth(case)))
     grading.conclude(combine(verdicts))
 
 
@@ -25,7 +25,7 @@ def test_lambda_values(grading: GradingContext) -> None:
     verdicts = []
     for i, case in enumerate(suite.lambda_values(grading.seed)):
         outcome = suite.lambda_outcome(grading, "lambda_values", i, case)
-        verdicts.append(values_verdict(outcome, 0, LAMBDA, f"{LAMBDA}({case.label()})", expected.lambda_value(case)))
+        verdicts.append(values_verdict(outcome, 0, f"{LAMBDA}({case.label()})", expected.lambda_value(case)))
     grading.conclude(combine(verdicts))
 
 

@@ -19,7 +19,7 @@ def _attention_grads(grading: GradingContext, set_name: str, keys: dict[str, int
             del wanted["coefficient"]
         outcome = suite.attention_outcome(grading, set_name, i, case, grads=True)
         what = f"{ATTENTION}({case.label()}) with cotangent G"
-        verdicts.append(grads_verdict(outcome, len(outcome.results) - 1, ATTENTION, what, expected.attention_grads(case), wanted))
+        verdicts.append(grads_verdict(outcome, len(outcome.results) - 1, what, expected.attention_grads(case), wanted))
     grading.conclude(combine(verdicts))
 
 
@@ -54,7 +54,7 @@ def test_lambda_gradients(grading: GradingContext) -> None:
     for i, case in enumerate(suite.lambda_values(grading.seed)):
         outcome = suite.lambda_outcome(grading, "lambda_values", i, case, grads=True)
         what = f"{LAMBDA}({case.label()}) with upstream gradient {case.upstream:.6g}"
-        verdicts.append(grads_verdict(outcome, 0, LAMBDA, what, expected.lambda_grads(case), {"q1": 0, "k1": 1, "q2": 2, "k2": 3}))
+        verdicts.append(grads_verdict(outcome, 0, what, expected.lambda_grads(case), {"q1": 0, "k1": 1, "q2": 2, "k2": 3}))
     grading.conclude(combine(verdicts))
 
 

@@ -1,0 +1,86 @@
+"""Shared helpers: grade a file with the real CLI in a subprocess, read its report."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+REFERENCE = ROOT / "reference" / "diff_attention.py"
+STUB = ROOT / "exercise" / "diff_attention.py"
+
+
+@dataclass
+class Graded:
+    """One CLI run: exit code, streams, and the JSON report (None if none was written)."""
+
+    code: int
+    stdout: str
+    stderr: str
+    report: dict[str, Any] | None
+    html: str | None
+
+    def check(self, check_id: str) -> dict[str, Any]:
+        """The report's entry for one check."""
+        assert self.report is not None
+        return next(c for t in self.report["tiers"] for c in t["checks"] if c["id"] == check_id)
+
+    def tier(self, name: str) -> dict[str, Any]:
+        """The report's entry for one tier."""
+        assert self.report is not None
+        return next(t for t in self.report["tiers"] if t["name"] == name)
+
+
+def run_cli(args: list[str], workdir: Path, reports: Path | None = None, timeout: float = 300) -> Graded:
+    """Run ``python -m grader ARGS`` in ``workdir``, reports written to ``reports`` (default: workdir)."""
+    reports = reports or workdir
+    json_path, html_path = reports / "report.json", reports / "report.html"
+    command = [sys.executable, "-m", "grader", *args]
+    if "--json" in args:
+        json_path, html_path = Path(args[args.index("--json") + 1]), Path(args[args.index("--html") + 1])
+    else:
+        command += ["--json", str(json_path), "--html", str(html_path)]
+    env = {**os.environ, "NO_COLOR": "1"}
+    done = subprocess.run(command, cwd=workdir, capture_output=True, text=True, timeout=timeout, env=env)
+    report = json.loads(json_path.read_text()) if json_path.exists() else None
+    html = html_path.read_text() if html_path.exists() else None
+    return Graded(done.returncode, done.stdout, done.stderr, report, html)
+
+
+def grade(path: Path, workdir: Path, seed: int = 1234, *extra: str) -> Graded:
+    """Grade ``path`` with ``seed`` (no preview curve unless asked for, to save time)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    options = list(extra) if "--reference" in extra else ["--no-preview", *extra]
+    return run_cli([str(path), "--seed", str(seed), *options], workdir)
+
+
+def grade_many(jobs: dict[str, tuple[Path, int]], workdir: Path) -> dict[str, Graded]:
+    """Grade several files, two at a time (the machine has two cores)."""
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        futures = {name: pool.submit(grade, path, workdir / name, seed) for name, (path, seed) in jobs.items()}
+        return {name: future.result() for name, future in futures.items()}
+
+
+@pytest.fixture(scope="session")
+def reference_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Graded]:
+    """The reference graded on three seeds, once with the preview curve."""
+    workdir = tmp_path_factory.mktemp("reference")
+    runs = grade_many({f"seed{s}": (REFERENCE, s) for s in (11, 22)}, workdir)
+    graded = {int(name[4:]): run for name, run in runs.items()}
+    graded[33] = grade(REFERENCE, workdir / "seed33", 33, "--reference", str(REFERENCE))
+    return graded
+
+
+@pytest.fixture(scope="session")
+def stub_run(tmp_path_factory: pytest.TempPathFactory) -> Graded:
+    """The untouched stub, graded by running diffgrade with no argument from the repository root."""
+    workdir = tmp_path_factory.mktemp("stub")
+    return run_cli(["--seed", "5"], ROOT, reports=workdir)

@@ -1,0 +1,65 @@
+"""Every correct style earns full marks; every realistic bug loses points in its tier."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conftest import Graded, grade_many
+from corpus.mutants import CORRECT_DIR, MUTANTS, WRONG_DIR, mutant_source
+
+SEED = 20261129
+CORRECT = sorted(CORRECT_DIR.glob("*.py"))
+WRONG_FILES = sorted(WRONG_DIR.glob("*.py"))
+
+
+def _declared_tier(path: Path) -> str:
+    header = path.read_text().splitlines()[0]
+    assert header.startswith("# tier: "), f"{path.name} must start with '# tier: T<n>'"
+    return header.removeprefix("# tier: ").strip()
+
+
+@pytest.fixture(scope="module")
+def corpus_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Graded]:
+    """Grade the whole corpus once, two submissions at a time, with one seed."""
+    root = tmp_path_factory.mktemp("corpus")
+    jobs: dict[str, tuple[Path, int]] = {}
+    for path in CORRECT + WRONG_FILES:
+        jobs[path.stem] = (path, SEED)
+    for mutant in MUTANTS:
+        path = root / "mutants" / f"{mutant.name}.py"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(mutant_source(mutant))
+        jobs[mutant.name] = (path, SEED)
+    return grade_many(jobs, root / "reports")
+
+
+def test_corpus_is_large_enough() -> None:
+    """At least 8 correct styles and 25 wrong submissions, with unique names."""
+    names = [m.name for m in MUTANTS] + [p.stem for p in WRONG_FILES]
+    assert len(CORRECT) >= 8
+    assert len(names) >= 25
+    assert len(set(names) | {p.stem for p in CORRECT}) == len(names) + len(CORRECT)
+
+
+@pytest.mark.parametrize("path", CORRECT, ids=lambda p: p.stem)
+def test_correct_style_gets_full_marks(path: Path, corpus_runs: dict[str, Graded]) -> None:
+    """A correct implementation passes every check."""
+    run = corpus_runs[path.stem]
+    failed = [f"{c['id']}: {c['message']}" for t in run.report["tiers"] for c in t["checks"] if c["status"] != "passed"]
+    assert run.code == 0 and run.report["score"] == 100.0, "\n\n".join(failed) or run.stderr
+
+
+@pytest.mark.parametrize(
+    ("name", "tier"),
+    [(m.name, m.tier) for m in MUTANTS] + [(p.stem, _declared_tier(p)) for p in WRONG_FILES],
+)
+def test_wrong_submission_loses_points_in_its_tier(name: str, tier: str, corpus_runs: dict[str, Graded]) -> None:
+    """A buggy implementation is graded (exit 1) and loses points in the tier meant to catch it."""
+    run = corpus_runs[name]
+    assert run.code == 1, run.stderr
+    graded_tier = run.tier(tier)
+    assert graded_tier["score"] < graded_tier["max_score"], f"{name} kept every point of {tier}"
+    failed = [c for c in graded_tier["checks"] if c["status"] == "failed"]
+    assert all(c["message"].strip() for c in failed), "every failed check explains itself"
