@@ -67,20 +67,36 @@ def _require_float_tensor(name: str, obj: object) -> torch.Tensor:
     return obj
 
 
-def _require_same_dtype_device(
-    first_name: str, first: torch.Tensor, others: dict[str, torch.Tensor]
-) -> None:
-    for name, t in others.items():
-        if t.dtype != first.dtype:
-            raise TypeError(
-                f"'{name}' must have the same dtype as '{first_name}' "
-                f"({first.dtype}) (got {t.dtype})"
-            )
-        if t.device != first.device:
+def _require_matching(name: str, t: torch.Tensor, first_name: str, first: torch.Tensor) -> None:
+    if t.dtype != first.dtype:
+        raise TypeError(
+            f"'{name}' must have the same dtype as '{first_name}' ({first.dtype}) (got {t.dtype})"
+        )
+    if t.device != first.device:
+        raise ValueError(
+            f"'{name}' must be on the same device as '{first_name}' ({first.device}) "
+            f"(got {t.device})"
+        )
+
+
+def _require_group(tensors: dict[str, object], layout: str) -> torch.Tensor:
+    """Check tensors of one shape ``layout`` (e.g. "[B, H, T, D]"), dtype and device; return the first."""
+    ndim = layout.count(",") + 1
+    first_name, first = next(iter(tensors.items()))
+    for name, obj in tensors.items():
+        t = _require_float_tensor(name, obj)
+        if t.dim() != ndim:
             raise ValueError(
-                f"'{name}' must be on the same device as '{first_name}' "
-                f"({first.device}) (got {t.device})"
+                f"'{name}' must be a {ndim}-D tensor of shape {layout} (got shape {_shape(t)})"
             )
+        if 0 in t.shape:
+            raise ValueError(f"'{name}' must have every size >= 1 (got shape {_shape(t)})")
+        if t.shape != first.shape:
+            raise ValueError(
+                f"'{name}' must have shape {layout} = {_shape(first)} (got {_shape(t)})"
+            )
+        _require_matching(name, t, first_name, first)
+    return first
 
 
 def check_lambda_inputs(
@@ -96,23 +112,7 @@ def check_lambda_inputs(
         TypeError: an argument is not a tensor, or has the wrong dtype.
         ValueError: an argument has the wrong shape or device.
     """
-    tensors = {"q1": q1, "k1": k1, "q2": q2, "k2": k2}
-    for name, obj in tensors.items():
-        t = _require_float_tensor(name, obj)
-        if t.dim() != 1:
-            raise ValueError(
-                f"'{name}' must be a 1-D tensor of shape [D_lambda] "
-                f"(got shape {_shape(t)})"
-            )
-    if q1.shape[0] == 0:
-        raise ValueError("'q1' must have at least one element (got shape [0])")
-    for name in ("k1", "q2", "k2"):
-        if tensors[name].shape != q1.shape:
-            raise ValueError(
-                f"'{name}' must have shape [D_lambda] = {_shape(q1)} "
-                f"(got {_shape(tensors[name])})"
-            )
-    _require_same_dtype_device("q1", q1, {"k1": k1, "q2": q2, "k2": k2})
+    _require_group({"q1": q1, "k1": k1, "q2": q2, "k2": k2}, "[D_lambda]")
 
 
 def _check_coefficient(coefficient: object) -> None:
@@ -141,12 +141,8 @@ def _check_coefficient(coefficient: object) -> None:
 
 
 def check_attention_inputs(
-    q1: torch.Tensor,
-    k1: torch.Tensor,
-    q2: torch.Tensor,
-    k2: torch.Tensor,
-    value: torch.Tensor,
-    coefficient: float | torch.Tensor,
+    q1: torch.Tensor, k1: torch.Tensor, q2: torch.Tensor, k2: torch.Tensor,
+    value: torch.Tensor, coefficient: float | torch.Tensor,
 ) -> None:
     """Validate the inputs of ``differential_attention`` (supplied; do not edit).
 
@@ -161,32 +157,15 @@ def check_attention_inputs(
         ValueError: an argument has the wrong shape or device, or the
             coefficient is not finite.
     """
-    tensors = {"q1": q1, "k1": k1, "q2": q2, "k2": k2, "value": value}
-    for name, obj in tensors.items():
-        t = _require_float_tensor(name, obj)
-        if t.dim() != 4:
-            raise ValueError(
-                f"'{name}' must be a 4-D tensor of shape "
-                f"{'[B, H, T, 2*D]' if name == 'value' else '[B, H, T, D]'} "
-                f"(got shape {_shape(t)})"
-            )
-    if 0 in q1.shape:
-        raise ValueError(
-            f"'q1' must have shape [B, H, T, D] with every size >= 1 (got {_shape(q1)})"
-        )
-    for name in ("k1", "q2", "k2"):
-        if tensors[name].shape != q1.shape:
-            raise ValueError(
-                f"'{name}' must have shape [B, H, T, D] = {_shape(q1)} "
-                f"(got {_shape(tensors[name])})"
-            )
-    b, h, t_len, d = q1.shape
+    first = _require_group({"q1": q1, "k1": k1, "q2": q2, "k2": k2}, "[B, H, T, D]")
+    _require_float_tensor("value", value)
+    b, h, t_len, d = first.shape
     expected = [b, h, t_len, 2 * d]
     if _shape(value) != expected:
         raise ValueError(
             f"'value' must have shape [B, H, T, 2*D] = {expected} (got {_shape(value)})"
         )
-    _require_same_dtype_device("q1", q1, {"k1": k1, "q2": q2, "k2": k2, "value": value})
+    _require_matching("value", value, "q1", first)
     _check_coefficient(coefficient)
 
 

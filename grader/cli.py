@@ -86,14 +86,16 @@ def _tiers(text: str, known: Sequence[str], parser: argparse.ArgumentParser) -> 
     return tuple(t for t in known if t in chosen)
 
 
-def _reference(args: argparse.Namespace, default: Path, parser: argparse.ArgumentParser) -> Path | None:
+def _reference(args: argparse.Namespace, default: Path, parser: argparse.ArgumentParser) -> tuple[Path | None, str]:
+    """The reference to draw the preview with, or None and the reason there is none."""
     if args.no_preview:
-        return None
+        return None, "the preview was turned off (--no-preview)"
     if args.reference is None:
-        return default if default.is_file() else None
+        reason = f"there is no reference implementation at {default} (pass --reference PATH to draw the preview curve)"
+        return (default, "") if default.is_file() else (None, reason)
     if not args.reference.is_file():
         parser.error(f"argument --reference: not a file: {args.reference}")
-    return args.reference
+    return args.reference, ""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -101,11 +103,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     exercise = diff_attention()
     parser = build_parser(tuple(exercise.tiers), exercise.default_submission, exercise.default_reference)
     args = parser.parse_args(argv)
+    reference, no_reference_reason = _reference(args, Path(exercise.default_reference), parser)
     options = RunOptions(
         submission=args.submission,
         seed=args.seed if args.seed is not None else secrets.randbelow(MAX_SEED + 1),
         tiers=_tiers(args.tiers, tuple(exercise.tiers), parser),
-        reference=_reference(args, Path(exercise.default_reference), parser),
+        reference=reference,
+        no_reference_reason=no_reference_reason,
         limits=WorkerLimits(call_timeout_s=args.call_timeout),
     )
     try:

@@ -47,6 +47,7 @@ class RunOptions:
     seed: int
     tiers: tuple[str, ...]
     reference: Path | None = None
+    no_reference_reason: str = "no reference implementation was given, so there is no preview curve"
     limits: WorkerLimits = field(default_factory=WorkerLimits)
 
 
@@ -157,11 +158,12 @@ def _run_checks(exercise: Exercise, context: GradingContext, tiers: set[str]) ->
     return report["tests"]
 
 
-def _experiment(exercise: Exercise, worker: Worker | None, seed: int, context: GradingContext) -> dict[str, Any] | None:
+def _experiment(exercise: Exercise, worker: Worker | None, options: RunOptions, context: GradingContext) -> dict[str, Any] | None:
     """The experiment's frame with the reference preview and the submission's curves."""
     if exercise.experiment is None or exercise.experiment_frame is None:
         return None
-    preview, preview_note = None, "no reference implementation was found, so there is no preview curve"
+    seed = options.seed
+    preview, preview_note = None, options.no_reference_reason
     if worker is not None:
         try:
             functions, failure = _load(worker)
@@ -198,7 +200,7 @@ def grade(exercise: Exercise, options: RunOptions) -> Run:
             functions, load_failure = _load(worker)
         context = GradingContext(options.seed, worker, functions, load_failure)  # type: ignore[arg-type]
         checks = _run_checks(exercise, context, set(options.tiers))
-        experiment = _experiment(exercise, reference, options.seed, context)
+        experiment = _experiment(exercise, reference, options, context)
     finally:
         for running in (worker, reference):
             if running is not None:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from conftest import Graded, grade_many
-from corpus.mutants import CORRECT_DIR, MUTANTS, WRONG_DIR, mutant_source
+from corpus.mutants import CORRECT_DIR, MUTANTS, WRONG_DIR, completed_stub_source, mutant_source
 
 SEED = 20261129
 CORRECT = sorted(CORRECT_DIR.glob("*.py"))
@@ -27,11 +27,12 @@ def corpus_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Graded]:
     jobs: dict[str, tuple[Path, int]] = {}
     for path in CORRECT + WRONG_FILES:
         jobs[path.stem] = (path, SEED)
-    for mutant in MUTANTS:
-        path = root / "mutants" / f"{mutant.name}.py"
+    generated = {m.name: mutant_source(m) for m in MUTANTS} | {"stub_completed": completed_stub_source()}
+    for name, source in generated.items():
+        path = root / "generated" / f"{name}.py"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(mutant_source(mutant))
-        jobs[mutant.name] = (path, SEED)
+        path.write_text(source)
+        jobs[name] = (path, SEED)
     return grade_many(jobs, root / "reports")
 
 
@@ -43,10 +44,10 @@ def test_corpus_is_large_enough() -> None:
     assert len(set(names) | {p.stem for p in CORRECT}) == len(names) + len(CORRECT)
 
 
-@pytest.mark.parametrize("path", CORRECT, ids=lambda p: p.stem)
-def test_correct_style_gets_full_marks(path: Path, corpus_runs: dict[str, Graded]) -> None:
-    """A correct implementation passes every check."""
-    run = corpus_runs[path.stem]
+@pytest.mark.parametrize("name", [p.stem for p in CORRECT] + ["stub_completed"])
+def test_correct_style_gets_full_marks(name: str, corpus_runs: dict[str, Graded]) -> None:
+    """A correct implementation (and the stub with its bodies filled in) passes every check."""
+    run = corpus_runs[name]
     failed = [f"{c['id']}: {c['message']}" for t in run.report["tiers"] for c in t["checks"] if c["status"] != "passed"]
     assert run.code == 0 and run.report["score"] == 100.0, "\n\n".join(failed) or run.stderr
 

@@ -13,7 +13,6 @@ import math
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -283,7 +282,7 @@ def test_attention_magnitudes_bound_output_and_gradients(seed, causal, coefficie
     cotangent = _cotangent(arrays, seed)
     _assert_bounded(oracle.differential_attention(*args), oracle.attention_output_magnitude(*args))
     grads = oracle.attention_vjp(*args, cotangent)
-    bounds = oracle.attention_vjp_magnitude(*args, cotangent)
+    bounds = oracle.attention_vjp(*args, cotangent, absolute=True)
     assert set(bounds) == set(grads) and isinstance(bounds["coefficient"], float)
     for name in grads:
         _assert_bounded(grads[name], bounds[name], name)
@@ -319,7 +318,7 @@ def test_magnitudes_are_attained_without_cancellation():
             oracle.attention_output_magnitude(*args), oracle.differential_attention(*args), rtol=1e-13
         )
         grads = oracle.attention_vjp(*args, cotangent)
-        bounds = oracle.attention_vjp_magnitude(*args, cotangent)
+        bounds = oracle.attention_vjp(*args, cotangent, absolute=True)
         np.testing.assert_allclose(bounds["value"], grads["value"], rtol=1e-13)
         assert bounds["coefficient"] == pytest.approx(-grads["coefficient"], rel=1e-13)
     logits = np.einsum("bhid,bhjd->bhij", arrays["q1"], arrays["k1"]) / math.sqrt(3)
@@ -363,17 +362,3 @@ def test_importing_oracle_does_not_load_torch():
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
-
-
-def test_oracle_is_fast_enough():
-    """A forward and a backward call at B=2, H=2, T=16, D=8 each take under 0.5 s."""
-    arrays = _inputs((2, 2, 16, 8), 21)
-    args = (*(arrays[n] for n in ARRAY_KEYS), 0.3, True)
-    cotangent = _cotangent(arrays)
-    for call in (lambda: oracle.differential_attention(*args), lambda: oracle.attention_vjp(*args, cotangent)):
-        durations = []
-        for _ in range(3):
-            start = time.perf_counter()
-            call()
-            durations.append(time.perf_counter() - start)
-        assert min(durations) < 0.5

@@ -111,7 +111,7 @@ def attention_grads(case: AttentionCase) -> dict[str, Truth]:
     operations, magnitude = _attention_operations(case)
     coefficient = coefficient_of(case)
     exact_grads = oracle.attention_vjp(*case.inputs, coefficient, case.is_causal, case.cotangent)
-    bounds = oracle.attention_vjp_magnitude(*case.inputs, magnitude, case.is_causal, np.abs(case.cotangent))
+    bounds = oracle.attention_vjp(*case.inputs, magnitude, case.is_causal, np.abs(case.cotangent), absolute=True)
     truths = {
         name: Truth(np.asarray(exact_grads[name]), _allowance(case.dtype, operations, bounds[name]))
         for name in ATTENTION_INPUTS

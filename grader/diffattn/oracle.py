@@ -97,13 +97,7 @@ def attention_maps(q: np.ndarray, k: np.ndarray, causal: bool) -> np.ndarray:
 
 
 def differential_attention(
-    q1: np.ndarray,
-    k1: np.ndarray,
-    q2: np.ndarray,
-    k2: np.ndarray,
-    value: np.ndarray,
-    coefficient: float,
-    causal: bool,
+    q1: np.ndarray, k1: np.ndarray, q2: np.ndarray, k2: np.ndarray, value: np.ndarray, coefficient: float, causal: bool
 ) -> np.ndarray:
     """Return O = (A1 - coefficient * A2) V, [B, H, T, 2D], each element an fsum over keys."""
     mixed = attention_maps(q1, k1, causal) - coefficient * attention_maps(q2, k2, causal)
@@ -112,18 +106,16 @@ def differential_attention(
     )
 
 
-def _vjp(
-    q1: np.ndarray,
-    k1: np.ndarray,
-    q2: np.ndarray,
-    k2: np.ndarray,
-    value: np.ndarray,
-    coefficient: float,
-    causal: bool,
-    cotangent: np.ndarray,
-    absolute: bool,
-) -> dict[str, np.ndarray | float]:
-    """Backward pass of differential attention, or its absolute-value evaluation."""
+def attention_vjp(
+    q1: np.ndarray, k1: np.ndarray, q2: np.ndarray, k2: np.ndarray, value: np.ndarray, coefficient: float, causal: bool,
+    cotangent: np.ndarray, *, absolute: bool = False,
+) -> dict[str, np.ndarray | float]:  # fmt: skip
+    """Return the gradients of <cotangent, O>: q1, k1, q2, k2, value (arrays) and coefficient (float).
+
+    With ``absolute=True``, the same backward pass evaluated with absolute
+    values (the softmax backward becomes A ⊙ (|dA| + rowsum(|dA| ⊙ A))): an
+    elementwise bound on the true gradients' magnitudes, same keys.
+    """
     a1, a2 = attention_maps(q1, k1, causal), attention_maps(q2, k2, causal)
     q1, k1, q2, k2, value, cotangent = (
         np.asarray(v, dtype=np.float64) for v in (q1, k1, q2, k2, value, cotangent)
@@ -146,37 +138,6 @@ def _vjp(
     return grads
 
 
-def attention_vjp(
-    q1: np.ndarray,
-    k1: np.ndarray,
-    q2: np.ndarray,
-    k2: np.ndarray,
-    value: np.ndarray,
-    coefficient: float,
-    causal: bool,
-    cotangent: np.ndarray,
-) -> dict[str, np.ndarray | float]:
-    """Return the gradients of <cotangent, O>: q1, k1, q2, k2, value (arrays) and coefficient (float)."""
-    return _vjp(q1, k1, q2, k2, value, coefficient, causal, cotangent, absolute=False)
-
-
-def attention_vjp_magnitude(
-    q1: np.ndarray,
-    k1: np.ndarray,
-    q2: np.ndarray,
-    k2: np.ndarray,
-    value: np.ndarray,
-    coefficient: float,
-    causal: bool,
-    cotangent: np.ndarray,
-) -> dict[str, np.ndarray | float]:
-    """Return the backward pass evaluated with absolute values: an elementwise bound on |attention_vjp|.
-
-    Same keys as :func:`attention_vjp`; the softmax backward becomes
-    A ⊙ (|dA| + rowsum(|dA| ⊙ A)).
-    """
-    return _vjp(q1, k1, q2, k2, value, coefficient, causal, cotangent, absolute=True)
-
 
 def logit_magnitude(q: np.ndarray, k: np.ndarray) -> np.ndarray:
     """Return [B, H, T]: per query, the max over all keys (masked or not) of sum_d |q_d k_d| / sqrt(D)."""
@@ -185,13 +146,7 @@ def logit_magnitude(q: np.ndarray, k: np.ndarray) -> np.ndarray:
 
 
 def attention_output_magnitude(
-    q1: np.ndarray,
-    k1: np.ndarray,
-    q2: np.ndarray,
-    k2: np.ndarray,
-    value: np.ndarray,
-    coefficient: float,
-    causal: bool,
+    q1: np.ndarray, k1: np.ndarray, q2: np.ndarray, k2: np.ndarray, value: np.ndarray, coefficient: float, causal: bool
 ) -> np.ndarray:
     """Return [B, H, T, 2D] sum_k (A1_ik + |coefficient| A2_ik) |V_kc|, the absolute-value evaluation of O."""
     weights = attention_maps(q1, k1, causal) + abs(coefficient) * attention_maps(q2, k2, causal)

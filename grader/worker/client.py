@@ -125,11 +125,13 @@ class Worker:
         self._process: subprocess.Popen[bytes] | None = None
         self._workdir: str | None = None
         self._ready = False
+        self._spawns = 0
         self._outputs: list[CappedOutput] = []
         self._captured = {"stdout": "", "stderr": ""}
 
     def spawn(self) -> None:
         """Start the child process without waiting for it (torch imports meanwhile)."""
+        self._spawns += 1
         self._workdir = tempfile.mkdtemp(prefix="diffgrade-worker-")
         request_read, self._request_fd = os.pipe()
         self._response_fd, response_write = os.pipe()
@@ -182,11 +184,11 @@ class Worker:
         return self._receive(self.limits.call_timeout_s, what)
 
     def _restart(self) -> None:
-        if self._process is not None:
+        if self._spawns:
             if self.restarts >= self.limits.max_restarts:
                 raise WorkerFailure(f"not run: the worker was already restarted {self.restarts} times")
             self.restarts += 1
-            self.stop()
+        self.stop()
         if time.monotonic() - self.started_at > self.limits.budget_s:
             raise WorkerFailure(f"not run: the time budget of {self.limits.budget_s:g} s for this submission is used up")
         self.spawn()

@@ -20,6 +20,7 @@ from pathlib import Path
 
 CORRECT_DIR = Path(__file__).resolve().parent / "correct"
 WRONG_DIR = Path(__file__).resolve().parent / "wrong"
+COMPLETED_STUB = "<the exercise stub, completed>"  # a base built by completed_stub_source()
 
 
 @dataclass(frozen=True)
@@ -137,7 +138,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "Swapped the branches and computed A2 - lambda*A1.",
     ),
     Mutant(
-        "value_split_per_branch", "stub_completed.py",
+        "value_split_per_branch", COMPLETED_STUB,
         "    return torch.matmul(maps[0] - coefficient * maps[1], value)\n",
         "    first = torch.matmul(maps[0], value[..., :d])\n"
         "    second = torch.matmul(maps[1], value[..., d:])\n"
@@ -287,7 +288,33 @@ MUTANTS: tuple[Mutant, ...] = (
 
 def mutant_source(m: Mutant) -> str:
     """Return the text of ``m.base`` with ``m.old`` replaced by ``m.new``."""
-    text = (CORRECT_DIR / m.base).read_text(encoding="utf-8")
+    text = completed_stub_source() if m.base == COMPLETED_STUB else (CORRECT_DIR / m.base).read_text(encoding="utf-8")
     count = text.count(m.old)
     assert count == 1, f"mutant {m.name!r}: expected the old text once in {m.base}, found {count}"
     return text.replace(m.old, m.new)
+
+
+STUB = Path(__file__).resolve().parents[2] / "exercise" / "diff_attention.py"
+_STUB_BODIES = {
+    '    raise NotImplementedError("differential_lambda is not implemented yet")\n': (
+        "    return torch.exp(torch.dot(q1, k1)) - torch.exp(torch.dot(q2, k2)) + lambda_init\n"
+    ),
+    '    raise NotImplementedError("differential_attention is not implemented yet")\n': (
+        "    d = q1.shape[-1]\n"
+        "    scores = [torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(d) for q, k in ((q1, k1), (q2, k2))]\n"
+        "    if causal:\n"
+        "        future = torch.ones(q1.shape[-2], q1.shape[-2], dtype=torch.bool).triu(1)\n"
+        "        scores = [s.masked_fill(future, -math.inf) for s in scores]\n"
+        "    maps = [torch.softmax(s, dim=-1) for s in scores]\n"
+        "    return torch.matmul(maps[0] - coefficient * maps[1], value)\n"
+    ),
+}
+
+
+def completed_stub_source() -> str:
+    """The supplied stub with both bodies filled in: its validation helpers must accept every valid input."""
+    text = STUB.read_text(encoding="utf-8")
+    for old, new in _STUB_BODIES.items():
+        assert text.count(old) == 1, f"the stub no longer contains {old.strip()!r} exactly once"
+        text = text.replace(old, new)
+    return text

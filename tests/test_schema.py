@@ -1,0 +1,28 @@
+"""The report schema validator rejects what the contract forbids."""
+
+from __future__ import annotations
+
+import copy
+
+from grader.schema import validate
+
+from conftest import Graded
+
+
+def test_validator_flags_missing_wrong_and_extra_fields(reference_runs: dict[int, Graded]) -> None:
+    """Removing a key, a wrong type, an unknown status and an extra key are all reported."""
+    report = copy.deepcopy(reference_runs[11].report)
+    del report["seed"]
+    report["score"] = "100"
+    report["tiers"][0]["checks"][0]["status"] = "ok"
+    report["surprise"] = 1
+    problems = validate(report)
+    assert "$: missing required key 'seed'" in problems
+    assert any(p.startswith("$.score: must be number") for p in problems)
+    assert "$.tiers[0].checks[0].status: must be one of ['passed', 'failed', 'error', 'skipped'] (got 'ok')" in problems
+    assert "$: unexpected key 'surprise'" in problems
+
+
+def test_booleans_are_not_numbers() -> None:
+    """JSON true is not accepted where a number is required."""
+    assert validate(True, {"type": "number"}) == ["$: must be number (got bool True)"]

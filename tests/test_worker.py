@@ -1,0 +1,157 @@
+"""The worker boundary: arrays only, crashes and hangs contained, restarts, broken files graded 0."""
+
+from __future__ import annotations
+
+import io
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from grader.invoke import Call, Request, TensorInput, invoke
+from grader.worker import protocol
+from grader.worker.client import Worker, WorkerLimits
+from conftest import grade
+
+FUNCTIONS = ["differential_lambda", "differential_attention"]
+MISBEHAVING = """
+import os, sys, time, torch
+def differential_lambda(q1, k1, q2, k2, lambda_init=0.2):
+    print("lambda was called")
+    return torch.exp(q1 @ k1) - torch.exp(q2 @ k2) + lambda_init
+def crash():
+    os._exit(7)
+def hang():
+    while True:
+        pass
+def leave():
+    raise SystemExit(0)
+"""
+
+
+@pytest.fixture(scope="module")
+def worker() -> Worker:
+    """One worker on a file with a correct lambda and functions that crash, hang or exit."""
+    running = Worker(MISBEHAVING, "misbehaving.py", FUNCTIONS + ["crash"], WorkerLimits(call_timeout_s=3, max_restarts=3))
+    yield running
+    running.close()
+
+
+def _lambda_call(worker: Worker) -> float:
+    vectors = tuple(TensorInput(np.array([0.5, -0.25]), "float64") for _ in range(4))
+    outcome = invoke(worker, Request((Call("differential_lambda", vectors),)))
+    assert outcome.failure is None, outcome.failure
+    return float(outcome.results[0].value)
+
+
+def test_load_reports_which_functions_exist(worker: Worker) -> None:
+    """The load reply says which named functions are callable and which are missing."""
+    functions = worker.load()["functions"]
+    assert functions["differential_lambda"]["kind"] == "callable"
+    assert functions["differential_attention"] == {"kind": "missing"}
+    assert [p["name"] for p in functions["differential_lambda"]["parameters"]] == ["q1", "k1", "q2", "k2", "lambda_init"]
+
+
+def test_values_come_back_as_arrays(worker: Worker) -> None:
+    """A plain call returns its value: exp(0.3125) - exp(0.3125) + 0.2 = 0.2."""
+    assert _lambda_call(worker) == pytest.approx(0.2, abs=1e-15)
+
+
+def test_crash_fails_the_call_and_the_worker_restarts(worker: Worker) -> None:
+    """os._exit inside a call becomes a failure naming the exit status; the next call works."""
+    before = worker.restarts
+    outcome = invoke(worker, Request((Call("crash"),)))
+    assert outcome.failure == "the worker process ended during the call (exit status 7)"
+    assert _lambda_call(worker) == pytest.approx(0.2, abs=1e-15)
+    assert worker.restarts == before + 1
+
+
+def test_hang_times_out_and_the_worker_restarts(worker: Worker) -> None:
+    """An infinite loop is stopped at the call timeout; grading continues."""
+    outcome = invoke(worker, Request((Call("hang"),)))
+    assert outcome.failure == "the call did not finish within 3 s; the worker was stopped"
+    assert _lambda_call(worker) == pytest.approx(0.2, abs=1e-15)
+
+
+def test_system_exit_in_a_call_is_an_ordinary_exception(worker: Worker) -> None:
+    """SystemExit raised by submitted code is reported as raised, and the worker stays up."""
+    outcome = invoke(worker, Request((Call("leave"),)))
+    assert outcome.failure is None
+    assert outcome.results[0].raised["type"] == "SystemExit"
+
+
+def test_output_is_captured(worker: Worker) -> None:
+    """What the submission prints is kept for the report."""
+    _lambda_call(worker)
+    assert "lambda was called" in worker.captured()["stdout"]
+
+
+def test_restart_cap_stops_endless_crashes() -> None:
+    """After max_restarts crashes, further calls fail at once without a new worker."""
+    worker = Worker(MISBEHAVING, "misbehaving.py", FUNCTIONS, WorkerLimits(call_timeout_s=3, max_restarts=1))
+    try:
+        messages = [invoke(worker, Request((Call("crash"),))).failure for _ in range(3)]
+    finally:
+        worker.close()
+    assert messages[-1] == "not run: the worker was already restarted 1 times"
+
+
+def test_protocol_refuses_pickled_arrays() -> None:
+    """An object array (which needs pickle) is rejected by the reader."""
+    buffer = io.BytesIO()
+    protocol.write_message(buffer, {"status": "ok"}, [np.zeros(2)])
+    raw = bytearray(buffer.getvalue())
+    forged = io.BytesIO()
+    np.save(forged, np.array([object()], dtype=object), allow_pickle=True)
+    header_end = 4 + int.from_bytes(raw[:4], "big")
+    message = bytes(raw[:header_end]) + len(forged.getvalue()).to_bytes(8, "big") + forged.getvalue()
+    with pytest.raises(protocol.ProtocolError, match="not a plain .npy array"):
+        protocol.read_message(io.BytesIO(message))
+
+
+def test_protocol_reports_a_closed_channel() -> None:
+    """A truncated message raises PeerClosed, never hangs or returns half a message."""
+    with pytest.raises(protocol.PeerClosed):
+        protocol.read_message(io.BytesIO(b"\x00\x00\x00\x10{}"))
+
+
+@pytest.mark.parametrize(
+    ("source", "fragment"),
+    [
+        ("def differential_lambda(:\n    pass\n", "SyntaxError at line 1, column 25"),
+        ("import not_a_real_module_xyz\n", "importing the submission raised ModuleNotFoundError: No module named 'not_a_real_module_xyz'"),
+        ("import sys\nsys.exit(3)\n", "importing the submission raised SystemExit: 3"),
+        ("", "the file is empty"),
+        ("while True:\n    pass\n", "the submission could not be imported: importing the submission did not finish within 2 s"),
+    ],
+    ids=["syntax", "import", "exit", "empty", "hang"],
+)
+def test_broken_submission_is_graded_zero_with_the_reason(source: str, fragment: str, tmp_path: Path) -> None:
+    """A file that cannot be imported scores 0, exit 1, and every check carries the reason."""
+    path = tmp_path / "broken.py"
+    path.write_text(source)
+    run = grade(path, tmp_path, 1, "--call-timeout", "2")
+    assert run.code == 1, run.stderr
+    assert run.report["score"] == 0.0
+    assert fragment in run.report["submission"]["load_error"], run.report["submission"]["load_error"]
+    assert all(fragment in c["message"] for t in run.report["tiers"] for c in t["checks"])
+
+
+def test_non_utf8_file_is_graded_zero(tmp_path: Path) -> None:
+    """Bytes that are not UTF-8 are named, not decoded into garbage."""
+    path = tmp_path / "latin.py"
+    path.write_bytes(b"x = '\xe9'\n")
+    run = grade(path, tmp_path, 1)
+    assert run.code == 1
+    assert "not valid UTF-8 text (byte 5" in run.report["submission"]["load_error"]
+
+
+def test_missing_function_is_named(tmp_path: Path) -> None:
+    """A file without differential_attention fails its checks saying so; lambda checks still run."""
+    path = tmp_path / "half.py"
+    path.write_text(MISBEHAVING)
+    run = grade(path, tmp_path, 1, "--tiers", "T1,T2")
+    assert run.check("causal_values")["message"].startswith("the submission does not define differential_attention")
+    assert run.check("lambda_values")["status"] == "passed"
+    assert os.path.exists(tmp_path / "report.html")
