@@ -1,0 +1,148 @@
+"""Fence the worker in before it loads a submission (Linux; degrades with warnings).
+
+Called by ``child.py`` once numpy and torch are imported and warmed up, and
+before any submitted code runs. In order, where the OS allows:
+
+1. new network, mount and PID namespaces (``unshare``); as an unprivileged
+   user, inside a new user namespace as well;
+2. a fork, so that the worker becomes PID 1 of its namespace: when it dies,
+   the kernel kills every process the submission started, including those
+   that left the session;
+3. in the mount namespace: the reference's folder hidden under an empty
+   tmpfs, the folders of the submission, the reports and the grader made
+   read-only, a fresh /proc, and a small private tmpfs as working directory;
+4. as root: the ``nobody`` user (no supplementary groups) with a process cap.
+
+Each step that the OS refuses is reported in a warning, and the run goes on:
+docs/SECURITY.md lists what is then not defended.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import pwd
+import resource
+import sys
+from typing import Any
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
+CLONE_NEWNET = 0x40000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
+MS_NOATIME, MS_NODIRATIME, MS_RELATIME = 1024, 2048, 1 << 21
+STATVFS_TO_MOUNT = {
+    os.ST_RDONLY: MS_RDONLY, os.ST_NOSUID: MS_NOSUID, os.ST_NODEV: MS_NODEV, os.ST_NOEXEC: MS_NOEXEC,
+    os.ST_NOATIME: MS_NOATIME, os.ST_NODIRATIME: MS_NODIRATIME, os.ST_RELATIME: MS_RELATIME,
+}  # fmt: skip
+
+
+class _Libc:
+    def __init__(self) -> None:
+        self.libc = ctypes.CDLL(None, use_errno=True)
+        self.libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+
+    def _check(self, result: int, what: str) -> None:
+        if result != 0:
+            raise OSError(ctypes.get_errno(), f"{what}: {os.strerror(ctypes.get_errno())}")
+
+    def unshare(self, flags: int) -> None:
+        self._check(self.libc.unshare(flags), "unshare")
+
+    def mount(self, source: str | None, target: str, kind: str | None, flags: int, data: str | None = None) -> None:
+        encode = lambda text: None if text is None else text.encode()  # noqa: E731
+        self._check(self.libc.mount(encode(source), encode(target), encode(kind), flags, encode(data)), f"mount {target}")
+
+
+def isolate(config: dict[str, Any]) -> dict[str, Any]:
+    """Apply every protection the OS allows; return what applied and warnings for what did not.
+
+    ``config`` keys: ``hide`` (paths to make unreadable), ``protect`` (paths to
+    make read-only), ``workdir``, ``workdir_bytes``, ``max_processes``.
+    """
+    libc = _Libc()
+    root = os.geteuid() == 0
+    applied = {"network": False, "pid_namespace": False, "filesystem": False, "unprivileged_user": False}
+    warnings: list[str] = []
+    namespaces = CLONE_NEWNET | CLONE_NEWNS | CLONE_NEWPID | (0 if root else CLONE_NEWUSER)
+    try:
+        uid, gid = os.getuid(), os.getgid()
+        libc.unshare(namespaces)
+        if not root:
+            _map_user(uid, gid)
+        applied["network"] = True
+    except OSError as exc:
+        warnings.append(f"no network, mount or PID namespace ({exc.strerror}): the submission may use the network, "
+                        "see and signal other processes, and its descendants are killed only through its process group")  # fmt: skip
+        namespaces = 0
+    if namespaces:
+        _become_namespace_init()
+        applied["pid_namespace"] = True
+        try:
+            _fence_filesystem(libc, config, root)
+            applied["filesystem"] = True
+        except OSError as exc:
+            warnings.append(f"the file system could not be fenced ({exc}): the reference may be readable")
+    if root:
+        _drop_to_nobody(config)
+        applied["unprivileged_user"] = True
+    else:
+        warnings.append("not run as root: the worker keeps the invoking user's identity "
+                        + ("inside a user namespace" if namespaces else "and can write that user's files"))  # fmt: skip
+    os.chdir(config["workdir"])
+    return {"protections": applied, "warnings": warnings}
+
+
+def _map_user(uid: int, gid: int) -> None:
+    """Inside a new user namespace, act as root over a namespace-private view."""
+    for name, text in (("setgroups", "deny"), ("uid_map", f"0 {uid} 1"), ("gid_map", f"0 {gid} 1")):
+        with open(f"/proc/self/{name}", "w") as stream:
+            stream.write(text)
+
+
+def _become_namespace_init() -> None:
+    """Fork; the parent only waits and passes on the exit status, the child carries on as PID 1."""
+    pid = os.fork()
+    if pid:
+        _, status = os.waitpid(pid, 0)
+        os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
+
+
+def _mount_flags(path: str) -> int:
+    flags = os.statvfs(path).f_flag
+    return sum(mount for stat, mount in STATVFS_TO_MOUNT.items() if flags & stat)
+
+
+def _fence_filesystem(libc: _Libc, config: dict[str, Any], root: bool) -> None:
+    libc.mount(None, "/", None, MS_REC | MS_PRIVATE)
+    libc.mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    for path in config["protect"]:
+        if os.path.exists(path):
+            libc.mount(path, path, None, MS_BIND | MS_REC)
+            libc.mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | _mount_flags(path))
+    for path in config["hide"]:
+        if os.path.isdir(path):
+            libc.mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY, "size=4k,mode=0555")
+        elif os.path.exists(path):
+            libc.mount("/dev/null", path, None, MS_BIND)
+    workdir = config["workdir"]
+    os.makedirs(workdir, exist_ok=True)
+    owner = f",uid={_nobody().pw_uid},gid={_nobody().pw_gid}" if root else ""
+    libc.mount("tmpfs", workdir, "tmpfs", MS_NOSUID | MS_NODEV, f"size={config['workdir_bytes']},mode=0700{owner}")
+
+
+def _nobody() -> pwd.struct_passwd:
+    return pwd.getpwnam("nobody")
+
+
+def _drop_to_nobody(config: dict[str, Any]) -> None:
+    nobody = _nobody()
+    processes = config["max_processes"]
+    resource.setrlimit(resource.RLIMIT_NPROC, (processes, processes))
+    os.setgroups([])
+    os.setgid(nobody.pw_gid)
+    os.setuid(nobody.pw_uid)
+    os.environ["HOME"] = config["workdir"]
+    sys.path[:] = [p for p in sys.path if os.access(p, os.R_OK)]
