@@ -115,18 +115,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         run = grade(exercise, options)
         document = report.build(exercise, run)
-        report.write_atomic(args.json, report.to_json(document))
-        report.write_atomic(args.html, report.render_html(document))
+        pages = {args.json: report.to_json(document), args.html: report.render_html(document)}
     except UsageError as exc:
         return _fail(EXIT_USAGE, str(exc))
-    except OSError as exc:
-        return _fail(EXIT_USAGE, f"cannot write the report: {exc.strerror}: {exc.filename}")
     except InternalError as exc:
         return _fail(EXIT_INTERNAL, f"internal error: {exc}")
     except KeyboardInterrupt:
         return _fail(130, "interrupted; no report was written")
     except Exception as exc:  # the promise is: never a traceback at the user
         return _fail(EXIT_INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
+    try:
+        for path, text in pages.items():
+            report.write_atomic(path, text)
+    except OSError as exc:
+        return _fail(EXIT_USAGE, f"cannot write the report {exc.filename or path}: {exc.strerror}")
     if not args.quiet:
         color = sys.stdout.isatty() and "NO_COLOR" not in os.environ
         sys.stdout.write(report.render_text(document, [str(args.json), str(args.html)], color=color))

@@ -82,13 +82,17 @@ class GradingPlugin:
             elif marker.kwargs["tier"] not in self.tiers:
                 item.add_marker(pytest.mark.skip(reason=f"tier {marker.kwargs['tier']} was not selected"))
 
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_runtest_call(self, item: pytest.Item) -> None:
-        """Fail every check at once, with the same message, when the submission did not load."""
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> Any:
+        """Fail every check at once when the submission did not load; insist that each check concludes."""
         self.context.current = item.nodeid
         if self.context.load_failure is not None:
             self.context.notes[item.nodeid] = (self.context.load_failure, None)
-            pytest.fail(self.context.load_failure, pytrace=False)
+            item.runtest = lambda: pytest.fail(self.context.load_failure, pytrace=False)  # type: ignore[method-assign]
+        result = yield
+        if item.nodeid not in self.context.notes:
+            raise RuntimeError(f"check {item.name} finished without calling grading.conclude()")
+        return result
 
     def pytest_json_runtest_metadata(self, item: pytest.Item, call: pytest.CallInfo[None]) -> dict[str, Any]:
         """Id, title, tier, points and the recorded message, as JSON-safe values."""

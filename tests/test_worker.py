@@ -87,9 +87,21 @@ def test_output_is_captured(worker: Worker) -> None:
     assert "lambda was called" in worker.captured()["stdout"]
 
 
+def test_a_function_that_keeps_crashing_is_not_called_again() -> None:
+    """After two crashes a function fails at once; other functions still run."""
+    worker = Worker(MISBEHAVING, "misbehaving.py", FUNCTIONS, WorkerLimits(call_timeout_s=3))
+    try:
+        messages = [invoke(worker, Request((Call("crash"),))).failure for _ in range(3)]
+        assert _lambda_call(worker) == pytest.approx(0.2, abs=1e-15)
+    finally:
+        worker.close()
+    assert messages[2] == "not run: crash already crashed or hung the worker 2 times"
+
+
 def test_restart_cap_stops_endless_crashes() -> None:
-    """After max_restarts crashes, further calls fail at once without a new worker."""
-    worker = Worker(MISBEHAVING, "misbehaving.py", FUNCTIONS, WorkerLimits(call_timeout_s=3, max_restarts=1))
+    """After max_restarts restarts, further calls fail at once without a new worker."""
+    limits = WorkerLimits(call_timeout_s=3, max_restarts=1, max_failures_per_function=9)
+    worker = Worker(MISBEHAVING, "misbehaving.py", FUNCTIONS, limits)
     try:
         messages = [invoke(worker, Request((Call("crash"),))).failure for _ in range(3)]
     finally:

@@ -117,7 +117,7 @@ def attention_grads(case: AttentionCase) -> dict[str, Truth]:
         for name in ATTENTION_INPUTS
     }
     b, h, t, _ = case.q1.shape
-    summed = operations + b * h * t
+    summed = operations + b * h * t * t  # the coefficient's gradient sums B·H·T² products
     if case.lambda_case is not None:
         vector_grads = _lambda_vector_grads(
             case.lambda_case, float(exact_grads["coefficient"]), float(bounds["coefficient"]), summed

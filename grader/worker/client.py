@@ -40,7 +40,8 @@ class WorkerLimits:
     call_timeout_s: float = 20.0
     startup_timeout_s: float = 90.0
     budget_s: float = 600.0
-    max_restarts: int = 6
+    max_restarts: int = 24
+    max_failures_per_function: int = 2
     address_space_bytes: int | None = 4096 * MiB
     cpu_seconds: int | None = 900
     file_size_bytes: int | None = 64 * MiB
@@ -126,6 +127,7 @@ class Worker:
         self._workdir: str | None = None
         self._ready = False
         self._spawns = 0
+        self._failures: dict[str, int] = {}
         self._outputs: list[CappedOutput] = []
         self._captured = {"stdout": "", "stderr": ""}
 
@@ -175,13 +177,27 @@ class Worker:
         return self.load_reply
 
     def run(self, header: dict[str, Any], arrays: list[np.ndarray]) -> tuple[dict[str, Any], list[np.ndarray]]:
-        """Send one request and return the reply, restarting a dead worker first."""
+        """Send one request and return the reply, restarting a dead worker first.
+
+        Functions that already crashed or hung the worker
+        ``max_failures_per_function`` times are not called again, so one broken
+        function cannot use up the restarts that the others need.
+        """
+        functions = sorted({str(call.get("fn")) for call in header.get("calls", [])})
+        for name in functions:
+            if self._failures.get(name, 0) >= self.limits.max_failures_per_function:
+                raise WorkerFailure(f"not run: {name} already crashed or hung the worker {self._failures[name]} times")
         if self._process is None or self._process.poll() is not None:
             self._restart()
         self.load()
         what = "the call"
-        self._send({"op": "run", **header}, arrays, self.limits.call_timeout_s, what)
-        return self._receive(self.limits.call_timeout_s, what)
+        try:
+            self._send({"op": "run", **header}, arrays, self.limits.call_timeout_s, what)
+            return self._receive(self.limits.call_timeout_s, what)
+        except WorkerFailure:
+            for name in functions:
+                self._failures[name] = self._failures.get(name, 0) + 1
+            raise
 
     def _restart(self) -> None:
         if self._spawns:

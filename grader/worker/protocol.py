@@ -21,7 +21,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 MAX_HEADER_BYTES = 4 * 1024 * 1024
-MAX_ARRAY_BYTES = 256 * 1024 * 1024
+MAX_MESSAGE_BYTES = 256 * 1024 * 1024
 MAX_ARRAYS = 4096
 
 
@@ -62,10 +62,12 @@ def read_message(stream: BinaryIO) -> tuple[dict[str, Any], list[np.ndarray]]:
     if not isinstance(count, int) or not 0 <= count <= MAX_ARRAYS:
         raise ProtocolError(f"'n_arrays' must be an int in [0, {MAX_ARRAYS}] (got {count!r})")
     arrays = []
+    budget = MAX_MESSAGE_BYTES - length
     for _ in range(count):
         (size,) = struct.unpack(">Q", _read_exact(stream, 8))
-        if size > MAX_ARRAY_BYTES:
-            raise ProtocolError(f"array of {size} bytes exceeds the limit of {MAX_ARRAY_BYTES}")
+        budget -= size
+        if budget < 0:
+            raise ProtocolError(f"message exceeds the limit of {MAX_MESSAGE_BYTES} bytes")
         try:
             arrays.append(np.load(io.BytesIO(_read_exact(stream, size)), allow_pickle=False))
         except ValueError as exc:

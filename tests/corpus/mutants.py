@@ -138,6 +138,12 @@ MUTANTS: tuple[Mutant, ...] = (
         "Swapped the branches and computed A2 - lambda*A1.",
     ),
     Mutant(
+        "float32_inside", "float64_inside.py",
+        "(x.to(torch.float64) for x in (q1, k1, q2, k2, value))",
+        "(x.to(torch.float32) for x in (q1, k1, q2, k2, value))", "T2",
+        "Computed in float32 and cast back, losing float64 precision for float64 inputs.",
+    ),
+    Mutant(
         "value_split_per_branch", COMPLETED_STUB,
         "    return torch.matmul(maps[0] - coefficient * maps[1], value)\n",
         "    first = torch.matmul(maps[0], value[..., :d])\n"
