@@ -17,7 +17,7 @@ from typing import NoReturn, Sequence
 from grader import __version__, report
 from grader.diffattn import exercise as diff_attention
 from grader.session import InternalError, RunOptions, UsageError, grade
-from grader.worker.client import WorkerLimits
+from grader.worker.client import MiB, WorkerLimits
 
 EXIT_PASSED, EXIT_FAILED, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 MAX_SEED = 2**32 - 1
@@ -71,8 +71,19 @@ def build_parser(tiers: Sequence[str], default_submission: str, default_referenc
                         f"(default: {default_reference} if it exists)")
     parser.add_argument("--no-preview", action="store_true",
                         help="do not run the reference for the preview curve (faster)")
-    parser.add_argument("--call-timeout", type=_positive, default=WorkerLimits.call_timeout_s, metavar="SECONDS",
-                        help=f"wall-clock limit for each call into the submission (default: {WorkerLimits.call_timeout_s:g})")
+    limits = parser.add_argument_group("limits on the submission's worker")
+    limits.add_argument("--call-timeout", type=_positive, default=WorkerLimits.call_timeout_s, metavar="SECONDS",
+                        help=f"wall-clock limit for each call (default: {WorkerLimits.call_timeout_s:g})")
+    limits.add_argument("--time-budget", type=_positive, default=WorkerLimits.budget_s, metavar="SECONDS",
+                        help=f"wall-clock budget for the whole submission (default: {WorkerLimits.budget_s:g})")
+    limits.add_argument("--memory-limit", type=_positive, default=WorkerLimits.address_space_bytes / MiB, metavar="MIB",
+                        help=f"address-space limit of the worker (default: {WorkerLimits.address_space_bytes // MiB})")
+    limits.add_argument("--cpu-limit", type=_positive, default=WorkerLimits.cpu_seconds, metavar="SECONDS",
+                        help=f"CPU-time limit of each worker process (default: {WorkerLimits.cpu_seconds})")
+    limits.add_argument("--process-limit", type=_positive, default=WorkerLimits.max_processes, metavar="N",
+                        help=f"processes and threads the worker may run, when run as root (default: {WorkerLimits.max_processes})")
+    limits.add_argument("--no-isolation", action="store_true",
+                        help="run the worker without namespaces or a user switch (debugging only; the report says so)")
     parser.add_argument("--quiet", action="store_true", help="print nothing but errors")
     parser.add_argument("--version", action="version", version=f"diffgrade {__version__}")
     return parser  # fmt: skip
@@ -110,7 +121,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         tiers=_tiers(args.tiers, tuple(exercise.tiers), parser),
         reference=reference,
         no_reference_reason=no_reference_reason,
-        limits=WorkerLimits(call_timeout_s=args.call_timeout),
+        limits=WorkerLimits(
+            call_timeout_s=args.call_timeout,
+            budget_s=args.time_budget,
+            address_space_bytes=int(args.memory_limit * MiB),
+            cpu_seconds=int(args.cpu_limit),
+            max_processes=int(args.process_limit),
+        ),
+        isolate=not args.no_isolation,
     )
     try:
         run = grade(exercise, options)

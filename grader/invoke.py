@@ -81,6 +81,7 @@ class Outcome:
 
     failure: str | None = None
     functions: list[str] = field(default_factory=list)
+    notes: dict[str, str] = field(default_factory=dict)  # function -> why its signature breaks calls
     results: list[Returned] = field(default_factory=list)
     backward_error: str | None = None
     grads: dict[int, np.ndarray | None] = field(default_factory=dict)

@@ -94,6 +94,7 @@ SCHEMA: dict[str, Any] = _object(
                 "stderr": _STRING,
                 "restarts": {"type": "integer", "minimum": 0},
                 "warnings": {"type": "array", "items": _STRING},
+                "protections": {"type": "object"},
             }
         ),
         "environment": _object(

@@ -15,6 +15,8 @@ import hashlib
 import io
 import os
 import platform
+import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,6 +51,7 @@ class RunOptions:
     reference: Path | None = None
     no_reference_reason: str = "no reference implementation was given, so there is no preview curve"
     limits: WorkerLimits = field(default_factory=WorkerLimits)
+    isolate: bool = True
 
 
 @dataclass
@@ -111,8 +114,27 @@ def describe_load_error(error: dict[str, Any]) -> str:
     return f"importing the submission raised {error.get('type')}: {error.get('message')}" + (f"\n{trace}" if trace else "")
 
 
-def _start(exercise: Exercise, source: str, filename: str, limits: WorkerLimits) -> Worker:
-    worker = Worker(source, filename, list(exercise.functions), limits)
+def hidden_paths(exercise: Exercise, reference: Path | None) -> tuple[str, ...]:
+    """What the submission's worker must not read: every copy of the reference we know of.
+
+    That is the one given, the default one under the current folder and the one
+    beside the grader's own source checkout; each file is hidden, and its folder
+    too when that holds none of what the worker still needs (the interpreter and
+    its packages, the grader, the temporary folders, the current folder).
+    """
+    default = Path(exercise.default_reference)
+    candidates = {p.resolve() for p in (reference, default, Path(__file__).parents[1] / default) if p is not None and p.is_file()}
+    needed = [Path(sys.prefix), Path(sys.base_prefix), Path(__file__).parent, Path(tempfile.gettempdir()), Path.cwd()]
+    hidden: list[str] = []
+    for file in sorted(candidates):
+        hidden.append(str(file))
+        if not any(p.resolve().is_relative_to(file.parent) for p in needed):
+            hidden.append(str(file.parent))
+    return tuple(hidden)
+
+
+def _start(exercise: Exercise, source: str, filename: str, options: RunOptions, hide: tuple[str, ...] = ()) -> Worker:
+    worker = Worker(source, filename, list(exercise.functions), options.limits, isolate=options.isolate, hide=hide)
     worker.spawn()
     return worker
 
@@ -190,13 +212,13 @@ def grade(exercise: Exercise, options: RunOptions) -> Run:
     submission = read_submission(options.submission)
     reference = None
     if options.reference is not None and options.reference.is_file():
-        reference = _start(exercise, options.reference.read_text(encoding="utf-8"), options.reference.name, options.limits)
+        reference = _start(exercise, options.reference.read_text(encoding="utf-8"), options.reference.name, options)
     worker = None
     try:
         functions, load_failure = {}, submission.problem
         if load_failure is None:
             assert submission.source is not None
-            worker = _start(exercise, submission.source, options.submission.name, options.limits)
+            worker = _start(exercise, submission.source, options.submission.name, options, hidden_paths(exercise, options.reference))
             functions, load_failure = _load(worker)
         context = GradingContext(options.seed, worker, functions, load_failure)  # type: ignore[arg-type]
         checks = _run_checks(exercise, context, set(options.tiers))
@@ -205,9 +227,9 @@ def grade(exercise: Exercise, options: RunOptions) -> Run:
         for running in (worker, reference):
             if running is not None:
                 running.close()
-    worker_facts = {"stdout": "", "stderr": "", "restarts": 0, "warnings": []}
+    worker_facts: dict[str, Any] = {"stdout": "", "stderr": "", "restarts": 0, "warnings": [], "protections": {}}
     if worker is not None:
-        worker_facts.update(worker.captured(), restarts=worker.restarts)
+        worker_facts.update(worker.captured(), restarts=worker.restarts, **_protections(worker, options))
     return Run(
         options=options,
         submission=submission,
@@ -219,6 +241,20 @@ def grade(exercise: Exercise, options: RunOptions) -> Run:
         started_at=started.isoformat(timespec="seconds"),
         duration_s=round(time.monotonic() - clock, 3),
     )
+
+
+def _protections(worker: Worker, options: RunOptions) -> dict[str, Any]:
+    """Which protections the submission's worker ran under, and warnings for the missing ones."""
+    if not options.isolate:
+        return {"protections": {}, "warnings": ["isolation was turned off (--no-isolation): the submission ran with the grader's privileges"]}
+    applied = worker.info.get("protections")
+    warnings = worker.info.get("warnings")
+    if not isinstance(applied, dict) or not isinstance(warnings, list):
+        return {"protections": {}, "warnings": ["the worker did not report its protections"]}
+    return {
+        "protections": {str(k): bool(v) for k, v in applied.items()},
+        "warnings": [str(w) for w in warnings],
+    }
 
 
 def _environment(worker: Worker | None) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from grader.diffattn import cases, verdicts
+from grader.diffattn.signatures import signature_problem
 from grader.diffattn.cases import STRIDED, AttentionCase, LambdaCase, paper_lambda_init
 from grader.invoke import Call, Outcome, Request, ResultOf, TensorInput, invoke
 from grader.plugin import GradingContext
@@ -145,11 +146,17 @@ def outcome(grading: GradingContext, key: tuple[Any, ...], request: Request) -> 
 
     A request that needs a function the submission lacks is not sent at all.
     """
+    notes = {}
     for call in request.calls:
         problem = verdicts.function_problem(grading, call.function)
         if problem is not None:
             return Outcome(failure=problem)
-    return grading.memo(key, lambda: invoke(grading.worker, request))
+        note = signature_problem(call.function, grading.functions.get(call.function, {}).get("parameters"))
+        if note is not None:
+            notes[call.function] = note
+    found = grading.memo(key, lambda: invoke(grading.worker, request))
+    found.notes = notes
+    return found
 
 
 def lambda_outcome(grading: GradingContext, set_name: str, index: int, case: LambdaCase, grads: bool = False) -> Outcome:

@@ -25,11 +25,12 @@ def function_problem(grading: GradingContext, name: str) -> str | None:
     return None
 
 
-def _raised(name: str, error: dict[str, str]) -> str:
+def _raised(name: str, error: dict[str, str], note: str | None) -> str:
     if error["type"] == "NotImplementedError":
         return f"{name} is not implemented yet (it raised NotImplementedError: {error['message']})"
     trace = f"\n{error['traceback'].rstrip()}" if error["traceback"].strip() else ""
-    return f"{name} raised {error['type']}: {error['message']}{trace}"
+    hint = f"\n(Probably because {note}.)" if note and error["type"] == "TypeError" else ""
+    return f"{name} raised {error['type']}: {error['message']}{trace}{hint}"
 
 
 def tensor_result(outcome: Outcome, index: int) -> tuple[Returned | None, str | None]:
@@ -43,7 +44,8 @@ def tensor_result(outcome: Outcome, index: int) -> tuple[Returned | None, str | 
         return None, "the worker did not report this call"
     for position, earlier in enumerate(outcome.results[: index + 1]):
         if earlier.raised is not None and earlier.raised is not SKIPPED:
-            return None, _raised(outcome.functions[position], earlier.raised)
+            function = outcome.functions[position]
+            return None, _raised(function, earlier.raised, outcome.notes.get(function))
     result = outcome.results[index]
     name = outcome.functions[index]
     if result.exact_tensor:

@@ -1,10 +1,12 @@
 """The worker process: loads a submission and evaluates the calls it is sent.
 
-Run as ``python -I child.py REQUEST_FD RESPONSE_FD LIMITS_JSON`` by
+Run as ``python -I -u child.py REQUEST_FD RESPONSE_FD CONFIG_JSON`` by
 :mod:`grader.worker.client`, in an empty working directory. Everything here is
 on the untrusted side of the boundary: the worker reports plain arrays and
-observed facts, and the grader process decides what they are worth. Limits are
-applied before numpy or torch is imported so that they bind the whole process.
+observed facts, and the grader process decides what they are worth. Resource
+limits are applied before numpy or torch is imported so that they bind the
+whole process; the isolation of :mod:`isolation` follows once torch is warm,
+before the submission is loaded.
 """
 
 from __future__ import annotations
@@ -38,16 +40,17 @@ def apply_limits(limits: dict[str, int | None]) -> None:
 def main(argv: list[str]) -> int:
     """Serve requests on the two descriptors until told to exit or the channel closes."""
     request_fd, response_fd = int(argv[1]), int(argv[2])
-    apply_limits(json.loads(argv[3]))
-    # The grader package is found on sys.path when installed; in a source
-    # checkout it sits two folders up. Appending keeps site-packages first.
-    sys.path.append(str(Path(__file__).resolve().parents[2]))
-    from grader.worker import protocol
+    config = json.loads(argv[3])
+    apply_limits(config["limits"])
+    # Loaded from their files: putting the grader's folder on sys.path would
+    # let the submission import whatever lies beside it (the reference, say).
+    protocol, isolation = (_load_sibling(name) for name in ("protocol", "isolation"))
 
     requests = os.fdopen(request_fd, "rb", buffering=0)
     responses = os.fdopen(response_fd, "wb", buffering=0)
     server = Server()
-    protocol.write_message(responses, server.ready())
+    fenced = isolation.isolate(config["isolation"]) if config["isolation"] else {"protections": {}, "warnings": []}
+    protocol.write_message(responses, {**server.ready(), **fenced})
     while True:
         try:
             header, arrays = protocol.read_message(requests)
@@ -57,6 +60,18 @@ def main(argv: list[str]) -> int:
             return 0
         reply, out_arrays = server.handle(header, arrays)
         protocol.write_message(responses, reply, out_arrays)
+
+
+def _load_sibling(name: str) -> types.ModuleType:
+    """Import a module that sits next to this file, without touching sys.path."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"diffgrade_worker_{name}", Path(__file__).with_name(f"{name}.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 class Server:
@@ -79,8 +94,32 @@ class Server:
         self._warm_up()
 
     def _warm_up(self) -> None:
-        x = self.torch.ones(2, requires_grad=True)
-        self.autograd_grad((x * x).sum(), [x])
+        """Run the operations solutions commonly use, so that every module they
+        load lazily is imported while the worker can still read the disk."""
+        torch = self.torch
+
+        class Square(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx: Any, x: Any) -> Any:
+                ctx.save_for_backward(x)
+                return x * x
+
+            @staticmethod
+            def backward(ctx: Any, grad: Any) -> Any:
+                (x,) = ctx.saved_tensors
+                return 2 * x * grad
+
+        for dtype in (torch.float32, torch.float64):
+            q = torch.randn(1, 2, 3, 2, dtype=dtype, requires_grad=True)
+            keep = torch.ones(3, 3, dtype=torch.bool).tril()
+            logits = torch.einsum("bhid,bhjd->bhij", q, q).masked_fill(~keep, float("-inf"))
+            total = logits.softmax(-1).sum() + logits.log_softmax(-1).exp().sum() + torch.logsumexp(logits, -1).sum()
+            total = total + torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True).sum()
+            total = total + Square.apply(torch.bmm(q[0], q[0].mT)).sum() + torch.finfo(dtype).min * 0
+            self.autograd_grad(total, [q])
+            shaped = torch.nn.functional.softmax(q, dim=-1) * q
+            self.autograd_grad([shaped], [q], grad_outputs=[torch.ones_like(shaped)], allow_unused=True)
+            q.detach().numpy()
 
     def ready(self) -> dict[str, Any]:
         """Describe this worker once it can take requests."""

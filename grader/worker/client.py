@@ -10,6 +10,7 @@ arrays without pickle, and callers validate every field they use.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -45,6 +46,8 @@ class WorkerLimits:
     address_space_bytes: int | None = 4096 * MiB
     cpu_seconds: int | None = 900
     file_size_bytes: int | None = 64 * MiB
+    max_processes: int = 64
+    workdir_bytes: int = 64 * MiB
     output_bytes: int = 8192
 
     def rlimits(self) -> dict[str, int | None]:
@@ -114,7 +117,12 @@ class _Deadline:
 class Worker:
     """One submission's worker process, restarted on demand."""
 
-    def __init__(self, source: str, filename: str, functions: list[str], limits: WorkerLimits) -> None:
+    def __init__(
+        self, source: str, filename: str, functions: list[str], limits: WorkerLimits,
+        *, isolate: bool = True, hide: tuple[str, ...] = (),
+    ) -> None:  # fmt: skip
+        self.isolate = isolate
+        self.hide = hide
         self.source = source
         self.filename = filename
         self.functions = functions
@@ -139,10 +147,16 @@ class Worker:
         self._response_fd, response_write = os.pipe()
         env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": self._workdir, "OMP_NUM_THREADS": "1"}
         env.update({k: os.environ[k] for k in ENVIRONMENT_KEPT if k in os.environ})
-        command = [
-            sys.executable, "-I", "-u", str(CHILD_SCRIPT),
-            str(request_read), str(response_write), json.dumps(self.limits.rlimits()),
-        ]  # fmt: skip
+        isolation = None
+        if self.isolate:
+            isolation = {
+                "hide": list(self.hide),
+                "workdir": self._workdir,
+                "workdir_bytes": self.limits.workdir_bytes,
+                "max_processes": self.limits.max_processes,
+            }
+        config = json.dumps({"limits": self.limits.rlimits(), "isolation": isolation})
+        command = [sys.executable, "-I", "-u", str(CHILD_SCRIPT), str(request_read), str(response_write), config]
         self._process = subprocess.Popen(
             command,
             stdin=subprocess.DEVNULL,
@@ -240,13 +254,18 @@ class Worker:
         return WorkerFailure(f"the worker process ended during {what} ({describe_exit(code)})")
 
     def stop(self) -> None:
-        """Kill the worker's whole process group and release its resources."""
+        """Kill the worker, every descendant and its process group; release its resources.
+
+        In a PID namespace the worker is the namespace's init, so killing it
+        makes the kernel kill everything the submission started.
+        """
         if self._process is None:
             return
-        try:
+        for pid in [*descendants(self._process.pid), self._process.pid]:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self._process.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
         self._process.wait()
         for fd in (self._request_fd, self._response_fd):
             os.close(fd)
@@ -272,6 +291,20 @@ class Worker:
         """The submission's stdout and stderr (first bytes only) over all workers so far."""
         live = {name: output.text() for name, output in zip(("stdout", "stderr"), self._outputs)}
         return {name: self._captured[name] + live.get(name, "") for name in ("stdout", "stderr")}
+
+
+def descendants(pid: int) -> list[int]:
+    """The processes below ``pid`` (children of any of their threads), read from /proc."""
+    found: list[int] = []
+    frontier = [pid]
+    while frontier:
+        current = frontier.pop()
+        for children in Path(f"/proc/{current}/task").glob("*/children"):
+            with contextlib.suppress(OSError, ValueError):
+                fresh = [int(c) for c in children.read_text().split() if int(c) not in found]
+                found += fresh
+                frontier += fresh
+    return found
 
 
 def describe_exit(code: int | None) -> str:

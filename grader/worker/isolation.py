@@ -8,9 +8,9 @@ before any submitted code runs. In order, where the OS allows:
 2. a fork, so that the worker becomes PID 1 of its namespace: when it dies,
    the kernel kills every process the submission started, including those
    that left the session;
-3. in the mount namespace: the reference's folder hidden under an empty
-   tmpfs, the folders of the submission, the reports and the grader made
-   read-only, a fresh /proc, and a small private tmpfs as working directory;
+3. in the mount namespace: every file system read-only, the reference hidden
+   (an empty tmpfs over its folder, /dev/null over the file), a fresh /proc,
+   and a small private tmpfs as the working directory;
 4. as root: the ``nobody`` user (no supplementary groups) with a process cap.
 
 Each step that the OS refuses is reported in a warning, and the run goes on:
@@ -23,6 +23,7 @@ import ctypes
 import os
 import pwd
 import resource
+import signal
 import sys
 from typing import Any
 
@@ -59,8 +60,8 @@ class _Libc:
 def isolate(config: dict[str, Any]) -> dict[str, Any]:
     """Apply every protection the OS allows; return what applied and warnings for what did not.
 
-    ``config`` keys: ``hide`` (paths to make unreadable), ``protect`` (paths to
-    make read-only), ``workdir``, ``workdir_bytes``, ``max_processes``.
+    ``config`` keys: ``hide`` (paths to make unreadable), ``workdir``,
+    ``workdir_bytes`` (size of its tmpfs), ``max_processes``.
     """
     libc = _Libc()
     root = os.geteuid() == 0
@@ -81,8 +82,10 @@ def isolate(config: dict[str, Any]) -> dict[str, Any]:
         _become_namespace_init()
         applied["pid_namespace"] = True
         try:
-            _fence_filesystem(libc, config, root)
+            left_writable = _fence_filesystem(libc, config, root)
             applied["filesystem"] = True
+            if left_writable:
+                warnings.append(f"these mounts stay writable: {', '.join(left_writable)}")
         except OSError as exc:
             warnings.append(f"the file system could not be fenced ({exc}): the reference may be readable")
     if root:
@@ -103,10 +106,13 @@ def _map_user(uid: int, gid: int) -> None:
 
 
 def _become_namespace_init() -> None:
-    """Fork; the parent only waits and passes on the exit status, the child carries on as PID 1."""
+    """Fork; the parent only waits and passes on how the child ended, the child carries on as PID 1."""
     pid = os.fork()
     if pid:
         _, status = os.waitpid(pid, 0)
+        if os.WIFSIGNALED(status):
+            signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
+            os.kill(os.getpid(), os.WTERMSIG(status))
         os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
 
 
@@ -115,22 +121,38 @@ def _mount_flags(path: str) -> int:
     return sum(mount for stat, mount in STATVFS_TO_MOUNT.items() if flags & stat)
 
 
-def _fence_filesystem(libc: _Libc, config: dict[str, Any], root: bool) -> None:
+def _mount_points() -> list[str]:
+    """Every mount point of this mount namespace, parents first."""
+    with open("/proc/self/mountinfo") as stream:
+        points = {line.split()[4].encode().decode("unicode_escape") for line in stream}
+    return sorted(points, key=len)
+
+
+def _fence_filesystem(libc: _Libc, config: dict[str, Any], root: bool) -> list[str]:
+    """Make every file system read-only, hide the named paths, mount a private workdir.
+
+    Returns the mount points that could not be made read-only.
+    """
     libc.mount(None, "/", None, MS_REC | MS_PRIVATE)
+    left_writable = []
+    for point in _mount_points():
+        if point.startswith(("/proc", "/sys")) or (point.startswith("/dev") and not point.startswith("/dev/shm")):
+            continue
+        try:
+            libc.mount(None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | _mount_flags(point))
+        except OSError:
+            if point == "/":
+                raise
+            left_writable.append(point)
     libc.mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    for path in config["protect"]:
-        if os.path.exists(path):
-            libc.mount(path, path, None, MS_BIND | MS_REC)
-            libc.mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | _mount_flags(path))
     for path in config["hide"]:
         if os.path.isdir(path):
             libc.mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY, "size=4k,mode=0555")
         elif os.path.exists(path):
             libc.mount("/dev/null", path, None, MS_BIND)
-    workdir = config["workdir"]
-    os.makedirs(workdir, exist_ok=True)
     owner = f",uid={_nobody().pw_uid},gid={_nobody().pw_gid}" if root else ""
-    libc.mount("tmpfs", workdir, "tmpfs", MS_NOSUID | MS_NODEV, f"size={config['workdir_bytes']},mode=0700{owner}")
+    libc.mount("tmpfs", config["workdir"], "tmpfs", MS_NOSUID | MS_NODEV, f"size={config['workdir_bytes']},mode=0700{owner}")
+    return left_writable
 
 
 def _nobody() -> pwd.struct_passwd:
@@ -139,6 +161,8 @@ def _nobody() -> pwd.struct_passwd:
 
 def _drop_to_nobody(config: dict[str, Any]) -> None:
     nobody = _nobody()
+    if os.stat(config["workdir"]).st_uid == 0:  # no private tmpfs: hand over the grader's folder
+        os.chown(config["workdir"], nobody.pw_uid, nobody.pw_gid)
     processes = config["max_processes"]
     resource.setrlimit(resource.RLIMIT_NPROC, (processes, processes))
     os.setgroups([])
