@@ -70,11 +70,16 @@ def _json_safe(value: Any) -> Any:
 
 
 def template_dir() -> Path:
-    """Where the templates are: the installed ``grader.templates`` package data."""
+    """Where the templates are: the installed ``grader.templates`` package data, or
+    ``templates/`` beside the package when it runs from a source checkout
+    (``python -m grader`` in the repository's root)."""
     spec = importlib.util.find_spec("grader.templates")
-    if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError("the report templates (package grader.templates) are not installed")
-    return Path(next(iter(spec.submodule_search_locations)))
+    if spec is not None and spec.submodule_search_locations:
+        return Path(next(iter(spec.submodule_search_locations)))
+    checkout = Path(__file__).resolve().parents[1] / "templates"
+    if (checkout / "report.html.j2").is_file():
+        return checkout
+    raise FileNotFoundError("the report templates (package grader.templates) are not installed")
 
 
 def _environment(html: bool) -> jinja2.Environment:

@@ -1,0 +1,70 @@
+"""The isolation steps as an unprivileged user: through a user namespace, or degraded with warnings.
+
+The CI machine runs as root, where tests/test_hostile.py covers the full
+protections. Here ``os.geteuid`` is patched in a child process so that the
+code takes its non-root paths; the kernel does the rest for real.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from conftest import ROOT
+
+PROBE = textwrap.dedent('''
+    import json, os, sys
+    sys.path.insert(0, {worker_dir!r})
+    import isolation
+    os.geteuid = lambda: 1000
+    if {refuse!r}:
+        def refuse(self, flags):
+            raise OSError(1, "Operation not permitted")
+        isolation._Libc.unshare = refuse
+    fenced = isolation.isolate({{"hide": [{hidden!r}], "workdir": {workdir!r}, "workdir_bytes": 1 << 20, "max_processes": 64}})
+    facts = {{"pid": os.getpid(), "cwd": os.getcwd()}}
+    for name, path in (("outside", {outside!r}), ("inside", "inside.txt")):
+        try:
+            with open(path, "w") as stream:
+                stream.write("x")
+            facts[name] = "written"
+        except OSError as exc:
+            facts[name] = exc.strerror
+    try:
+        facts["hidden"] = open({hidden!r}).read()
+    except OSError as exc:
+        facts["hidden"] = exc.strerror
+    print(json.dumps({{**fenced, **facts}}))
+''')
+
+
+def _probe(tmp_path: Path, refuse: bool) -> dict:
+    workdir, outside, hidden = tmp_path / "work", tmp_path / "outside.txt", tmp_path / "secret.txt"
+    workdir.mkdir()
+    hidden.write_text("the reference")
+    code = PROBE.format(worker_dir=str(ROOT / "grader" / "worker"), refuse=refuse, hidden=str(hidden), workdir=str(workdir), outside=str(outside))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_user_namespace_path_fences_without_root(tmp_path: Path) -> None:
+    """In a user namespace: PID 1, read-only files outside a private workdir, the reference hidden, one warning."""
+    facts = _probe(tmp_path, refuse=False)
+    assert facts["protections"] == {"network": True, "pid_namespace": True, "filesystem": True, "unprivileged_user": False}
+    assert facts["warnings"] == ["not run as root: the worker keeps the invoking user's identity inside a user namespace"]
+    assert facts["pid"] == 1
+    assert facts["outside"] == "Read-only file system" and facts["inside"] == "written"
+    assert facts["hidden"] == ""
+
+
+def test_refused_namespaces_degrade_with_warnings(tmp_path: Path) -> None:
+    """When unshare is refused the worker still runs, and the warnings say what is not defended."""
+    facts = _probe(tmp_path, refuse=True)
+    assert facts["protections"] == {"network": False, "pid_namespace": False, "filesystem": False, "unprivileged_user": False}
+    assert facts["warnings"][0].startswith("no network, mount or PID namespace (Operation not permitted)")
+    assert facts["warnings"][1] == "not run as root: the worker keeps the invoking user's identity and can write that user's files"
+    assert facts["outside"] == "written" and facts["hidden"] == "the reference"
