@@ -38,7 +38,7 @@ class GradingContext:
     """Everything a check needs: the seed, the submission's worker and what is known about it."""
 
     seed: int
-    worker: Worker
+    worker: Worker | None  # None when the submission could not be read
     functions: dict[str, dict[str, Any]]
     load_failure: str | None = None
     experiment: dict[str, Any] | None = None

@@ -220,7 +220,7 @@ def grade(exercise: Exercise, options: RunOptions) -> Run:
             assert submission.source is not None
             worker = _start(exercise, submission.source, options.submission.name, options, hidden_paths(exercise, options.reference))
             functions, load_failure = _load(worker)
-        context = GradingContext(options.seed, worker, functions, load_failure)  # type: ignore[arg-type]
+        context = GradingContext(options.seed, worker, functions, load_failure)
         checks = _run_checks(exercise, context, set(options.tiers))
         experiment = _experiment(exercise, reference, options, context)
     finally:
