@@ -114,6 +114,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     exercise = diff_attention()
     parser = build_parser(tuple(exercise.tiers), exercise.default_submission, exercise.default_reference)
     args = parser.parse_args(argv)
+    for option in ("json", "html"):
+        if not str(getattr(args, option)).strip() or getattr(args, option).is_dir():
+            parser.error(f"argument --{option}: must name a file (got {str(getattr(args, option))!r})")
+    if args.json.resolve() == args.html.resolve():
+        parser.error(f"arguments --json and --html must name different files (both are {args.json})")
     reference, no_reference_reason = _reference(args, Path(exercise.default_reference), parser)
     options = RunOptions(
         submission=args.submission,

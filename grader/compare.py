@@ -78,12 +78,15 @@ def combine(comparisons: list[Comparison]) -> Comparison:
 
 
 def _located(message: str, contexts: list[str]) -> str:
-    """A failure message with where it happened: the context first, or a count and an example."""
+    """A failure message with where it happened: the problem on the first line, then where."""
+    first, _, rest = message.partition("\n")
     if len(contexts) > 1:
-        return f"{message}\n(in {len(contexts)} calls, for example {contexts[0]})"
-    if not contexts[0]:
+        where = f"in {len(contexts)} calls, for example {contexts[0]}"
+    elif contexts[0]:
+        where = f"in {contexts[0]}"
+    else:
         return message
-    return f"{contexts[0]}:\n{message}" if "\n" in message else f"{contexts[0]}: {message}"
+    return f"{first}\n({where})" + (f"\n{rest}" if rest else "")
 
 
 def _index(flat: np.intp, shape: tuple[int, ...]) -> tuple[int, ...]:

@@ -70,6 +70,8 @@ class Returned:
     shape: tuple[int, ...] | None = None
     dtype: str | None = None
     device: str | None = None
+    layout: str | None = None
+    value_error: str | None = None  # why the values could not be read
     requires_grad: bool = False
     has_grad_fn: bool = False
     value: np.ndarray | None = None
@@ -169,8 +171,12 @@ def _error_text(error: Any) -> dict[str, str]:
 
 
 def _decode(reply: dict[str, Any], arrays: list[np.ndarray], tensors: list[TensorInput]) -> Outcome:
-    if _field(reply, "status", str) != "ok":
-        raise MalformedReply(f"status {reply.get('status')!r}")
+    status = _field(reply, "status", str)
+    if status == "error":
+        error = _error_text(_field(reply, "error", dict))
+        return Outcome(failure=f"the worker could not inspect the result ({error['type']}: {error['message']})", tensors=tensors)
+    if status != "ok":
+        raise MalformedReply(f"status {status!r}")
     outcome = Outcome(tensors=tensors)
     for call in _field(reply, "calls", list):
         status = _field(call, "status", str)
@@ -189,6 +195,8 @@ def _decode(reply: dict[str, Any], arrays: list[np.ndarray], tensors: list[Tenso
             returned.shape = tuple(int(n) for n in _field(call, "shape", list))
             returned.dtype = _field(call, "dtype", str)
             returned.device = _field(call, "device", str)
+            returned.layout = _field(call, "layout", str)
+            returned.value_error = _field(call, "value_error", str, None)
             returned.requires_grad = _field(call, "requires_grad", bool)
             returned.has_grad_fn = _field(call, "has_grad_fn", bool)
             index = _field(call, "value", (int, type(None)))

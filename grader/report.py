@@ -115,6 +115,9 @@ def write_atomic(path: Path, text: str) -> None:
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as stream:
             stream.write(text)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(temporary, 0o666 & ~umask)  # mkstemp makes 0600; a report is an ordinary file
         os.replace(temporary, path)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)

@@ -18,6 +18,7 @@ import platform
 import sys
 import tempfile
 import time
+import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,7 @@ from pytest_jsonreport.plugin import JSONReport
 from grader import __version__
 from grader.exercise import Exercise, ExperimentUnavailable
 from grader.plugin import GradingContext, GradingPlugin
-from grader.worker.client import Worker, WorkerFailure, WorkerLimits
+from grader.worker.client import Worker, WorkerFailure, WorkerLimits, WorkerStartFailure
 
 MAX_SUBMISSION_BYTES = 1024 * 1024
 
@@ -81,7 +82,7 @@ class Run:
 
 
 def read_submission(path: Path) -> Submission:
-    """Read a submission as UTF-8 text; say precisely why when it cannot be graded."""
+    """Read a submission as Python reads source (UTF-8, a BOM or a coding cookie); say why when it cannot be."""
     if not path.exists():
         raise UsageError(f"submission not found: {path}")
     if path.is_dir():
@@ -96,11 +97,20 @@ def read_submission(path: Path) -> Submission:
         problem = f"the file is {len(data)} bytes, over the limit of {MAX_SUBMISSION_BYTES} bytes for a submission"
     elif not data.strip():
         problem = "the file is empty: write both functions in it"
+    text = None
     try:
-        text = data.decode("utf-8")
+        try:
+            encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+        except SyntaxError as exc:
+            if "unknown encoding" in exc.msg:
+                raise
+            encoding = "utf-8"  # undecodable first lines: decoding says where
+        text = data.decode(encoding)
+    except SyntaxError as exc:
+        problem = problem or f"the file declares an encoding Python does not know ({exc.msg}); save it as UTF-8"
     except UnicodeDecodeError as exc:
-        text = None
-        problem = problem or f"the file is not valid UTF-8 text (byte {exc.start} cannot be decoded); save it as UTF-8"
+        name = "UTF-8" if exc.encoding.startswith("utf") else exc.encoding
+        problem = problem or f"the file is not valid {name} text (byte {exc.start} cannot be decoded); save it as UTF-8"
     return Submission(path, text, digest, len(data), problem)
 
 
@@ -143,6 +153,8 @@ def _load(worker: Worker) -> tuple[dict[str, Any], str | None]:
     """The functions the submission defines, and why it failed to load (or None)."""
     try:
         reply = worker.load()
+    except WorkerStartFailure as exc:
+        raise InternalError(f"the worker could not start before loading any code ({exc}); are the limits too tight?") from None
     except WorkerFailure as exc:
         return {}, f"the submission could not be imported: {exc}"
     if reply.get("status") != "ok" or not isinstance(reply.get("functions"), dict):

@@ -28,6 +28,7 @@ def _write(path: Path, text: str) -> Path:
         (["x.py", "--tiers", "T9"], "argument --tiers: must list tiers among T1,T2,T3"),
         (["x.py", "--call-timeout", "0"], "must be positive"),
         (["x.py", "--reference", "missing.py"], "argument --reference: not a file"),
+        (["x.py", "--json", "same.out", "--html", "same.out"], "arguments --json and --html must name different files"),
     ],
 )
 def test_usage_errors_exit_2_with_one_line(args: list[str], fragment: str, tmp_path: Path) -> None:
@@ -118,6 +119,17 @@ def test_student_text_is_escaped_in_html(tmp_path: Path) -> None:
     json.dumps(run.report, allow_nan=False)
 
 
+@pytest.mark.parametrize(
+    "prefix", [b"\xef\xbb\xbf", b"# -*- coding: latin-1 -*-\n# caf\xe9\n"], ids=["bom", "latin1-cookie"]
+)
+def test_source_is_decoded_like_python_does(prefix: bytes, tmp_path: Path) -> None:
+    """A UTF-8 byte-order mark or a coding cookie is honoured, as by the interpreter."""
+    path = tmp_path / "encoded.py"
+    path.write_bytes(prefix + REFERENCE.read_bytes())
+    run = grade(path, tmp_path, 2, "--tiers", "T1")
+    assert run.code == 0 and run.report["score"] == 20.0, run.report["submission"]["load_error"]
+
+
 def test_report_paths_can_be_chosen(tmp_path: Path) -> None:
     """--json and --html write where they are told, creating folders."""
     json_path, html_path = tmp_path / "out" / "a.json", tmp_path / "out" / "b.html"
@@ -125,4 +137,5 @@ def test_report_paths_can_be_chosen(tmp_path: Path) -> None:
                    "--json", str(json_path), "--html", str(html_path)], tmp_path)  # fmt: skip
     assert run.code == 0
     assert json.loads(json_path.read_text())["score"] == 20.0
+    assert json_path.stat().st_mode & 0o044 == 0o044, "reports are readable like ordinary files"
     assert html_path.read_text().lstrip().lower().startswith("<!doctype html>")

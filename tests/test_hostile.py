@@ -157,6 +157,8 @@ CASES: dict[str, str | bytes] = {
     "nan_output": CORRECT.replace("return (maps[0] - coefficient * maps[1]) @ value", "return (maps[0] - coefficient * maps[1]) @ value * float('nan')"),
     "deep_exception": with_attention("return helper(value)\n") + "\n\ndef helper(v):\n    return v.unknown_method()\n",
     "binary": b"\x7fELF\x02\x01\x01\x00\xff\xfe\x00\x00",
+    "sparse_output": CORRECT.replace("return (maps[0] - coefficient * maps[1]) @ value", "return ((maps[0] - coefficient * maps[1]) @ value).to_sparse()"),
+    "unprintable_exception": with_attention("class Sly(Exception):\n    def __str__(self):\n        raise RuntimeError('no')\nraise Sly()\n"),
 }
 
 
@@ -233,6 +235,8 @@ EXPECTED = {
     "nan_output": ("causal_values", "Non-finite values"),
     "deep_exception": ("causal_values", "raised AttributeError: 'Tensor' object has no attribute 'unknown_method'"),
     "binary": ("lambda_values", "not valid UTF-8 text"),
+    "sparse_output": ("attention_returns_one_tensor", "expected a dense tensor (layout torch.strided), got layout torch.sparse_coo"),
+    "unprintable_exception": ("causal_values", "differential_attention raised Sly: <the exception's message could not be read"),
 }
 
 
@@ -258,6 +262,12 @@ def test_working_functions_keep_their_points(hostile_runs) -> None:
         assert run.check("lambda_values")["status"] == "passed", name
         assert run.check("lambda_gradients")["status"] == "passed", name
         assert run.tier("T2")["score"] == 6.0, name
+
+
+def test_odd_results_do_not_crash_the_worker(hostile_runs) -> None:
+    """A sparse result or an exception whose __str__ raises is reported without a worker restart."""
+    for name in ("sparse_output", "unprintable_exception"):
+        assert hostile_runs[name][2].report["worker"]["restarts"] == 0, name
 
 
 def test_flooded_output_is_capped(hostile_runs) -> None:

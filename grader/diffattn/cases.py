@@ -15,6 +15,13 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 STRIDED = ("transposed", "heads_permuted", "sliced", "transposed", "heads_permuted")
+INPUT_NAMES = ("q1", "k1", "q2", "k2", "value")
+COEFFICIENT_KINDS = {
+    "float": "Python float",
+    "int": "Python int",
+    "tensor": "0-dim tensor",
+    "float64 tensor": "0-dim float64 tensor",
+}
 
 
 def generator(seed: int, name: str) -> np.random.Generator:
@@ -75,10 +82,28 @@ class AttentionCase:
     dtype: str
     causal: bool | None  # None: the argument is omitted, so the default (True) applies
     cotangent: np.ndarray
-    coefficient_is_tensor: bool = False
+    coefficient_kind: str = "float"  # a key of COEFFICIENT_KINDS
     layouts: tuple[str, ...] = ("contiguous",) * 5
     note: str = ""
     lambda_case: LambdaCase | None = field(default=None)  # set when the coefficient comes from differential_lambda
+    frozen: tuple[str, ...] = ()  # inputs that do not require grad in gradient checks
+    causal_positional: bool = False  # pass causal as the 7th positional argument
+
+    @property
+    def coefficient_is_tensor(self) -> bool:
+        """Whether the coefficient is passed as a 0-dim tensor (which then needs a gradient)."""
+        return self.coefficient_kind.endswith("tensor")
+
+    @property
+    def coefficient_dtype(self) -> str:
+        """The dtype of a tensor coefficient: the inputs' unless stated."""
+        return "float64" if self.coefficient_kind == "float64 tensor" else self.dtype
+
+    def requires_grad(self, name: str) -> bool:
+        """Whether the gradient with respect to ``name`` is requested in gradient checks."""
+        if name == "coefficient":
+            return self.coefficient_is_tensor
+        return name not in self.frozen
 
     @property
     def is_causal(self) -> bool:
@@ -94,12 +119,15 @@ class AttentionCase:
         """A short description of the inputs for messages."""
         b, h, t, d = self.q1.shape
         causal = "causal omitted (default True)" if self.causal is None else f"causal={self.causal}"
+        if self.causal_positional:
+            causal += " (positional)"
         if self.lambda_case is not None:
             coefficient = f"coefficient from differential_lambda ({self.lambda_case.label()})"
         else:
-            kind = "0-dim tensor" if self.coefficient_is_tensor else "Python float"
-            coefficient = f"coefficient={self.coefficient:.6g} ({kind})"
+            coefficient = f"coefficient={self.coefficient:.6g} ({COEFFICIENT_KINDS[self.coefficient_kind]})"
         parts = [f"B={b} H={h} T={t} D={d}", self.dtype, causal, coefficient]
+        if self.frozen:
+            parts.append(f"{', '.join(self.frozen)} without requires_grad")
         if any(layout != "contiguous" for layout in self.layouts):
             parts.append("strided inputs (" + ", ".join(self.layouts) + ")")
         if self.note:
@@ -114,17 +142,21 @@ def lambda_case(
     lambda_init: float | None,
     *,
     layout: str = "contiguous",
-    negative: bool = False,
+    direction: int = 0,
 ) -> LambdaCase:
-    """Four lambda vectors whose dot products stay within ±1 (finite exponentials).
+    """Four lambda vectors whose dot products stay within ±1.8 (finite exponentials).
 
-    ``negative`` aligns q2 with k2 and q1 against k1, so that lambda < 0.
+    ``direction`` +1 gives q1·k1 in [1.3, 1.8] and q2·k2 in [-1.8, -1.3], so
+    lambda > 3 + lambda_init; -1 the mirror image, lambda < -3 + lambda_init;
+    0 leaves the dot products random within about ±1.
     """
     magnitudes = [rng.uniform(0.3, 1.0, length) / math.sqrt(length) for _ in range(4)]
     signs = [rng.choice([-1.0, 1.0], length) for _ in range(4)]
-    if negative:
-        signs = [-signs[1], signs[1], signs[3], signs[3]]
-    q1, k1, q2, k2 = (exact(m * s, dtype) for m, s in zip(magnitudes, signs))
+    vectors = [m * s for m, s in zip(magnitudes, signs)]
+    if direction:
+        for q, k, sign in ((0, 1, direction), (2, 3, -direction)):
+            vectors[q] = vectors[q] * sign * rng.uniform(1.3, 1.8) / float(vectors[q] @ vectors[k])
+    q1, k1, q2, k2 = (exact(v, dtype) for v in vectors)
     upstream = float(exact(rng.uniform(0.5, 2.0), dtype))
     return LambdaCase(q1, k1, q2, k2, dtype=dtype, lambda_init=lambda_init, upstream=upstream, layout=layout)
 
@@ -136,9 +168,11 @@ def attention_case(
     causal: bool | None,
     coefficient: float | None = None,
     *,
-    coefficient_is_tensor: bool = False,
+    coefficient_kind: str = "float",
     max_logit: float | None = None,
     layouts: tuple[str, ...] = ("contiguous",) * 5,
+    frozen: tuple[str, ...] = (),
+    causal_positional: bool = False,
     note: str = "",
 ) -> AttentionCase:
     """Random Q/K/V and cotangent of ``shape`` = (B, H, T, D).
@@ -155,12 +189,14 @@ def attention_case(
         coefficient = float(rng.uniform(0.2, 0.9))
     return AttentionCase(
         *(exact(x, dtype) for x in (q1, k1, q2, k2, rng.standard_normal((b, h, t, 2 * d)))),
-        coefficient=float(exact(coefficient, dtype)),
+        coefficient=float(exact(coefficient, "float64" if coefficient_kind == "float64 tensor" else dtype)),
         dtype=dtype,
         causal=causal,
         cotangent=exact(rng.standard_normal((b, h, t, 2 * d)), dtype),
-        coefficient_is_tensor=coefficient_is_tensor,
+        coefficient_kind=coefficient_kind,
         layouts=layouts,
+        frozen=frozen,
+        causal_positional=causal_positional,
         note=note,
     )
 

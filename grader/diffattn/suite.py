@@ -20,7 +20,7 @@ ATTENTION = "differential_attention"
 
 
 def lambda_values(seed: int) -> list[LambdaCase]:
-    """Vectors of several lengths, both dtypes, the default and the paper's lambda_init, lambda < 0."""
+    """Vectors of several lengths, both dtypes, the default, the paper's and out-of-[0, 1] lambda_init, lambda > 3 and < -2."""
     rng = cases.generator(seed, "lambda_values")
     return [
         cases.lambda_case(rng, 4, "float32", None),
@@ -28,8 +28,9 @@ def lambda_values(seed: int) -> list[LambdaCase]:
         cases.lambda_case(rng, 8, "float32", paper_lambda_init(1)),
         cases.lambda_case(rng, 16, "float64", paper_lambda_init(int(rng.integers(2, 7)))),
         cases.lambda_case(rng, 3, "float32", paper_lambda_init(int(rng.integers(7, 25)))),
-        cases.lambda_case(rng, 6, "float64", 0.2, negative=True),
-        cases.lambda_case(rng, 5, "float32", float(rng.uniform(-0.5, 1.5)), negative=True),
+        cases.lambda_case(rng, 6, "float64", 0.2, direction=-1),
+        cases.lambda_case(rng, 5, "float32", float(rng.uniform(1.1, 2.0)), direction=1),
+        cases.lambda_case(rng, 7, "float64", float(rng.uniform(-1.0, -0.1))),
     ]
 
 
@@ -40,7 +41,7 @@ def lambda_strided(seed: int) -> list[LambdaCase]:
 
 
 def attention_causal(seed: int) -> list[AttentionCase]:
-    """Causal cases: several shapes including T=1, both dtypes, one with the argument omitted."""
+    """Causal cases: several shapes including T=1 and T=37, both dtypes, two with the argument omitted."""
     rng = cases.generator(seed, "attention_causal")
     return [
         cases.attention_case(rng, (2, 2, 5, 4), "float32", True),
@@ -48,28 +49,33 @@ def attention_causal(seed: int) -> list[AttentionCase]:
         cases.attention_case(rng, (1, 1, 1, 4), "float32", True),
         cases.attention_case(rng, (2, 1, 4, 2), "float64", None),
         cases.attention_case(rng, (1, 2, 9, 3), "float32", None),
+        cases.attention_case(rng, (1, 2, 37, 4), "float32", True),
     ]
 
 
 def attention_noncausal(seed: int) -> list[AttentionCase]:
-    """causal=False cases: several shapes including T=1, both dtypes."""
+    """causal=False cases: several shapes including T=1 and T=33, both dtypes, once passed positionally."""
     rng = cases.generator(seed, "attention_noncausal")
     return [
         cases.attention_case(rng, (2, 2, 6, 4), "float32", False),
         cases.attention_case(rng, (1, 2, 3, 8), "float64", False),
-        cases.attention_case(rng, (1, 1, 1, 2), "float64", False),
+        cases.attention_case(rng, (1, 1, 1, 2), "float64", False, causal_positional=True),
+        cases.attention_case(rng, (1, 1, 33, 2), "float64", False),
     ]
 
 
 def attention_coefficients(seed: int) -> list[AttentionCase]:
-    """Negative, zero, greater-than-one and 0-dim tensor coefficients."""
+    """Negative, zero, exactly one, greater-than-one, int and 0-dim tensor (also float64 with float32 inputs) coefficients."""
     rng = cases.generator(seed, "attention_coefficients")
     return [
         cases.attention_case(rng, (1, 2, 5, 4), "float32", True, float(rng.uniform(-1.5, -0.2))),
         cases.attention_case(rng, (2, 1, 4, 4), "float64", False, 0.0),
         cases.attention_case(rng, (1, 2, 6, 2), "float64", True, float(rng.uniform(1.1, 2.5))),
-        cases.attention_case(rng, (2, 2, 5, 4), "float32", True, coefficient_is_tensor=True),
-        cases.attention_case(rng, (1, 1, 4, 8), "float64", False, coefficient_is_tensor=True),
+        cases.attention_case(rng, (2, 2, 5, 4), "float32", True, coefficient_kind="tensor"),
+        cases.attention_case(rng, (1, 1, 4, 8), "float64", False, coefficient_kind="tensor"),
+        cases.attention_case(rng, (1, 2, 5, 4), "float64", True, 1.0),
+        cases.attention_case(rng, (2, 1, 4, 2), "float32", False, float(rng.choice([-1, 2, 3])), coefficient_kind="int"),
+        cases.attention_case(rng, (1, 2, 4, 4), "float32", True, coefficient_kind="float64 tensor"),
     ]
 
 
@@ -86,21 +92,24 @@ def attention_strided(seed: int) -> list[AttentionCase]:
     """Transposed, head-permuted and sliced views as inputs, both dtypes, tensor coefficient."""
     rng = cases.generator(seed, "attention_strided")
     return [
-        cases.attention_case(rng, (2, 3, 5, 4), "float32", True, coefficient_is_tensor=True, layouts=STRIDED),
+        cases.attention_case(rng, (2, 3, 5, 4), "float32", True, coefficient_kind="tensor", layouts=STRIDED),
         cases.attention_case(rng, (1, 2, 4, 2), "float64", False, layouts=STRIDED[::-1]),
     ]
 
 
 def attention_gradients(seed: int) -> list[AttentionCase]:
-    """Gradient cases: tensor coefficient, both dtypes, causal and not, T=1, large logits."""
+    """Gradient cases: tensor coefficient, both dtypes, causal and not, T=1 and T=34, large logits, frozen inputs."""
     rng = cases.generator(seed, "attention_gradients")
     return [
-        cases.attention_case(rng, (2, 2, 5, 4), "float64", True, coefficient_is_tensor=True),
-        cases.attention_case(rng, (1, 2, 4, 8), "float64", False, coefficient_is_tensor=True),
-        cases.attention_case(rng, (2, 1, 6, 4), "float32", True, coefficient_is_tensor=True),
-        cases.attention_case(rng, (1, 3, 5, 2), "float32", False, float(rng.uniform(-1.0, 2.0)), coefficient_is_tensor=True),
-        cases.attention_case(rng, (1, 1, 1, 4), "float64", True, coefficient_is_tensor=True),
-        cases.attention_case(rng, (1, 2, 6, 8), "float32", True, coefficient_is_tensor=True, max_logit=120.0),
+        cases.attention_case(rng, (2, 2, 5, 4), "float64", True, coefficient_kind="tensor"),
+        cases.attention_case(rng, (1, 2, 4, 8), "float64", False, coefficient_kind="tensor"),
+        cases.attention_case(rng, (2, 1, 6, 4), "float32", True, coefficient_kind="tensor"),
+        cases.attention_case(rng, (1, 3, 5, 2), "float32", False, float(rng.uniform(-1.0, 2.0)), coefficient_kind="tensor"),
+        cases.attention_case(rng, (1, 1, 1, 4), "float64", True, coefficient_kind="tensor"),
+        cases.attention_case(rng, (1, 2, 6, 8), "float32", True, coefficient_kind="tensor", max_logit=120.0),
+        cases.attention_case(rng, (1, 1, 34, 4), "float64", True, coefficient_kind="tensor"),
+        cases.attention_case(rng, (2, 1, 5, 4), "float64", False, coefficient_kind="tensor", frozen=("q1", "k1")),
+        cases.attention_case(rng, (1, 2, 4, 4), "float32", True, coefficient_kind="float64 tensor"),
     ]
 
 
@@ -126,16 +135,24 @@ def lambda_request(case: LambdaCase, requires_grad: bool = False) -> Request:
 
 def attention_request(case: AttentionCase, requires_grad: bool = False) -> Request:
     """One differential_attention call (after differential_lambda for a composed case)."""
-    inputs = tuple(TensorInput(x, case.dtype, requires_grad, layout) for x, layout in zip(case.inputs, case.layouts))
-    kwargs = {} if case.causal is None else {"causal": case.causal}
+    inputs = tuple(
+        TensorInput(x, case.dtype, requires_grad and case.requires_grad(name), layout)
+        for x, layout, name in zip(case.inputs, case.layouts, cases.INPUT_NAMES)
+    )
     calls: tuple[Call, ...] = ()
     coefficient: Any = case.coefficient
     if case.lambda_case is not None:
         calls = lambda_request(case.lambda_case, requires_grad).calls
         coefficient = ResultOf(0)
     elif case.coefficient_is_tensor:
-        coefficient = TensorInput(cases.exact(case.coefficient, case.dtype), case.dtype, requires_grad)
-    calls += (Call(ATTENTION, (*inputs, coefficient), kwargs),)
+        coefficient = TensorInput(cases.exact(case.coefficient, case.coefficient_dtype), case.coefficient_dtype, requires_grad)
+    elif case.coefficient_kind == "int":
+        coefficient = int(case.coefficient)
+    args = (*inputs, coefficient)
+    kwargs = {} if case.causal is None else {"causal": case.causal}
+    if case.causal_positional:
+        args, kwargs = (*args, case.causal), {}
+    calls += (Call(ATTENTION, args, kwargs),)
     if not requires_grad:
         return Request(calls)
     return Request(calls, backward_from=len(calls) - 1, cotangent=case.cotangent)
@@ -174,7 +191,7 @@ def row_sums(seed: int) -> list[AttentionCase]:
     rng = cases.generator(seed, "row_sums")
     return [
         cases.shared_value_rows(cases.attention_case(rng, (2, 2, 6, 4), "float64", True, float(rng.uniform(-1.0, 2.0))), rng),
-        cases.shared_value_rows(cases.attention_case(rng, (1, 2, 5, 2), "float32", False, coefficient_is_tensor=True), rng),
+        cases.shared_value_rows(cases.attention_case(rng, (1, 2, 5, 2), "float32", False, coefficient_kind="tensor"), rng),
     ]
 
 

@@ -21,7 +21,7 @@ from grader.compare import Comparison, combine, compare
 from grader.diffattn import cases, expected
 from grader.diffattn.cases import AttentionCase
 from grader.diffattn.suite import ATTENTION, attention_request
-from grader.diffattn.verdicts import tensor_result
+from grader.diffattn.verdicts import tensor_result, unreadable
 from grader.exercise import ExperimentUnavailable
 from grader.invoke import Outcome, Request, invoke
 from grader.worker.client import Worker
@@ -63,7 +63,9 @@ def _outputs(result: Sweep) -> tuple[list[np.ndarray | None], list[Comparison]]:
     outputs, problems = [], []
     for index, case in enumerate(result.with_offset + result.signal_only):
         returned, problem = tensor_result(result.outcome, index)
-        if returned is not None and (returned.value is None or returned.value.shape != case.value.shape):
+        if returned is not None and returned.value is None:
+            problem = unreadable(returned)
+        elif returned is not None and returned.value.shape != case.value.shape:
             problem = f"expected an output of shape {list(case.value.shape)}, got {list(returned.shape or ())}"
         outputs.append(None if problem else returned.value[0, 0].astype(np.float64))
         if problem:

@@ -76,12 +76,32 @@ def shape_dtype_problem(result: Returned, shape: tuple[int, ...], dtype: str) ->
     return None
 
 
+def kind_problem(result: Returned, shape: tuple[int, ...], floating: tuple[str, ...]) -> str | None:
+    """The problem with a tensor's shape, layout or (non-floating) dtype, or None."""
+    if result.shape != shape:
+        described = "a 0-dim tensor (shape [])" if shape == () else f"shape {list(shape)} (the shape of value)"
+        return f"expected {described}, got shape {list(result.shape or ())}"
+    if result.layout != "torch.strided":
+        return f"expected a dense tensor (layout torch.strided), got layout {result.layout}"
+    if result.dtype not in floating:
+        return f"expected a floating-point tensor, got dtype {result.dtype}"
+    return None
+
+
 def values_verdict(outcome: Outcome, index: int, what: str, truth: Truth) -> Comparison:
     """Compare call ``index``'s values with ``truth``."""
     result, problem = tensor_result(outcome, index)
     if result is None:
         return Comparison(False, str(problem), None, what)
+    if result.value is None:
+        return Comparison(False, unreadable(result), None, what)
     return compare(f"{what}, output", result.value, truth.values, truth.allowed)
+
+
+def unreadable(result: Returned) -> str:
+    """Why a returned tensor's values could not be compared."""
+    reason = result.value_error or f"a {result.layout} tensor of dtype {result.dtype} on {result.device}"
+    return f"the returned tensor's values could not be read ({reason}); return a dense CPU float tensor"
 
 
 def grads_verdict(outcome: Outcome, index: int, what: str, truths: dict[str, Truth], keys: dict[str, int]) -> Comparison:

@@ -58,7 +58,10 @@ def main(argv: list[str]) -> int:
             return 0
         if header.get("op") == "exit":
             return 0
-        reply, out_arrays = server.handle(header, arrays)
+        try:
+            reply, out_arrays = server.handle(header, arrays)
+        except BaseException as exc:  # e.g. an object whose methods raise while the worker inspects it
+            reply, out_arrays = {"status": "error", "error": server.describe_exception(exc)}, []
         protocol.write_message(responses, reply, out_arrays)
 
 
@@ -178,9 +181,13 @@ class Server:
     def describe_exception(self, exc: BaseException) -> dict[str, Any]:
         """Type, message and the submission's own frames of an exception."""
         frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == self.filename]
+        try:
+            message = str(exc)
+        except BaseException:
+            message = "<the exception's message could not be read: its __str__ raised>"
         described: dict[str, Any] = {
             "type": type(exc).__qualname__,
-            "message": clip(str(exc)),
+            "message": clip(message),
             "traceback": clip("".join(traceback.format_list(frames))),
         }
         if isinstance(exc, SyntaxError):
@@ -271,10 +278,15 @@ class Run:
                 shape=list(result.shape),
                 dtype=str(result.dtype).replace("torch.", ""),
                 device=str(result.device),
+                layout=str(result.layout),
                 requires_grad=bool(result.requires_grad),
                 has_grad_fn=result.grad_fn is not None,
-                value=self.add_array(result),
             )
+            try:
+                facts["value"] = self.add_array(result)
+            except BaseException as exc:
+                facts["value"] = None
+                facts["value_error"] = clip(f"{type(exc).__name__}: {exc}", 300)
         return facts
 
     def add_array(self, tensor: Any) -> int | None:

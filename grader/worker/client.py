@@ -64,6 +64,10 @@ class WorkerFailure(Exception):
     """A request got no valid answer: the worker crashed, hung, or was not run."""
 
 
+class WorkerStartFailure(WorkerFailure):
+    """The worker died or hung before it could load any submission: not the submission's fault."""
+
+
 class CappedOutput:
     """Drains one pipe in a thread, keeping the first ``limit`` bytes only."""
 
@@ -182,7 +186,12 @@ class Worker:
         if self._process is None:
             self.spawn()
         if not self._ready:
-            self.info = self._receive(self.limits.startup_timeout_s, "starting the worker")[0]
+            try:
+                self.info = self._receive(self.limits.startup_timeout_s, "starting the worker")[0]
+            except WorkerFailure as exc:
+                lines = [line for line in self._captured["stderr"].splitlines() if line.strip()]
+                last = f"; its last words: {lines[-1].strip()}" if lines else ""
+                raise WorkerStartFailure(f"{exc}{last}") from None
             request = {"op": "load", "source": self.source, "filename": self.filename, "functions": self.functions}
             self._send(request, [], self.limits.call_timeout_s, "importing the submission")
             self.load_reply = self._receive(self.limits.call_timeout_s, "importing the submission")[0]
@@ -204,10 +213,12 @@ class Worker:
         if self._process is None or self._process.poll() is not None:
             self._restart()
         self.load()
-        what = "the call"
+        count = max(1, len(header.get("calls", [])))
+        what = "the call" if count == 1 else f"the {count} calls"
+        timeout = self.limits.call_timeout_s * count  # the limit is per call, also in a batch of calls
         try:
-            self._send({"op": "run", **header}, arrays, self.limits.call_timeout_s, what)
-            return self._receive(self.limits.call_timeout_s, what)
+            self._send({"op": "run", **header}, arrays, timeout, what)
+            return self._receive(timeout, what)
         except WorkerFailure:
             for name in functions:
                 self._failures[name] = self._failures.get(name, 0) + 1

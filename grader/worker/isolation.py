@@ -152,7 +152,42 @@ def _fence_filesystem(libc: _Libc, config: dict[str, Any], root: bool) -> list[s
             libc.mount("/dev/null", path, None, MS_BIND)
     owner = f",uid={_nobody().pw_uid},gid={_nobody().pw_gid}" if root else ""
     libc.mount("tmpfs", config["workdir"], "tmpfs", MS_NOSUID | MS_NODEV, f"size={config['workdir_bytes']},mode=0700{owner}")
+    if root:
+        _expose_import_paths(libc, config["workdir"])
     return left_writable
+
+
+def _expose_import_paths(libc: _Libc, workdir: str) -> None:
+    """Keep every import path readable after the switch to ``nobody``.
+
+    The interpreter and its packages may sit below a folder only root can
+    enter (a home folder, a 0700 temporary folder). Each import path is bound,
+    read-only, below the workdir, and sys.path and the ``__path__`` of every
+    loaded package are pointed there, so that the standard library and the
+    parts of torch that load lazily stay importable; file permissions inside
+    are unchanged.
+    """
+    base = os.path.join(workdir, ".imports")
+    os.mkdir(base, 0o755)
+    moved: dict[str, str] = {}
+    for index, path in enumerate(dict.fromkeys(p for p in sys.path if p and os.path.isdir(p))):
+        target = os.path.join(base, str(index))
+        os.mkdir(target)
+        libc.mount(path, target, None, MS_BIND)
+        libc.mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | _mount_flags(path))
+        moved[os.path.abspath(path)] = target
+
+    def relocate(path: str) -> str:
+        for old in sorted(moved, key=len, reverse=True):
+            if path == old or path.startswith(old + os.sep):
+                return moved[old] + path[len(old):]
+        return path
+
+    sys.path[:] = [relocate(os.path.abspath(p)) if p else p for p in sys.path]
+    for module in list(sys.modules.values()):
+        if type(getattr(module, "__path__", None)) is list:
+            module.__path__ = [relocate(p) for p in module.__path__]
+    sys.path_importer_cache.clear()
 
 
 def _nobody() -> pwd.struct_passwd:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from grader.compare import Comparison
 from grader.diffattn import suite
 from grader.diffattn.suite import ATTENTION, LAMBDA
-from grader.diffattn.verdicts import finding, shape_dtype_problem, summarise, tensor_result
+from grader.diffattn.verdicts import finding, kind_problem, shape_dtype_problem, summarise, tensor_result
 from grader.invoke import Outcome, Returned
 from grader.plugin import GradingContext, check
 
@@ -52,6 +52,15 @@ def _attentions(grading: GradingContext, set_name: str, grads: bool = False) -> 
     return observed
 
 
+def _kinds(observed: list[Observed]) -> list[Comparison | None]:
+    """Findings on what came back: one dense floating tensor of the expected shape."""
+    findings = []
+    for item in observed:
+        result, problem = item.result()
+        findings.append(problem or finding(item.what, kind_problem(result, item.shape, FLOATING)))
+    return findings
+
+
 def _shape_and_dtype(observed: list[Observed], success: str) -> Comparison:
     findings = []
     for item in observed:
@@ -62,16 +71,8 @@ def _shape_and_dtype(observed: list[Observed], success: str) -> Comparison:
 
 @check("T1", 3, "differential_lambda returns a 0-dim floating torch.Tensor")
 def test_lambda_returns_0dim_tensor(grading: GradingContext) -> None:
-    findings = []
     observed = _lambdas(grading, "lambda_values")
-    for item in observed:
-        result, problem = item.result()
-        if result is not None and result.shape != ():
-            problem = finding(item.what, f"expected a 0-dim tensor (shape []), got shape {list(result.shape or ())}")
-        elif result is not None and result.dtype not in FLOATING:
-            problem = finding(item.what, f"expected a floating-point tensor, got dtype {result.dtype}")
-        findings.append(problem)
-    grading.conclude(summarise(findings, f"{len(observed)} calls returned a 0-dim floating torch.Tensor."))
+    grading.conclude(summarise(_kinds(observed), f"{len(observed)} calls returned a 0-dim floating torch.Tensor."))
 
 
 @check("T1", 2, "differential_lambda keeps the dtype and device of its inputs")
@@ -82,14 +83,8 @@ def test_lambda_keeps_dtype(grading: GradingContext) -> None:
 
 @check("T1", 3, "differential_attention returns one tensor of shape [B, H, T, 2D]")
 def test_attention_returns_one_tensor(grading: GradingContext) -> None:
-    findings = []
     observed = _attentions(grading, "attention_causal") + _attentions(grading, "attention_noncausal")
-    for item in observed:
-        result, problem = item.result()
-        if result is not None and result.shape != item.shape:
-            problem = finding(item.what, f"expected shape {list(item.shape)} (the shape of value), got {list(result.shape or ())}")
-        findings.append(problem)
-    grading.conclude(summarise(findings, f"{len(observed)} calls returned one torch.Tensor shaped like value."))
+    grading.conclude(summarise(_kinds(observed), f"{len(observed)} calls returned one dense torch.Tensor shaped like value."))
 
 
 @check("T1", 2, "differential_attention keeps the dtype and device of its inputs")

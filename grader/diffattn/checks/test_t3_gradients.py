@@ -14,9 +14,7 @@ INPUTS = {"q1": 0, "k1": 1, "q2": 2, "k2": 3, "value": 4}
 def _attention_grads(grading: GradingContext, set_name: str, keys: dict[str, int]) -> None:
     verdicts = []
     for i, case in enumerate(getattr(suite, set_name)(grading.seed)):
-        wanted = dict(keys)
-        if "coefficient" in wanted and not case.coefficient_is_tensor:
-            del wanted["coefficient"]
+        wanted = {name: position for name, position in keys.items() if case.requires_grad(name)}
         outcome = suite.attention_outcome(grading, set_name, i, case, grads=True)
         what = f"{ATTENTION}({case.label()}) with cotangent G"
         verdicts.append(grads_verdict(outcome, len(outcome.results) - 1, what, expected.attention_grads(case), wanted))
