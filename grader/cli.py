@@ -43,9 +43,19 @@ def _positive(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds (got {text!r})") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be positive (got {text})")
+        raise argparse.ArgumentTypeError(f"must be a number (got {text!r})") from None
+    if not 0 < value < 1e9:
+        raise argparse.ArgumentTypeError(f"must be positive and finite (got {text})")
+    return value
+
+
+def _whole(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number (got {text!r})") from None
+    if not 1 <= value < 10**9:
+        raise argparse.ArgumentTypeError(f"must be at least 1 (got {text})")
     return value
 
 
@@ -78,9 +88,9 @@ def build_parser(tiers: Sequence[str], default_submission: str, default_referenc
                         help=f"wall-clock budget for the whole submission (default: {WorkerLimits.budget_s:g})")
     limits.add_argument("--memory-limit", type=_positive, default=WorkerLimits.address_space_bytes / MiB, metavar="MIB",
                         help=f"address-space limit of the worker (default: {WorkerLimits.address_space_bytes // MiB})")
-    limits.add_argument("--cpu-limit", type=_positive, default=WorkerLimits.cpu_seconds, metavar="SECONDS",
+    limits.add_argument("--cpu-limit", type=_whole, default=WorkerLimits.cpu_seconds, metavar="SECONDS",
                         help=f"CPU-time limit of each worker process (default: {WorkerLimits.cpu_seconds})")
-    limits.add_argument("--process-limit", type=_positive, default=WorkerLimits.max_processes, metavar="N",
+    limits.add_argument("--process-limit", type=_whole, default=WorkerLimits.max_processes, metavar="N",
                         help=f"processes and threads the worker may run, when run as root (default: {WorkerLimits.max_processes})")
     limits.add_argument("--no-isolation", action="store_true",
                         help="run the worker without namespaces or a user switch (debugging only; the report says so)")
@@ -115,8 +125,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser(tuple(exercise.tiers), exercise.default_submission, exercise.default_reference)
     args = parser.parse_args(argv)
     for option in ("json", "html"):
-        if not str(getattr(args, option)).strip() or getattr(args, option).is_dir():
-            parser.error(f"argument --{option}: must name a file (got {str(getattr(args, option))!r})")
+        target = getattr(args, option)
+        if target.exists() and not target.is_file():
+            parser.error(f"argument --{option}: must name a regular file (got {str(target)!r})")
     if args.json.resolve() == args.html.resolve():
         parser.error(f"arguments --json and --html must name different files (both are {args.json})")
     reference, no_reference_reason = _reference(args, Path(exercise.default_reference), parser)
@@ -130,8 +141,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             call_timeout_s=args.call_timeout,
             budget_s=args.time_budget,
             address_space_bytes=int(args.memory_limit * MiB),
-            cpu_seconds=int(args.cpu_limit),
-            max_processes=int(args.process_limit),
+            cpu_seconds=args.cpu_limit,
+            max_processes=args.process_limit,
         ),
         isolate=not args.no_isolation,
     )
@@ -154,7 +165,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(EXIT_USAGE, f"cannot write the report {exc.filename or path}: {exc.strerror}")
     if not args.quiet:
         color = sys.stdout.isatty() and "NO_COLOR" not in os.environ
-        sys.stdout.write(report.render_text(document, [str(args.json), str(args.html)], color=color))
+        summary = report.render_text(document, [report.printable_path(p) for p in (args.json, args.html)], color=color)
+        try:
+            sys.stdout.write(summary.encode(sys.stdout.encoding or "utf-8", errors="replace").decode(sys.stdout.encoding or "utf-8"))
+            sys.stdout.flush()
+        except BrokenPipeError:  # e.g. piped into head: the reports are written, that is enough
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     if document["status"] == "error":
         return EXIT_INTERNAL
     return EXIT_PASSED if document["status"] == "passed" else EXIT_FAILED

@@ -111,10 +111,12 @@ def invoke(worker: Worker, request: Request) -> Outcome:
     try:
         reply, out = worker.run(header, arrays)
         outcome = _decode(reply, out, tensors)
+        if outcome.failure is None and len(outcome.results) != len(request.calls):
+            raise MalformedReply(f"{len(outcome.results)} results for {len(request.calls)} calls")
     except WorkerFailure as exc:
         outcome = Outcome(failure=str(exc), tensors=tensors)
-    except (MalformedReply, ValueError, TypeError) as exc:
-        outcome = Outcome(failure=f"the worker sent a malformed reply ({exc})", tensors=tensors)
+    except Exception as exc:  # the reply may be forged by the submission: anything odd is malformed
+        outcome = Outcome(failure=f"the worker sent a malformed reply ({type(exc).__name__}: {exc})", tensors=tensors)
     outcome.functions = functions
     return outcome
 

@@ -36,7 +36,7 @@ def build(exercise: Exercise, run: Run) -> dict[str, Any]:
             "grader_version": __version__,
             "exercise": exercise.name,
             "submission": {
-                "path": str(run.submission.path),
+                "path": printable_path(run.submission.path),
                 "sha256": run.submission.sha256,
                 "size_bytes": run.submission.size,
                 "load_error": run.load_failure,
@@ -54,6 +54,11 @@ def build(exercise: Exercise, run: Run) -> dict[str, Any]:
             "duration_s": run.duration_s,
         }
     )
+
+
+def printable_path(path: Path) -> str:
+    """A path as text, with bytes that are not UTF-8 shown as replacement characters."""
+    return os.fsencode(path).decode("utf-8", errors="replace")
 
 
 def _json_safe(value: Any) -> Any:

@@ -109,16 +109,19 @@ def read_submission(path: Path) -> Submission:
     except SyntaxError as exc:
         problem = problem or f"the file declares an encoding Python does not know ({exc.msg}); save it as UTF-8"
     except UnicodeDecodeError as exc:
-        name = "UTF-8" if exc.encoding.startswith("utf") else exc.encoding
+        name = "UTF-8" if exc.encoding.startswith("utf-8") else exc.encoding
         problem = problem or f"the file is not valid {name} text (byte {exc.start} cannot be decoded); save it as UTF-8"
+    except (UnicodeError, LookupError) as exc:  # a cookie naming a codec that is not a text encoding
+        problem = problem or f"the file's encoding declaration cannot be used ({exc}); save it as UTF-8"
     return Submission(path, text, digest, len(data), problem)
 
 
 def describe_load_error(error: dict[str, Any]) -> str:
     """A student-facing sentence for an exception raised while importing the submission."""
     if error.get("type") in ("SyntaxError", "IndentationError", "TabError"):
-        line, column, text = error.get("line"), error.get("column") or 1, error.get("text") or ""
-        caret = " " * (4 + max(0, int(column) - 1)) + "^" if text else ""
+        line, column, text = error.get("line"), error.get("column"), str(error.get("text") or "")
+        column = column if isinstance(column, int) and 0 < column < 10_000 else 1
+        caret = " " * (4 + column - 1) + "^" if text else ""
         return f"{error['type']} at line {line}, column {column}: {error.get('message', '')}\n    {text}\n{caret}".rstrip()
     trace = str(error.get("traceback", "")).rstrip()
     return f"importing the submission raised {error.get('type')}: {error.get('message')}" + (f"\n{trace}" if trace else "")
@@ -140,6 +143,10 @@ def hidden_paths(exercise: Exercise, reference: Path | None) -> tuple[str, ...]:
         hidden.append(str(file))
         if not any(p.resolve().is_relative_to(file.parent) for p in needed):
             hidden.append(str(file.parent))
+    # The grader itself (its oracle computes every answer) and, in a source
+    # checkout, the tests' correct solutions and the git history.
+    package = Path(__file__).resolve().parent
+    hidden += [str(package), *(str(package.parent / name) for name in (".git", "tests") if (package.parent / name).exists())]
     return tuple(hidden)
 
 
@@ -160,7 +167,21 @@ def _load(worker: Worker) -> tuple[dict[str, Any], str | None]:
     if reply.get("status") != "ok" or not isinstance(reply.get("functions"), dict):
         error = reply.get("error")
         return {}, describe_load_error(error if isinstance(error, dict) else {"type": "unknown error"})
-    return reply["functions"], None
+    functions = {name: _described_function(reply["functions"].get(name)) for name in worker.functions}
+    return functions, None
+
+
+def _described_function(described: Any) -> dict[str, Any]:
+    """A function description from the worker, reduced to well-formed fields (it may be forged)."""
+    if not isinstance(described, dict) or described.get("kind") not in ("missing", "not_callable", "callable"):
+        return {"kind": "missing"}
+    parameters = described.get("parameters")
+    fields = {"name": str, "kind": str, "has_default": bool}
+    if not (isinstance(parameters, list) and all(
+        isinstance(p, dict) and all(isinstance(p.get(k), t) for k, t in fields.items()) for p in parameters
+    )):
+        parameters = None
+    return {"kind": described["kind"], "type": str(described.get("type", "")), "parameters": parameters}
 
 
 def _pytest_args(exercise: Exercise) -> list[str]:
@@ -204,8 +225,8 @@ def _experiment(exercise: Exercise, worker: Worker | None, options: RunOptions, 
             if failure is not None:
                 raise ExperimentUnavailable(f"the reference could not be loaded: {failure}")
             preview, preview_note = {"source": "reference", **exercise.experiment(worker, seed)}, None
-        except ExperimentUnavailable as exc:
-            preview_note = str(exc)
+        except (ExperimentUnavailable, InternalError, WorkerFailure) as exc:
+            preview_note = f"the preview could not be drawn: {exc}"
     submission_note = context.experiment_note
     if context.experiment is None and submission_note is None:
         submission_note = context.load_failure or "the submission's curve comes from a T3 check that did not run"
@@ -224,7 +245,11 @@ def grade(exercise: Exercise, options: RunOptions) -> Run:
     submission = read_submission(options.submission)
     reference = None
     if options.reference is not None and options.reference.is_file():
-        reference = _start(exercise, options.reference.read_text(encoding="utf-8"), options.reference.name, options)
+        try:
+            reference_source = options.reference.read_text(encoding="utf-8")
+        except (OSError, UnicodeError) as exc:
+            raise UsageError(f"cannot read the reference {options.reference}: {exc}") from None
+        reference = _start(exercise, reference_source, options.reference.name, options)
     worker = None
     try:
         functions, load_failure = {}, submission.problem

@@ -158,6 +158,19 @@ CASES: dict[str, str | bytes] = {
     "deep_exception": with_attention("return helper(value)\n") + "\n\ndef helper(v):\n    return v.unknown_method()\n",
     "binary": b"\x7fELF\x02\x01\x01\x00\xff\xfe\x00\x00",
     "sparse_output": CORRECT.replace("return (maps[0] - coefficient * maps[1]) @ value", "return ((maps[0] - coefficient * maps[1]) @ value).to_sparse()"),
+    "forged_reply": with_attention(
+        "import os, struct\n"
+        "deep = ('[' * 200000 + ']' * 200000).encode()\n"
+        "for fd in range(3, 64):\n"
+        "    try:\n"
+        "        flags = int(open(f'/proc/self/fdinfo/{fd}').read().split('flags:')[1].split()[0], 8)\n"
+        "        if flags & 1:\n"
+        "            os.write(fd, struct.pack('>I', len(deep)) + deep)\n"
+        "    except (OSError, IndexError, ValueError):\n"
+        "        pass\n"
+        "while True:\n"
+        "    pass\n"
+    ),
     "unprintable_exception": with_attention("class Sly(Exception):\n    def __str__(self):\n        raise RuntimeError('no')\nraise Sly()\n"),
 }
 
@@ -236,6 +249,7 @@ EXPECTED = {
     "deep_exception": ("causal_values", "raised AttributeError: 'Tensor' object has no attribute 'unknown_method'"),
     "binary": ("lambda_values", "not valid UTF-8 text"),
     "sparse_output": ("attention_returns_one_tensor", "expected a dense tensor (layout torch.strided), got layout torch.sparse_coo"),
+    "forged_reply": ("causal_values", "produced an invalid reply from the worker (header is not valid JSON: RecursionError)"),
     "unprintable_exception": ("causal_values", "differential_attention raised differential_attention.<locals>.Sly: <the exception's message could not be read"),
 }
 

@@ -37,6 +37,11 @@ PROBE = textwrap.dedent('''
         facts["hidden"] = open({hidden!r}).read()
     except OSError as exc:
         facts["hidden"] = exc.strerror
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+    facts["unmounted_hiding"] = libc.umount2({hidden!r}.encode(), 2) == 0
+    facts["made_root_writable"] = libc.mount(None, b"/", None, isolation.MS_REMOUNT | isolation.MS_BIND, None) == 0
     print(json.dumps({{**fenced, **facts}}))
 ''')
 
@@ -52,13 +57,14 @@ def _probe(tmp_path: Path, refuse: bool) -> dict:
 
 
 def test_user_namespace_path_fences_without_root(tmp_path: Path) -> None:
-    """In a user namespace: PID 1, read-only files outside a private workdir, the reference hidden, one warning."""
+    """In a user namespace: PID 1, read-only and locked mounts, a private workdir, the reference hidden, one warning."""
     facts = _probe(tmp_path, refuse=False)
     assert facts["protections"] == {"network": True, "pid_namespace": True, "filesystem": True, "unprivileged_user": False}
     assert facts["warnings"] == ["not run as root: the worker keeps the invoking user's identity inside a user namespace"]
     assert facts["pid"] == 1
     assert facts["outside"] == "Read-only file system" and facts["inside"] == "written"
     assert facts["hidden"] == ""
+    assert not facts["unmounted_hiding"] and not facts["made_root_writable"], "the mounts must be locked"
 
 
 def test_refused_namespaces_degrade_with_warnings(tmp_path: Path) -> None:

@@ -41,6 +41,7 @@ def main(argv: list[str]) -> int:
     """Serve requests on the two descriptors until told to exit or the channel closes."""
     request_fd, response_fd = int(argv[1]), int(argv[2])
     config = json.loads(argv[3])
+    del sys.argv[1:]  # the submission has no business with the descriptors or the hidden paths
     apply_limits(config["limits"])
     # Loaded from their files: putting the grader's folder on sys.path would
     # let the submission import whatever lies beside it (the reference, say).

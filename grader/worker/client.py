@@ -210,12 +210,16 @@ class Worker:
         for name in functions:
             if self._failures.get(name, 0) >= self.limits.max_failures_per_function:
                 raise WorkerFailure(f"not run: {name} already crashed or hung the worker {self._failures[name]} times")
+        remaining = self.limits.budget_s - (time.monotonic() - self.started_at)
+        if remaining <= 0:
+            raise WorkerFailure(f"not run: the time budget of {self.limits.budget_s:g} s for this submission is used up")
         if self._process is None or self._process.poll() is not None:
             self._restart()
-        self.load()
+        if self.load().get("status") != "ok":
+            raise WorkerFailure("not run: the submission could not be imported again after the worker restarted")
         count = max(1, len(header.get("calls", [])))
         what = "the call" if count == 1 else f"the {count} calls"
-        timeout = self.limits.call_timeout_s * count  # the limit is per call, also in a batch of calls
+        timeout = min(self.limits.call_timeout_s * count, remaining)  # per call, also in a batch of calls
         try:
             self._send({"op": "run", **header}, arrays, timeout, what)
             return self._receive(timeout, what)
@@ -247,7 +251,7 @@ class Worker:
             raise self._fail(what, timeout, timed_out=True) from None
         except protocol.PeerClosed:
             raise self._fail(what, timeout, timed_out=False) from None
-        except (protocol.ProtocolError, OSError) as exc:
+        except Exception as exc:  # a reply forged by the submission may break the reader in any way
             self.stop()
             raise WorkerFailure(f"{what} produced an invalid reply from the worker ({exc}); the worker was stopped") from None
 
@@ -272,11 +276,12 @@ class Worker:
         """
         if self._process is None:
             return
-        for pid in [*descendants(self._process.pid), self._process.pid]:
+        if self._process.returncode is None:  # once reaped, its pid may already belong to someone else
+            for pid in [*descendants(self._process.pid), self._process.pid]:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self._process.pid, signal.SIGKILL)
+                os.killpg(self._process.pid, signal.SIGKILL)
         self._process.wait()
         for fd in (self._request_fd, self._response_fd):
             os.close(fd)

@@ -28,6 +28,7 @@ import sys
 from typing import Any
 
 CLONE_NEWNS = 0x00020000
+CLONE_NEWIPC = 0x08000000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
@@ -67,7 +68,7 @@ def isolate(config: dict[str, Any]) -> dict[str, Any]:
     root = os.geteuid() == 0
     applied = {"network": False, "pid_namespace": False, "filesystem": False, "unprivileged_user": False}
     warnings: list[str] = []
-    namespaces = CLONE_NEWNET | CLONE_NEWNS | CLONE_NEWPID | (0 if root else CLONE_NEWUSER)
+    namespaces = CLONE_NEWNET | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | (0 if root else CLONE_NEWUSER)
     try:
         uid, gid = os.getuid(), os.getgid()
         libc.unshare(namespaces)
@@ -83,6 +84,8 @@ def isolate(config: dict[str, Any]) -> dict[str, Any]:
         applied["pid_namespace"] = True
         try:
             left_writable = _fence_filesystem(libc, config, root)
+            if not root:
+                _lock_mounts(libc)
             applied["filesystem"] = True
             if left_writable:
                 warnings.append(f"these mounts stay writable: {', '.join(left_writable)}")
@@ -98,6 +101,18 @@ def isolate(config: dict[str, Any]) -> dict[str, Any]:
     return {"protections": applied, "warnings": warnings}
 
 
+def _lock_mounts(libc: _Libc) -> None:
+    """Enter a nested user and mount namespace: the kernel then locks every mount made so far.
+
+    Without root the worker holds every capability over its own mount
+    namespace and could unmount the hiding mounts or make / writable again;
+    mounts inherited into a less privileged namespace can be neither
+    unmounted one by one nor have their read-only flag cleared.
+    """
+    libc.unshare(CLONE_NEWUSER | CLONE_NEWNS)
+    _map_user(0, 0)
+
+
 def _map_user(uid: int, gid: int) -> None:
     """Inside a new user namespace, act as root over a namespace-private view."""
     for name, text in (("setgroups", "deny"), ("uid_map", f"0 {uid} 1"), ("gid_map", f"0 {gid} 1")):
@@ -111,8 +126,10 @@ def _become_namespace_init() -> None:
     if pid:
         _, status = os.waitpid(pid, 0)
         if os.WIFSIGNALED(status):
-            signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
-            os.kill(os.getpid(), os.WTERMSIG(status))
+            number = os.WTERMSIG(status)
+            if number not in (signal.SIGKILL, signal.SIGSTOP):  # those cannot be (and need not be) reset
+                signal.signal(number, signal.SIG_DFL)
+            os.kill(os.getpid(), number)
         os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
 
 
@@ -136,7 +153,8 @@ def _fence_filesystem(libc: _Libc, config: dict[str, Any], root: bool) -> list[s
     libc.mount(None, "/", None, MS_REC | MS_PRIVATE)
     left_writable = []
     for point in _mount_points():
-        if point.startswith(("/proc", "/sys")) or (point.startswith("/dev") and not point.startswith("/dev/shm")):
+        top = "/" + point.split("/")[1]
+        if top in ("/proc", "/sys") or (top == "/dev" and not point.startswith(("/dev/shm", "/dev/mqueue"))):
             continue
         try:
             libc.mount(None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | _mount_flags(point))
@@ -145,7 +163,7 @@ def _fence_filesystem(libc: _Libc, config: dict[str, Any], root: bool) -> list[s
                 raise
             left_writable.append(point)
     libc.mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    for path in config["hide"]:
+    for path in [*config["hide"], "/run"]:  # /run: sockets of the host's services
         if os.path.isdir(path):
             libc.mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY, "size=4k,mode=0555")
         elif os.path.exists(path):
@@ -173,7 +191,7 @@ def _expose_import_paths(libc: _Libc, workdir: str) -> None:
     for index, path in enumerate(dict.fromkeys(p for p in sys.path if p and os.path.isdir(p))):
         target = os.path.join(base, str(index))
         os.mkdir(target)
-        libc.mount(path, target, None, MS_BIND)
+        libc.mount(path, target, None, MS_BIND | MS_REC)  # with the hiding mounts below it
         libc.mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | _mount_flags(path))
         moved[os.path.abspath(path)] = target
 

@@ -21,8 +21,9 @@ from typing import Any, BinaryIO
 import numpy as np
 
 MAX_HEADER_BYTES = 4 * 1024 * 1024
-MAX_MESSAGE_BYTES = 256 * 1024 * 1024
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 MAX_ARRAYS = 4096
+ARRAY_KINDS = "fiub"  # plain numbers and booleans only: never objects, strings or records
 
 
 class ProtocolError(Exception):
@@ -54,8 +55,10 @@ def read_message(stream: BinaryIO) -> tuple[dict[str, Any], list[np.ndarray]]:
         raise ProtocolError(f"header of {length} bytes exceeds the limit of {MAX_HEADER_BYTES}")
     try:
         header = json.loads(_read_exact(stream, length))
-    except ValueError as exc:
-        raise ProtocolError(f"header is not valid JSON: {exc}") from None
+    except PeerClosed:
+        raise
+    except Exception as exc:  # hostile input: bad JSON, or nesting deep enough to raise RecursionError
+        raise ProtocolError(f"header is not valid JSON: {type(exc).__name__}") from None
     if not isinstance(header, dict):
         raise ProtocolError(f"header must be a JSON object (got {type(header).__name__})")
     count = header.pop("n_arrays", 0)
@@ -68,11 +71,26 @@ def read_message(stream: BinaryIO) -> tuple[dict[str, Any], list[np.ndarray]]:
         budget -= size
         if budget < 0:
             raise ProtocolError(f"message exceeds the limit of {MAX_MESSAGE_BYTES} bytes")
-        try:
-            arrays.append(np.load(io.BytesIO(_read_exact(stream, size)), allow_pickle=False))
-        except ValueError as exc:
-            raise ProtocolError(f"array is not a plain .npy array: {exc}") from None
+        arrays.append(_decode_array(_read_exact(stream, size)))
     return header, arrays
+
+
+def _decode_array(data: bytes) -> np.ndarray:
+    """A .npy array of plain numbers whose header agrees with its size; anything else is a ProtocolError."""
+    buffer = io.BytesIO(data)
+    try:
+        version = np.lib.format.read_magic(buffer)
+        read_header = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}[version]
+        shape, fortran, dtype = read_header(buffer)
+    except Exception as exc:
+        raise ProtocolError(f"array is not a plain .npy array ({type(exc).__name__})") from None
+    count = 1
+    for size in shape:
+        count *= size
+    if dtype.hasobject or dtype.kind not in ARRAY_KINDS or count * dtype.itemsize != len(data) - buffer.tell():
+        raise ProtocolError(f"array is not a plain .npy array (dtype {dtype}, shape {shape}, {len(data)} bytes)")
+    flat = np.frombuffer(data, dtype=dtype, count=count, offset=buffer.tell())
+    return flat.reshape(shape, order="F" if fortran else "C").copy()
 
 
 def _read_exact(stream: BinaryIO, size: int) -> bytes:
