@@ -200,10 +200,19 @@ def _pytest_args(exercise: Exercise) -> list[str]:
 
 def _run_checks(exercise: Exercise, context: GradingContext, tiers: set[str]) -> list[dict[str, Any]]:
     """Run the exercise's checks under pytest and return the per-test JSON records."""
-    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    previous = os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD")
+    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"  # only our plugins, whatever else is installed
     report_plugin = JSONReport()
-    with contextlib.redirect_stdout(io.StringIO()) as output:
-        code = pytest.main(_pytest_args(exercise), plugins=[report_plugin, GradingPlugin(context, tiers)])
+    try:
+        with contextlib.redirect_stdout(io.StringIO()) as output:
+            code = pytest.main(_pytest_args(exercise), plugins=[report_plugin, GradingPlugin(context, tiers)])
+    finally:
+        if previous is None:
+            del os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"]
+        else:
+            os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = previous
+    if code == pytest.ExitCode.INTERRUPTED:
+        raise KeyboardInterrupt
     report = report_plugin.report
     if report is None or code not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
         raise InternalError(f"the checks could not run (pytest exit code {int(code)}):\n{output.getvalue()[-2000:]}")

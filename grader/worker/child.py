@@ -46,6 +46,7 @@ def main(argv: list[str]) -> int:
     # Loaded from their files: putting the grader's folder on sys.path would
     # let the submission import whatever lies beside it (the reference, say).
     protocol, isolation = (_load_sibling(name) for name in ("protocol", "isolation"))
+    isolation.die_with_parent()
 
     requests = os.fdopen(request_fd, "rb", buffering=0)
     responses = os.fdopen(response_fd, "wb", buffering=0)

@@ -35,6 +35,7 @@ CLONE_NEWNET = 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 MS_NOATIME, MS_NODIRATIME, MS_RELATIME = 1024, 2048, 1 << 21
+PR_SET_PDEATHSIG = 1
 STATVFS_TO_MOUNT = {
     os.ST_RDONLY: MS_RDONLY, os.ST_NOSUID: MS_NOSUID, os.ST_NODEV: MS_NODEV, os.ST_NOEXEC: MS_NOEXEC,
     os.ST_NOATIME: MS_NOATIME, os.ST_NODIRATIME: MS_NODIRATIME, os.ST_RELATIME: MS_RELATIME,
@@ -92,12 +93,16 @@ def isolate(config: dict[str, Any]) -> dict[str, Any]:
         except OSError as exc:
             warnings.append(f"the file system could not be fenced ({exc}): the reference may be readable")
     if root:
-        _drop_to_nobody(config)
-        applied["unprivileged_user"] = True
+        try:
+            _drop_to_nobody(config)
+            applied["unprivileged_user"] = True
+        except (KeyError, OSError) as exc:  # no "nobody" user, or a container that refuses setuid
+            warnings.append(f"could not switch to the unprivileged user nobody ({exc}): the worker runs as root")
     else:
         warnings.append("not run as root: the worker keeps the invoking user's identity "
                         + ("inside a user namespace" if namespaces else "and can write that user's files"))  # fmt: skip
     os.chdir(config["workdir"])
+    die_with_parent()  # again: a change of user clears the parent-death signal
     return {"protections": applied, "warnings": warnings}
 
 
@@ -120,6 +125,11 @@ def _map_user(uid: int, gid: int) -> None:
             stream.write(text)
 
 
+def die_with_parent() -> None:
+    """Ask the kernel to SIGKILL this process when its parent dies (so a killed grader leaves no worker)."""
+    ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
 def _become_namespace_init() -> None:
     """Fork; the parent only waits and passes on how the child ended, the child carries on as PID 1."""
     pid = os.fork()
@@ -131,6 +141,7 @@ def _become_namespace_init() -> None:
                 signal.signal(number, signal.SIG_DFL)
             os.kill(os.getpid(), number)
         os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
+    die_with_parent()
 
 
 def _mount_flags(path: str) -> int:

@@ -20,7 +20,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-MAX_HEADER_BYTES = 4 * 1024 * 1024
+MAX_HEADER_BYTES = 8 * 1024 * 1024  # a 1 MiB submission of control characters escapes to 6 MiB of JSON
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 MAX_ARRAYS = 4096
 ARRAY_KINDS = "fiub"  # plain numbers and booleans only: never objects, strings or records
