@@ -12,7 +12,7 @@ import os
 import secrets
 import sys
 from pathlib import Path
-from typing import NoReturn, Sequence
+from typing import Any, Callable, NoReturn, Sequence
 
 from grader import __version__, report
 from grader.diffattn import exercise as diff_attention
@@ -29,34 +29,24 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def _seed(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer (got {text!r})") from None
-    if not 0 <= value <= MAX_SEED:
-        raise argparse.ArgumentTypeError(f"must be in [0, {MAX_SEED}] (got {value})")
-    return value
+def _bounded(convert: Callable[[str], Any], noun: str, accept: Callable[[Any], bool], bound: str) -> Callable[[str], Any]:
+    """An argparse type: ``convert`` the text, then require ``accept`` of the value, saying what was expected."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {noun} (got {text!r})") from None
+        if not accept(value):
+            raise argparse.ArgumentTypeError(f"must be {bound} (got {text})")
+        return value
+
+    return parse
 
 
-def _positive(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number (got {text!r})") from None
-    if not 0 < value < 1e9:
-        raise argparse.ArgumentTypeError(f"must be positive and finite (got {text})")
-    return value
-
-
-def _whole(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number (got {text!r})") from None
-    if not 1 <= value < 10**9:
-        raise argparse.ArgumentTypeError(f"must be at least 1 (got {text})")
-    return value
+_seed = _bounded(int, "an integer", lambda v: 0 <= v <= MAX_SEED, f"in [0, {MAX_SEED}]")
+_positive = _bounded(float, "a number", lambda v: 0 < v < 1e9, "positive and finite")
+_whole = _bounded(int, "a whole number", lambda v: 1 <= v < 10**9, "at least 1")
 
 
 def build_parser(tiers: Sequence[str], default_submission: str, default_reference: str) -> argparse.ArgumentParser:

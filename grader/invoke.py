@@ -15,7 +15,6 @@ import numpy as np
 
 from grader.worker.client import Worker, WorkerFailure
 
-LAYOUTS = ("contiguous", "transposed", "sliced", "heads_permuted")
 SKIPPED = {"type": "Skipped", "message": "not called, because a call it depends on failed", "traceback": ""}
 
 
@@ -87,8 +86,7 @@ class Outcome:
     results: list[Returned] = field(default_factory=list)
     backward_error: str | None = None
     grads: dict[int, np.ndarray | None] = field(default_factory=dict)
-    changed_inputs: list[str] = field(default_factory=list)
-    tensors: list[TensorInput] = field(default_factory=list)
+    changed_inputs: list[int] = field(default_factory=list)
 
 
 class MalformedReply(Exception):
@@ -110,13 +108,13 @@ def invoke(worker: Worker, request: Request) -> Outcome:
     functions = [c.function for c in request.calls]
     try:
         reply, out = worker.run(header, arrays)
-        outcome = _decode(reply, out, tensors)
+        outcome = _decode(reply, out)
         if outcome.failure is None and len(outcome.results) != len(request.calls):
             raise MalformedReply(f"{len(outcome.results)} results for {len(request.calls)} calls")
     except WorkerFailure as exc:
-        outcome = Outcome(failure=str(exc), tensors=tensors)
+        outcome = Outcome(failure=str(exc))
     except Exception as exc:  # the reply may be forged by the submission: anything odd is malformed
-        outcome = Outcome(failure=f"the worker sent a malformed reply ({type(exc).__name__}: {exc})", tensors=tensors)
+        outcome = Outcome(failure=f"the worker sent a malformed reply ({type(exc).__name__}: {exc})")
     outcome.functions = functions
     return outcome
 
@@ -172,14 +170,14 @@ def _error_text(error: Any) -> dict[str, str]:
     }
 
 
-def _decode(reply: dict[str, Any], arrays: list[np.ndarray], tensors: list[TensorInput]) -> Outcome:
+def _decode(reply: dict[str, Any], arrays: list[np.ndarray]) -> Outcome:
     status = _field(reply, "status", str)
     if status == "error":
         error = _error_text(_field(reply, "error", dict))
-        return Outcome(failure=f"the worker could not inspect the result ({error['type']}: {error['message']})", tensors=tensors)
+        return Outcome(failure=f"the worker could not inspect the result ({error['type']}: {error['message']})")
     if status != "ok":
         raise MalformedReply(f"status {status!r}")
-    outcome = Outcome(tensors=tensors)
+    outcome = Outcome()
     for call in _field(reply, "calls", list):
         status = _field(call, "status", str)
         if status in ("raised", "skipped"):

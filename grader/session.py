@@ -22,6 +22,7 @@ import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 from pytest_jsonreport.plugin import JSONReport
@@ -200,17 +201,10 @@ def _pytest_args(exercise: Exercise) -> list[str]:
 
 def _run_checks(exercise: Exercise, context: GradingContext, tiers: set[str]) -> list[dict[str, Any]]:
     """Run the exercise's checks under pytest and return the per-test JSON records."""
-    previous = os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD")
-    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"  # only our plugins, whatever else is installed
     report_plugin = JSONReport()
-    try:
-        with contextlib.redirect_stdout(io.StringIO()) as output:
-            code = pytest.main(_pytest_args(exercise), plugins=[report_plugin, GradingPlugin(context, tiers)])
-    finally:
-        if previous is None:
-            del os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"]
-        else:
-            os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = previous
+    only_ours = mock.patch.dict(os.environ, {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"})  # whatever else is installed
+    with only_ours, contextlib.redirect_stdout(io.StringIO()) as output:
+        code = pytest.main(_pytest_args(exercise), plugins=[report_plugin, GradingPlugin(context, tiers)])
     if code == pytest.ExitCode.INTERRUPTED:
         raise KeyboardInterrupt
     report = report_plugin.report
@@ -230,7 +224,7 @@ def _experiment(exercise: Exercise, worker: Worker | None, options: RunOptions, 
     preview, preview_note = None, options.no_reference_reason
     if worker is not None:
         try:
-            functions, failure = _load(worker)
+            _, failure = _load(worker)
             if failure is not None:
                 raise ExperimentUnavailable(f"the reference could not be loaded: {failure}")
             preview, preview_note = {"source": "reference", **exercise.experiment(worker, seed)}, None

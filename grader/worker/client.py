@@ -234,8 +234,6 @@ class Worker:
                 raise WorkerFailure(f"not run: the worker was already restarted {self.restarts} times")
             self.restarts += 1
         self.stop()
-        if time.monotonic() - self.started_at > self.limits.budget_s:
-            raise WorkerFailure(f"not run: the time budget of {self.limits.budget_s:g} s for this submission is used up")
         self.spawn()
 
     def _send(self, header: dict[str, Any], arrays: list[np.ndarray], timeout: float, what: str) -> None:

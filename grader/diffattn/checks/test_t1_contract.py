@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 from grader.compare import Comparison
 from grader.diffattn import suite
@@ -52,58 +53,60 @@ def _attentions(grading: GradingContext, set_name: str, grads: bool = False) -> 
     return observed
 
 
-def _kinds(observed: list[Observed]) -> list[Comparison | None]:
-    """Findings on what came back: one dense floating tensor of the expected shape."""
+def _judge(observed: list[Observed], problem_of: Callable[[Observed, Returned], str | None], success: str) -> Comparison:
+    """One verdict: each call must return a plain tensor about which ``problem_of`` finds nothing."""
     findings = []
     for item in observed:
         result, problem = item.result()
-        findings.append(problem or finding(item.what, kind_problem(result, item.shape, FLOATING)))
-    return findings
-
-
-def _shape_and_dtype(observed: list[Observed], success: str) -> Comparison:
-    findings = []
-    for item in observed:
-        result, problem = item.result()
-        findings.append(problem or finding(item.what, shape_dtype_problem(result, item.shape, item.dtype)))
+        findings.append(problem or finding(item.what, problem_of(item, result)))
     return summarise(findings, success)
+
+
+def _kind(item: Observed, result: Returned) -> str | None:
+    """One dense floating tensor of the expected shape."""
+    return kind_problem(result, item.shape, FLOATING)
+
+
+def _shape_and_dtype(item: Observed, result: Returned) -> str | None:
+    """The expected shape, the inputs' dtype, the CPU."""
+    return shape_dtype_problem(result, item.shape, item.dtype)
 
 
 @check("T1", 3, "differential_lambda returns a 0-dim floating torch.Tensor")
 def test_lambda_returns_0dim_tensor(grading: GradingContext) -> None:
     observed = _lambdas(grading, "lambda_values")
-    grading.conclude(summarise(_kinds(observed), f"{len(observed)} calls returned a 0-dim floating torch.Tensor."))
+    grading.conclude(_judge(observed, _kind, f"{len(observed)} calls returned a 0-dim floating torch.Tensor."))
 
 
 @check("T1", 2, "differential_lambda keeps the dtype and device of its inputs")
 def test_lambda_keeps_dtype(grading: GradingContext) -> None:
     success = "float32 and float64 vectors gave lambda in their own dtype, on the CPU."
-    grading.conclude(_shape_and_dtype(_lambdas(grading, "lambda_values"), success))
+    grading.conclude(_judge(_lambdas(grading, "lambda_values"), _shape_and_dtype, success))
 
 
 @check("T1", 3, "differential_attention returns one tensor of shape [B, H, T, 2D]")
 def test_attention_returns_one_tensor(grading: GradingContext) -> None:
     observed = _attentions(grading, "attention_causal") + _attentions(grading, "attention_noncausal")
-    grading.conclude(summarise(_kinds(observed), f"{len(observed)} calls returned one dense torch.Tensor shaped like value."))
+    grading.conclude(_judge(observed, _kind, f"{len(observed)} calls returned one dense torch.Tensor shaped like value."))
 
 
 @check("T1", 2, "differential_attention keeps the dtype and device of its inputs")
 def test_attention_keeps_dtype(grading: GradingContext) -> None:
     observed = _attentions(grading, "attention_causal") + _attentions(grading, "attention_noncausal")
-    grading.conclude(_shape_and_dtype(observed, "float32 and float64 inputs gave outputs in their own dtype, on the CPU."))
+    grading.conclude(_judge(observed, _shape_and_dtype, "float32 and float64 inputs gave outputs in their own dtype, on the CPU."))
 
 
 @check("T1", 3, "Both functions accept non-contiguous (strided) inputs")
 def test_strided_inputs_accepted(grading: GradingContext) -> None:
     observed = _attentions(grading, "attention_strided") + _lambdas(grading, "lambda_strided")
-    grading.conclude(_shape_and_dtype(observed, "Transposed, head-permuted and sliced views were accepted by both functions."))
+    grading.conclude(_judge(observed, _shape_and_dtype, "Transposed, head-permuted and sliced views were accepted by both functions."))
 
 
 @check("T1", 2, "differential_attention accepts a Python float or a 0-dim tensor coefficient")
 def test_coefficient_kinds_accepted(grading: GradingContext) -> None:
     observed = _attentions(grading, "attention_coefficients") + _attentions(grading, "attention_gradients", grads=True)
     success = "Python-float and 0-dim tensor coefficients, with and without requires_grad, were accepted."
-    grading.conclude(_shape_and_dtype(observed, success))
+    grading.conclude(_judge(observed, _shape_and_dtype, success))
 
 
 @check("T1", 3, "Inputs are never modified (values and version counters)")
@@ -130,10 +133,11 @@ def test_inputs_not_modified(grading: GradingContext) -> None:
 @check("T1", 2, "Outputs carry an autograd graph when inputs require grad")
 def test_graph_attached(grading: GradingContext) -> None:
     observed = _attentions(grading, "attention_gradients", grads=True) + _lambdas(grading, "lambda_values", grads=True)
-    findings = []
-    for item in observed:
-        result, problem = item.result()
-        if result is not None and not (result.requires_grad and result.has_grad_fn):
-            problem = finding(item.what, f"the output has no autograd graph (requires_grad={result.requires_grad}); do not detach it or leave autograd")
-        findings.append(problem)
-    grading.conclude(summarise(findings, "Outputs of inputs that require grad are attached to the autograd graph."))
+    grading.conclude(_judge(observed, _graph_problem, "Outputs of inputs that require grad are attached to the autograd graph."))
+
+
+def _graph_problem(item: Observed, result: Returned) -> str | None:
+    """An output detached from autograd."""
+    if result.requires_grad and result.has_grad_fn:
+        return None
+    return f"the output has no autograd graph (requires_grad={result.requires_grad}); do not detach it or leave autograd"
