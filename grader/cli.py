@@ -8,6 +8,7 @@ that does not import is graded 0); 2 usage error (one line on stderr);
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import secrets
 import sys
@@ -109,8 +110,22 @@ def _reference(args: argparse.Namespace, default: Path, parser: argparse.Argumen
     return args.reference, ""
 
 
+# Other commands, ``diffgrade NAME ...``: each is "module:function" taking the
+# remaining arguments and returning an exit code. Imported only when used.
+COMMANDS: dict[str, str] = {}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``diffgrade`` and return its exit code."""
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if arguments and arguments[0] in COMMANDS:
+        module, function = COMMANDS[arguments[0]].split(":")
+        return int(getattr(importlib.import_module(module), function)(arguments[1:]))
+    return grade_command(arguments)
+
+
+def grade_command(argv: Sequence[str]) -> int:
+    """Grade one submission: ``diffgrade [SUBMISSION] [options]``."""
     exercise = diff_attention()
     parser = build_parser(tuple(exercise.tiers), exercise.default_submission, exercise.default_reference)
     args = parser.parse_args(argv)

@@ -28,9 +28,20 @@ class Verdict(Protocol):
     worst_ratio: float | None
 
 
-def check(tier: str, points: float, title: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
-    """Mark a test function as a graded check worth ``points`` in ``tier``."""
-    return getattr(pytest.mark, MARKER)(tier=tier, points=float(points), title=title)
+VISIBILITIES = ("public", "hidden")
+
+
+def check(
+    tier: str, points: float, title: str, visibility: str = "public"
+) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Mark a test function as a graded check worth ``points`` in ``tier``.
+
+    A ``hidden`` check shows students only its title, status and points (see
+    grader.audience); a ``public`` one shows everything.
+    """
+    if visibility not in VISIBILITIES:
+        raise ValueError(f"'visibility' must be one of {VISIBILITIES} (got {visibility!r})")
+    return getattr(pytest.mark, MARKER)(tier=tier, points=float(points), title=title, visibility=visibility)
 
 
 @dataclass
@@ -45,7 +56,13 @@ class GradingContext:
     experiment_note: str | None = None
     cache: dict[Any, Any] = field(default_factory=dict)
     notes: dict[str, tuple[str, float | None]] = field(default_factory=dict)
+    explanations: dict[str, dict[str, Any]] = field(default_factory=dict)
     current: str = ""
+
+    def explain(self, *, hint: dict[str, Any] | None = None, counterexample: dict[str, Any] | None = None) -> None:
+        """Attach a diagnosis hint or a shrunk counterexample to the running check (JSON-safe dicts)."""
+        found = self.explanations.setdefault(self.current, {})
+        found.update({k: v for k, v in (("hint", hint), ("counterexample", counterexample)) if v is not None})
 
     def conclude(self, verdict: Verdict) -> None:
         """Record the verdict's message; fail the running check unless it is positive."""
@@ -95,7 +112,7 @@ class GradingPlugin:
         return result
 
     def pytest_json_runtest_metadata(self, item: pytest.Item, call: pytest.CallInfo[None]) -> dict[str, Any]:
-        """Id, title, tier, points and the recorded message, as JSON-safe values."""
+        """Id, title, tier, points, visibility, the recorded message and explanations, as JSON-safe values."""
         marker = item.get_closest_marker(MARKER)
         if marker is None:
             return {}
@@ -104,9 +121,11 @@ class GradingPlugin:
             "title": str(marker.kwargs["title"]),
             "tier": str(marker.kwargs["tier"]),
             "points": float(marker.kwargs["points"]),
+            "visibility": str(marker.kwargs.get("visibility", "public")),
         }
         if call.when == "call":
             described["message"], described["worst_ratio"] = self.context.notes.get(item.nodeid, ("", None))
+            described.update(self.context.explanations.get(item.nodeid, {}))
         if call.excinfo is not None and not call.excinfo.errisinstance((pytest.fail.Exception, pytest.skip.Exception)):
             described["internal_error"] = f"{call.excinfo.typename}: {call.excinfo.value}"
         return described

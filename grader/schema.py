@@ -39,6 +39,9 @@ _CHECK = _object(
         "message": _STRING,
         "duration_s": {"type": "number", "minimum": 0},
         "worst_ratio": _NULLABLE_NUMBER,
+        "visibility": {"type": "string", "enum": ["public", "hidden"]},
+        "hint": {"type": ["object", "null"]},
+        "counterexample": {"type": ["object", "null"]},
     }
 )
 

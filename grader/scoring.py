@@ -43,6 +43,9 @@ def check_record(test: dict[str, Any]) -> dict[str, Any]:
         "message": _message(test, metadata),
         "duration_s": round(duration, 4),
         "worst_ratio": metadata.get("worst_ratio"),
+        "visibility": str(metadata.get("visibility", "public")),
+        "hint": metadata.get("hint"),
+        "counterexample": metadata.get("counterexample"),
     }
 
 
