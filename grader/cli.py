@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import math
 import os
 import secrets
 import sys
 from pathlib import Path
 from typing import Any, Callable, NoReturn, Sequence
 
-from grader import __version__, report
+from grader import __version__, gradescope, junit, markdown, report
+from grader.audience import AUDIENCES, for_audience
 from grader.diffattn import exercise as diff_attention
+from grader.exercise import Exercise
 from grader.session import InternalError, RunOptions, UsageError, grade
 from grader.worker.client import MiB, WorkerLimits
 
@@ -47,7 +50,15 @@ def _bounded(convert: Callable[[str], Any], noun: str, accept: Callable[[Any], b
 
 _seed = _bounded(int, "an integer", lambda v: 0 <= v <= MAX_SEED, f"in [0, {MAX_SEED}]")
 _positive = _bounded(float, "a number", lambda v: 0 < v < 1e9, "positive and finite")
-_whole = _bounded(int, "a whole number", lambda v: 1 <= v < 10**9, "at least 1")
+whole = _bounded(int, "a whole number", lambda v: 1 <= v < 10**9, "at least 1")
+_score = _bounded(float, "a number", lambda v: math.isfinite(v) and v >= 0, "finite and at least 0")
+
+# Summaries written only when asked for: option -> writer from the report document to the file's text.
+SUMMARY_WRITERS: dict[str, Callable[[dict[str, Any]], str]] = {
+    "gradescope": gradescope.to_text,
+    "junit": junit.to_xml,
+    "markdown": markdown.summary,
+}
 
 
 def build_parser(tiers: Sequence[str], default_submission: str, default_reference: str) -> argparse.ArgumentParser:
@@ -55,14 +66,36 @@ def build_parser(tiers: Sequence[str], default_submission: str, default_referenc
     parser = _Parser(
         prog="diffgrade",
         description="Grade a differential-attention submission: T1 contract, T2 values, T3 gradients.",
-        epilog="Exit codes: 0 all checks passed, 1 some check failed, 2 usage error, 3 internal grader error.",
+        epilog="Exit codes: 0 all checks passed, 1 some check failed (with --fail-under: 0 when the score "
+        "reaches SCORE, 1 below it), 2 usage error, 3 internal grader error. "
+        "Other commands: diffgrade gradescope-bundle OUT.zip, diffgrade handout OUT_DIR (see their --help).",
     )
     parser.add_argument("submission", nargs="?", default=default_submission, type=Path,
-                        help=f"the .py file to grade (default: {default_submission})")
+                        help=f"the .py file or .ipynb notebook to grade (default: {default_submission})")
     parser.add_argument("--json", type=Path, default=Path("report.json"), metavar="PATH",
                         help="where to write the JSON report (default: report.json)")
     parser.add_argument("--html", type=Path, default=Path("report.html"), metavar="PATH",
                         help="where to write the HTML report (default: report.html)")
+    add_grading_options(parser, tiers, default_reference)
+    ci = parser.add_argument_group("summaries for CI and Gradescope (docs/ci.md)")
+    ci.add_argument("--gradescope", type=Path, metavar="PATH",
+                    help="also write a Gradescope results.json: one test per check that ran")
+    ci.add_argument("--junit", type=Path, metavar="PATH",
+                    help="also write JUnit XML: one test suite per tier, one test case per check")
+    ci.add_argument("--markdown", type=Path, metavar="PATH",
+                    help="also write a Markdown summary, e.g. for $GITHUB_STEP_SUMMARY")
+    ci.add_argument("--fail-under", type=_score, metavar="SCORE",
+                    help="exit 0 when the score is at least SCORE points and 1 below it, "
+                    "instead of 1 whenever a check fails")
+    parser.add_argument("--version", action="version", version=f"diffgrade {__version__}")
+    return parser  # fmt: skip
+
+
+
+def add_grading_options(
+    parser: argparse.ArgumentParser, tiers: Sequence[str], default_reference: str, audience: str = "student"
+) -> None:
+    """The options shared by ``diffgrade`` and ``diffgrade batch``: what to run, limits, audience."""
     parser.add_argument("--seed", type=_seed, metavar="N",
                         help="seed for the random inputs (default: a fresh one, recorded in the report)")
     parser.add_argument("--tiers", default=",".join(tiers), metavar="T1,T2",
@@ -79,15 +112,16 @@ def build_parser(tiers: Sequence[str], default_submission: str, default_referenc
                         help=f"wall-clock budget for the whole submission (default: {WorkerLimits.budget_s:g})")
     limits.add_argument("--memory-limit", type=_positive, default=WorkerLimits.address_space_bytes / MiB, metavar="MIB",
                         help=f"address-space limit of the worker (default: {WorkerLimits.address_space_bytes // MiB})")
-    limits.add_argument("--cpu-limit", type=_whole, default=WorkerLimits.cpu_seconds, metavar="SECONDS",
+    limits.add_argument("--cpu-limit", type=whole, default=WorkerLimits.cpu_seconds, metavar="SECONDS",
                         help=f"CPU-time limit of each worker process (default: {WorkerLimits.cpu_seconds})")
-    limits.add_argument("--process-limit", type=_whole, default=WorkerLimits.max_processes, metavar="N",
+    limits.add_argument("--process-limit", type=whole, default=WorkerLimits.max_processes, metavar="N",
                         help=f"processes and threads the worker may run, when run as root (default: {WorkerLimits.max_processes})")
     limits.add_argument("--no-isolation", action="store_true",
                         help="run the worker without namespaces or a user switch (debugging only; the report says so)")
+    parser.add_argument("--audience", choices=AUDIENCES, default=audience,
+                        help="who every report is for: student shows hidden checks with their title, "
+                        f"status and points only, not their messages; instructor shows everything (default: {audience})")
     parser.add_argument("--quiet", action="store_true", help="print nothing but errors")
-    parser.add_argument("--version", action="version", version=f"diffgrade {__version__}")
-    return parser  # fmt: skip
 
 
 def _tiers(text: str, known: Sequence[str], parser: argparse.ArgumentParser) -> tuple[str, ...]:
@@ -112,7 +146,11 @@ def _reference(args: argparse.Namespace, default: Path, parser: argparse.Argumen
 
 # Other commands, ``diffgrade NAME ...``: each is "module:function" taking the
 # remaining arguments and returning an exit code. Imported only when used.
-COMMANDS: dict[str, str] = {}
+COMMANDS: dict[str, str] = {
+    "batch": "grader.batch:main",
+    "gradescope-bundle": "grader.bundle:main",
+    "handout": "grader.handout:main",
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -129,16 +167,45 @@ def grade_command(argv: Sequence[str]) -> int:
     exercise = diff_attention()
     parser = build_parser(tuple(exercise.tiers), exercise.default_submission, exercise.default_reference)
     args = parser.parse_args(argv)
-    for option in ("json", "html"):
-        target = getattr(args, option)
-        if target.exists() and not target.is_file():
-            parser.error(f"argument --{option}: must name a regular file (got {str(target)!r})")
-    if args.json.resolve() == args.html.resolve():
-        parser.error(f"arguments --json and --html must name different files (both are {args.json})")
+    _check_report_paths(args, parser)
+    options = run_options(args, parser, exercise)
+    try:
+        run = grade(exercise, options)
+        document = for_audience(report.build(exercise, run), args.audience)
+        pages = {args.json: report.to_json(document), args.html: report.render_html(document)}
+        pages.update({getattr(args, o): write(document) for o, write in SUMMARY_WRITERS.items() if getattr(args, o) is not None})
+    except UsageError as exc:
+        return fail(EXIT_USAGE, str(exc))
+    except InternalError as exc:
+        return fail(EXIT_INTERNAL, f"internal error: {exc}")
+    except KeyboardInterrupt:
+        return fail(130, "interrupted; no report was written")
+    except Exception as exc:  # the promise is: never a traceback at the user
+        return fail(EXIT_INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
+    try:
+        for path, text in pages.items():
+            report.write_atomic(path, text)
+    except OSError as exc:
+        return fail(EXIT_USAGE, f"cannot write the report {exc.filename or path}: {exc.strerror}")
+    if not args.quiet:
+        color = sys.stdout.isatty() and "NO_COLOR" not in os.environ
+        summary = report.render_text(document, [report.printable_path(p) for p in pages], color=color)
+        try:
+            sys.stdout.write(summary.encode(sys.stdout.encoding or "utf-8", errors="replace").decode(sys.stdout.encoding or "utf-8"))
+            sys.stdout.flush()
+        except BrokenPipeError:  # e.g. piped into head: the reports are written, that is enough
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return exit_code(document, args.fail_under)
+
+
+def run_options(args: argparse.Namespace, parser: argparse.ArgumentParser, exercise: Exercise, seed: int | None = None) -> RunOptions:
+    """The grading options from parsed arguments (see add_grading_options); ``seed`` when --seed was not given."""
     reference, no_reference_reason = _reference(args, Path(exercise.default_reference), parser)
-    options = RunOptions(
-        submission=args.submission,
-        seed=args.seed if args.seed is not None else secrets.randbelow(MAX_SEED + 1),
+    if args.seed is not None:
+        seed = args.seed
+    return RunOptions(
+        submission=getattr(args, "submission", Path(exercise.default_submission)),
+        seed=seed if seed is not None else secrets.randbelow(MAX_SEED + 1),
         tiers=_tiers(args.tiers, tuple(exercise.tiers), parser),
         reference=reference,
         no_reference_reason=no_reference_reason,
@@ -151,37 +218,35 @@ def grade_command(argv: Sequence[str]) -> int:
         ),
         isolate=not args.no_isolation,
     )
-    try:
-        run = grade(exercise, options)
-        document = report.build(exercise, run)
-        pages = {args.json: report.to_json(document), args.html: report.render_html(document)}
-    except UsageError as exc:
-        return _fail(EXIT_USAGE, str(exc))
-    except InternalError as exc:
-        return _fail(EXIT_INTERNAL, f"internal error: {exc}")
-    except KeyboardInterrupt:
-        return _fail(130, "interrupted; no report was written")
-    except Exception as exc:  # the promise is: never a traceback at the user
-        return _fail(EXIT_INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
-    try:
-        for path, text in pages.items():
-            report.write_atomic(path, text)
-    except OSError as exc:
-        return _fail(EXIT_USAGE, f"cannot write the report {exc.filename or path}: {exc.strerror}")
-    if not args.quiet:
-        color = sys.stdout.isatty() and "NO_COLOR" not in os.environ
-        summary = report.render_text(document, [report.printable_path(p) for p in (args.json, args.html)], color=color)
-        try:
-            sys.stdout.write(summary.encode(sys.stdout.encoding or "utf-8", errors="replace").decode(sys.stdout.encoding or "utf-8"))
-            sys.stdout.flush()
-        except BrokenPipeError:  # e.g. piped into head: the reports are written, that is enough
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def _check_report_paths(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
+    """Each report option names a regular file (or a new one), and no two name the same file."""
+    seen: dict[Path, str] = {}
+    for option in ("json", "html", *SUMMARY_WRITERS):
+        target = getattr(args, option)
+        if target is None:
+            continue
+        if target.exists() and not target.is_file():
+            parser.error(f"argument --{option}: must name a regular file (got {str(target)!r})")
+        if target.resolve() in seen:
+            parser.error(f"arguments --{seen[target.resolve()]} and --{option} must name different files (both are {target})")
+        seen[target.resolve()] = option
+
+
+def exit_code(document: dict[str, Any], fail_under: float | None = None) -> int:
+    """The exit code of a graded run: 3 if a check errored; else, with ``fail_under``,
+    0 when the score is at least ``fail_under`` and 1 below it; without it, 0 only
+    when every check that ran passed."""
     if document["status"] == "error":
         return EXIT_INTERNAL
+    if fail_under is not None:
+        return EXIT_PASSED if document["score"] >= fail_under else EXIT_FAILED
     return EXIT_PASSED if document["status"] == "passed" else EXIT_FAILED
 
 
-def _fail(code: int, message: str) -> int:
+def fail(code: int, message: str) -> int:
+    """Print ``diffgrade: message`` on stderr and return ``code``."""
     print(f"diffgrade: {message}", file=sys.stderr)
     return code
 

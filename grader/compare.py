@@ -33,9 +33,7 @@ def compare(what: str, got: np.ndarray | None, expected: np.ndarray, allowed: np
     if got64.shape != expected.shape:
         return Comparison(False, f"expected shape {list(expected.shape)}, got {list(got64.shape)}", None, what)
     allowed = np.broadcast_to(np.asarray(allowed, dtype=np.float64), expected.shape)
-    error = np.array(np.abs(got64 - expected))  # an array even for 0-dim inputs
-    error[~np.isfinite(got64)] = np.inf
-    ratio = np.divide(error, allowed, out=np.where(error > 0, np.inf, 0.0), where=allowed > 0)
+    error, ratio = error_ratios(got64, expected, allowed)
     bad = ratio > 1.0
     worst = _index(np.argmax(ratio), ratio.shape) if ratio.size else ()
     worst_ratio = float(ratio[worst]) if ratio.size else 0.0
@@ -58,6 +56,17 @@ def compare(what: str, got: np.ndarray | None, expected: np.ndarray, allowed: np
         count = int((~np.isfinite(got64)).sum())
         lines.append(f"Non-finite values: {count} element(s) are NaN or infinite.")
     return Comparison(False, "\n".join(lines), worst_ratio if np.isfinite(worst_ratio) else None, what)
+
+
+def error_ratios(got: np.ndarray, expected: np.ndarray, allowed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """|got - expected| (infinite where got is not finite) and that error over ``allowed``, element-wise.
+
+    The arrays have one shape; an element passes when its ratio is at most 1.
+    """
+    error = np.array(np.abs(got - expected))  # an array even for 0-dim inputs
+    error[~np.isfinite(got)] = np.inf
+    ratio = np.divide(error, allowed, out=np.where(error > 0, np.inf, 0.0), where=allowed > 0)
+    return error, ratio
 
 
 def combine(comparisons: list[Comparison]) -> Comparison:

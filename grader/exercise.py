@@ -19,6 +19,9 @@ from grader.worker.client import Worker
 # frame gives, for a seed, the fields shared by every run of it (axes, truth).
 Experiment = Callable[[Worker, int], dict[str, Any]]
 ExperimentFrame = Callable[[int], dict[str, Any]]
+# A handout builder takes a seed and returns the files it adds to the student
+# handout beside the stub and the task statement: relative path -> text.
+HandoutBuilder = Callable[[int], dict[str, str]]
 
 
 class ExperimentUnavailable(Exception):
@@ -37,3 +40,7 @@ class Exercise:
     default_reference: str
     experiment: Experiment | None = None
     experiment_frame: ExperimentFrame | None = None
+    # Computes, for a seed, whatever every submission's checks share (the
+    # oracle's expected values), so that a batch's forked graders inherit it.
+    prepare: Callable[[int], None] | None = None
+    handout: HandoutBuilder | None = None  # `diffgrade handout`: the public checks, runnable without the grader

@@ -9,7 +9,7 @@ expected shape becomes a failure message, never an exception.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any, Sequence, Union
 
 import numpy as np
 
@@ -95,38 +95,75 @@ class MalformedReply(Exception):
 
 def invoke(worker: Worker, request: Request) -> Outcome:
     """Run ``request`` in ``worker`` and return what was observed."""
+    return invoke_many(worker, [request])[0]
+
+
+def invoke_many(worker: Worker, requests: Sequence[Request], *, diagnostic: bool = False) -> list[Outcome]:
+    """Run independent requests in one worker round trip and return one outcome each.
+
+    Their calls are made in order and their backward passes are one
+    ``torch.autograd.grad`` over all their results, which gives each request
+    its own gradients as long as no two share an input. A failure of the
+    round trip (or of the shared backward pass) is every request's failure.
+    ``diagnostic``: see :meth:`Worker.run`.
+    """
     tensors: list[TensorInput] = []
-    header = {"calls": [_encode_call(c, tensors) for c in request.calls]}
+    calls: list[dict[str, Any]] = []
+    spans: list[tuple[int, int, int, int]] = []  # per request: its calls [c0, c1) and tensors [t0, t1)
+    backward: list[tuple[int, np.ndarray]] = []
+    for request in requests:
+        first_call, first_tensor = len(calls), len(tensors)
+        calls += [_encode_call(c, tensors, first_call, first_tensor) for c in request.calls]
+        if request.backward_from is not None and request.cotangent is not None:
+            backward.append((first_call + request.backward_from, np.asarray(request.cotangent, dtype=np.float64)))
+        spans.append((first_call, len(calls), first_tensor, len(tensors)))
     arrays = [np.asarray(t.values, dtype=np.float64) for t in tensors]
-    header["tensors"] = [
-        {"array": i, "dtype": t.dtype, "requires_grad": t.requires_grad, "layout": t.layout}
-        for i, t in enumerate(tensors)
-    ]
-    if request.backward_from is not None and request.cotangent is not None:
-        header["backward"] = {"call": request.backward_from, "cotangent": len(arrays)}
-        arrays.append(np.asarray(request.cotangent, dtype=np.float64))
-    functions = [c.function for c in request.calls]
+    header: dict[str, Any] = {
+        "calls": calls,
+        "tensors": [
+            {"array": i, "dtype": t.dtype, "requires_grad": t.requires_grad, "layout": t.layout}
+            for i, t in enumerate(tensors)
+        ],
+    }
+    if backward:
+        header["backward"] = {"calls": [c for c, _ in backward], "cotangents": list(range(len(arrays), len(arrays) + len(backward)))}
+        arrays += [cotangent for _, cotangent in backward]
     try:
-        reply, out = worker.run(header, arrays)
-        outcome = _decode(reply, out)
-        if outcome.failure is None and len(outcome.results) != len(request.calls):
-            raise MalformedReply(f"{len(outcome.results)} results for {len(request.calls)} calls")
+        reply, out = worker.run(header, arrays, diagnostic=diagnostic)
+        whole = _decode(reply, out)
+        if whole.failure is None and len(whole.results) != len(calls):
+            raise MalformedReply(f"{len(whole.results)} results for {len(calls)} calls")
     except WorkerFailure as exc:
-        outcome = Outcome(failure=str(exc))
+        whole = Outcome(failure=str(exc))
     except Exception as exc:  # the reply may be forged by the submission: anything odd is malformed
-        outcome = Outcome(failure=f"the worker sent a malformed reply ({type(exc).__name__}: {exc})")
-    outcome.functions = functions
-    return outcome
+        whole = Outcome(failure=f"the worker sent a malformed reply ({type(exc).__name__}: {exc})")
+    return [_part(whole, request, span) for request, span in zip(requests, spans)]
 
 
-def _encode_call(call: Call, tensors: list[TensorInput]) -> dict[str, Any]:
+def _part(whole: Outcome, request: Request, span: tuple[int, int, int, int]) -> Outcome:
+    """The share of one request in the outcome of a round trip, with its own call and tensor numbering."""
+    first_call, end_call, first_tensor, end_tensor = span
+    differentiated = request.backward_from is not None and request.cotangent is not None
+    return Outcome(
+        failure=whole.failure,
+        functions=[c.function for c in request.calls],
+        results=whole.results[first_call:end_call],
+        backward_error=whole.backward_error if differentiated else None,
+        grads={i - first_tensor: g for i, g in whole.grads.items() if first_tensor <= i < end_tensor},
+        changed_inputs=[i - first_tensor for i in whole.changed_inputs if first_tensor <= i < end_tensor],
+    )
+
+
+def _encode_call(call: Call, tensors: list[TensorInput], first_call: int, first_tensor: int) -> dict[str, Any]:
+    """The wire form of ``call``, whose request's calls and tensors start at the given positions."""
+
     def encode(argument: Argument) -> dict[str, Any]:
         if isinstance(argument, TensorInput):
-            if not any(argument is t for t in tensors):
+            if not any(argument is t for t in tensors[first_tensor:]):
                 tensors.append(argument)
-            return {"tensor": next(i for i, t in enumerate(tensors) if t is argument)}
+            return {"tensor": next(i for i, t in enumerate(tensors) if i >= first_tensor and t is argument)}
         if isinstance(argument, ResultOf):
-            return {"result": argument.call}
+            return {"result": first_call + argument.call}
         return {"value": argument}
 
     return {

@@ -9,6 +9,7 @@ from a submission can never become markup. Files are written atomically.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import math
@@ -19,7 +20,7 @@ from typing import Any
 
 import jinja2
 
-from grader import __version__, svgchart
+from grader import __version__, counterexample_view, svgchart
 from grader.exercise import Exercise
 from grader.schema import SCHEMA_VERSION
 from grader.scoring import check_record, overall_status, tally
@@ -35,11 +36,13 @@ def build(exercise: Exercise, run: Run) -> dict[str, Any]:
             "schema_version": SCHEMA_VERSION,
             "grader_version": __version__,
             "exercise": exercise.name,
+            "audience": "instructor",  # the whole report; grader.audience redacts it for students
             "submission": {
                 "path": printable_path(run.submission.path),
                 "sha256": run.submission.sha256,
                 "size_bytes": run.submission.size,
                 "load_error": run.load_failure,
+                "notes": list(run.submission.notes),
             },
             "seed": run.options.seed,
             "tiers_selected": list(run.options.tiers),
@@ -87,25 +90,34 @@ def template_dir() -> Path:
     raise FileNotFoundError("the report templates (package grader.templates) are not installed")
 
 
-def _environment(html: bool) -> jinja2.Environment:
+@functools.lru_cache(maxsize=2)  # compiled templates are cached by the environment: a batch compiles them once
+def environment(html: bool) -> jinja2.Environment:
     loader = jinja2.FileSystemLoader(str(template_dir()))
     if html:
-        return jinja2.Environment(loader=loader, autoescape=jinja2.select_autoescape(["html", "j2"]), undefined=jinja2.StrictUndefined)
+        page = jinja2.Environment(loader=loader, autoescape=jinja2.select_autoescape(["html", "j2"]), undefined=jinja2.StrictUndefined)
+        page.globals["counterexample_view"] = counterexample_view.view
+        return page
     return jinja2.Environment(
         loader=loader, autoescape=False, trim_blocks=True, lstrip_blocks=True,
         keep_trailing_newline=True, undefined=jinja2.StrictUndefined,
     )  # fmt: skip
 
 
+def preload() -> None:
+    """Compile the templates now, so that processes forked later share them."""
+    environment(html=True).get_template("report.html.j2")
+    environment(html=False).get_template("summary.txt.j2")
+
+
 def render_html(report: dict[str, Any]) -> str:
     """The self-contained HTML page of a report."""
     charts = svgchart.toy_charts(report["toy_experiment"]) if report["toy_experiment"] else None
-    return _environment(html=True).get_template("report.html.j2").render(report=report, charts=charts)
+    return environment(html=True).get_template("report.html.j2").render(report=report, charts=charts)
 
 
 def render_text(report: dict[str, Any], report_paths: list[str], color: bool = False) -> str:
     """The terminal summary of a report."""
-    return _environment(html=False).get_template("summary.txt.j2").render(report=report, report_paths=report_paths, color=color)
+    return environment(html=False).get_template("summary.txt.j2").render(report=report, report_paths=report_paths, color=color)
 
 
 def to_json(report: dict[str, Any]) -> str:
@@ -113,13 +125,13 @@ def to_json(report: dict[str, Any]) -> str:
     return json.dumps(report, indent=2, allow_nan=False, ensure_ascii=False) + "\n"
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and a rename."""
+def write_atomic(path: Path, text: str | bytes) -> None:
+    """Write ``text`` (str as UTF-8, or bytes) to ``path`` through a temporary file and a rename."""
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            stream.write(text)
+        with os.fdopen(handle, "wb") as stream:
+            stream.write(text.encode("utf-8") if isinstance(text, str) else text)
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(temporary, 0o666 & ~umask)  # mkstemp makes 0600; a report is an ordinary file

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from grader.audience import AUDIENCES
+
 SCHEMA_VERSION = 1
 
 _NUMBER = {"type": "number"}
@@ -28,6 +30,43 @@ def _object(properties: dict[str, Any], nullable: bool = False) -> dict[str, Any
     }
 
 
+_VALUES = {"type": ["array", "number", "null"]}  # nested lists of numbers, null for a non-finite one
+_NULLABLE_INTEGER = {"type": ["integer", "null"], "minimum": 0}
+_COUNTEREXAMPLE = _object(
+    {
+        "found": {"type": "boolean"},
+        "note": _STRING,
+        "function": _STRING,
+        "size": {"type": ["object", "null"]},
+        "call": _NULLABLE_STRING,
+        "inputs": {
+            "type": ["array", "null"],
+            "items": _object(
+                {
+                    "name": _STRING,
+                    "shape": {"type": "array", "items": {"type": "integer", "minimum": 0}},
+                    "dtype": _STRING,
+                    "layout": _STRING,
+                    "requires_grad": {"type": "boolean"},
+                    "values": _VALUES,
+                }
+            ),
+        },
+        "cotangent": _VALUES,
+        "result": {"type": ["string", "null"], "enum": ["output", "gradient", None]},
+        "with_respect_to": _NULLABLE_STRING,
+        "expected": _VALUES,
+        "got": _VALUES,
+        "difference": _VALUES,
+        "allowed": _VALUES,
+        "mismatched": _NULLABLE_INTEGER,
+        "elements": _NULLABLE_INTEGER,
+        "worst_ratio": _NULLABLE_NUMBER,
+        "searched": {"type": "integer", "minimum": 0},
+    },
+    nullable=True,
+)
+
 _CHECK = _object(
     {
         "id": _STRING,
@@ -41,7 +80,7 @@ _CHECK = _object(
         "worst_ratio": _NULLABLE_NUMBER,
         "visibility": {"type": "string", "enum": ["public", "hidden"]},
         "hint": {"type": ["object", "null"]},
-        "counterexample": {"type": ["object", "null"]},
+        "counterexample": _COUNTEREXAMPLE,
     }
 )
 
@@ -65,12 +104,14 @@ SCHEMA: dict[str, Any] = _object(
         "schema_version": {"type": "integer", "enum": [SCHEMA_VERSION]},
         "grader_version": _STRING,
         "exercise": _STRING,
+        "audience": {"type": "string", "enum": list(AUDIENCES)},
         "submission": _object(
             {
                 "path": _STRING,
                 "sha256": _NULLABLE_STRING,
                 "size_bytes": {"type": ["integer", "null"], "minimum": 0},
                 "load_error": _NULLABLE_STRING,
+                "notes": {"type": "array", "items": _STRING},
             }
         ),
         "seed": {"type": "integer", "minimum": 0},
@@ -117,6 +158,7 @@ SCHEMA: dict[str, Any] = _object(
 )
 
 _TYPES = {
+    "boolean": bool,
     "object": dict,
     "array": list,
     "string": str,

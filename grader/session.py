@@ -9,6 +9,7 @@ report. Call it once per process (pytest keeps module state between runs).
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import datetime
 import hashlib
@@ -27,10 +28,10 @@ from unittest import mock
 import pytest
 from pytest_jsonreport.plugin import JSONReport
 
-from grader import __version__
+from grader import __version__, notebook
 from grader.exercise import Exercise, ExperimentUnavailable
 from grader.plugin import GradingContext, GradingPlugin
-from grader.worker.client import Worker, WorkerFailure, WorkerLimits, WorkerStartFailure
+from grader.worker.client import ForkServer, Worker, WorkerFailure, WorkerLimits, WorkerStartFailure
 
 MAX_SUBMISSION_BYTES = 1024 * 1024
 
@@ -65,6 +66,7 @@ class Submission:
     sha256: str | None
     size: int | None
     problem: str | None
+    notes: tuple[str, ...] = ()  # how the source was obtained (a notebook's cells), for the report
 
 
 @dataclass
@@ -83,16 +85,25 @@ class Run:
 
 
 def read_submission(path: Path) -> Submission:
-    """Read a submission as Python reads source (UTF-8, a BOM or a coding cookie); say why when it cannot be."""
+    """Read a submission as Python reads source (UTF-8, a BOM or a coding cookie); say why when it cannot be.
+
+    A ``.ipynb`` file is a notebook: its code cells become the source (see grader.notebook).
+    """
     if not path.exists():
         raise UsageError(f"submission not found: {path}")
     if path.is_dir():
-        raise UsageError(f"submission must be a .py file, got a directory: {path}")
+        raise UsageError(f"submission must be a .py or .ipynb file, got a directory: {path}")
     try:
         data = path.read_bytes()
     except OSError as exc:
         raise UsageError(f"cannot read submission {path}: {exc.strerror}") from None
     digest = hashlib.sha256(data).hexdigest()
+    if path.suffix.lower() == notebook.SUFFIX:
+        try:
+            converted = notebook.convert(data, MAX_SUBMISSION_BYTES)
+        except notebook.NotebookError as exc:
+            return Submission(path, None, digest, len(data), str(exc))
+        return Submission(path, converted.source, digest, len(data), None, converted.notes)
     problem = None
     if len(data) > MAX_SUBMISSION_BYTES:
         problem = f"the file is {len(data)} bytes, over the limit of {MAX_SUBMISSION_BYTES} bytes for a submission"
@@ -151,10 +162,8 @@ def hidden_paths(exercise: Exercise, reference: Path | None) -> tuple[str, ...]:
     return tuple(hidden)
 
 
-def _start(exercise: Exercise, source: str, filename: str, options: RunOptions, hide: tuple[str, ...] = ()) -> Worker:
-    worker = Worker(source, filename, list(exercise.functions), options.limits, isolate=options.isolate, hide=hide)
-    worker.spawn()
-    return worker
+def _start(exercise: Exercise, source: str, filename: str, options: RunOptions, forks: ForkServer, hide: tuple[str, ...] = ()) -> Worker:
+    return Worker(source, filename, list(exercise.functions), options.limits, forks, isolate=options.isolate, hide=hide)
 
 
 def _load(worker: Worker) -> tuple[dict[str, Any], str | None]:
@@ -185,9 +194,18 @@ def _described_function(described: Any) -> dict[str, Any]:
     return {"kind": described["kind"], "type": str(described.get("type", "")), "parameters": parameters}
 
 
+# pytest's plugins that a grading run has no use for: each costs time in every
+# run (the unittest plugin's import, the unraisable-exception plugin's forced
+# garbage collections, the cache provider's writes beside the checks).
+UNUSED_PLUGINS = ("cacheprovider", "unittest", "unraisableexception", "threadexception", "doctest", "junitxml",
+                  "pastebin", "nose", "stepwise", "faulthandler", "logging", "tmpdir", "monkeypatch")  # fmt: skip
+
+
 def _pytest_args(exercise: Exercise) -> list[str]:
     checks = exercise.checks_dir
     return [
+        *(argument for plugin in UNUSED_PLUGINS for argument in ("-p", f"no:{plugin}")),
+        "--capture=sys",
         str(checks),
         "-c", str(checks / "pytest.ini"),
         "--rootdir", str(checks),
@@ -216,57 +234,85 @@ def _run_checks(exercise: Exercise, context: GradingContext, tiers: set[str]) ->
     return report["tests"]
 
 
-def _experiment(exercise: Exercise, worker: Worker | None, options: RunOptions, context: GradingContext) -> dict[str, Any] | None:
+@dataclass(frozen=True)
+class Preview:
+    """The reference's curves of the experiment, or why there are none (the same for every submission with one seed)."""
+
+    curves: dict[str, Any] | None
+    note: str | None
+
+
+def draw_preview(exercise: Exercise, options: RunOptions, forks: ForkServer) -> Preview:
+    """Run the reference's experiment with the options' seed; raise UsageError when it cannot be read."""
+    if exercise.experiment is None or options.reference is None or not options.reference.is_file():
+        return Preview(None, options.no_reference_reason)
+    try:
+        source = options.reference.read_text(encoding="utf-8")
+    except (OSError, UnicodeError) as exc:
+        raise UsageError(f"cannot read the reference {options.reference}: {exc}") from None
+    worker = _start(exercise, source, options.reference.name, options, forks)
+    try:
+        _, failure = _load(worker)
+        if failure is not None:
+            raise ExperimentUnavailable(f"the reference could not be loaded: {failure}")
+        return Preview({"source": "reference", **exercise.experiment(worker, options.seed)}, None)
+    except (ExperimentUnavailable, InternalError, WorkerFailure) as exc:
+        return Preview(None, f"the preview could not be drawn: {exc}")
+    finally:
+        worker.close()
+
+
+def _experiment(exercise: Exercise, preview: Preview, options: RunOptions, context: GradingContext) -> dict[str, Any] | None:
     """The experiment's frame with the reference preview and the submission's curves."""
     if exercise.experiment is None or exercise.experiment_frame is None:
         return None
-    seed = options.seed
-    preview, preview_note = None, options.no_reference_reason
-    if worker is not None:
-        try:
-            _, failure = _load(worker)
-            if failure is not None:
-                raise ExperimentUnavailable(f"the reference could not be loaded: {failure}")
-            preview, preview_note = {"source": "reference", **exercise.experiment(worker, seed)}, None
-        except (ExperimentUnavailable, InternalError, WorkerFailure) as exc:
-            preview_note = f"the preview could not be drawn: {exc}"
     submission_note = context.experiment_note
     if context.experiment is None and submission_note is None:
         submission_note = context.load_failure or "the submission's curve comes from a T3 check that did not run"
     return {
-        **exercise.experiment_frame(seed),
-        "preview": preview,
-        "preview_note": preview_note,
+        **exercise.experiment_frame(options.seed),
+        "preview": preview.curves,
+        "preview_note": preview.note,
         "submission": context.experiment,
         "submission_note": submission_note,
     }
 
 
-def grade(exercise: Exercise, options: RunOptions) -> Run:
-    """Grade one submission with one seed; raise UsageError or InternalError, nothing else."""
+def grade(exercise: Exercise, options: RunOptions, *, forks: ForkServer | None = None, preview: Preview | None = None) -> Run:
+    """Grade one submission with one seed; raise UsageError or InternalError, nothing else.
+
+    A batch passes its shared fork server and the preview it drew once for the
+    seed; alone, the run starts a fork server of its own and draws the preview.
+    """
     started, clock = datetime.datetime.now(datetime.timezone.utc), time.monotonic()
     submission = read_submission(options.submission)
-    reference = None
-    if options.reference is not None and options.reference.is_file():
+    own_forks = forks is None
+    if forks is None:
         try:
-            reference_source = options.reference.read_text(encoding="utf-8")
-        except (OSError, UnicodeError) as exc:
-            raise UsageError(f"cannot read the reference {options.reference}: {exc}") from None
-        reference = _start(exercise, reference_source, options.reference.name, options)
+            forks = ForkServer()
+        except OSError as exc:
+            raise InternalError(f"the fork server could not be started: {exc}") from None
     worker = None
+    drawing = concurrent.futures.ThreadPoolExecutor(max_workers=1)  # the preview's worker runs beside the checks
     try:
+        pending = drawing.submit(draw_preview, exercise, options, forks) if preview is None else None
         functions, load_failure = {}, submission.problem
         if load_failure is None:
             assert submission.source is not None
-            worker = _start(exercise, submission.source, options.submission.name, options, hidden_paths(exercise, options.reference))
+            worker = _start(exercise, submission.source, options.submission.name, options, forks, hidden_paths(exercise, options.reference))
             functions, load_failure = _load(worker)
         context = GradingContext(options.seed, worker, functions, load_failure)
         checks = _run_checks(exercise, context, set(options.tiers))
-        experiment = _experiment(exercise, reference, options, context)
+        if pending is not None:
+            preview = pending.result()
+        assert preview is not None
+        experiment = _experiment(exercise, preview, options, context)
     finally:
-        for running in (worker, reference):
-            if running is not None:
-                running.close()
+        drawing.shutdown(wait=True, cancel_futures=True)
+        if worker is not None:
+            worker.close()
+        if own_forks:
+            forks.close()
     worker_facts: dict[str, Any] = {"stdout": "", "stderr": "", "restarts": 0, "warnings": [], "protections": {}}
     if worker is not None:
         worker_facts.update(worker.captured(), restarts=worker.restarts, **_protections(worker, options))

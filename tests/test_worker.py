@@ -11,7 +11,7 @@ import pytest
 
 from grader.invoke import Call, Request, TensorInput, invoke
 from grader.worker import protocol
-from grader.worker.client import Worker, WorkerLimits
+from grader.worker.client import ForkServer, Worker, WorkerLimits
 from conftest import grade
 
 FUNCTIONS = ["differential_lambda", "differential_attention"]
@@ -31,9 +31,16 @@ def leave():
 
 
 @pytest.fixture(scope="module")
-def worker() -> Worker:
+def forks() -> ForkServer:
+    """One fork server for the workers of this module."""
+    with ForkServer() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def worker(forks: ForkServer) -> Worker:
     """One worker on a file with a correct lambda and functions that crash, hang or exit."""
-    running = Worker(MISBEHAVING, "misbehaving.py", FUNCTIONS + ["crash"], WorkerLimits(call_timeout_s=3, max_restarts=3))
+    running = Worker(MISBEHAVING, "misbehaving.py", FUNCTIONS + ["crash"], WorkerLimits(call_timeout_s=3, max_restarts=3), forks)
     yield running
     running.close()
 
@@ -87,9 +94,9 @@ def test_output_is_captured(worker: Worker) -> None:
     assert "lambda was called" in worker.captured()["stdout"]
 
 
-def test_a_function_that_keeps_crashing_is_not_called_again() -> None:
+def test_a_function_that_keeps_crashing_is_not_called_again(forks: ForkServer) -> None:
     """After two crashes a function fails at once; other functions still run."""
-    worker = Worker(MISBEHAVING, "misbehaving.py", FUNCTIONS, WorkerLimits(call_timeout_s=3))
+    worker = Worker(MISBEHAVING, "misbehaving.py", FUNCTIONS, WorkerLimits(call_timeout_s=3), forks)
     try:
         messages = [invoke(worker, Request((Call("crash"),))).failure for _ in range(3)]
         assert _lambda_call(worker) == pytest.approx(0.2, abs=1e-15)
@@ -98,10 +105,10 @@ def test_a_function_that_keeps_crashing_is_not_called_again() -> None:
     assert messages[2] == "not run: crash already crashed or hung the worker 2 times"
 
 
-def test_restart_cap_stops_endless_crashes() -> None:
+def test_restart_cap_stops_endless_crashes(forks: ForkServer) -> None:
     """After max_restarts restarts, further calls fail at once without a new worker."""
     limits = WorkerLimits(call_timeout_s=3, max_restarts=1, max_failures_per_function=9)
-    worker = Worker(MISBEHAVING, "misbehaving.py", FUNCTIONS, limits)
+    worker = Worker(MISBEHAVING, "misbehaving.py", FUNCTIONS, limits, forks)
     try:
         messages = [invoke(worker, Request((Call("crash"),))).failure for _ in range(3)]
     finally:

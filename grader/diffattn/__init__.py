@@ -9,7 +9,7 @@ from grader.exercise import Exercise
 
 def exercise() -> Exercise:
     """The exercise description the harness grades with."""
-    from grader.diffattn import toy
+    from grader.diffattn import handout, suite, toy
 
     return Exercise(
         name="diff_attention",
@@ -20,4 +20,6 @@ def exercise() -> Exercise:
         default_reference="reference/diff_attention.py",
         experiment=toy.experiment,
         experiment_frame=toy.shared_fields,
+        prepare=suite.prepare,
+        handout=handout.files,
     )

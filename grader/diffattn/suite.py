@@ -7,9 +7,10 @@ made once per run, through :meth:`GradingContext.memo`.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
-from grader.diffattn import cases, verdicts
+from grader.diffattn import cases, expected, verdicts
 from grader.diffattn.signatures import signature_problem
 from grader.diffattn.cases import STRIDED, AttentionCase, LambdaCase, paper_lambda_init
 from grader.invoke import Call, Outcome, Request, ResultOf, TensorInput, invoke
@@ -17,8 +18,12 @@ from grader.plugin import GradingContext
 
 LAMBDA = "differential_lambda"
 ATTENTION = "differential_attention"
+# Each case set is drawn once per seed and process: the same case objects then
+# key the oracle's cached truths (expected.py), which a batch computes once.
+_per_seed = functools.lru_cache(maxsize=4)
 
 
+@_per_seed
 def lambda_values(seed: int) -> list[LambdaCase]:
     """Vectors of several lengths, both dtypes, the default, the paper's and out-of-[0, 1] lambda_init, lambda > 3 and < -2."""
     rng = cases.generator(seed, "lambda_values")
@@ -34,12 +39,14 @@ def lambda_values(seed: int) -> list[LambdaCase]:
     ]
 
 
+@_per_seed
 def lambda_strided(seed: int) -> list[LambdaCase]:
     """Sliced (non-contiguous) lambda vectors in both dtypes."""
     rng = cases.generator(seed, "lambda_strided")
     return [cases.lambda_case(rng, 5, dtype, 0.2, layout="sliced") for dtype in ("float32", "float64")]
 
 
+@_per_seed
 def attention_causal(seed: int) -> list[AttentionCase]:
     """Causal cases: several shapes including T=1 and T=37, both dtypes, two with the argument omitted."""
     rng = cases.generator(seed, "attention_causal")
@@ -53,6 +60,7 @@ def attention_causal(seed: int) -> list[AttentionCase]:
     ]
 
 
+@_per_seed
 def attention_noncausal(seed: int) -> list[AttentionCase]:
     """causal=False cases: several shapes including T=1 and T=33, both dtypes, once passed positionally."""
     rng = cases.generator(seed, "attention_noncausal")
@@ -64,6 +72,7 @@ def attention_noncausal(seed: int) -> list[AttentionCase]:
     ]
 
 
+@_per_seed
 def attention_coefficients(seed: int) -> list[AttentionCase]:
     """Negative, zero, exactly one, greater-than-one, int and 0-dim tensor (also float64 with float32 inputs) coefficients."""
     rng = cases.generator(seed, "attention_coefficients")
@@ -79,6 +88,7 @@ def attention_coefficients(seed: int) -> list[AttentionCase]:
     ]
 
 
+@_per_seed
 def attention_large_logits(seed: int) -> list[AttentionCase]:
     """float32 inputs whose scaled logits reach 100 to 250 in magnitude (a naive exp overflows)."""
     rng = cases.generator(seed, "attention_large_logits")
@@ -88,6 +98,7 @@ def attention_large_logits(seed: int) -> list[AttentionCase]:
     ]
 
 
+@_per_seed
 def attention_strided(seed: int) -> list[AttentionCase]:
     """Transposed, head-permuted and sliced views as inputs, both dtypes, tensor coefficient."""
     rng = cases.generator(seed, "attention_strided")
@@ -97,6 +108,7 @@ def attention_strided(seed: int) -> list[AttentionCase]:
     ]
 
 
+@_per_seed
 def attention_gradients(seed: int) -> list[AttentionCase]:
     """Gradient cases: tensor coefficient, both dtypes, causal and not, T=1 and T=34, large logits, frozen inputs."""
     rng = cases.generator(seed, "attention_gradients")
@@ -113,6 +125,7 @@ def attention_gradients(seed: int) -> list[AttentionCase]:
     ]
 
 
+@_per_seed
 def end_to_end(seed: int) -> list[AttentionCase]:
     """differential_lambda feeding differential_attention, with the paper's lambda_init."""
     rng = cases.generator(seed, "end_to_end")
@@ -186,6 +199,7 @@ def attention_outcome(grading: GradingContext, set_name: str, index: int, case: 
     return outcome(grading, (set_name, index, grads), attention_request(case, grads))
 
 
+@_per_seed
 def row_sums(seed: int) -> list[AttentionCase]:
     """Every token shares one value vector c, so each output row must be (1 - λ) c."""
     rng = cases.generator(seed, "row_sums")
@@ -195,13 +209,39 @@ def row_sums(seed: int) -> list[AttentionCase]:
     ]
 
 
+@_per_seed
 def lambda_zero(seed: int) -> list[AttentionCase]:
     """coefficient 0: the result must be ordinary causal (or full) softmax attention of branch 1."""
     rng = cases.generator(seed, "lambda_zero")
     return [cases.attention_case(rng, (2, 2, 5, 4), dtype, causal, 0.0) for dtype, causal in (("float64", True), ("float32", False))]
 
 
+@_per_seed
 def identical_maps(seed: int) -> list[AttentionCase]:
     """q2 = q1, k2 = k1 and coefficient 1: the two maps cancel and the output is 0."""
     rng = cases.generator(seed, "identical_maps")
     return [cases.identical_branches(cases.attention_case(rng, (1, 2, 6, 4), dtype, True)) for dtype in ("float64", "float32")]
+
+
+VALUE_SETS = ("attention_causal", "attention_noncausal", "attention_coefficients", "attention_large_logits",
+              "attention_strided", "row_sums", "lambda_zero", "identical_maps")  # fmt: skip
+GRADIENT_SETS = ("attention_gradients", "attention_strided", "end_to_end")
+
+
+def prepare(seed: int) -> None:
+    """Draw every case set for ``seed`` and compute the oracle's truths for them, once.
+
+    A batch calls this before it forks one grading process per student, so
+    that each of them inherits the expected values instead of computing them.
+    """
+    for case in lambda_values(seed):
+        expected.lambda_value(case)
+        expected.lambda_grads(case)
+    for case in lambda_strided(seed):
+        expected.lambda_value(case)
+    for name in VALUE_SETS:
+        for case in globals()[name](seed):
+            expected.attention_output(case)
+    for name in GRADIENT_SETS:
+        for case in globals()[name](seed):
+            expected.attention_grads(case)

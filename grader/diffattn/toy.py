@@ -20,6 +20,7 @@ import numpy as np
 from grader.compare import Comparison, combine, compare
 from grader.diffattn import cases, expected
 from grader.diffattn.cases import AttentionCase
+from grader.diffattn.expected import Truth
 from grader.diffattn.suite import ATTENTION, attention_request
 from grader.diffattn.verdicts import tensor_result, unreadable
 from grader.exercise import ExperimentUnavailable
@@ -49,11 +50,23 @@ def toy_case(seed: int) -> tuple[AttentionCase, np.ndarray]:
     return case, offset
 
 
-def sweep(worker: Worker, seed: int) -> Sweep:
-    """Run differential_attention at every λ, with and without the offset, in one round trip."""
+def sweep_cases(seed: int) -> tuple[list[AttentionCase], list[AttentionCase], np.ndarray]:
+    """The cases at every λ with the offset, the same without it, and the offset."""
     base, offset = toy_case(seed)
     signal_only = [replace(base, coefficient=lam) for lam in LAMBDAS]
     with_offset = [replace(case, value=case.value + offset, note="toy experiment, values + offset") for case in signal_only]
+    return with_offset, signal_only, offset
+
+
+def offset_contribution(lam: float, shifted: AttentionCase, plain: AttentionCase, offset: np.ndarray) -> Truth:
+    """What output(values + offset) - output(values) must be at ``lam`` for one sequence: (1 - λ)·offset in every row."""
+    allowed = expected.attention_output(shifted).allowed + expected.attention_output(plain).allowed
+    return Truth(np.broadcast_to((1.0 - lam) * offset, (TOKENS, 2 * WIDTH)), allowed[0, 0])
+
+
+def sweep(worker: Worker, seed: int) -> Sweep:
+    """Run differential_attention at every λ, with and without the offset, in one round trip."""
+    with_offset, signal_only, offset = sweep_cases(seed)
     calls = tuple(attention_request(case).calls[0] for case in with_offset + signal_only)
     return Sweep(with_offset, signal_only, offset, invoke(worker, Request(calls)))
 
@@ -106,9 +119,8 @@ def verdict(result: Sweep) -> Comparison:
     for lam, shifted_case, plain_case, shifted, plain in zip(
         LAMBDAS, result.with_offset, result.signal_only, outputs[:n], outputs[n:]
     ):
-        allowed = expected.attention_output(shifted_case).allowed + expected.attention_output(plain_case).allowed
-        wanted = np.broadcast_to((1.0 - lam) * result.offset, (TOKENS, 2 * WIDTH))
-        found.append(compare(f"toy experiment at λ={lam:g}: offset contribution, output(values + offset) - output(values)", shifted - plain, wanted, allowed[0, 0]))
+        truth = offset_contribution(lam, shifted_case, plain_case, result.offset)
+        found.append(compare(f"toy experiment at λ={lam:g}: offset contribution, output(values + offset) - output(values)", shifted - plain, truth.values, truth.allowed))
     return combine(found)
 
 

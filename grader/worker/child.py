@@ -1,19 +1,28 @@
-"""The worker process: loads a submission and evaluates the calls it is sent.
+"""The worker side: a warm fork server, and the worker each fork becomes.
 
-Run as ``python -I -u child.py REQUEST_FD RESPONSE_FD CONFIG_JSON`` by
-:mod:`grader.worker.client`, in an empty working directory. Everything here is
-on the untrusted side of the boundary: the worker reports plain arrays and
-observed facts, and the grader process decides what they are worth. Resource
-limits are applied before numpy or torch is imported so that they bind the
-whole process; the isolation of :mod:`isolation` follows once torch is warm,
-before the submission is loaded.
+Run as ``python -I -u child.py LISTENER_FD`` by :mod:`grader.worker.client`.
+The process imports numpy and torch once, warms them up, then accepts
+requests on the listening Unix socket: each brings the descriptors of one
+worker (requests, replies, stdout, stderr, exit status) and its
+configuration, and is answered with a forked child's pid and pidfd. So a
+worker starts in milliseconds instead of paying for a torch import.
+
+The forked child is on the untrusted side of the boundary: it applies the
+resource limits and the isolation of :mod:`isolation`, loads the submission,
+and reports plain arrays and observed facts; the grader process decides what
+they are worth.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import resource
+import select
+import signal
+import socket
+import struct
 import sys
 import time
 import traceback
@@ -28,29 +37,154 @@ LIMITS = {
     "core": resource.RLIMIT_CORE,
 }
 TEXT_LIMIT = 4000
+# The descriptors a forked worker gets, in this order, and where it keeps them.
+WORKER_FDS = ("requests", "responses", "stdout", "stderr", "status")
+REQUESTS_FD, RESPONSES_FD = 3, 4
+CONFIG_BYTES = 1 << 20
 
 
 def apply_limits(limits: dict[str, int | None]) -> None:
-    """Set the resource limits named in ``limits`` (None leaves one unchanged)."""
+    """Set the resource limits named in ``limits`` (None leaves one unchanged).
+
+    The worker is forked from a process that already holds torch, so an
+    address-space limit below what it maps now would only make it fail later
+    in some unrelated allocation: refuse it here, in words.
+    """
+    wanted = limits.get("address_space")
+    if wanted is not None:
+        with open("/proc/self/statm") as stream:
+            mapped = int(stream.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        if wanted < mapped + (64 << 20):
+            raise MemoryError(f"the memory limit of {wanted >> 20} MiB is below the {mapped >> 20} MiB "
+                              "that the warmed-up worker maps before loading anything, plus 64 MiB")  # fmt: skip
     for name, value in limits.items():
         if value is not None:
             resource.setrlimit(LIMITS[name], (value, value))
 
 
 def main(argv: list[str]) -> int:
-    """Serve requests on the two descriptors until told to exit or the channel closes."""
-    request_fd, response_fd = int(argv[1]), int(argv[2])
-    config = json.loads(argv[3])
-    del sys.argv[1:]  # the submission has no business with the descriptors or the hidden paths
-    apply_limits(config["limits"])
+    """Warm up, then fork one worker per request on the listening socket, forever."""
+    listener = socket.socket(fileno=int(argv[1]))
+    del sys.argv[1:]  # the submissions have no business with the descriptors
     # Loaded from their files: putting the grader's folder on sys.path would
     # let the submission import whatever lies beside it (the reference, say).
     protocol, isolation = (_load_sibling(name) for name in ("protocol", "isolation"))
     isolation.die_with_parent()
+    ForkServer(listener, Server(), protocol, isolation).serve()
+    return 0
 
-    requests = os.fdopen(request_fd, "rb", buffering=0)
-    responses = os.fdopen(response_fd, "wb", buffering=0)
-    server = Server()
+
+class ForkServer:
+    """Accepts fork requests and reaps the workers, passing on how each ended."""
+
+    def __init__(self, listener: socket.socket, server: Server, protocol: Any, isolation: Any) -> None:
+        self.listener = listener
+        self.server = server
+        self.protocol = protocol
+        self.isolation = isolation
+        self.status_fds: dict[int, int] = {}
+        self.wake_read, wake_write = os.pipe()
+        for fd in (self.wake_read, wake_write):
+            os.set_blocking(fd, False)
+        signal.set_wakeup_fd(wake_write)
+        signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so that SIGCHLD wakes select
+
+    def serve(self) -> None:
+        """Answer fork requests and reap workers until the grader goes away."""
+        while True:
+            try:
+                ready, _, _ = select.select([self.listener, self.wake_read], [], [])
+            except InterruptedError:
+                continue
+            if self.wake_read in ready:
+                while True:
+                    try:
+                        if not os.read(self.wake_read, 4096):
+                            break
+                    except BlockingIOError:
+                        break
+                self.reap()
+            if self.listener in ready:
+                connection, _ = self.listener.accept()
+                with connection:
+                    self.answer(connection)
+
+    def answer(self, connection: socket.socket) -> None:
+        """Fork one worker for the request on ``connection`` and send back its pid and pidfd."""
+        credentials = connection.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        if struct.unpack("3i", credentials)[1] != os.getuid():
+            return  # only the grader's own user may ask for workers
+        connection.settimeout(10)
+        try:
+            message, fds, _, _ = socket.recv_fds(connection, CONFIG_BYTES, len(WORKER_FDS))
+        except OSError:
+            return
+        try:
+            config = json.loads(message)
+            if len(fds) != len(WORKER_FDS):
+                return
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    self.become_worker(config, fds)
+                finally:
+                    os._exit(70)
+            self.status_fds[pid] = os.dup(fds[WORKER_FDS.index("status")])
+            pidfd = os.pidfd_open(pid)
+            try:
+                socket.send_fds(connection, [json.dumps({"pid": pid}).encode()], [pidfd])
+            finally:
+                os.close(pidfd)
+        except (OSError, ValueError):
+            return
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+    def reap(self) -> None:
+        """Collect every worker that ended and write its exit code to its status pipe."""
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            fd = self.status_fds.pop(pid, None)
+            if fd is not None:
+                try:
+                    os.write(fd, str(os.waitstatus_to_exitcode(status)).encode())
+                except OSError:
+                    pass  # the grader stopped listening
+                os.close(fd)
+
+    def become_worker(self, config: dict[str, Any], fds: list[int]) -> None:
+        """In the forked child: take the descriptors, the limits and the isolation, then serve."""
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        os.setsid()
+        high = {name: fcntl.fcntl(fd, fcntl.F_DUPFD, 64) for name, fd in zip(WORKER_FDS, fds)}
+        os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+        for name, target in (("stdout", 1), ("stderr", 2), ("requests", REQUESTS_FD), ("responses", RESPONSES_FD)):
+            os.dup2(high[name], target)
+        os.closerange(RESPONSES_FD + 1, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+        os.chdir(config["workdir"])
+        os.environ["HOME"] = config["workdir"]
+        self.isolation.die_with_parent()
+        requests = os.fdopen(REQUESTS_FD, "rb", buffering=0)
+        responses = os.fdopen(RESPONSES_FD, "wb", buffering=0)
+        try:
+            apply_limits(config["limits"])
+        except MemoryError as exc:
+            print(f"diffgrade worker: {exc}", file=sys.stderr)
+            os._exit(71)
+        code = serve_submission(requests, responses, self.server, config, self.protocol, self.isolation)
+        sys.stdout.flush()
+        os._exit(code)  # skip interpreter teardown: it costs torch most of a second
+
+
+def serve_submission(requests: Any, responses: Any, server: Server, config: dict[str, Any], protocol: Any, isolation: Any) -> int:
+    """Fence this worker in, say it is ready, then answer requests until told to exit or the channel closes."""
     fenced = isolation.isolate(config["isolation"]) if config["isolation"] else {"protections": {}, "warnings": []}
     protocol.write_message(responses, {**server.ready(), **fenced})
     while True:
@@ -260,7 +394,7 @@ class Run:
         reply: dict[str, Any] = {"status": "ok", "calls": calls, "inputs_after_forward": self.input_changes()}
         backward = self.header.get("backward")
         if backward is not None:
-            reply["backward"] = self.backward(backward["call"], self.arrays[backward["cotangent"]])
+            reply["backward"] = self.backward(backward["calls"], [self.arrays[i] for i in backward["cotangents"]])
             reply["inputs_after_backward"] = self.input_changes()
         return reply, self.out_arrays
 
@@ -311,21 +445,22 @@ class Run:
             changes.append({"values_changed": not same, "version_before": version, "version_after": tensor._version})
         return changes
 
-    def backward(self, index: int, cotangent: Any) -> dict[str, Any]:
-        """Gradients of <result[index], cotangent> with respect to the inputs that require them."""
+    def backward(self, indices: list[int], cotangents: list[Any]) -> dict[str, Any]:
+        """Gradients of the sum of <result[i], cotangent_i> with respect to the inputs that require them.
+
+        One pass for all: calls on separate inputs get their own gradients.
+        """
         torch = self.torch
-        output = self.results[index]
-        if type(output) is not self.server.tensor_type:
+        outputs = [self.results[i] for i in indices]
+        if any(type(output) is not self.server.tensor_type for output in outputs):
             return {"status": "skipped", "reason": "the call did not return a plain torch.Tensor"}
         wanted = [i for i, t in enumerate(self.tensors) if t.requires_grad]
-        dtype = output.dtype if output.is_floating_point() else torch.float64
+        seeds = [
+            torch.from_numpy(cotangent.copy()).to(output.dtype if output.is_floating_point() else torch.float64).reshape(output.shape)
+            for output, cotangent in zip(outputs, cotangents)
+        ]
         try:
-            grads = self.server.autograd_grad(
-                [output],
-                [self.tensors[i] for i in wanted],
-                grad_outputs=[torch.from_numpy(cotangent.copy()).to(dtype).reshape(output.shape)],
-                allow_unused=True,
-            )
+            grads = self.server.autograd_grad(outputs, [self.tensors[i] for i in wanted], grad_outputs=seeds, allow_unused=True)
         except BaseException as exc:
             return {"status": "raised", "error": self.server.describe_exception(exc)}
         found: dict[str, Any] = {}

@@ -1,11 +1,13 @@
-"""The grader's side of a worker: spawn it, talk to it with deadlines, restart it.
+"""The grader's side of the workers: a fork server, and one worker per submission.
 
-A :class:`Worker` owns one child process running ``child.py`` on one
-submission. Every exchange has a wall-clock deadline; a worker that dies,
-hangs or sends garbage is killed (its whole process group), and the next
-request starts a fresh one, until a restart cap or the time budget says stop.
-Nothing the worker sends is trusted beyond its shape: :mod:`protocol` loads
-arrays without pickle, and callers validate every field they use.
+A :class:`ForkServer` is a process running ``child.py`` that imports torch
+once and forks a fresh worker on request (one per submission, and one per
+restart). A :class:`Worker` owns one submission's current worker. Every
+exchange has a wall-clock deadline; a worker that dies, hangs or sends
+garbage is killed (with everything it started), and the next request forks a
+fresh one, until a restart cap or the time budget says stop. Nothing the
+worker sends is trusted beyond its shape: :mod:`protocol` loads arrays
+without pickle, and callers validate every field they use.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import os
 import select
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -91,6 +94,121 @@ class CappedOutput:
         return text + (f"\n[... {self.dropped} more bytes dropped]" if self.dropped else "")
 
 
+class ForkServer:
+    """The warm process that forks workers; start one per grading session and share it.
+
+    It listens on a Unix socket in a folder only the grader's user can enter
+    (and which the workers' isolation hides). Until the server has imported
+    torch, requests wait in the socket's backlog, so creating one costs the
+    caller nothing: the first :meth:`fork` waits for the warm-up instead.
+    """
+
+    def __init__(self) -> None:
+        self.directory = tempfile.mkdtemp(prefix="diffgrade-forks-")
+        self.address = os.path.join(self.directory, "forks")
+        self._log = tempfile.TemporaryFile(prefix="diffgrade-forks-log-")
+        env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": self.directory, "OMP_NUM_THREADS": "1"}
+        env.update({k: os.environ[k] for k in ENVIRONMENT_KEPT if k in os.environ})
+        with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as listener:
+            listener.bind(self.address)
+            listener.listen(128)
+            self._process = subprocess.Popen(
+                [sys.executable, "-I", "-u", str(CHILD_SCRIPT), str(listener.fileno())],
+                stdin=subprocess.DEVNULL,
+                stdout=self._log,
+                stderr=self._log,
+                pass_fds=(listener.fileno(),),
+                cwd=self.directory,
+                env=env,
+                start_new_session=True,
+            )
+
+    def fork(self, config: dict[str, Any], fds: list[int], status_fd: int, timeout: float) -> ForkedProcess:
+        """Fork a worker with ``config`` and the descriptors ``fds`` (see child.WORKER_FDS)."""
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as connection:
+                connection.settimeout(timeout)
+                connection.connect(self.address)
+                socket.send_fds(connection, [json.dumps(config).encode()], fds)
+                message, pidfds, _, _ = socket.recv_fds(connection, 4096, 1)
+        except OSError as exc:  # socket.timeout included
+            raise WorkerStartFailure(f"the fork server did not answer ({exc or 'timed out'}){self.last_words()}") from None
+        try:
+            pid = int(json.loads(message)["pid"])
+        except (ValueError, KeyError, TypeError):
+            for fd in pidfds:
+                os.close(fd)
+            raise WorkerStartFailure(f"the fork server gave no worker{self.last_words()}") from None
+        if len(pidfds) != 1:
+            raise WorkerStartFailure("the fork server sent no process handle for the worker")
+        return ForkedProcess(pid, pidfds[0], status_fd)
+
+    def last_words(self) -> str:
+        """The server's last line of output, as a suffix for error messages."""
+        self._log.seek(0, os.SEEK_END)
+        self._log.seek(max(0, self._log.tell() - 4096))
+        lines = [line.strip() for line in self._log.read().decode("utf-8", "replace").splitlines() if line.strip()]
+        dead = self._process.poll()
+        ended = f"; the fork server ended ({describe_exit(dead)})" if dead is not None else ""
+        return f"{ended}; its last words: {lines[-1]}" if lines else ended
+
+    def close(self) -> None:
+        """Stop the server; its workers die with it (parent-death signal)."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self._process.pid, signal.SIGKILL)
+        self._process.wait()
+        self._log.close()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def __enter__(self) -> ForkServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class ForkedProcess:
+    """A worker forked by the fork server: killed through its pidfd, its exit code read from a pipe.
+
+    The fork server reaps the worker and writes its exit code (Popen's
+    convention: negative for a signal) to the status pipe; end of file without
+    a code means the server itself is gone, which kills the worker too.
+    """
+
+    def __init__(self, pid: int, pidfd: int, status_fd: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+        self._pidfd = pidfd
+        self._status_fd = status_fd
+
+    def poll(self) -> int | None:
+        """The exit code if the worker has ended and been reaped, else None."""
+        if self.returncode is None and select.select([self._status_fd], [], [], 0)[0]:
+            self._collect()
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Wait for the exit code; raise subprocess.TimeoutExpired after ``timeout`` seconds."""
+        if self.returncode is None:
+            if not select.select([self._status_fd], [], [], timeout)[0]:
+                raise subprocess.TimeoutExpired("worker", timeout or 0)
+            self._collect()
+        assert self.returncode is not None
+        return self.returncode
+
+    def kill(self) -> None:
+        """SIGKILL the worker (never another process that reused its pid)."""
+        if self.returncode is None:
+            with contextlib.suppress(ProcessLookupError, OSError):
+                signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+
+    def _collect(self) -> None:
+        text = os.read(self._status_fd, 64).decode("ascii", "replace").strip()
+        self.returncode = int(text) if text.lstrip("-").isdigit() else -signal.SIGKILL
+        for fd in (self._pidfd, self._status_fd):
+            os.close(fd)
+
+
 class _Deadline:
     """File-like access to a pipe descriptor that gives up at a deadline."""
 
@@ -122,9 +240,10 @@ class Worker:
     """One submission's worker process, restarted on demand."""
 
     def __init__(
-        self, source: str, filename: str, functions: list[str], limits: WorkerLimits,
+        self, source: str, filename: str, functions: list[str], limits: WorkerLimits, forks: ForkServer,
         *, isolate: bool = True, hide: tuple[str, ...] = (),
     ) -> None:  # fmt: skip
+        self.forks = forks
         self.isolate = isolate
         self.hide = hide
         self.source = source
@@ -135,7 +254,7 @@ class Worker:
         self.started_at = time.monotonic()
         self.info: dict[str, Any] = {}
         self.load_reply: dict[str, Any] | None = None
-        self._process: subprocess.Popen[bytes] | None = None
+        self._process: ForkedProcess | None = None
         self._workdir: str | None = None
         self._ready = False
         self._spawns = 0
@@ -144,37 +263,34 @@ class Worker:
         self._captured = {"stdout": "", "stderr": ""}
 
     def spawn(self) -> None:
-        """Start the child process without waiting for it (torch imports meanwhile)."""
+        """Have the fork server fork a fresh worker (it waits for the server's warm-up, once)."""
         self._spawns += 1
         self._workdir = tempfile.mkdtemp(prefix="diffgrade-worker-")
         request_read, self._request_fd = os.pipe()
         self._response_fd, response_write = os.pipe()
-        env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": self._workdir, "OMP_NUM_THREADS": "1"}
-        env.update({k: os.environ[k] for k in ENVIRONMENT_KEPT if k in os.environ})
+        (stdout_read, stdout_write), (stderr_read, stderr_write), (status_read, status_write) = (os.pipe() for _ in range(3))
         isolation = None
         if self.isolate:
             isolation = {
-                "hide": list(self.hide),
+                "hide": [*self.hide, self.forks.directory],
                 "workdir": self._workdir,
                 "workdir_bytes": self.limits.workdir_bytes,
                 "max_processes": self.limits.max_processes,
             }
-        config = json.dumps({"limits": self.limits.rlimits(), "isolation": isolation})
-        command = [sys.executable, "-I", "-u", str(CHILD_SCRIPT), str(request_read), str(response_write), config]
-        self._process = subprocess.Popen(
-            command,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            pass_fds=(request_read, response_write),
-            cwd=self._workdir,
-            env=env,
-            start_new_session=True,
-        )
-        os.close(request_read)
-        os.close(response_write)
-        self._outputs = [CappedOutput(self._process.stdout, self.limits.output_bytes),
-                         CappedOutput(self._process.stderr, self.limits.output_bytes)]  # fmt: skip
+        config = {"limits": self.limits.rlimits(), "isolation": isolation, "workdir": self._workdir}
+        theirs = [request_read, response_write, stdout_write, stderr_write, status_write]
+        try:
+            self._process = self.forks.fork(config, theirs, status_read, self.limits.startup_timeout_s)
+        except WorkerStartFailure:
+            for fd in (self._request_fd, self._response_fd, stdout_read, stderr_read, status_read):
+                os.close(fd)
+            shutil.rmtree(self._workdir, ignore_errors=True)
+            raise
+        finally:
+            for fd in theirs:
+                os.close(fd)
+        self._outputs = [CappedOutput(os.fdopen(stdout_read, "rb"), self.limits.output_bytes),
+                         CappedOutput(os.fdopen(stderr_read, "rb"), self.limits.output_bytes)]  # fmt: skip
         self._ready = False
 
     def load(self) -> dict[str, Any]:
@@ -199,12 +315,17 @@ class Worker:
         assert self.load_reply is not None
         return self.load_reply
 
-    def run(self, header: dict[str, Any], arrays: list[np.ndarray]) -> tuple[dict[str, Any], list[np.ndarray]]:
+    def run(
+        self, header: dict[str, Any], arrays: list[np.ndarray], *, diagnostic: bool = False
+    ) -> tuple[dict[str, Any], list[np.ndarray]]:
         """Send one request and return the reply, restarting a dead worker first.
 
         Functions that already crashed or hung the worker
         ``max_failures_per_function`` times are not called again, so one broken
-        function cannot use up the restarts that the others need.
+        function cannot use up the restarts that the others need. A
+        ``diagnostic`` request (extra calls that only explain a failure) gets
+        one call's timeout in all, and its failure is not counted, so it
+        cannot change how later requests run.
         """
         functions = sorted({str(call.get("fn")) for call in header.get("calls", [])})
         for name in functions:
@@ -219,12 +340,12 @@ class Worker:
             raise WorkerFailure("not run: the submission could not be imported again after the worker restarted")
         count = max(1, len(header.get("calls", [])))
         what = "the call" if count == 1 else f"the {count} calls"
-        timeout = min(self.limits.call_timeout_s * count, remaining)  # per call, also in a batch of calls
+        timeout = min(self.limits.call_timeout_s * (1 if diagnostic else count), remaining)  # per call, also in a batch
         try:
             self._send({"op": "run", **header}, arrays, timeout, what)
             return self._receive(timeout, what)
         except WorkerFailure:
-            for name in functions:
+            for name in functions if not diagnostic else ():
                 self._failures[name] = self._failures.get(name, 0) + 1
             raise
 
@@ -274,10 +395,11 @@ class Worker:
         """
         if self._process is None:
             return
-        if self._process.returncode is None:  # once reaped, its pid may already belong to someone else
-            for pid in [*descendants(self._process.pid), self._process.pid]:
+        if self._process.poll() is None:  # once reaped, its pid may already belong to someone else
+            for pid in descendants(self._process.pid):
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGKILL)
+            self._process.kill()
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self._process.pid, signal.SIGKILL)
         self._process.wait()

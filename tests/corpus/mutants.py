@@ -21,6 +21,8 @@ from pathlib import Path
 CORRECT_DIR = Path(__file__).resolve().parent / "correct"
 WRONG_DIR = Path(__file__).resolve().parent / "wrong"
 COMPLETED_STUB = "<the exercise stub, completed>"  # a base built by completed_stub_source()
+# The hint id naming the bug of each file in wrong/ that has one (like Mutant.misconception).
+WRONG_MISCONCEPTIONS = {"joint_normaliser": "joint_normaliser", "logit_difference": "logit_difference"}
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,7 @@ class Mutant:
     new: str  # replacement
     tier: str  # "T1", "T2" or "T3": the tier that must lose points
     bug: str  # one sentence: what a student did wrong
+    misconception: str | None = None  # the hint id (grader/diffattn/misconceptions.py) naming this bug, if any
 
 
 _MASK_LINES = (
@@ -55,11 +58,13 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "no_mask", "matmul_tril.py", _MASK_LINES, "", "T2",
         "Built the causal mask but never applied it, so queries see future keys.",
+        misconception="no_mask",
     ),
     Mutant(
         "mask_first_branch_only", "matmul_tril.py",
         '        logits2 = logits2.masked_fill(~keep, float("-inf"))\n', "", "T2",
         "Masked the first branch only; the second map still attends to future keys.",
+        misconception="mask_first_branch_only",
     ),
     Mutant(
         "mask_after_softmax", "matmul_tril.py",
@@ -73,42 +78,51 @@ MUTANTS: tuple[Mutant, ...] = (
         "        attn2 = attn2 * keep\n",
         "T2",
         "Zeroed the future entries after the softmax without renormalising the rows.",
+        misconception="mask_after_softmax",
     ),
     Mutant(
         "mask_hides_diagonal", "matmul_tril.py", ".tril()", ".tril(diagonal=-1)", "T2",
         "Kept only the strictly lower triangle, hiding each token from itself (row 0 becomes NaN).",
+        misconception="mask_hides_diagonal",
     ),
     Mutant(
         "mask_wrong_triangle", "matmul_tril.py", ".tril()", ".triu()", "T2",
         "Kept the upper triangle, so queries see the future and not the past.",
+        misconception="mask_wrong_triangle",
     ),
     Mutant(
         "mask_greater_equal", "finite_mask.py",
         "future = cols > rows", "future = cols >= rows", "T2",
         "Used >= when building the mask, which also hides the diagonal key.",
+        misconception="mask_hides_diagonal",
     ),
     Mutant(
         "causal_default_false", "matmul_tril.py", "causal=True", "causal=False", "T2",
         "Changed the default of causal to False, so a call without the argument is unmasked.",
+        misconception="causal_default_false",
     ),
     # ---- softmax and scaling ------------------------------------------------
     Mutant(
         "softmax_over_queries", "matmul_tril.py", _SOFTMAX_LINES,
         _SOFTMAX_LINES.replace("dim=-1", "dim=-2"), "T2",
         "Normalised over the query axis instead of the key axis.",
+        misconception="softmax_over_queries",
     ),
     Mutant(
         "scale_inverse_d", "einsum.py", "scale = 1.0 / math.sqrt(d)", "scale = 1.0 / d", "T2",
         "Scaled the logits by 1/D instead of 1/sqrt(D).",
+        misconception="scale_inverse_d",
     ),
     Mutant(
         "no_scale", "einsum.py", "scale = 1.0 / math.sqrt(d)", "scale = 1.0", "T2",
         "Forgot to scale the logits at all.",
+        misconception="no_scale",
     ),
     Mutant(
         "scale_value_width", "einsum.py", "scale = 1.0 / math.sqrt(d)",
         "scale = 1.0 / math.sqrt(2 * d)", "T2",
         "Scaled by 1/sqrt(2D), taking the width of the values instead of the queries.",
+        misconception="scale_value_width",
     ),
     Mutant(
         "sdpa_double_scale", "sdpa_twice.py", _SDPA_LINES,
@@ -116,6 +130,7 @@ MUTANTS: tuple[Mutant, ...] = (
         + _SDPA_LINES.replace("(q1,", "(q1 / root,").replace("(q2,", "(q2 / root,"),
         "T2",
         "Divided the queries by sqrt(D) before scaled_dot_product_attention, which scales again.",
+        misconception="scale_inverse_d",
     ),
     Mutant(
         "naive_softmax_overflow", "logsumexp.py",
@@ -124,6 +139,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "T2",
         "Wrote the softmax as exp(s)/sum(exp(s)) without subtracting the maximum, "
         "so large float32 logits overflow to inf and NaN.",
+        misconception="softmax_overflow",
     ),
     # ---- combining the two maps ---------------------------------------------
     Mutant(
@@ -131,11 +147,13 @@ MUTANTS: tuple[Mutant, ...] = (
         "mixed = s1.softmax(-1) - coefficient * s2.softmax(-1)",
         "mixed = coefficient * (s1.softmax(-1) - s2.softmax(-1))", "T2",
         "Multiplied the whole difference by lambda, computing lambda*(A1 - A2).",
+        misconception="lambda_times_difference",
     ),
     Mutant(
         "branches_swapped", "row_loop.py", "weights = w1 - coefficient * w2",
         "weights = w2 - coefficient * w1", "T2",
         "Swapped the branches and computed A2 - lambda*A1.",
+        misconception="branches_swapped",
     ),
     Mutant(
         "float32_inside", "float64_inside.py",
@@ -151,11 +169,13 @@ MUTANTS: tuple[Mutant, ...] = (
         "    return torch.cat([first, -coefficient * second], dim=-1)\n",
         "T2",
         "Treated the two halves of V as separate per-branch values instead of sharing all of V.",
+        misconception="value_split_per_branch",
     ),
     Mutant(
         "value_half_width", "row_loop.py", "* value[:, :, :visible]).sum(dim=2)",
         "* value[:, :, :visible, :width]).sum(dim=2)", "T1",
         "Used only the first D columns of V, returning [B, H, T, D] instead of [B, H, T, 2D].",
+        misconception="value_half_width",
     ),
     Mutant(
         "rmsnorm_on_output", "logsumexp.py",
@@ -164,6 +184,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "    return out * torch.rsqrt(out.pow(2).mean(-1, keepdim=True) + 1e-5)\n",
         "T2",
         "Applied the paper's per-head RMSNorm to the output, which is outside this function.",
+        misconception="normalised_output",
     ),
     Mutant(
         "one_minus_lambda_init_on_output", "stacked_branches.py", "    return signed @ value\n",
@@ -171,6 +192,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "    return (1 - lambda_init) * (signed @ value)\n",
         "T2",
         "Multiplied the output by (1 - lambda_init), a step that belongs after the head norm.",
+        misconception="one_minus_lambda_init",
     ),
     # ---- the lambda re-parameterisation -----------------------------------------
     Mutant(
@@ -178,17 +200,20 @@ MUTANTS: tuple[Mutant, ...] = (
         "torch.exp(torch.dot(q1, k1)) - torch.exp(torch.dot(q2, k2))",
         "torch.dot(q1, k1) - torch.dot(q2, k2)", "T2",
         "Left out the exponentials and used the raw dot products.",
+        misconception="lambda_no_exp",
     ),
     Mutant(
         "lambda_no_init", "logsumexp.py",
         "torch.inner(q2, k2).exp() + lambda_init", "torch.inner(q2, k2).exp()", "T2",
         "Forgot to add lambda_init.",
+        misconception="lambda_no_init",
     ),
     Mutant(
         "lambda_sign_swapped", "row_loop.py",
         "return (q1 * k1).sum().exp() - (q2 * k2).sum().exp() + lambda_init",
         "return (q2 * k2).sum().exp() - (q1 * k1).sum().exp() + lambda_init", "T2",
         "Subtracted the first exponential from the second.",
+        misconception="lambda_sign_swapped",
     ),
     Mutant(
         "lambda_clamped", "finite_mask.py",
@@ -196,10 +221,12 @@ MUTANTS: tuple[Mutant, ...] = (
         "    return (first - torch.exp(torch.sum(q2 * k2)) + lambda_init).clamp(0.0, 1.0)\n",
         "T2",
         "Clamped lambda to [0, 1], although the contract allows any real value.",
+        misconception="lambda_clamped",
     ),
     Mutant(
         "lambda_default_changed", "bmm_reshape.py", "lambda_init=0.2", "lambda_init=0.8", "T2",
         "Changed the default lambda_init from 0.2 to 0.8.",
+        misconception="lambda_default_changed",
     ),
     Mutant(
         "lambda_python_float", "einsum.py",
@@ -216,6 +243,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "lambda_elementwise", "sdpa_twice.py",
         "torch.exp(q1 @ k1) - torch.exp(q2 @ k2)", "torch.exp(q1 * k1) - torch.exp(q2 * k2)", "T1",
         "Used elementwise products instead of dot products, returning a vector of length D_lambda.",
+        misconception="lambda_elementwise",
     ),
     Mutant(
         "lambda_float64_returned", "float64_inside.py",
@@ -256,21 +284,25 @@ MUTANTS: tuple[Mutant, ...] = (
         "coefficient_as_float", "sdpa_twice.py", "    return out1 - coefficient * out2\n",
         "    return out1 - float(coefficient) * out2\n", "T3",
         "Converted the coefficient with float(), cutting it out of the graph.",
+        misconception="coefficient_detached",
     ),
     Mutant(
         "coefficient_detached", "float64_inside.py", "coefficient.to(torch.float64) if",
         "coefficient.detach().double() if", "T3",
         "Detached a tensor coefficient while casting it, so lambda receives no gradient.",
+        misconception="coefficient_detached",
     ),
     Mutant(
         "value_detached", "sdpa_twice.py", _SDPA_LINES,
         _SDPA_LINES.replace("value,", "value.detach(),"), "T3",
         "Passed value.detach() to both branches, so V receives no gradient.",
+        misconception="value_detached",
     ),
     Mutant(
         "second_branch_no_grad", "matmul_tril.py", "    attn2 = torch.softmax(logits2, dim=-1)\n",
         "    with torch.no_grad():\n        attn2 = torch.softmax(logits2, dim=-1)\n", "T3",
         "Computed the second map under torch.no_grad(), so q2 and k2 get no gradient.",
+        misconception="second_branch_detached",
     ),
     Mutant(
         "backward_no_rowsum", "custom_function.py", _BACKWARD_DS,
@@ -278,16 +310,19 @@ MUTANTS: tuple[Mutant, ...] = (
         "        ds2 = -lam * a2 * grad_map * ctx.scale\n",
         "T3",
         "Hand-written backward forgot the row-sum term of the softmax Jacobian.",
+        misconception="backward_no_rowsum",
     ),
     Mutant(
         "backward_missing_scale", "custom_function.py", _BACKWARD_DS,
         _BACKWARD_DS.replace(" * ctx.scale\n", "\n"), "T3",
         "Hand-written backward left out the 1/sqrt(D) factor of the logits.",
+        misconception="backward_missing_scale",
     ),
     Mutant(
         "backward_lambda_sign", "custom_function.py", "grad_lam = -(grad_map * a2).sum()",
         "grad_lam = (grad_map * a2).sum()", "T3",
         "Hand-written backward returned the coefficient gradient with the wrong sign.",
+        misconception="coefficient_gradient_sign",
     ),
 )
 

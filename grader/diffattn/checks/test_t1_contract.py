@@ -96,7 +96,7 @@ def test_attention_keeps_dtype(grading: GradingContext) -> None:
     grading.conclude(_judge(observed, _shape_and_dtype, "float32 and float64 inputs gave outputs in their own dtype, on the CPU."))
 
 
-@check("T1", 3, "Both functions accept non-contiguous (strided) inputs")
+@check("T1", 3, "Both functions accept non-contiguous (strided) inputs", visibility="hidden")
 def test_strided_inputs_accepted(grading: GradingContext) -> None:
     observed = _attentions(grading, "attention_strided") + _lambdas(grading, "lambda_strided")
     grading.conclude(_judge(observed, _shape_and_dtype, "Transposed, head-permuted and sliced views were accepted by both functions."))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from grader.compare import Comparison, combine
-from grader.diffattn import expected, suite, toy
+from grader.diffattn import counterexample, expected, misconceptions, suite, toy
 from grader.diffattn.suite import ATTENTION, LAMBDA
 from grader.diffattn.verdicts import function_problem, grads_verdict
 from grader.plugin import GradingContext, check
@@ -18,7 +18,10 @@ def _attention_grads(grading: GradingContext, set_name: str, keys: dict[str, int
         outcome = suite.attention_outcome(grading, set_name, i, case, grads=True)
         what = f"{ATTENTION}({case.label()}) with cotangent G"
         verdicts.append(grads_verdict(outcome, len(outcome.results) - 1, what, expected.attention_grads(case), wanted))
-    grading.conclude(combine(verdicts))
+    verdict = combine(verdicts)
+    misconceptions.attach_hint(grading, verdict, set_name, grads=True, keys=tuple(keys))
+    counterexample.explain_gradients(grading, set_name, verdicts, keys)
+    grading.conclude(verdict)
 
 
 @check("T3", 5, "Gradient with respect to value matches Pᵀ G")
@@ -41,7 +44,7 @@ def test_coefficient_gradient(grading: GradingContext) -> None:
     _attention_grads(grading, "attention_gradients", {"coefficient": 5})
 
 
-@check("T3", 4, "Gradients are right for strided inputs")
+@check("T3", 4, "Gradients are right for strided inputs", visibility="hidden")
 def test_strided_gradients(grading: GradingContext) -> None:
     _attention_grads(grading, "attention_strided", {**INPUTS, "coefficient": 5})
 
@@ -53,7 +56,10 @@ def test_lambda_gradients(grading: GradingContext) -> None:
         outcome = suite.lambda_outcome(grading, "lambda_values", i, case, grads=True)
         what = f"{LAMBDA}({case.label()}) with upstream gradient {case.upstream:.6g}"
         verdicts.append(grads_verdict(outcome, 0, what, expected.lambda_grads(case), {"q1": 0, "k1": 1, "q2": 2, "k2": 3}))
-    grading.conclude(combine(verdicts))
+    verdict = combine(verdicts)
+    misconceptions.attach_hint(grading, verdict, "lambda_values", grads=True)
+    counterexample.explain_lambda(grading, verdicts, grads=True)
+    grading.conclude(verdict)
 
 
 @check("T3", 5, "End to end: differential_lambda → differential_attention → loss, gradients to every vector")

@@ -1,0 +1,446 @@
+"""``diffgrade batch``: grade a whole class with one seed, fast, resumably.
+
+The batch process starts one fork server (torch is imported once), draws the
+reference's preview once, computes the oracle's expected values once
+(:attr:`Exercise.prepare`), and then forks one light grading process per
+submission, ``--jobs`` at a time. Each grading process runs the same
+:func:`grader.session.grade` as ``diffgrade FILE`` does, writes that
+student's reports atomically and sends back one JSON line; whatever happens
+to it (a crash, a hang past its deadline) becomes that student's error
+record, never the batch's end. The gradebook (grades.csv) and the class
+summary are written atomically once all are done, or when interrupted.
+
+A student already graded with the same seed, tiers and grader version, whose
+file is unchanged, is not graded again (unless ``--force``): an interrupted
+batch resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import functools
+import io
+import json
+import os
+import select
+import signal
+import sys
+import tempfile
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from grader import __version__, classreport, report
+from grader.diffattn import exercise as diff_attention
+from grader.audience import for_audience
+from grader.exercise import Exercise
+from grader.session import InternalError, Preview, RunOptions, UsageError, draw_preview, grade
+from grader.submissions import ClassError, Entry, discover, extract
+from grader.worker.client import ForkServer
+from grader.worker.isolation import die_with_parent
+
+STATE_FILE = "batch.json"
+GRACE_S = 60.0  # beyond the submission's own time budget, before its grading process is killed
+
+
+@dataclass(frozen=True)
+class BatchOptions:
+    """What ``diffgrade batch`` was asked to do."""
+
+    out: Path
+    jobs: int
+    force: bool
+    options: RunOptions  # the per-submission options; its submission path is replaced per student
+    audience: Callable[[dict[str, Any]], dict[str, Any]] = lambda document: document
+
+
+@dataclass
+class Outcome:
+    """The end of a batch: one record per student, and whether it was cut short."""
+
+    records: list[dict[str, Any]]
+    graded: int = 0
+    reused: int = 0
+    interrupted: bool = False
+    duration_s: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def record_of(entry: Entry, document: dict[str, Any], tiers: list[str]) -> dict[str, Any]:
+    """The gradebook line and per-check statuses of one graded student."""
+    return {
+        "student": entry.student,
+        "folder": entry.folder,
+        "score": document["score"],
+        "max_score": document["max_score"],
+        "tiers": {t["name"]: t["score"] for t in document["tiers"] if t["name"] in tiers},
+        "status": document["status"],
+        "sha256": document["submission"]["sha256"],
+        "seed": document["seed"],
+        "duration_s": document["duration_s"],
+        "message": document["submission"]["load_error"],
+        "checks": [
+            {"id": c["id"], "title": c["title"], "tier": t["name"], "status": c["status"]}
+            for t in document["tiers"] for c in t["checks"]
+        ],  # fmt: skip
+        "report": f"{entry.folder}/report.html",
+    }
+
+
+def error_record(entry: Entry, seed: int, status: str, message: str, duration_s: float = 0.0) -> dict[str, Any]:
+    """The record of a student who could not be graded (no file, or the grader failed on it)."""
+    return {
+        "student": entry.student,
+        "folder": entry.folder,
+        "score": 0.0,
+        "max_score": None,
+        "tiers": {},
+        "status": status,
+        "sha256": entry.sha256(),
+        "seed": seed,
+        "duration_s": round(duration_s, 3),
+        "message": message,
+        "checks": [],
+        "report": None,
+    }
+
+
+def previous_record(entry: Entry, batch: BatchOptions) -> dict[str, Any] | None:
+    """The record of an earlier grading of this very file with the same settings, if its report is intact."""
+    if batch.force or entry.path is None:
+        return None
+    try:
+        document = json.loads((batch.out / entry.folder / "report.json").read_text(encoding="utf-8"))
+        same = (
+            document["submission"]["sha256"] == entry.sha256()
+            and document["seed"] == batch.options.seed
+            and document["tiers_selected"] == list(batch.options.tiers)
+            and document["grader_version"] == __version__
+            and (batch.out / entry.folder / "report.html").is_file()
+        )
+        return record_of(entry, document, list(batch.options.tiers)) if same else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def grade_student(exercise: Exercise, entry: Entry, batch: BatchOptions, forks: ForkServer, preview: Preview) -> dict[str, Any]:
+    """Grade one student's file and write their reports; return their record."""
+    assert entry.path is not None
+    options = RunOptions(**{**batch.options.__dict__, "submission": entry.path})
+    run = grade(exercise, options, forks=forks, preview=preview)
+    document = batch.audience(report.build(exercise, run))
+    folder = batch.out / entry.folder
+    report.write_atomic(folder / "report.html", report.render_html(document))
+    report.write_atomic(folder / "report.json", report.to_json(document))  # last: its presence marks the student done
+    return record_of(entry, document, list(batch.options.tiers))
+
+
+class _Grading:
+    """One forked grading process and what it has sent so far."""
+
+    def __init__(self, entry: Entry, pid: int, fd: int, deadline: float) -> None:
+        self.entry = entry
+        self.pid = pid
+        self.fd = fd
+        self.deadline = deadline
+        self.started = time.monotonic()
+        self.received = bytearray()
+
+
+def _child(exercise: Exercise, entry: Entry, batch: BatchOptions, forks: ForkServer, preview: Preview, out: int) -> None:
+    """Body of a forked grading process: grade, send one JSON line, leave without cleanup."""
+    code = 0
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the batch decides what an interrupt means
+        die_with_parent()
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.dup2(devnull, 2)
+        try:
+            record = grade_student(exercise, entry, batch, forks, preview)
+        except UsageError as exc:
+            record = error_record(entry, batch.options.seed, "error", str(exc))
+        except InternalError as exc:
+            record = error_record(entry, batch.options.seed, "error", f"internal grader error: {exc}")
+        except Exception as exc:  # any other failure is this student's error record, not the batch's end
+            record = error_record(entry, batch.options.seed, "error", f"internal grader error: {type(exc).__name__}: {exc}")
+        data = (json.dumps(record, allow_nan=False) + "\n").encode()
+        view = memoryview(data)
+        while view:
+            view = view[os.write(out, view) :]
+    except BaseException:
+        code = 1
+    finally:
+        os._exit(code)
+
+
+def run_batch(
+    exercise: Exercise, entries: list[Entry], batch: BatchOptions, progress: Callable[[dict[str, Any], int, int], None]
+) -> Outcome:
+    """Grade every entry (skipping the ones already graded) and return all records."""
+    clock = time.monotonic()
+    records: dict[str, dict[str, Any]] = {}
+    pending: deque[Entry] = deque()
+    for entry in entries:
+        if entry.path is None:
+            records[entry.student] = error_record(entry, batch.options.seed, "no_submission", entry.problem or "no file")
+        elif (earlier := previous_record(entry, batch)) is not None:
+            records[entry.student] = earlier
+        else:
+            pending.append(entry)
+    outcome = Outcome([], reused=len(records))
+    for record in records.values():
+        progress(record, len(records), len(entries))
+    if pending:
+        try:
+            forks = ForkServer()
+        except OSError as exc:
+            raise InternalError(f"the fork server could not be started: {exc}") from None
+        try:
+            preview = draw_preview(exercise, batch.options, forks)
+            if exercise.prepare is not None:
+                exercise.prepare(batch.options.seed)
+            report.preload()
+            outcome.interrupted = _grade_all(exercise, pending, batch, forks, preview, records, len(entries), progress)
+        finally:
+            forks.close()
+    outcome.graded = len(records) - outcome.reused
+    outcome.records = [records[e.student] for e in entries if e.student in records]
+    outcome.duration_s = round(time.monotonic() - clock, 3)
+    return outcome
+
+
+def _grade_all(
+    exercise: Exercise, pending: deque[Entry], batch: BatchOptions, forks: ForkServer, preview: Preview,
+    records: dict[str, dict[str, Any]], total: int, progress: Callable[[dict[str, Any], int, int], None],
+) -> bool:  # fmt: skip
+    """Keep ``batch.jobs`` grading processes busy until done; True if interrupted."""
+    running: dict[int, _Grading] = {}
+    deadline_s = batch.options.limits.budget_s + GRACE_S
+    try:
+        while pending or running:
+            while pending and len(running) < batch.jobs:
+                entry = pending.popleft()
+                read_fd, write_fd = os.pipe()
+                pid = os.fork()
+                if pid == 0:
+                    os.close(read_fd)
+                    _child(exercise, entry, batch, forks, preview, write_fd)
+                os.close(write_fd)
+                running[read_fd] = _Grading(entry, pid, read_fd, time.monotonic() + deadline_s)
+            ready, _, _ = select.select(list(running), [], [], 0.5)
+            for fd in ready:
+                chunk = os.read(fd, 65536)
+                if chunk:
+                    running[fd].received += chunk
+                    continue
+                grading = running.pop(fd)
+                records[grading.entry.student] = _finish(grading, batch.options.seed, timed_out=False)
+                progress(records[grading.entry.student], len(records), total)
+            for fd, grading in list(running.items()):
+                if time.monotonic() > grading.deadline:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(grading.pid, signal.SIGKILL)
+                    del running[fd]
+                    records[grading.entry.student] = _finish(grading, batch.options.seed, timed_out=True)
+                    progress(records[grading.entry.student], len(records), total)
+    except KeyboardInterrupt:
+        for grading in running.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(grading.pid, signal.SIGKILL)
+            os.waitpid(grading.pid, 0)
+            os.close(grading.fd)
+        return True
+    return False
+
+
+def _finish(grading: _Grading, seed: int, timed_out: bool) -> dict[str, Any]:
+    """Reap a grading process and turn what it sent into the student's record."""
+    _, status = os.waitpid(grading.pid, 0)
+    os.close(grading.fd)
+    took = time.monotonic() - grading.started
+    if timed_out:
+        return error_record(grading.entry, seed, "error", f"grading took longer than {took:.0f} s and was stopped", took)
+    try:
+        record = json.loads(grading.received.decode())
+        if isinstance(record, dict) and record.get("student") == grading.entry.student:
+            return record
+    except ValueError:
+        pass
+    code = os.waitstatus_to_exitcode(status)
+    return error_record(grading.entry, seed, "error", f"the grading process ended without a result (exit code {code})", took)
+
+
+def gradebook(records: list[dict[str, Any]], tiers: list[str]) -> str:
+    """grades.csv: one row per student, in the order of the records."""
+    columns = ["student", "score", "max_score", *tiers, "status", "sha256", "seed", "duration_s"]
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(columns)
+    for r in records:
+        row = {**r, **{t: r["tiers"].get(t, "") for t in tiers}}
+        writer.writerow(["" if row[c] is None else row[c] for c in columns])
+    return buffer.getvalue()
+
+
+def load_state(out: Path) -> dict[str, Any] | None:
+    """The settings an earlier batch in ``out`` was graded with, or None for a fresh folder."""
+    path = out / STATE_FILE
+    if not path.is_file():
+        return None
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
+        return state if isinstance(state, dict) else None
+    except (OSError, ValueError):
+        return None
+
+
+def save_state(out: Path, seed: int, tiers: tuple[str, ...], exercise: Exercise) -> None:
+    """Record the batch's settings, so that a later run resumes with the same ones."""
+    state = {"exercise": exercise.name, "seed": seed, "tiers": list(tiers), "grader_version": __version__}
+    report.write_atomic(out / STATE_FILE, json.dumps(state, indent=2) + "\n")
+
+
+def temporary_folder() -> tempfile.TemporaryDirectory[str]:
+    """A private folder to unpack a class archive into."""
+    return tempfile.TemporaryDirectory(prefix="diffgrade-class-")
+
+
+def plain_progress(stream: Any) -> Callable[[dict[str, Any], int, int], None]:
+    """Progress as one line per student: for logs and other non-terminals."""
+
+    def show(record: dict[str, Any], done: int, total: int) -> None:
+        score = "" if record["max_score"] is None else f" {record['score']:g}/{record['max_score']:g}"
+        stream.write(f"[{done}/{total}] {record['student']}:{score} {record['status']} ({record['duration_s']:.1f} s)\n")
+        stream.flush()
+
+    return show
+
+
+def bar_progress(stream: Any, width: int = 28) -> Callable[[dict[str, Any], int, int], None]:
+    """A progress bar with counts, rate and time left, redrawn in place on a terminal."""
+    started = time.monotonic()
+    first: list[int] = []
+
+    def show(record: dict[str, Any], done: int, total: int) -> None:
+        if not first:
+            first.append(done - 1)  # students reused from an earlier run do not count towards the rate
+        elapsed = time.monotonic() - started
+        fresh = done - first[0]
+        rate = fresh / elapsed if elapsed > 0 and fresh > 0 else 0.0
+        left = f"{(total - done) / rate:.0f} s left" if rate > 0 and done < total else ""
+        filled = round(width * done / total)
+        line = f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total}  {rate:.1f}/s  {left}"
+        stream.write(line.ljust(72) + ("\n" if done == total else ""))
+        stream.flush()
+
+    return show
+
+
+def default_jobs() -> int:
+    """The number of cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def write_outputs(out: Path, outcome: Outcome, tiers: list[str], summary: dict[str, Any], html: str) -> None:
+    """grades.csv, summary.json and summary.html, each atomically."""
+    report.write_atomic(out / "grades.csv", gradebook(outcome.records, tiers))
+    report.write_atomic(out / "summary.json", json.dumps(summary, indent=2, allow_nan=False, ensure_ascii=False) + "\n")
+    report.write_atomic(out / "summary.html", html)
+
+
+def stream_is_terminal(stream: Any) -> bool:
+    """Whether progress may be redrawn in place."""
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
+
+
+
+def build_parser(exercise: Exercise) -> argparse.ArgumentParser:
+    """The argument parser of ``diffgrade batch``."""
+    from grader import cli
+
+    parser = cli._Parser(
+        prog="diffgrade batch",
+        description="Grade a class: one submission per student, all with the same seed, in parallel. "
+        "Writes OUT/<student>/report.json and report.html, OUT/grades.csv, OUT/summary.json and OUT/summary.html. "
+        "Students already graded in OUT with the same seed and an unchanged file are not graded again.",
+        epilog="Exit codes: 0 every student passed every check, 1 some student lost points or could not be graded, "
+        "2 usage error, 3 internal grader error, 130 interrupted (run the same command again to resume).",
+    )
+    parser.add_argument("submissions", type=Path, metavar="SUBMISSIONS",
+                        help="a folder (one .py or .ipynb per student, or one subfolder per student) or a .zip of one")
+    parser.add_argument("--out", type=Path, required=True, metavar="DIR", help="folder for the reports (created if needed)")
+    parser.add_argument("--jobs", type=cli.whole, default=default_jobs(), metavar="N",
+                        help=f"students graded at the same time (default: the number of cores, here {default_jobs()})")
+    parser.add_argument("--force", action="store_true", help="grade every student again, and allow a new seed in an old OUT")
+    cli.add_grading_options(parser, tuple(exercise.tiers), exercise.default_reference, audience="instructor")
+    return parser  # fmt: skip
+
+
+def main(argv: list[str]) -> int:
+    """Run ``diffgrade batch`` and return its exit code."""
+    from grader import cli
+
+    exercise = diff_attention()
+    parser = build_parser(exercise)
+    args = parser.parse_args(argv)
+    out: Path = args.out
+    if out.exists() and not out.is_dir():
+        parser.error(f"argument --out: must be a folder (got a file: {str(out)!r})")
+    state = load_state(out)
+    if out.is_dir() and state is None and any(out.iterdir()) and not args.force:
+        parser.error(f"argument --out: {str(out)!r} holds files but no earlier batch; choose a new or empty folder, or pass --force")
+    seed = args.seed if args.seed is not None else (state or {}).get("seed")
+    options = cli.run_options(args, parser, exercise, seed)
+    if state is not None and not args.force and (state.get("seed") != options.seed or state.get("tiers") != list(options.tiers)):
+        parser.error(f"{str(out)!r} was graded with seed {state.get('seed')} and tiers {','.join(state.get('tiers') or [])}; "
+                     "pass the same ones to resume, or --force to grade everyone again")  # fmt: skip
+    try:
+        with temporary_folder() as unpacked:
+            source = args.submissions
+            if not source.exists():
+                raise UsageError(f"submissions not found: {source}")
+            if source.is_file():
+                if source.suffix.lower() != ".zip":
+                    raise UsageError(f"SUBMISSIONS must be a folder or a .zip archive (got {source})")
+                source = extract(source, Path(unpacked))
+            entries = discover(source)
+            out.mkdir(parents=True, exist_ok=True)
+            save_state(out, options.seed, options.tiers, exercise)
+            batch = BatchOptions(out, args.jobs, args.force, options, audience=functools.partial(for_audience, audience=args.audience))
+            terminal = stream_is_terminal(sys.stderr) and not args.quiet
+            show = bar_progress(sys.stderr) if terminal else (plain_progress(sys.stderr) if not args.quiet else lambda *_: None)
+            started = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime())
+            outcome = run_batch(exercise, entries, batch, show)
+    except (UsageError, ClassError) as exc:
+        return cli.fail(cli.EXIT_USAGE, str(exc))
+    except InternalError as exc:
+        return cli.fail(cli.EXIT_INTERNAL, f"internal error: {exc}")
+    except KeyboardInterrupt:
+        return cli.fail(130, "interrupted; the students graded so far keep their reports: run the same command again to resume")
+    tiers = list(options.tiers)
+    summary = classreport.summarize(
+        outcome.records, exercise=exercise.name, seed=options.seed, tiers=tiers, interrupted=outcome.interrupted,
+        started_at=started, duration_s=outcome.duration_s, graded=outcome.graded, reused=outcome.reused,
+    )  # fmt: skip
+    try:
+        write_outputs(out, outcome, tiers, summary, classreport.render_html(summary))
+    except OSError as exc:
+        return cli.fail(cli.EXIT_USAGE, f"cannot write the batch's results in {out}: {exc.strerror}")
+    if not args.quiet:
+        rate = outcome.graded / outcome.duration_s if outcome.duration_s > 0 else 0.0
+        print(f"{len(outcome.records)} students: {outcome.graded} graded in {outcome.duration_s:.1f} s ({rate:.1f}/s), "
+              f"{outcome.reused} unchanged since the last run. Mean score {summary['score']['mean'] if summary['score']['mean'] is not None else 0:.1f}/{summary['max_score']:g}.")  # fmt: skip
+        print(f"Gradebook: {report.printable_path(out / 'grades.csv')}\nSummary:   {report.printable_path(out / 'summary.html')}")
+    if outcome.interrupted:
+        return cli.fail(130, "interrupted; the students graded so far keep their reports: run the same command again to resume")
+    if any(r["status"] == "error" for r in outcome.records):
+        return cli.EXIT_INTERNAL if all(r["status"] == "error" for r in outcome.records) else cli.EXIT_FAILED
+    return cli.EXIT_PASSED if all(r["status"] == "passed" for r in outcome.records) else cli.EXIT_FAILED

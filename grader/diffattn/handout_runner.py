@@ -1,0 +1,309 @@
+"""Run the public checks of the differential-attention exercise on your file.
+
+    python run_checks.py [SUBMISSION]
+
+SUBMISSION defaults to the exercise file named in public_checks.json, relative
+to this script's folder. The inputs of every call, the expected results and
+the error allowed on each element were computed by the grader when the
+handout was made; this script only calls your functions and compares. It
+needs Python 3.9 or later, torch and numpy. Exit code: 0 when every check
+passes, 1 when one fails or the file cannot be imported, 2 when the file or
+the data cannot be found.
+
+(In the grader's source this file is grader/diffattn/handout_runner.py: it is
+copied into each handout and never imported by the grader.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.machinery
+import importlib.util
+import json
+import sys
+import traceback
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional
+
+import numpy as np
+import torch
+
+HERE = Path(__file__).resolve().parent
+DATA = HERE / "public_checks.json"
+FLOATING = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+MORE = "  (and {} more call(s) with problems)"
+
+
+class Outcome:
+    """What one call (and its backward pass) did: results or the exception, gradients, changed inputs."""
+
+    def __init__(self) -> None:
+        self.results: List[Any] = []
+        self.problem: Optional[str] = None  # the first call that raised, or a missing function
+        self.grads: Dict[str, Optional[torch.Tensor]] = {}
+        self.backward_problem: Optional[str] = None
+        self.changed: List[str] = []
+
+
+def load(path: Path) -> Any:
+    """Import the submission from its file (whatever its suffix); exit 1 with one clear line when it cannot be."""
+    loader = importlib.machinery.SourceFileLoader("submission", str(path))
+    module = importlib.util.module_from_spec(importlib.util.spec_from_loader("submission", loader))
+    try:
+        loader.exec_module(module)
+    except SyntaxError as exc:
+        stop(1, f"{path.name} could not be imported: {type(exc).__name__} at line {exc.lineno}: {exc.msg}")
+    except Exception as exc:  # any error in the student's file is reported, never raised
+        stop(1, f"importing {path.name} {raised(exc, path)}")
+    return module
+
+
+def raised(exc: BaseException, path: Path) -> str:
+    """What an exception says, in one line, with the last place in the submission it passed through."""
+    if isinstance(exc, NotImplementedError):
+        return "is not implemented yet (it raised NotImplementedError)"
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if Path(f.filename).resolve() == path]
+    where = f" (at line {frames[-1].lineno} of {path.name}, in {frames[-1].name})" if frames else ""
+    return f"raised {type(exc).__name__}: {exc}{where}"
+
+
+def make_tensor(spec: Dict[str, Any]) -> torch.Tensor:
+    """An input tensor: the float64 values cast to its dtype, a leaf that requires grad when asked."""
+    values = torch.from_numpy(np.asarray(spec["values"], dtype=np.float64))
+    return values.to(getattr(torch, spec["dtype"])).requires_grad_(spec["requires_grad"])
+
+
+def run(entry: Dict[str, Any], module: Any, path: Path) -> Outcome:
+    """Make the calls of one entry, then its backward pass; observe the inputs throughout."""
+    request, outcome = entry["request"], Outcome()
+    tensors = [make_tensor(spec) for spec in request["tensors"]]
+    names = [spec["name"] for spec in request["tensors"]]
+    before = [(t.detach().clone(), t._version) for t in tensors]
+
+    def argument(arg: Dict[str, Any]) -> Any:
+        if "tensor" in arg:
+            return tensors[arg["tensor"]]
+        return outcome.results[arg["result"]] if "result" in arg else arg["value"]
+
+    for call in request["calls"]:
+        function = getattr(module, call["function"], None)
+        if not callable(function):
+            outcome.problem = f"your file does not define a function {call['function']}"
+            return outcome
+        try:
+            outcome.results.append(function(*map(argument, call["args"]), **{k: argument(v) for k, v in call["kwargs"].items()}))
+        except Exception as exc:  # the student's exception is the finding
+            outcome.problem = f"{call['function']} {raised(exc, path)}"
+            return outcome
+    outcome.changed = changed(tensors, names, before)
+    backward = request.get("backward")
+    if backward is not None:
+        result = outcome.results[backward["call"]]
+        wanted = [(n, t) for n, t in zip(names, tensors) if t.requires_grad]
+        try:
+            cotangent = torch.tensor(backward["cotangent"], dtype=torch.float64).to(result.dtype)
+            grads = torch.autograd.grad(result, [t for _, t in wanted], cotangent, allow_unused=True)
+            outcome.grads = {n: g for (n, _), g in zip(wanted, grads)}
+        except Exception as exc:  # a broken graph is a finding too
+            outcome.backward_problem = f"the backward pass {raised(exc, path)}"
+        outcome.changed += [n for n in changed(tensors, names, before) if n not in outcome.changed]
+    return outcome
+
+
+def changed(tensors: List[torch.Tensor], names: List[str], before: List[Any]) -> List[str]:
+    """The inputs whose values or version counters are no longer what they were."""
+    return [n for n, t, (values, version) in zip(names, tensors, before) if t._version != version or not torch.equal(t.detach(), values)]
+
+
+def plain_tensor(entry: Dict[str, Any], outcome: Outcome) -> Any:
+    """The last call's result when it is one plain torch.Tensor, else the problem as a string."""
+    if outcome.problem is not None:
+        return outcome.problem
+    result = outcome.results[-1]
+    if type(result) is torch.Tensor:
+        return result
+    if isinstance(result, torch.Tensor):
+        return f"returned a {type(result).__name__}, a subclass of torch.Tensor; return a plain torch.Tensor"
+    if isinstance(result, (tuple, list)):
+        return f"returned a {type(result).__name__} of {len(result)} item(s); expected one torch.Tensor"
+    return f"returned {type(result).__name__} {str(result)[:80]}; expected a torch.Tensor"
+
+
+def kind_problem(entry: Dict[str, Any], outcome: Outcome, check: Dict[str, Any]) -> Optional[str]:
+    """One dense floating tensor of the expected shape."""
+    result = plain_tensor(entry, outcome)
+    if isinstance(result, str):
+        return result
+    if list(result.shape) != entry["shape"]:
+        return f"expected shape {entry['shape']}, got {list(result.shape)}"
+    if result.layout != torch.strided or result.dtype not in FLOATING:
+        return f"expected a dense floating-point tensor, got layout {result.layout}, dtype {result.dtype}"
+    return None
+
+
+def dtype_problem(entry: Dict[str, Any], outcome: Outcome, check: Dict[str, Any]) -> Optional[str]:
+    """The expected shape, the inputs' dtype, the CPU."""
+    result = plain_tensor(entry, outcome)
+    if isinstance(result, str):
+        return result
+    if list(result.shape) != entry["shape"]:
+        return f"expected shape {entry['shape']}, got {list(result.shape)}"
+    if str(result.dtype) != f"torch.{entry['dtype']}":
+        return f"expected dtype torch.{entry['dtype']} (the inputs' dtype), got {result.dtype}"
+    if result.device.type != "cpu":
+        return f"expected device cpu (the inputs' device), got {result.device}"
+    return None
+
+
+def unchanged_problem(entry: Dict[str, Any], outcome: Outcome, check: Dict[str, Any]) -> Optional[str]:
+    """No input modified by the forward or the backward pass."""
+    result = plain_tensor(entry, outcome)
+    if isinstance(result, str):
+        return f"could not be checked: {result}"
+    if outcome.changed:
+        return f"modified its input(s) {', '.join(outcome.changed)} (values or version counter); compute on new tensors instead"
+    return None
+
+
+def graph_problem(entry: Dict[str, Any], outcome: Outcome, check: Dict[str, Any]) -> Optional[str]:
+    """An output attached to the autograd graph."""
+    result = plain_tensor(entry, outcome)
+    if isinstance(result, str):
+        return result
+    if result.requires_grad and result.grad_fn is not None:
+        return None
+    return f"the output has no autograd graph (requires_grad={result.requires_grad}); do not detach it or leave autograd"
+
+
+def mismatch(what: str, got: Any, truth: Dict[str, Any]) -> Optional[str]:
+    """Whether ``got`` is within the allowed error of the expected values, element by element."""
+    wanted = np.asarray(truth["values"], dtype=np.float64)
+    allowed = np.asarray(truth["allowed"], dtype=np.float64)
+    got = np.asarray(got, dtype=np.float64)
+    if got.shape != wanted.shape:
+        return f"{what}: expected shape {list(wanted.shape)}, got {list(got.shape)}"
+    with np.errstate(all="ignore"):  # infinities and NaNs are findings, not warnings
+        error = np.array(np.abs(got - wanted))  # an array even for a 0-dim result
+        error[~np.isfinite(got)] = np.inf
+        bad = ~(error <= allowed)
+        if not bad.any():
+            return None
+        worst = np.unravel_index(int(np.argmax(np.where(bad, error / np.maximum(allowed, 1e-300), -1.0))), bad.shape)
+    return (f"{what}: {int(bad.sum())} of {bad.size} elements are off; at index {tuple(int(i) for i in worst)} "
+            f"got {got[worst]:.9g}, expected {wanted[worst]:.9g} (allowed error {allowed[worst]:.3g})")
+
+
+def values_problem(entry: Dict[str, Any], outcome: Outcome, check: Dict[str, Any]) -> Optional[str]:
+    """The output's values."""
+    result = plain_tensor(entry, outcome)
+    if isinstance(result, str):
+        return result
+    return mismatch("output", result.detach().to(torch.float64).cpu().numpy(), entry["expected"])
+
+
+def grads_problem(entry: Dict[str, Any], outcome: Outcome, check: Dict[str, Any]) -> Optional[str]:
+    """The gradients the check names (those of inputs that require grad in this call)."""
+    result = plain_tensor(entry, outcome)
+    if isinstance(result, str):
+        return result
+    if outcome.backward_problem is not None:
+        return outcome.backward_problem
+    for name in check["grads"]:
+        truth = entry["grads"].get(name)
+        if truth is None:
+            continue
+        grad = outcome.grads.get(name)
+        if grad is None and np.any(np.asarray(truth["values"]) != 0):
+            return f"no gradient reached {name} (is it detached, turned into a Python number, or unused?)"
+        got = np.zeros_like(np.asarray(truth["values"])) if grad is None else grad.detach().to(torch.float64).numpy()
+        problem = mismatch(f"gradient with respect to {name}", got, truth)
+        if problem is not None:
+            return problem
+    return None
+
+
+JUDGES: Dict[str, Callable[[Dict[str, Any], Outcome, Dict[str, Any]], Optional[str]]] = {
+    "kind": kind_problem,
+    "dtype": dtype_problem,
+    "unchanged": unchanged_problem,
+    "graph": graph_problem,
+    "values": values_problem,
+    "grads": grads_problem,
+}
+
+
+def offset_problem(pair: Dict[str, Any], calls: Dict[str, Any], outcome_of: Callable[[str], Outcome]) -> Optional[str]:
+    """The toy experiment at one λ: output(values + offset) - output(values) must be (1 - λ)·offset in every row."""
+    keys = (pair["with_offset"], pair["values_only"])
+    found = [dtype_problem(calls[k], outcome_of(k), {}) for k in keys]
+    problem = next((p for p in found if p is not None), None)
+    if problem is not None:
+        return problem
+    shifted, plain = (outcome_of(k).results[-1].detach().to(torch.float64) for k in keys)
+    return mismatch("difference", (shifted - plain)[0, 0].numpy(), pair["expected"])
+
+
+def judge(check: Dict[str, Any], calls: Dict[str, Any], outcome_of: Callable[[str], Outcome]) -> List[str]:
+    """The problems one check finds, each naming its call."""
+    if check["kind"] == "offset":
+        found = [(pair["label"], lambda pair=pair: offset_problem(pair, calls, outcome_of)) for pair in check["pairs"]]
+    else:
+        judged = JUDGES[check["kind"]]
+        found = [(calls[key]["label"], lambda key=key: judged(calls[key], outcome_of(key), check)) for key in check["calls"]]
+    problems = []
+    for label, problem_of in found:
+        try:
+            problem = problem_of()
+        except Exception as exc:  # a result too odd to read (sparse, complex, ...) is a finding, not a crash
+            problem = f"the result could not be checked ({type(exc).__name__}: {exc})"
+        if problem is not None:
+            problems.append(f"{label}: {problem}")
+    return problems
+
+
+def stop(code: int, message: str) -> None:
+    """Print one line on standard error and exit."""
+    print(f"run_checks: {message}", file=sys.stderr)
+    sys.exit(code)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Run every public check on the submission and print one line per check."""
+    sys.stdout.reconfigure(errors="replace")  # titles hold λ and Σ; a terminal that cannot show them gets "?"
+    if not DATA.is_file():
+        stop(2, f"the data file {DATA.name} is missing; it must sit beside this script")
+    data = json.loads(DATA.read_text(encoding="utf-8"))
+    parser = argparse.ArgumentParser(prog="run_checks.py", description="Run the public checks on your file.")
+    parser.add_argument("submission", nargs="?", default=str(HERE / data["submission"]),
+                        help=f"the file to check (default: {data['submission']} beside this script)")
+    path = Path(parser.parse_args(argv).submission).resolve()
+    if not path.is_file():
+        stop(2, f"no such file: {path}")
+    module = load(path)
+    calls, outcomes = data["calls"], {}
+
+    def outcome_of(key: str) -> Outcome:
+        if key not in outcomes:
+            outcomes[key] = run(calls[key], module, path)
+        return outcomes[key]
+
+    print(f"Public checks of {path.name} (inputs drawn with seed {data['seed']} when the handout was made)")
+    passed, tier = 0, None
+    for check in data["checks"]:
+        if check["tier"] != tier:
+            tier = check["tier"]
+            print(f"\n{tier}")
+        problems = judge(check, calls, outcome_of)
+        passed += not problems
+        print(f"  {'FAIL' if problems else 'PASS'}  {check['id']}: {check['title']}")
+        if problems:
+            print(f"        {problems[0]}")
+            if len(problems) > 1:
+                print("      " + MORE.format(len(problems) - 1))
+    total = len(data["checks"])
+    print(f"\n{passed} of {total} public checks passed.")
+    return 0 if passed == total else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,811 @@
+"""Misconception diagnosis: which known wrong formula did a failing submission compute?
+
+When a value or gradient check fails, the grader tests hypotheses. Each
+:class:`Variant` is a formula that students are known to write instead of the
+right one (no causal mask, softmax over the wrong axis, λ on the wrong branch,
+a detached value, ...), evaluated here in float64 numpy like the oracle, with
+no torch. A variant *explains* a failed check when
+
+* the submission's results agree with the variant's, within the same rule of
+  allowance the checks use (``expected.allowance``), on every compared element
+  of every call the submission answered, both in the check itself and in the
+  run's other calls of the same function (so one case set cannot be explained
+  by a formula that the others refute), and
+* on the check's own calls the variant differs from the truth by more than
+  ``FAR`` times the two allowances together somewhere. A variant that
+  coincides with the truth on the inputs is never hinted, and a correct
+  result (within its allowance of the truth) can never agree with a variant
+  that is that far from the truth.
+
+Variants are tried in order, most specific first; the first that explains the
+check becomes its hint. Three families are tried in turn: the value of
+differential_lambda, the output of differential_attention, and the gradients
+of differential_attention (variants whose forward pass is right). A hint is
+advice only: it never changes a verdict. See docs/diagnosis.md.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+from typing import Union
+
+import numpy as np
+
+from grader.compare import Comparison
+from grader.diffattn import expected, oracle, suite
+from grader.diffattn.cases import AttentionCase, LambdaCase
+from grader.diffattn.expected import Truth
+from grader.diffattn.verdicts import tensor_result
+from grader.invoke import Outcome
+from grader.plugin import GradingContext
+
+FAR = 1000.0  # how far (in allowances) a variant must be from the truth to be worth a hint
+
+Case = Union[AttentionCase, LambdaCase]
+Prediction = dict[str, Truth]  # "output", or a gradient's name, -> values and allowance
+Form = Callable[[Case, Prediction], Prediction]  # (case, its truth) -> what the wrong formula gives
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A known wrong formula, its hint, and one or more ways students write it (forms)."""
+
+    id: str
+    text: str
+    maths: str
+    forms: tuple[Form, ...]
+
+    def hint(self) -> dict[str, str]:
+        """The JSON-safe hint of docs/report-schema.md."""
+        return {"id": self.id, "text": self.text, "maths": self.maths}
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One call the submission answered: its case, what came back and the truth, per result name."""
+
+    case: Case
+    got: dict[str, np.ndarray]
+    truth: Prediction
+
+
+# ---- differential_lambda -----------------------------------------------------
+
+
+def _lambda_form(formula: Callable[[LambdaCase, float], tuple[np.ndarray | float, np.ndarray | float]]) -> Form:
+    """A form from ``formula(case, lambda_init) -> (value, absolute-value evaluation)``."""
+
+    def form(case: Case, truth: Prediction) -> Prediction:
+        assert isinstance(case, LambdaCase)
+        value, magnitude = formula(case, case.effective_init)
+        return {"output": Truth(np.asarray(value, dtype=np.float64), expected.allowance(case, magnitude))}
+
+    return form
+
+
+def _exponentials(case: LambdaCase) -> tuple[float, float]:
+    """e1 = exp(q1·k1) and e2 = exp(q2·k2)."""
+    x1, x2 = oracle.lambda_exponents(*case.vectors)
+    return math.exp(x1), math.exp(x2)
+
+
+def _products(case: LambdaCase) -> tuple[np.ndarray, np.ndarray]:
+    """The elementwise products q1 ⊙ k1 and q2 ⊙ k2."""
+    return case.q1 * case.k1, case.q2 * case.k2
+
+
+def _default_changed(case: LambdaCase, init: float) -> tuple[float, float]:
+    e1, e2 = _exponentials(case)
+    init = 0.8 if case.lambda_init is None else init
+    return e1 - e2 + init, e1 + e2 + abs(init)
+
+
+def _no_init(case: LambdaCase, init: float) -> tuple[float, float]:
+    e1, e2 = _exponentials(case)
+    return e1 - e2, e1 + e2
+
+
+def _no_exp(case: LambdaCase, init: float) -> tuple[float, float]:
+    x1, x2 = oracle.lambda_exponents(*case.vectors)
+    p1, p2 = _products(case)
+    return x1 - x2 + init, float(np.abs(p1).sum() + np.abs(p2).sum()) + abs(init)
+
+
+def _sign_swapped(case: LambdaCase, init: float) -> tuple[float, float]:
+    e1, e2 = _exponentials(case)
+    return e2 - e1 + init, e1 + e2 + abs(init)
+
+
+def _terms_added(case: LambdaCase, init: float) -> tuple[float, float]:
+    e1, e2 = _exponentials(case)
+    return e1 + e2 + init, e1 + e2 + abs(init)
+
+
+def _clamped(case: LambdaCase, init: float) -> tuple[float, float]:
+    e1, e2 = _exponentials(case)
+    return min(max(e1 - e2 + init, 0.0), 1.0), e1 + e2 + abs(init)
+
+
+def _elementwise(case: LambdaCase, init: float) -> tuple[np.ndarray, np.ndarray]:
+    e1, e2 = (np.exp(p) for p in _products(case))
+    return e1 - e2 + init, e1 + e2 + abs(init)
+
+
+def _sum_of_exponentials(case: LambdaCase, init: float) -> tuple[float, float]:
+    e1, e2 = (float(np.exp(p).sum()) for p in _products(case))
+    return e1 - e2 + init, e1 + e2 + abs(init)
+
+
+def _sum_not_dot(case: LambdaCase, init: float) -> tuple[float, float]:
+    e1, e2 = (math.exp(float(np.sum(q + k))) for q, k in ((case.q1, case.k1), (case.q2, case.k2)))
+    return e1 - e2 + init, e1 + e2 + abs(init)
+
+
+LAMBDA_VARIANTS = (
+    Variant(
+        "lambda_default_changed",
+        "differential_lambda matches the formula with lambda_init defaulting to 0.8 when the caller leaves it out; the default is 0.2.",
+        "def differential_lambda(q1, k1, q2, k2, lambda_init=0.2)",
+        (_lambda_form(_default_changed),),
+    ),
+    Variant(
+        "lambda_no_init",
+        "differential_lambda matches exp(q1·k1) − exp(q2·k2) without lambda_init.",
+        "λ = exp(q1·k1) − exp(q2·k2) + λ_init: you left out + λ_init",
+        (_lambda_form(_no_init),),
+    ),
+    Variant(
+        "lambda_no_exp",
+        "differential_lambda matches q1·k1 − q2·k2 + lambda_init: the exponentials are missing.",
+        "λ = exp(q1·k1) − exp(q2·k2) + λ_init: you left out exp",
+        (_lambda_form(_no_exp),),
+    ),
+    Variant(
+        "lambda_sign_swapped",
+        "differential_lambda matches exp(q2·k2) − exp(q1·k1) + lambda_init: the two exponentials are the wrong way round.",
+        "λ = exp(q1·k1) − exp(q2·k2) + λ_init: the q1·k1 term comes first",
+        (_lambda_form(_sign_swapped),),
+    ),
+    Variant(
+        "lambda_terms_added",
+        "differential_lambda matches exp(q1·k1) + exp(q2·k2) + lambda_init: the second exponential is added instead of subtracted.",
+        "λ = exp(q1·k1) − exp(q2·k2) + λ_init: subtract exp(q2·k2)",
+        (_lambda_form(_terms_added),),
+    ),
+    Variant(
+        "lambda_clamped",
+        "differential_lambda matches the right formula clamped to [0, 1]; λ may be any real number.",
+        "λ = exp(q1·k1) − exp(q2·k2) + λ_init, not clamped",
+        (_lambda_form(_clamped),),
+    ),
+    Variant(
+        "lambda_elementwise",
+        "differential_lambda matches exp(q1 ⊙ k1) − exp(q2 ⊙ k2) + lambda_init element by element: "
+        "use dot products, which give one number.",
+        "λ = exp(q1·k1) − exp(q2·k2) + λ_init with dot products q·k = Σ_d q_d k_d",
+        (_lambda_form(_elementwise),),
+    ),
+    Variant(
+        "lambda_sum_of_exponentials",
+        "differential_lambda matches Σ_d exp(q1_d k1_d) − Σ_d exp(q2_d k2_d) + lambda_init: "
+        "the sum belongs inside the exponential.",
+        "λ = exp(Σ_d q1_d k1_d) − exp(Σ_d q2_d k2_d) + λ_init",
+        (_lambda_form(_sum_of_exponentials),),
+    ),
+    Variant(
+        "lambda_sum_not_dot",
+        "differential_lambda matches exp(Σ(q1 + k1)) − exp(Σ(q2 + k2)) + lambda_init: "
+        "the vectors are added instead of multiplied.",
+        "λ = exp(q1·k1) − exp(q2·k2) + λ_init with q·k = Σ_d q_d k_d",
+        (_lambda_form(_sum_not_dot),),
+    ),
+)
+
+
+# ---- differential_attention: the output ------------------------------------------
+
+MASKS = ("causal", "strict", "upper", "none")
+
+
+def _keep(t: int, mask: str) -> np.ndarray | None:
+    """Which keys each query sees: j ≤ i (causal), j < i (strict), j ≥ i (upper), or all (None)."""
+    below = np.arange(t)[None, :] - np.arange(t)[:, None]  # key index minus query index
+    return {"causal": below <= 0, "strict": below < 0, "upper": below >= 0, "none": None}[mask]
+
+
+def _logits(q: np.ndarray, k: np.ndarray, scale: float | None = None) -> np.ndarray:
+    """Q Kᵀ times ``scale`` (1/√D unless given)."""
+    return np.einsum("bhid,bhjd->bhij", q, k) * (1.0 / math.sqrt(q.shape[-1]) if scale is None else scale)
+
+
+def _softmax(s: np.ndarray, keep: np.ndarray | None, axis: int = -1, uniform_empty: bool = False) -> np.ndarray:
+    """Softmax along ``axis`` over the entries ``keep`` allows; a line with none is NaN, or uniform if asked."""
+    if keep is not None:
+        s = np.where(keep, s, -np.inf)
+    with np.errstate(invalid="ignore"):
+        e = np.exp(s - s.max(axis=axis, keepdims=True))
+        a = e / e.sum(axis=axis, keepdims=True)
+    if uniform_empty and keep is not None:
+        a = np.where(keep.any(axis=axis, keepdims=True), a, 1.0 / s.shape[axis])
+    return a
+
+
+def _mask_of(case: AttentionCase, mask: str, omitted: bool = True) -> np.ndarray | None:
+    """``mask`` when the call is causal (``omitted`` is what causal=None means), else no mask."""
+    causal = omitted if case.causal is None else case.causal
+    return _keep(case.q1.shape[2], mask) if causal else None
+
+
+def _output(case: AttentionCase, p: np.ndarray, p_abs: np.ndarray, value: np.ndarray | None = None, growth: float = 1.0) -> Prediction:
+    """O = P V and its allowance, from the signed map and its absolute-value evaluation."""
+    value = case.value if value is None else value
+    magnitude = np.einsum("bhij,bhjc->bhic", np.abs(p_abs), np.abs(value))
+    magnitude = np.nan_to_num(magnitude, nan=0.0, posinf=0.0)  # undefined rows are compared as NaN, not bounded
+    return {"output": Truth(np.einsum("bhij,bhjc->bhic", p, value), expected.allowance(case, magnitude, growth))}
+
+
+def _weighted(case: AttentionCase, a1: np.ndarray, a2: np.ndarray, weights: Callable[[float], tuple[float, float]], growth: float = 1.0) -> Prediction:
+    """O = (w1 A1 + w2 A2) V with (w1, w2) = weights(λ); the true formula has weights (1, −λ)."""
+    w1, w2 = weights(expected.coefficient_of(case))
+    b1, b2 = weights(expected.coefficient_bound(case))
+    return _output(case, w1 * a1 + w2 * a2, abs(b1) * a1 + abs(b2) * a2, growth=growth)
+
+
+def _true_weights(lam: float) -> tuple[float, float]:
+    return 1.0, -lam
+
+
+def _maps_form(
+    masks: tuple[str, str] = ("causal", "causal"),
+    scale: Callable[[int], float] | None = None,
+    axis: int = -1,
+    uniform_empty: bool = False,
+    omitted: bool = True,
+    weights: Callable[[float], tuple[float, float]] = _true_weights,
+) -> Form:
+    """A form that computes each map with its own mask, a scale (of D), an axis, and mixes them with ``weights``."""
+
+    def form(case: Case, truth: Prediction) -> Prediction:
+        assert isinstance(case, AttentionCase)
+        d = case.q1.shape[3]
+        factor = None if scale is None else scale(d)
+        maps = [
+            _softmax(_logits(q, k, factor), _mask_of(case, mask, omitted), axis, uniform_empty)
+            for (q, k), mask in zip(((case.q1, case.k1), (case.q2, case.k2)), masks)
+        ]
+        growth = 1.0 if factor is None else max(1.0, factor * math.sqrt(d))
+        return _weighted(case, *maps, weights, growth)
+
+    return form
+
+
+def _true_maps(case: AttentionCase) -> tuple[np.ndarray, np.ndarray]:
+    """A1 and A2 of the true formula (numpy float64)."""
+    keep = _mask_of(case, "causal")
+    return _softmax(_logits(case.q1, case.k1), keep), _softmax(_logits(case.q2, case.k2), keep)
+
+
+def _mask_after_softmax(case: Case, truth: Prediction) -> Prediction:
+    assert isinstance(case, AttentionCase)
+    keep = _mask_of(case, "causal")
+    maps = [_softmax(_logits(q, k), None) * (1.0 if keep is None else keep) for q, k in ((case.q1, case.k1), (case.q2, case.k2))]
+    return _weighted(case, *maps, _true_weights)
+
+
+def _naive_map(case: AttentionCase, q: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """exp(s) / Σ exp(s) without the row maximum, its exponentials in the case's dtype (which may overflow)."""
+    dtype = np.dtype(case.dtype)
+    keep = _mask_of(case, "causal")
+    s = _logits(q, k) if keep is None else np.where(keep, _logits(q, k), -np.inf)
+    with np.errstate(over="ignore", invalid="ignore"):
+        e = np.exp(s.astype(dtype))
+        return (e / e.sum(axis=-1, keepdims=True, dtype=dtype)).astype(np.float64)
+
+
+def _softmax_overflow(case: Case, truth: Prediction) -> Prediction:
+    assert isinstance(case, AttentionCase)
+    return _weighted(case, _naive_map(case, case.q1, case.k1), _naive_map(case, case.q2, case.k2), _true_weights)
+
+
+def _logit_difference(case: Case, truth: Prediction) -> Prediction:
+    assert isinstance(case, AttentionCase)
+    lam = expected.coefficient_of(case)
+    a = _softmax(_logits(case.q1, case.k1) - lam * _logits(case.q2, case.k2), _mask_of(case, "causal"))
+    return _output(case, a, a, growth=1.0 + expected.coefficient_bound(case))
+
+
+def _joint_normaliser(peak_over_masked_keys: bool) -> Form:
+    """(E1 − λE2) / rowsum(E1 − λE2) with E_i = exp(S_i − peak) in the case's dtype, masked after exp.
+
+    The peak is the row's largest logit of both branches, over the visible keys
+    or, as some write it, over all keys; with large logits the exponentials of
+    a row can then all underflow (a NaN row), so the two are different forms.
+    """
+
+    def form(case: Case, truth: Prediction) -> Prediction:
+        assert isinstance(case, AttentionCase)
+        lam, bound = expected.coefficient_of(case), expected.coefficient_bound(case)
+        keep = _mask_of(case, "causal")
+        s1, s2 = (_logits(q, k) for q, k in ((case.q1, case.k1), (case.q2, case.k2)))
+        if keep is not None and not peak_over_masked_keys:
+            s1, s2 = np.where(keep, s1, -np.inf), np.where(keep, s2, -np.inf)
+        top = np.maximum(s1.max(axis=-1, keepdims=True), s2.max(axis=-1, keepdims=True))
+        e1, e2 = (np.exp((s - top).astype(case.dtype)).astype(np.float64) * (1.0 if keep is None else keep) for s in (s1, s2))
+        signed, unsigned = e1 - lam * e2, e1 + bound * e2
+        total = signed.sum(axis=-1, keepdims=True)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            # the normaliser's error adds its condition number Σ|terms| / |Σ terms| to every entry's
+            condition = unsigned.sum(axis=-1, keepdims=True) / np.abs(total)
+            return _output(case, signed / total, unsigned * (1.0 + condition) / np.abs(total))
+
+    return form
+
+
+def _value_half_width(case: Case, truth: Prediction) -> Prediction:
+    assert isinstance(case, AttentionCase)
+    a1, a2 = _true_maps(case)
+    lam, bound = expected.coefficient_of(case), expected.coefficient_bound(case)
+    return _output(case, a1 - lam * a2, a1 + bound * a2, value=case.value[..., : case.q1.shape[3]])
+
+
+def _value_split(case: Case, truth: Prediction) -> Prediction:
+    assert isinstance(case, AttentionCase)
+    a1, a2 = _true_maps(case)
+    d = case.q1.shape[3]
+    first = _output(case, a1, a1, value=case.value[..., :d])["output"]
+    second = _output(case, -expected.coefficient_of(case) * a2, expected.coefficient_bound(case) * a2, value=case.value[..., d:])["output"]
+    return {"output": Truth(np.concatenate([first.values, second.values], -1), np.concatenate([first.allowed, second.allowed], -1))}
+
+
+def _scaled_output(factor: float) -> Form:
+    """The true output times ``factor``."""
+
+    def form(case: Case, truth: Prediction) -> Prediction:
+        right = truth["output"]
+        return {"output": Truth(factor * right.values, abs(factor) * right.allowed)}
+
+    return form
+
+
+def _normalised_output(eps: float, centred: bool) -> Form:
+    """Each output row divided by its RMS (or, ``centred``, standardised like a layer or group norm), plus ``eps``.
+
+    The allowance follows by first-order propagation of the true output's allowance.
+    """
+
+    def form(case: Case, truth: Prediction) -> Prediction:
+        right = truth["output"]
+        o, a = right.values, right.allowed
+        if centred:
+            o, a = o - o.mean(axis=-1, keepdims=True), a + a.mean(axis=-1, keepdims=True)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            square = (o * o).mean(axis=-1, keepdims=True)
+            root = np.sqrt(square + eps)
+            values = o / root
+            allowed = a / root + np.abs(values) * (np.abs(o) * a).mean(axis=-1, keepdims=True) / (root * root)
+        return {"output": Truth(values, allowed)}
+
+    return form
+
+
+def _d(n: int) -> float:
+    return 1.0 / n
+
+
+def _root_2d(n: int) -> float:
+    return 1.0 / math.sqrt(2 * n)
+
+
+def _one(n: int) -> float:
+    return 1.0
+
+
+def _lambda_both(lam: float) -> tuple[float, float]:
+    return lam, -lam
+
+
+def _lambda_first(lam: float) -> tuple[float, float]:
+    return lam, -1.0
+
+
+def _swapped(lam: float) -> tuple[float, float]:
+    return -lam, 1.0
+
+
+ATTENTION_VARIANTS = (
+    Variant(
+        "causal_default_false",
+        "Your output has no causal mask when the caller leaves causal out: the default of causal must be True.",
+        "def differential_attention(..., causal=True)",
+        (_maps_form(omitted=False),),
+    ),
+    Variant(
+        "mask_first_branch_only",
+        "Your output matches the formula with the causal mask applied to the first branch only.",
+        "A2 = softmax(Q2K2ᵀ/√D + M): you left out M",
+        (_maps_form(masks=("causal", "none")),),
+    ),
+    Variant(
+        "mask_second_branch_only",
+        "Your output matches the formula with the causal mask applied to the second branch only.",
+        "A1 = softmax(Q1K1ᵀ/√D + M): you left out M",
+        (_maps_form(masks=("none", "causal")),),
+    ),
+    Variant(
+        "no_mask",
+        "Your output matches the formula without the causal mask: queries attend to future keys.",
+        "S_i = Q_iK_iᵀ/√D + M: you left out M (−∞ where key j > query i)",
+        (_maps_form(masks=("none", "none")),),
+    ),
+    Variant(
+        "mask_after_softmax",
+        "Your output matches the formula with the future entries zeroed after the softmax, so the rows no longer sum to 1.",
+        "A_i = softmax(S_i + M): the mask goes inside the softmax",
+        (_mask_after_softmax,),
+    ),
+    Variant(
+        "mask_hides_diagonal",
+        "Your output matches the formula with the diagonal masked too (strictly causal): "
+        "a token does not see itself, and the first token sees nothing.",
+        "M[i, j] = −∞ only where j > i; the key j = i stays visible",
+        (_maps_form(masks=("strict", "strict")), _maps_form(masks=("strict", "strict"), uniform_empty=True)),
+    ),
+    Variant(
+        "mask_wrong_triangle",
+        "Your output matches the formula with the mask the wrong way round: queries see the future and not the past.",
+        "M[i, j] = −∞ where j > i (above the diagonal), 0 where j ≤ i",
+        (_maps_form(masks=("upper", "upper")),),
+    ),
+    Variant(
+        "softmax_over_queries",
+        "Your output matches the formula with the softmax taken over the query axis (dim=-2) instead of the key axis.",
+        "A_i = softmax(S_i) row by row, over the keys (dim=-1)",
+        (_maps_form(axis=-2),),
+    ),
+    Variant(
+        "scale_inverse_d",
+        "Your output matches the formula with the logits scaled by 1/D instead of 1/√D "
+        "(dividing by √D twice, for instance before scaled_dot_product_attention, does that).",
+        "S_i = Q_iK_iᵀ/√D + M: divide by √D once",
+        (_maps_form(scale=_d),),
+    ),
+    Variant(
+        "scale_value_width",
+        "Your output matches the formula with the logits scaled by 1/√(2D), the width of the values; "
+        "D is the width of the queries.",
+        "S_i = Q_iK_iᵀ/√D + M with D = q1.shape[-1]",
+        (_maps_form(scale=_root_2d),),
+    ),
+    Variant(
+        "no_scale",
+        "Your output matches the formula with unscaled logits.",
+        "S_i = Q_iK_iᵀ/√D + M: you left out /√D",
+        (_maps_form(scale=_one),),
+    ),
+    Variant(
+        "softmax_overflow",
+        "Your output is right except where the logits are large, where it is NaN or wrong: exp overflows in your softmax.",
+        "softmax(s)_j = exp(s_j − max s) / Σ_k exp(s_k − max s): subtract the row maximum before exp",
+        (_softmax_overflow,),
+    ),
+    Variant(
+        "logit_difference",
+        "Your output matches a single softmax of the difference of the logits, softmax(S1 − λS2), "
+        "instead of the difference of two softmax maps.",
+        "P = softmax(S1) − λ softmax(S2), not softmax(S1 − λS2)",
+        (_logit_difference,),
+    ),
+    Variant(
+        "joint_normaliser",
+        "Your output matches the two exponentiated maps subtracted and then normalised together, "
+        "instead of each map normalised on its own.",
+        "P = A1 − λA2 with A_i = softmax(S_i), each normalised separately",
+        (_joint_normaliser(False), _joint_normaliser(True)),
+    ),
+    Variant(
+        "lambda_times_difference",
+        "Your output matches λ(A1 − A2)V: λ multiplies the whole difference.",
+        "P = A1 − λA2: λ multiplies A2 only",
+        (_maps_form(weights=_lambda_both),),
+    ),
+    Variant(
+        "lambda_on_first_branch",
+        "Your output matches (λA1 − A2)V: λ is applied to the first branch instead of the second.",
+        "P = A1 − λA2: λ multiplies A2",
+        (_maps_form(weights=_lambda_first),),
+    ),
+    Variant(
+        "branches_swapped",
+        "Your output matches (A2 − λA1)V: the two branches are swapped.",
+        "P = A1 − λA2: the first branch is the positive one",
+        (_maps_form(weights=_swapped),),
+    ),
+    Variant(
+        "value_half_width",
+        "Your output matches the formula with only the first D columns of V: the output must be 2D wide.",
+        "O = P V with all 2D columns of V",
+        (_value_half_width,),
+    ),
+    Variant(
+        "value_split_per_branch",
+        "Your output matches each branch using its own half of V, [A1 V[:, :D], −λ A2 V[:, D:]]: both maps use all of V.",
+        "O = (A1 − λA2) V",
+        (_value_split,),
+    ),
+    Variant(
+        "one_minus_lambda_init",
+        "Your output matches the right output times (1 − λ_init); that factor belongs after the "
+        "per-head normalisation of the full layer, not in this function.",
+        "O = (A1 − λA2) V, without a (1 − λ_init) factor",
+        (_scaled_output(0.8), _scaled_output(0.2)),
+    ),
+    Variant(
+        "normalised_output",
+        "Your output matches the right output with each row normalised (RMSNorm or GroupNorm); "
+        "the normalisation belongs to the full layer, not to this function.",
+        "O = (A1 − λA2) V, without a norm",
+        tuple(_normalised_output(eps, False) for eps in (1e-5, 1e-6, 1e-8, 0.0))
+        + tuple(_normalised_output(eps, True) for eps in (1e-5, 0.0)),
+    ),
+)
+
+
+# ---- differential_attention: the gradients ---------------------------------------
+
+BRANCH_INPUTS = ("q1", "k1", "q2", "k2")
+
+
+def _changed(names: Iterable[str], change: Callable[[Truth], Truth]) -> Form:
+    """The truth with ``change`` applied to the gradients ``names`` (those of λ's vectors included for "coefficient")."""
+    wanted = set(names)
+
+    def form(case: Case, truth: Prediction) -> Prediction:
+        hit = {k for k in truth if k in wanted or ("coefficient" in wanted and k.startswith("lambda_"))}
+        return {k: change(t) if k in hit else t for k, t in truth.items()}
+
+    return form
+
+
+def _zero(truth: Truth) -> Truth:
+    return replace(truth, values=np.zeros_like(truth.values))
+
+
+def _negated(truth: Truth) -> Truth:
+    return replace(truth, values=-truth.values)
+
+
+def _missing_scale(case: Case, truth: Prediction) -> Prediction:
+    root = math.sqrt(case.q1.shape[-1])
+    return {k: Truth(t.values * root, t.allowed * root) if k in BRANCH_INPUTS else t for k, t in truth.items()}
+
+
+def _no_rowsum(case: Case, truth: Prediction) -> Prediction:
+    assert isinstance(case, AttentionCase)
+    lam = expected.coefficient_of(case)
+    root = math.sqrt(case.q1.shape[-1])
+    d_p = np.einsum("bhic,bhjc->bhij", case.cotangent, case.value)
+    found = dict(truth)
+    for (q, k, a), sign, suffix in zip(zip((case.q1, case.q2), (case.k1, case.k2), _true_maps(case)), (1.0, -lam), "12"):
+        d_s = sign * a * d_p
+        for name, grad in (("q", np.einsum("bhij,bhjd->bhid", d_s, k)), ("k", np.einsum("bhij,bhid->bhjd", d_s, q))):
+            if name + suffix in truth:
+                found[name + suffix] = replace(truth[name + suffix], values=grad / root)
+    return found
+
+
+GRADIENT_VARIANTS = (
+    Variant(
+        "value_detached",
+        "Your gradients are right except that none reaches value: it is detached (value.detach(), .data) on its way to the output.",
+        "∂L/∂V = Pᵀ G",
+        (_changed(["value"], _zero),),
+    ),
+    Variant(
+        "coefficient_detached",
+        "Your gradients are right except that none reaches the coefficient λ: it is detached or turned into a "
+        "Python number (float(), .item()).",
+        "∂L/∂λ = −Σ A2 ⊙ (G Vᵀ)",
+        (_changed(["coefficient"], _zero),),
+    ),
+    Variant(
+        "first_branch_detached",
+        "Your gradients are right except that q1 and k1 receive none: the first map is computed outside autograd "
+        "(detached or under torch.no_grad()).",
+        "∂L/∂Q1 = dS1 K1 / √D, ∂L/∂K1 = dS1ᵀ Q1 / √D",
+        (_changed(["q1", "k1"], _zero),),
+    ),
+    Variant(
+        "second_branch_detached",
+        "Your gradients are right except that q2 and k2 receive none: the second map is computed outside autograd "
+        "(detached or under torch.no_grad()).",
+        "∂L/∂Q2 = dS2 K2 / √D, ∂L/∂K2 = dS2ᵀ Q2 / √D",
+        (_changed(["q2", "k2"], _zero),),
+    ),
+    Variant(
+        "coefficient_gradient_sign",
+        "Your gradients are right except that the coefficient's has the wrong sign.",
+        "∂L/∂λ = −Σ A2 ⊙ (G Vᵀ): note the minus sign",
+        (_changed(["coefficient"], _negated),),
+    ),
+    Variant(
+        "backward_missing_scale",
+        "Your gradients of q1, k1, q2 and k2 are √D times too large: the backward pass leaves out the 1/√D of the logits.",
+        "∂L/∂Q_i = dS_i K_i / √D, ∂L/∂K_i = dS_iᵀ Q_i / √D",
+        (_missing_scale,),
+    ),
+    Variant(
+        "backward_no_rowsum",
+        "Your gradients of q1, k1, q2 and k2 match a softmax backward without its row-sum term.",
+        "dS_i = A_i ⊙ (dA_i − rowsum(dA_i ⊙ A_i)): you left out − rowsum(dA_i ⊙ A_i)",
+        (_no_rowsum,),
+    ),
+)
+
+
+# ---- what the submission returned --------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Family:
+    """Variants of one kind of result, and the case sets whose calls every hint of the kind must explain."""
+
+    name: str
+    variants: tuple[Variant, ...]
+    evidence: tuple[tuple[str, bool], ...]  # (case set, with gradients)
+
+
+FAMILIES = (
+    Family("lambda", LAMBDA_VARIANTS, (("lambda_values", False),)),
+    Family(
+        "attention",
+        ATTENTION_VARIANTS,
+        tuple((name, False) for name in (
+            "attention_causal", "attention_noncausal", "attention_coefficients", "attention_large_logits",
+            "attention_strided", "row_sums", "lambda_zero", "identical_maps",
+        )),  # fmt: skip
+    ),
+    Family("gradients", GRADIENT_VARIANTS, (("attention_gradients", True), ("attention_strided", True), ("end_to_end", True))),
+)
+
+
+def gradient_positions(case: AttentionCase) -> dict[str, int]:
+    """Result name -> input tensor position of every gradient requested for ``case``."""
+    names = ("q1", "k1", "q2", "k2", "value")
+    if case.lambda_case is not None:
+        return {f"lambda_{n}": i for i, n in enumerate(BRANCH_INPUTS)} | {n: i + 4 for i, n in enumerate(names) if case.requires_grad(n)}
+    found = {n: i for i, n in enumerate(names) if case.requires_grad(n)}
+    return found | ({"coefficient": 5} if case.coefficient_is_tensor else {})
+
+
+def _returned(outcome: Outcome, index: int) -> np.ndarray | None:
+    """The values of call ``index`` when it returned a readable tensor."""
+    result, _ = tensor_result(outcome, index)
+    return None if result is None else result.value
+
+
+def observe(family: str, case: Case, outcome: Outcome) -> Observation | None:
+    """What ``outcome`` tells about ``family`` for ``case`` (None when it has nothing to compare)."""
+    if family == "lambda":
+        lam = case if isinstance(case, LambdaCase) else case.lambda_case
+        got = None if lam is None else _returned(outcome, 0)
+        return None if got is None else Observation(lam, {"output": got}, {"output": expected.lambda_value(lam)})
+    if not isinstance(case, AttentionCase):
+        return None
+    output = _returned(outcome, len(outcome.functions) - 1)
+    if output is None:
+        return None
+    if family == "attention":
+        return Observation(case, {"output": output}, {"output": expected.attention_output(case)})
+    if not outcome.grads or outcome.backward_error is not None:
+        return None
+    truth = {"output": expected.attention_output(case)} | expected.attention_grads(case)
+    got = {"output": output}
+    for name, position in gradient_positions(case).items():
+        if position in outcome.grads:
+            grad = outcome.grads[position]
+            got[name] = np.zeros_like(truth[name].values) if grad is None else grad
+    return Observation(case, got, truth)
+
+
+def _observations(grading: GradingContext, family: str, set_name: str, grads: bool) -> list[Observation]:
+    """Every call of a case set that tells something about ``family``, made once per run."""
+
+    def collect() -> list[Observation]:
+        found = []
+        for i, case in enumerate(getattr(suite, set_name)(grading.seed)):
+            if isinstance(case, LambdaCase):
+                outcome = suite.lambda_outcome(grading, set_name, i, case, grads)
+            else:
+                outcome = suite.attention_outcome(grading, set_name, i, case, grads)
+            seen = observe(family, case, outcome)
+            if seen is not None:
+                found.append(seen)
+        return found
+
+    return grading.memo(("misconceptions", family, set_name, grads), collect)
+
+
+# ---- matching ------------------------------------------------------------------------
+
+
+def agrees(got: np.ndarray, predicted: Truth) -> bool:
+    """Whether ``got`` equals the prediction within its allowance everywhere (NaN where it is NaN)."""
+    got, v, allowed = (np.asarray(x, dtype=np.float64) for x in (got, predicted.values, predicted.allowed))
+    if got.shape != v.shape:
+        return False
+    finite = np.isfinite(v)
+    with np.errstate(invalid="ignore"):
+        close = finite & np.isfinite(got) & (np.abs(got - v) <= allowed)
+    same_non_finite = ~finite & ((np.isnan(v) & np.isnan(got)) | (v == got))
+    return bool((close | same_non_finite).all())
+
+
+def far_apart(a: Truth, b: Truth) -> bool:
+    """Whether two predictions differ somewhere by more than FAR times their allowances together."""
+    (va, aa), (vb, ab) = ((np.asarray(t.values, dtype=np.float64), np.asarray(t.allowed, dtype=np.float64)) for t in (a, b))
+    if va.shape != vb.shape:
+        return True
+    finite_a, finite_b = np.isfinite(va), np.isfinite(vb)
+    if (finite_a != finite_b).any():
+        return True
+    with np.errstate(invalid="ignore"):
+        return bool((np.abs(va - vb) > FAR * (np.broadcast_to(aa, va.shape) + np.broadcast_to(ab, vb.shape)))[finite_a].any())
+
+
+def explains(form: Form, observations: Iterable[Observation], keys: Iterable[str] | None = None) -> tuple[bool, bool]:
+    """(every result agrees with ``form``, some result is far from the truth), over ``keys`` (default: all)."""
+    distinct = False
+    for seen in observations:
+        predicted = form(seen.case, seen.truth)
+        for name in seen.got if keys is None else [k for k in keys if k in seen.got]:
+            if not agrees(seen.got[name], predicted[name]):
+                return False, distinct
+            distinct = distinct or far_apart(predicted[name], seen.truth[name])
+    return True, distinct
+
+
+def first_match(variants: Iterable[Variant], evidence: list[Observation], own: list[Observation], keys: tuple[str, ...]) -> Variant | None:
+    """The first variant one of whose forms agrees with all the evidence and is far from the truth on ``own``."""
+    for variant in variants:
+        for form in variant.forms:
+            agreed, distinct = explains(form, own, keys)
+            if agreed and distinct and explains(form, evidence)[0]:
+                return variant
+    return None
+
+
+def diagnose(grading: GradingContext, set_name: str, grads: bool = False, keys: tuple[str, ...] = ()) -> dict[str, str] | None:
+    """The hint for a failed check on ``set_name`` (its compared gradients ``keys``), or None.
+
+    Families are tried in turn: differential_lambda's value, the attention
+    output, then (for gradient checks) the attention gradients.
+    """
+    for family in FAMILIES:
+        if family.name == "gradients" and not grads:
+            continue
+        own = _observations(grading, family.name, set_name, grads)
+        if not own:
+            continue
+        evidence = [seen for name, with_grads in family.evidence for seen in _observations(grading, family.name, name, with_grads)]
+        compared = ("output", *keys) if family.name == "gradients" else ("output",)
+        found = first_match(family.variants, evidence, own, compared)
+        if found is not None:
+            return found.hint()
+    return None
+
+
+def attach_hint(grading: GradingContext, verdict: Comparison, set_name: str, grads: bool = False, keys: tuple[str, ...] = ()) -> None:
+    """Give a failed check on ``set_name`` the hint :func:`diagnose` finds; leave a passed one alone.
+
+    A hint is advice: if working it out fails, the check goes without one
+    rather than turning its verdict into an internal error.
+    """
+    if verdict.ok:
+        return
+    try:
+        hint = diagnose(grading, set_name, grads, keys)
+    except Exception:  # noqa: BLE001 - see the docstring: the verdict must stand whatever happens here
+        hint = None
+    grading.explain(hint=hint)

@@ -1,0 +1,84 @@
+"""``diffgrade handout OUT_DIR``: everything a student needs, and nothing they must not have.
+
+OUT_DIR gets the exercise's stub and its task statement (the README.md beside
+the stub), at the same relative paths as in the repository, and the files the
+exercise adds (``Exercise.handout``; for diff_attention the public checks'
+runner, their precomputed data and a README). Never the reference, the
+grader, its oracle, or a hidden check's inputs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import secrets
+from pathlib import Path
+from typing import Sequence
+
+from grader import cli, report
+from grader.diffattn import exercise as diff_attention
+from grader.exercise import Exercise
+
+STATEMENT = "README.md"  # the task statement, beside the stub
+
+
+def build_parser(exercise: Exercise) -> argparse.ArgumentParser:
+    """The argument parser of ``diffgrade handout``."""
+    folder = Path(exercise.default_submission).parent
+    parser = cli._Parser(
+        prog="diffgrade handout",
+        description="Write the student handout: the stub, the task statement and a script that runs the public "
+        "checks locally (torch and numpy only), with their inputs and expected results precomputed. "
+        "No reference code, no grader, no hidden check.",
+        epilog="Exit codes: 0 written, 2 usage error, 3 internal error.",
+    )
+    parser.add_argument("out_dir", type=Path, metavar="OUT_DIR",
+                        help="the folder to write (created if missing; it must be empty unless --force is given)")
+    parser.add_argument("--force", action="store_true",
+                        help="write into OUT_DIR even if it is not empty, replacing files of the same names")
+    parser.add_argument("--seed", type=cli._seed, metavar="N",
+                        help="seed of the public checks' inputs (default: a fresh one, recorded in the handout)")
+    parser.add_argument("--exercise-dir", type=Path, default=folder, metavar="DIR",
+                        help=f"the folder holding the stub and its {STATEMENT} (default: {folder})")
+    return parser  # fmt: skip
+
+
+def main(argv: Sequence[str]) -> int:
+    """Write the handout; return the exit code."""
+    exercise = diff_attention()
+    parser = build_parser(exercise)
+    args = parser.parse_args(argv)
+    if exercise.handout is None:
+        parser.error(f"the exercise {exercise.name} has no handout")
+    stub_name = Path(exercise.default_submission)
+    sources = {stub_name: args.exercise_dir / stub_name.name, stub_name.parent / STATEMENT: args.exercise_dir / STATEMENT}
+    for source in sources.values():
+        if not source.is_file():
+            parser.error(f"not a file: {source} (run from the repository's root or pass --exercise-dir DIR)")
+    _check_out_dir(args.out_dir, args.exercise_dir, args.force, parser)
+    seed = args.seed if args.seed is not None else secrets.randbelow(cli.MAX_SEED + 1)
+    try:
+        files = {str(target): source.read_text(encoding="utf-8") for target, source in sources.items()}
+        files.update(exercise.handout(seed))
+    except (OSError, UnicodeError) as exc:
+        return cli._fail(cli.EXIT_USAGE, f"cannot read the exercise: {exc}")
+    except Exception as exc:  # the promise is: never a traceback at the user
+        return cli._fail(cli.EXIT_INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
+    try:
+        for name, text in files.items():
+            report.write_atomic(args.out_dir / name, text)
+    except OSError as exc:
+        return cli._fail(cli.EXIT_USAGE, f"cannot write the handout: {exc.filename or args.out_dir}: {exc.strerror}")
+    print(f"Wrote the handout (public checks drawn with seed {seed}) to {report.printable_path(args.out_dir)}:")
+    for name in sorted(files):
+        print(f"  {name}")
+    return cli.EXIT_PASSED
+
+
+def _check_out_dir(out_dir: Path, exercise_dir: Path, force: bool, parser: argparse.ArgumentParser) -> None:
+    """OUT_DIR is a folder or nothing yet, empty unless ``force``, and not around the folder the handout copies."""
+    if out_dir.exists() and not out_dir.is_dir():
+        parser.error(f"argument OUT_DIR: must be a folder (got a file: {out_dir})")
+    if exercise_dir.resolve().is_relative_to(out_dir.resolve()):
+        parser.error(f"argument OUT_DIR: must not hold the exercise folder it copies from (got {out_dir})")
+    if out_dir.is_dir() and any(out_dir.iterdir()) and not force:
+        parser.error(f"argument OUT_DIR: {out_dir} is not empty (pass --force to write into it anyway)")

@@ -1,0 +1,220 @@
+"""Jupyter notebooks as submissions: the code of an nbformat 4 notebook, graded like a .py file.
+
+The code cells are joined in notebook order. Lines Python cannot run are
+taken out, each replaced by ``pass`` at its indentation so that blocks and
+line numbers survive: IPython line magics and shell escapes (``%`` or ``!``
+first on a logical line, outside strings and brackets) and whole cells that
+start with a cell magic (``%%``). Cell ``k`` (counted from the top, Markdown
+cells included) starts at line ``1000·k + 1``, so line 4012 in a message is
+line 12 of cell 4; when a cell is too long for that, or the padding too
+large, the cells follow one another and a note gives their line ranges.
+Every such decision is a note for the report (``submission.notes``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tokenize
+from dataclasses import dataclass
+from typing import Any
+
+SUFFIX = ".ipynb"
+MAX_NOTEBOOK_BYTES = 16 * 1024 * 1024  # outputs (plots) count here; the code alone must fit the .py limit
+LINE_STRIDE = 1000
+ESCAPE = re.compile(r"[ \t]*[%!]")
+CELL_MAGIC = re.compile(r"[ \t]*%%")
+QUOTED_CHARS = 60
+LISTED_LINES = 5
+
+
+class NotebookError(Exception):
+    """The file is not a notebook whose code can be graded; the message says why."""
+
+
+@dataclass(frozen=True)
+class Converted:
+    """The Python source taken from a notebook, and the notes that say how."""
+
+    source: str
+    notes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class _Cell:
+    """One code cell: its position among all cells (from 1) and its lines after clean-up."""
+
+    number: int
+    lines: list[str]
+
+
+def convert(data: bytes, max_source_bytes: int) -> Converted:
+    """The code of the nbformat 4 notebook ``data``, at most ``max_source_bytes`` of UTF-8; raise NotebookError."""
+    if len(data) > MAX_NOTEBOOK_BYTES:
+        raise NotebookError(
+            f"the notebook is {len(data)} bytes, over the limit of {MAX_NOTEBOOK_BYTES} bytes; clear its outputs and save it again"
+        )
+    all_cells = _cells(data)
+    kept: list[_Cell] = []
+    escapes: list[str] = []
+    magic_cells: list[str] = []
+    for number, cell in enumerate(all_cells, start=1):
+        if cell["cell_type"] != "code":
+            continue
+        lines = _lines(cell["source"])
+        first = next((line for line in lines if line.strip()), "")
+        if CELL_MAGIC.match(first):
+            magic_cells.append(f"cell {number} ({_quote(first)})")
+            continue
+        for index in _escape_lines(lines):
+            escapes.append(f"cell {number} line {index + 1} ({_quote(lines[index])})")
+            lines[index] = lines[index][: len(lines[index]) - len(lines[index].lstrip())] + "pass"
+        if lines:
+            kept.append(_Cell(number, lines))
+    if not any(line.strip() for cell in kept for line in cell.lines):
+        raise NotebookError(
+            f"the notebook has no code to grade ({len(all_cells)} cells, none with Python code): write both functions in a code cell"
+        )
+    source, layout = _layout(kept, len(all_cells), max_source_bytes)
+    notes = [layout]
+    if escapes:
+        notes.append(f"Removed {len(escapes)} IPython line(s) that Python cannot run (magics and shell escapes), "
+                     f"each replaced by pass: {_listing(escapes)}.")
+    if magic_cells:
+        notes.append(f"Skipped {len(magic_cells)} cell(s) that start with a cell magic (%%): {_listing(magic_cells)}.")
+    return Converted(source, tuple(notes))
+
+
+def _cells(data: bytes) -> list[dict[str, Any]]:
+    """The cells of an nbformat 4 notebook, each checked to have a cell type and a source."""
+    try:
+        notebook = json.loads(data)
+    except RecursionError:
+        raise NotebookError("the file is not a readable notebook: its JSON is nested too deeply") from None
+    except ValueError as exc:  # also a file that is not UTF-8 text
+        raise NotebookError(f"the file is not a readable notebook: it is not valid JSON ({exc})") from None
+    if not isinstance(notebook, dict):
+        raise NotebookError(f"the file is not a notebook: expected a JSON object with \"cells\", got a JSON {_json_type(notebook)}")
+    version = notebook.get("nbformat")
+    if type(version) is not int or version != 4:
+        raise NotebookError(f"only nbformat 4 notebooks can be graded (got nbformat {version!r}); open and save it with a current Jupyter")
+    cells = notebook.get("cells")
+    if not isinstance(cells, list) or not cells:
+        got = "no \"cells\" key" if "cells" not in notebook else f"a JSON {_json_type(cells)}" if cells else "an empty array"
+        raise NotebookError(f"the notebook has no cells (expected a non-empty array \"cells\", got {got})")
+    for number, cell in enumerate(cells, start=1):
+        if not isinstance(cell, dict) or not isinstance(cell.get("cell_type"), str):
+            raise NotebookError(f"cell {number} of the notebook is malformed: expected an object with a \"cell_type\" string")
+        source = cell.get("source")
+        if not (isinstance(source, str) or isinstance(source, list) and all(isinstance(s, str) for s in source)):
+            raise NotebookError(
+                f"cell {number} of the notebook is malformed: expected \"source\" to be a string or a list of strings, "
+                f"got {_json_type(source)}"
+            )
+    return cells
+
+
+def _json_type(value: Any) -> str:
+    """The JSON name of a decoded value's type."""
+    names = {dict: "object", list: "array", str: "string", bool: "boolean", int: "number", float: "number", type(None): "null"}
+    return names.get(type(value), type(value).__name__)
+
+
+def _lines(source: str | list[str]) -> list[str]:
+    """A cell's source as lines, split where Python splits source lines (\\n, \\r\\n, \\r)."""
+    text = source if isinstance(source, str) else "".join(source)
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    return lines[:-1] if lines[-1] == "" else lines
+
+
+def _escape_lines(lines: list[str]) -> list[int]:
+    """Indices of the lines that start with ``%`` or ``!`` at the start of a logical line.
+
+    The tokenizer follows the cell, seeing each escape as a blank line; a line
+    is the start of a logical line when the previous one ended a statement
+    (NEWLINE) or was blank or a comment outside brackets (NL at depth 0). A
+    line inside a string, brackets or after a backslash is never an escape.
+    Where the cell stops tokenizing (it is not valid Python), the remaining
+    lines are left as they are: Python will report the error.
+    """
+    found: list[int] = []
+    state = {"start": True}
+    numbered = enumerate(lines)
+
+    def readline() -> str:
+        for index, line in numbered:
+            if state["start"] and ESCAPE.match(line):
+                found.append(index)
+                return "\n"
+            state["start"] = False
+            return line + "\n"
+        return ""
+
+    depth = 0
+    try:
+        for token in tokenize.generate_tokens(readline):
+            if token.type == tokenize.OP and token.string in "([{":
+                depth += 1
+            elif token.type == tokenize.OP and token.string in ")]}":
+                depth = max(depth - 1, 0)
+            if token.type not in (tokenize.INDENT, tokenize.DEDENT):
+                state["start"] = token.type == tokenize.NEWLINE or token.type == tokenize.NL and depth == 0
+    except (tokenize.TokenError, SyntaxError):
+        pass
+    return found
+
+
+def _layout(cells: list[_Cell], total: int, max_bytes: int) -> tuple[str, str]:
+    """The joined source and the note that says where each cell's lines are."""
+    numbers = ", ".join(str(cell.number) for cell in cells)
+    joined = f"Graded the code of the notebook's cells numbered {numbers} (of {total} cells), joined in order"
+    if all(len(cell.lines) < LINE_STRIDE for cell in cells):
+        source = _joined([(cell.number * LINE_STRIDE + 1, cell.lines) for cell in cells])
+        if _size(source) <= max_bytes:
+            example = cells[0].number
+            return source, (
+                f"{joined}. Line numbers in messages are {LINE_STRIDE} × cell + line in the cell: line "
+                f"{example * LINE_STRIDE + 12} is line 12 of cell {example} (cells are counted from the top, Markdown cells included)."
+            )
+    placed, start = [], 1
+    for cell in cells:
+        placed.append((start, cell.lines))
+        start += len(cell.lines)
+    source = _joined(placed)
+    size = _size(source)
+    if size > max_bytes:
+        raise NotebookError(f"the notebook's code is {size} bytes, over the limit of {max_bytes} bytes for a submission")
+    ranges = "; ".join(
+        f"cell {cell.number} is line {s}" if len(cell.lines) == 1 else f"cell {cell.number} is lines {s}-{s + len(cell.lines) - 1}"
+        for (s, _), cell in zip(placed, cells)
+    )
+    return source, f"{joined}. In messages, {ranges}."
+
+
+def _size(source: str) -> int:
+    """Bytes of ``source`` in UTF-8; text that has none (a lone surrogate from a JSON escape) is an error."""
+    try:
+        return len(source.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise NotebookError(f"the notebook's code is not valid Unicode text ({exc.reason} at character {exc.start})") from None
+
+
+def _joined(placed: list[tuple[int, list[str]]]) -> str:
+    """Lines placed at their starting line numbers (from 1), blank lines between."""
+    out: list[str] = []
+    for start, lines in placed:
+        out.extend([""] * (start - 1 - len(out)))
+        out.extend(lines)
+    return "\n".join(out) + "\n"
+
+
+def _quote(line: str) -> str:
+    """A removed line as a note shows it: stripped and cut."""
+    text = line.strip()
+    return text if len(text) <= QUOTED_CHARS else text[: QUOTED_CHARS - 1] + "…"
+
+
+def _listing(items: list[str]) -> str:
+    """The first few items, and how many more."""
+    shown = "; ".join(items[:LISTED_LINES])
+    return shown if len(items) <= LISTED_LINES else f"{shown}; and {len(items) - LISTED_LINES} more"
