@@ -21,6 +21,7 @@ import argparse
 import contextlib
 import csv
 import functools
+import gc
 import io
 import json
 import os
@@ -38,7 +39,7 @@ from grader import __version__, classreport, report
 from grader.diffattn import exercise as diff_attention
 from grader.audience import for_audience
 from grader.exercise import Exercise
-from grader.session import InternalError, Preview, RunOptions, UsageError, draw_preview, grade
+from grader.session import InternalError, Preview, RunOptions, UsageError, draw_preview, grade, preload
 from grader.submissions import ClassError, Entry, discover, extract
 from grader.worker.client import ForkServer
 from grader.worker.isolation import die_with_parent
@@ -201,10 +202,12 @@ def run_batch(
         except OSError as exc:
             raise InternalError(f"the fork server could not be started: {exc}") from None
         try:
-            preview = draw_preview(exercise, batch.options, forks)
-            if exercise.prepare is not None:
+            if exercise.prepare is not None:  # while the fork server imports torch
                 exercise.prepare(batch.options.seed)
             report.preload()
+            preload(exercise)
+            preview = draw_preview(exercise, batch.options, forks)
+            gc.freeze()  # the forked graders share what is loaded now; the collector must not touch (and so copy) it
             outcome.interrupted = _grade_all(exercise, pending, batch, forks, preview, records, len(entries), progress)
         finally:
             forks.close()

@@ -36,6 +36,7 @@ def where(result: str, shape: list[int]) -> str:
 
 
 def _number(value: float) -> str:
+    """A table cell: six significant digits, a dash for a missing value."""
     return "\u2014" if not np.isfinite(value) else f"{value:.6g}"
 
 
@@ -58,8 +59,7 @@ def code(counterexample: dict[str, Any]) -> str:
     lines.append(f"out = {counterexample['call']}")
     wrt = counterexample["with_respect_to"]
     if wrt is not None:
-        dtype = next(t["dtype"] for t in counterexample["inputs"] if t["name"] == wrt)
-        lines.append(f"cotangent = torch.tensor({counterexample['cotangent']!r}, dtype=torch.{dtype})")
+        lines.append(f"cotangent = torch.tensor({counterexample['cotangent']!r}, dtype=out.dtype)")
         lines.append(f"(grad_{wrt},) = torch.autograd.grad(out, {wrt}, cotangent)")
     return "\n".join(lines)
 

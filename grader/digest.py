@@ -7,6 +7,7 @@ tier, number formatting, and cleaning text that may come from a submission.
 
 from __future__ import annotations
 
+import json
 from typing import Any, Iterator
 
 NO_MESSAGE = "(no message)"
@@ -58,3 +59,17 @@ def tier_line(tier: dict[str, Any]) -> str:
 def headline(document: dict[str, Any]) -> str:
     """The run in one line: total points and overall status."""
     return f"Score {points(document['score'])}/{points(document['max_score'])} ({document['status']})"
+
+
+def explanations(check: dict[str, Any]) -> list[str]:
+    """The check's hint and counterexample in words (docs/report-schema.md), one paragraph each, cleaned."""
+    found = []
+    hint, example = check.get("hint"), check.get("counterexample")
+    if isinstance(hint, dict):
+        found.append(f"Likely misconception: {hint.get('text', '')}\n{hint.get('maths', '')}".strip())
+    if isinstance(example, dict) and example.get("found"):
+        found.append(
+            f"Smallest failing input: {example.get('call')}\n"
+            f"expected: {json.dumps(example.get('expected'))}\ngot:      {json.dumps(example.get('got'))}"
+        )
+    return [clean(text) for text in found]

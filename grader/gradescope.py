@@ -59,12 +59,8 @@ def _test(number: str, check: dict[str, Any]) -> dict[str, Any]:
 
 
 def _check_output(check: dict[str, Any]) -> str:
-    """The check's message, then its hint and counterexample when it has them."""
-    parts = [digest.clean(check["message"]).strip() or digest.NO_MESSAGE]
-    for label in ("hint", "counterexample"):
-        if check[label] is not None:
-            parts.append(f"{label.capitalize()}:\n{digest.clean(json.dumps(check[label], indent=2, ensure_ascii=False))}")
-    return "\n\n".join(parts)
+    """The check's message, then its hint and counterexample in words when it has them."""
+    return "\n\n".join([digest.clean(check["message"]).strip() or digest.NO_MESSAGE, *digest.explanations(check)])
 
 
 def _summary(report: dict[str, Any]) -> str:

@@ -99,7 +99,9 @@ def svg(
             rect = ET.SubElement(cells, "rect", _rect(x, y, CELL, CELL, colour(value, limit) if known else MISSING, "#ffffff", 1))
             ET.SubElement(rect, "title").text = f"i = {i}, j = {j}: {short(value) if known else 'not finite'}"
             if not known:
-                ET.SubElement(marks, "path", {"d": f"M{x + 6} {y + 6}L{x + CELL - 6} {y + CELL - 6}M{x + CELL - 6} {y + 6}L{x + 6} {y + CELL - 6}", "stroke": "#ffffff", "stroke-width": "2"})
+                near, far = 6, CELL - 6
+                cross = f"M{x + near} {y + near}L{x + far} {y + far}M{x + far} {y + near}L{x + near} {y + far}"
+                ET.SubElement(marks, "path", {"d": cross, "stroke": "#ffffff", "stroke-width": "2"})
             if flagged is not None and flagged[i][j]:
                 ET.SubElement(marks, "rect", _rect(x + 2, y + 2, CELL - 4, CELL - 4, "none", "#000000", 3))
     _legend(root, legend_x, top, limit, outlined, missing)

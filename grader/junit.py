@@ -11,7 +11,6 @@ stripped of characters XML 1.0 cannot hold.
 
 from __future__ import annotations
 
-import json
 import xml.etree.ElementTree as ET
 from typing import Any
 
@@ -55,16 +54,8 @@ def _case(exercise: str, check: dict[str, Any]) -> ET.Element:
         detail = ET.SubElement(case, tag, message=message)
         if tag != "skipped":
             detail.set("type", check["status"])
-            detail.text = "\n\n".join([message, *_explanations(check)])
+            detail.text = "\n\n".join([message, *digest.explanations(check)])
     return case
-
-
-def _explanations(check: dict[str, Any]) -> list[str]:
-    return [
-        f"{label}: {digest.clean(json.dumps(check[label], ensure_ascii=False))}"
-        for label in ("hint", "counterexample")
-        if check[label] is not None
-    ]
 
 
 def _count(element: ET.Element, checks: list[dict[str, Any]], seconds: float) -> None:

@@ -13,6 +13,7 @@ import concurrent.futures
 import contextlib
 import datetime
 import hashlib
+import importlib
 import io
 import os
 import platform
@@ -215,6 +216,25 @@ def _pytest_args(exercise: Exercise) -> list[str]:
         "--json-report-file=none",
         "-q",
     ]  # fmt: skip
+
+
+# Modules a run imports on the way (pytest's own plugins, pdb through its
+# debugging plugin); a batch imports them before it forks its graders.
+RUN_IMPORTS = ("_pytest.helpconfig", "_pytest.setuponly", "_pytest.setupplan", "_pytest.skipping",
+               "_pytest.tracemalloc", "_pytest.warnings", "concurrent.futures.thread", "pdb")  # fmt: skip
+
+
+def preload(exercise: Exercise) -> None:
+    """Import what every grading run imports, check modules included, so that forked runs share it."""
+    for name in RUN_IMPORTS:
+        importlib.import_module(name)
+    for path in sorted(exercise.checks_dir.glob("test_*.py")):
+        parts = [path.stem]
+        folder = path.parent
+        while (folder / "__init__.py").is_file():
+            parts.insert(0, folder.name)
+            folder = folder.parent
+        importlib.import_module(".".join(parts))
 
 
 def _run_checks(exercise: Exercise, context: GradingContext, tiers: set[str]) -> list[dict[str, Any]]:

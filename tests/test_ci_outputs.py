@@ -22,6 +22,19 @@ HOSTILE = "got float32 | expected float64 `x`\r\nsecond line <b>&</b>\x1b[31m re
 HOSTILE_CLEAN = "got float32 | expected float64 `x`\nsecond line <b>&</b>[31m red"
 WARNING = "not run as root: the worker keeps the invoking user's identity"
 RESULT_KEYS = {"score", "execution_time", "output", "visibility", "stdout_visibility", "tests"}
+HINT = {"id": "no_mask", "text": "Your output matches the formula without the causal mask.", "maths": "softmax(QKᵀ/√D + M): M left out"}
+COUNTEREXAMPLE = {
+    "found": True, "note": "The smallest failing input of the 3 tried.", "function": "differential_attention",
+    "size": {"B": 1, "H": 1, "T": 1, "D": 1}, "call": "differential_attention(q1, k1, q2, k2, value, 0.5, causal=True)",
+    "inputs": [], "cotangent": None, "result": "output", "with_respect_to": None,
+    "expected": [[[[1.0, 2.0]]]], "got": [[[[1.5, 2.0]]]], "difference": [[[[0.5, 0.0]]]], "allowed": [[[[1e-6, 1e-6]]]],
+    "mismatched": 1, "elements": 2, "worst_ratio": 5e5, "searched": 3,
+}  # fmt: skip
+EXPLAINED = (
+    "Likely misconception: Your output matches the formula without the causal mask.\nsoftmax(QKᵀ/√D + M): M left out\n\n"
+    "Smallest failing input: differential_attention(q1, k1, q2, k2, value, 0.5, causal=True)\n"
+    "expected: [[[[1.0, 2.0]]]]\ngot:      [[[[1.5, 2.0]]]]"
+)
 TEST_KEYS = {"name", "number", "score", "max_score", "status", "output", "tags", "visibility"}
 
 
@@ -40,7 +53,7 @@ def _document(load_error: str | None = None, statuses: dict[str, str] | None = N
     checks = [
         _check("returns_tensor", "T1", "passed", 3.0, "7 calls returned a tensor.", 0.25),
         _check("keeps_dtype", "T1", "failed", 2.0, HOSTILE, 0.125,
-               hint={"misconception": "casts to float32"}, counterexample={"T": 2}),  # fmt: skip
+               hint=HINT, counterexample=COUNTEREXAMPLE),  # fmt: skip
         _check("graph_attached", "T1", "error", 1.0, "internal grader error in this check (KeyError: 'x'); please report it", 0.0625),
         _check("row_sums", "T2", "failed", 4.0, HIDDEN_MESSAGE, 0.5, "hidden"),
         _check("lambda_values", "T2", "passed", 6.0, HIDDEN_MESSAGE, 0.0625, "hidden"),
@@ -101,9 +114,9 @@ def test_gradescope_visibility_follows_the_checks() -> None:
 
 
 def test_gradescope_test_output_has_message_hint_and_counterexample() -> None:
-    """A failed check's output is its cleaned message, then its hint and counterexample as JSON."""
+    """A failed check's output is its cleaned message, then its hint and counterexample in words."""
     output = gradescope.results(_document())["tests"][1]["output"]
-    assert output == HOSTILE_CLEAN + '\n\nHint:\n{\n  "misconception": "casts to float32"\n}\n\nCounterexample:\n{\n  "T": 2\n}'
+    assert output == HOSTILE_CLEAN + "\n\n" + EXPLAINED
 
 
 def test_gradescope_summary_has_tiers_load_error_warnings_and_seed() -> None:
@@ -162,7 +175,7 @@ def test_junit_testcases_carry_outcome_and_full_message() -> None:
     assert [[child.tag for child in case] for case in cases] == [[], ["failure"], ["error"], ["failure"], [], ["skipped"], ["skipped"]]
     failure = cases[1].find("failure")
     assert _attributes(failure, "message", "type") == (HOSTILE_CLEAN, "failed")
-    assert failure.text == HOSTILE_CLEAN + '\n\nhint: {"misconception": "casts to float32"}\n\ncounterexample: {"T": 2}'
+    assert failure.text == HOSTILE_CLEAN + "\n\n" + EXPLAINED
     assert cases[2].find("error").get("type") == "error"
     assert cases[5].find("skipped").get("message") == "tier T3 was not selected"
 

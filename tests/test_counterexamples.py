@@ -68,10 +68,13 @@ def wrong_when_long(inputs: list[np.ndarray], coefficient: float, causal: bool) 
     return correct(inputs, coefficient, causal) + (inputs[0].shape[2] > 5)
 
 
-def searched(behaviour: Behaviour, fail_diagnostics: bool = False, set_names: tuple[str, ...] = ("attention_causal",)) -> tuple[dict[str, Any] | None, FakeWorker]:
+def searched(
+    behaviour: Behaviour, fail_diagnostics: bool = False, set_names: tuple[str, ...] = ("attention_causal",)
+) -> tuple[dict[str, Any] | None, FakeWorker]:
     """Grade value checks with a fake worker, the way the check does, and search; the last check's counterexample."""
     worker = FakeWorker(behaviour, fail_diagnostics)
-    grading = GradingContext(seed=3, worker=worker, functions={suite.ATTENTION: {"kind": "callable", "parameters": None}})  # type: ignore[arg-type]
+    functions = {suite.ATTENTION: {"kind": "callable", "parameters": None}}
+    grading = GradingContext(seed=3, worker=worker, functions=functions)  # type: ignore[arg-type]
     for set_name in set_names:
         grading.current = set_name
         verdicts = [
@@ -103,7 +106,7 @@ def test_first_failing_skips_passes_and_incomparable_cuts() -> None:
     """None (within tolerance) and a reason (not comparable) are passed over; the first Failure wins."""
     truth = expected.Truth(np.zeros(2), np.full(2, 1e-6))
     failure = Failure(None, np.ones(2), truth, (0,))
-    assert first_failing([None, "the call raised", failure, failure]) == 2
+    assert first_failing([None, "the call raised", failure, failure]) == (2, failure)
     assert first_failing([None, "the call raised"]) is None
 
 
@@ -112,9 +115,11 @@ def test_output_judge_tells_failures_from_passes_and_other_problems() -> None:
     truth = expected.Truth(np.array([1.0, 2.0, 3.0]), np.full(3, 1e-3))
 
     def outcome(returned: Returned) -> Outcome:
+        """An outcome of one attention call."""
         return Outcome(functions=[suite.ATTENTION], results=[returned])
 
     def tensor(values: list[float]) -> Returned:
+        """A returned plain tensor with these values."""
         return Returned(exact_tensor=True, is_tensor=True, value=np.array(values))
 
     failure = counterexample.output_failure(outcome(tensor([1.0, 2.5, np.nan])), truth)
@@ -130,7 +135,8 @@ def test_call_text_names_tensors_after_the_contract() -> None:
     lam = cases.lambda_case(cases.generator(2, "text"), 2, "float64", 0.5)
     case = cases.with_lambda(cases.attention_case(cases.generator(2, "text"), (1, 1, 2, 1), "float64", False), lam)
     text, named = counterexample.call_text(suite.attention_request(case, True))
-    assert text == "differential_attention(q1, k1, q2, k2, value, differential_lambda(lambda_q1, lambda_k1, lambda_q2, lambda_k2, lambda_init=0.5), causal=False)"
+    coefficient = "differential_lambda(lambda_q1, lambda_k1, lambda_q2, lambda_k2, lambda_init=0.5)"
+    assert text == f"differential_attention(q1, k1, q2, k2, value, {coefficient}, causal=False)"
     assert [name for _, name in named] == ["lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2", "q1", "k1", "q2", "k2", "value"]
 
 
@@ -139,13 +145,17 @@ def test_invoke_many_packs_requests_into_one_round_trip_and_splits_the_reply() -
     seen: dict[str, Any] = {}
 
     class Recorder:
+        """Keeps the request; answers three plain returns and four gradients."""
+
         def run(self, header: dict[str, Any], arrays: list[np.ndarray], *, diagnostic: bool = False) -> tuple[dict[str, Any], list[np.ndarray]]:
+            """The canned reply."""
             seen.update(header=header, arrays=arrays, diagnostic=diagnostic)
             returned = {"status": "returned", "type": "float", "is_tensor": False, "exact_tensor": False, "repr": "1.0"}
-            grads = {"0": 0, "1": None, "2": 1, "3": 2}
-            return {"status": "ok", "calls": [returned] * 3, "backward": {"status": "ok", "grads": grads}}, [np.zeros(1), np.ones(1), np.full(1, 2.0)]
+            backward = {"status": "ok", "grads": {"0": 0, "1": None, "2": 1, "3": 2}}
+            return {"status": "ok", "calls": [returned] * 3, "backward": backward}, [np.zeros(1), np.ones(1), np.full(1, 2.0)]
 
     def request(scale: float, composed: bool) -> Request:
+        """Two input tensors, one or two calls, a backward pass."""
         first, second = TensorInput(np.full(1, scale), "float64", True), TensorInput(np.full(1, -scale), "float64", True)
         calls = (Call("f", (first,)), Call("g", (ResultOf(0), second))) if composed else (Call("g", (first, second)),)
         return Request(calls, backward_from=len(calls) - 1, cotangent=np.full(1, scale))

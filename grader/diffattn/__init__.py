@@ -9,7 +9,7 @@ from grader.exercise import Exercise
 
 def exercise() -> Exercise:
     """The exercise description the harness grades with."""
-    from grader.diffattn import handout, suite, toy
+    from grader.diffattn import handout, toy
 
     return Exercise(
         name="diff_attention",
@@ -20,6 +20,14 @@ def exercise() -> Exercise:
         default_reference="reference/diff_attention.py",
         experiment=toy.experiment,
         experiment_frame=toy.shared_fields,
-        prepare=suite.prepare,
+        prepare=_prepare,
         handout=handout.files,
     )
+
+
+def _prepare(seed: int) -> None:
+    """What every submission graded with ``seed`` shares: the oracle's truths and the misconceptions' predictions."""
+    from grader.diffattn import misconceptions, suite
+
+    suite.prepare(seed)
+    misconceptions.prepare(seed)

@@ -12,11 +12,11 @@ candidates follow from the run's seed alone and need no new randomness; for a
 causal case a cut to the first T tokens is even the same problem's first rows.
 
 All cuts of a template go to the worker in one diagnostic round trip
-(:func:`grader.invoke.invoke_many`), which a failure does not retry, and are
-judged against the oracle with the check's own tolerances. The first failing
-cut in the order of T·D, then T (lambda: n) is recorded with
-``grading.explain(counterexample=...)``; docs/report-schema.md describes the
-record. Nothing here changes a verdict.
+(:func:`grader.invoke.invoke_many`); a failed one is not retried and ends
+the searches of the run. The cuts are judged against the oracle with the
+check's own tolerances. The first failing cut in the order of T·D, then T
+(lambda: n) is recorded with ``grading.explain(counterexample=...)``;
+docs/report-schema.md describes the record. Nothing here changes a verdict.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from grader.plugin import GradingContext
 MAX_T = 4
 MAX_D = 3
 MAX_LENGTH = 4
+FIRST_STAGE = 3  # cuts in the first request: the three smallest (T·D up to 2; lambda lengths 1 to 3)
 LAMBDA_KEYS = {"q1": 0, "k1": 1, "q2": 2, "k2": 3}
 GAVE_UP = ("counterexample", "gave up")
 """Cache key set once an extra round trip failed: no further search in the run, so a hang costs one timeout."""
@@ -80,18 +81,18 @@ def cut_lambda(case: LambdaCase, n: int) -> LambdaCase:
     return replace(case, q1=case.q1[:n].copy(), k1=case.k1[:n].copy(), q2=case.q2[:n].copy(), k2=case.k2[:n].copy())
 
 
-def cuts(case: Case, worst: tuple[int, ...]) -> list[tuple[dict[str, int], Case]]:
-    """Every cut of ``case`` with its size, smallest first; attention cuts keep the batch and head of ``worst``."""
+def cuts(case: Case, head: tuple[int, int]) -> list[tuple[dict[str, int], Case]]:
+    """Every cut of ``case`` with its size, smallest first; attention cuts keep the (batch, head) ``head``."""
     if isinstance(case, LambdaCase):
         return [({"length": n}, cut_lambda(case, n)) for n in range(1, min(case.q1.size, MAX_LENGTH) + 1)]
-    b, h = worst[:2] if len(worst) == 4 else (0, 0)
+    b, h = head
     _, _, t, d = case.q1.shape
     return [({"B": 1, "H": 1, "T": tt, "D": dd}, cut_attention(case, b, h, tt, dd)) for tt, dd in attention_sizes(t, d)]
 
 
-def first_failing(judgements: Sequence[Judgement]) -> int | None:
-    """Position of the first judgement that is a failure (candidates come smallest first), or None."""
-    return next((i for i, judged in enumerate(judgements) if isinstance(judged, Failure)), None)
+def first_failing(judgements: Sequence[Judgement]) -> tuple[int, Failure] | None:
+    """The first judgement that is a failure, with its position (candidates come smallest first), or None."""
+    return next(((i, judged) for i, judged in enumerate(judgements) if isinstance(judged, Failure)), None)
 
 
 def _exceeds(with_respect_to: str | None, got: np.ndarray, truth: Truth) -> Judgement:
@@ -218,7 +219,8 @@ def not_found(function: str, sizes: list[dict[str, int]], judgements: Sequence[J
         note += f"; {len(reasons)} could not be compared, for example because {reasons[0]}."
     else:
         note += ": the bug shows only on larger inputs."
-    empty = dict.fromkeys(("size", "call", "inputs", "cotangent", "result", "with_respect_to", "expected", "got", "difference", "allowed"))
+    absent = ("size", "call", "inputs", "cotangent", "result", "with_respect_to", "expected", "got", "difference", "allowed")
+    empty = dict.fromkeys(absent)
     return {"found": False, "note": note, "function": function, **empty,
             "mismatched": None, "elements": None, "worst_ratio": None, "searched": len(sizes)}  # fmt: skip
 
@@ -256,11 +258,9 @@ def shrink(
     """The counterexample of a check over ``cases`` (whose per-case ``verdicts`` it made), or None.
 
     None when every verdict is positive, when no failure is numeric (the call
-    raised, crashed or returned another shape), or when this or an earlier
-    extra round trip of the run failed.
+    raised, crashed or returned another shape), or when the extra round trip
+    failed.
     """
-    if GAVE_UP in grading.cache:
-        return None
     failed = sorted((_elements(case), index) for index, (case, verdict) in enumerate(zip(cases, verdicts)) if not verdict.ok)
     for _, index in failed:  # the smallest failing case with wrong numbers is the template
         case = cases[index]
@@ -269,55 +269,71 @@ def shrink(
             break
     else:
         return None
-    candidates = cuts(case, failure.worst)
+    head = (failure.worst[0], failure.worst[1]) if len(failure.worst) == 4 else (0, 0)
+    candidates = cuts(case, head)
     requests = [request_for(cut, grads) for _, cut in candidates]
-    key = ("counterexample", set_name, index, grads, failure.worst[:2] if len(failure.worst) == 4 else ())
-    outcomes = grading.memo(key, lambda: invoke_many(grading.worker, requests, diagnostic=True))
-    if outcomes[0].failure is not None:
-        grading.cache[GAVE_UP] = outcomes[0].failure
-        return None
-    judgements = [judge(cut, outcome) for (_, cut), outcome in zip(candidates, outcomes)]
-    chosen = first_failing(judgements)
-    if chosen is None:
-        return not_found(requests[0].calls[-1].function, [size for size, _ in candidates], judgements)
-    found = judgements[chosen]
-    assert isinstance(found, Failure)
-    return record(requests[chosen], candidates[chosen][0], found, len(candidates))
+    judgements: list[Judgement] = []
+    # Most bugs show on the smallest cuts: those go first, the others only if none of them fails.
+    for stage, (start, stop) in enumerate(((0, FIRST_STAGE), (FIRST_STAGE, len(candidates)))):
+        if start >= stop:
+            break
+        key = ("counterexample", set_name, index, grads, head, stage)
+        outcomes = grading.memo(key, lambda: invoke_many(grading.worker, requests[start:stop], diagnostic=True))
+        if outcomes[0].failure is not None:
+            grading.cache[GAVE_UP] = outcomes[0].failure
+            return None
+        judgements += [judge(cut, outcome) for (_, cut), outcome in zip(candidates[start:stop], outcomes)]
+        chosen = first_failing(judgements)
+        if chosen is not None:
+            position, found = chosen
+            return record(requests[position], candidates[position][0], found, len(judgements))
+    return not_found(requests[0].calls[-1].function, [size for size, _ in candidates], judgements)
+
+
+def search(
+    grading: GradingContext, set_name: str, verdicts: Sequence[Comparison], judge: Callable[[Case, Outcome], Judgement], grads: bool
+) -> None:
+    """Attach the counterexample of a failed check over the suite's case set ``set_name`` to the running check.
+
+    Nothing happens for a check that passed, or once an extra round trip of
+    the run failed (so a submission that hangs costs one timeout at most).
+    """
+    if all(v.ok for v in verdicts) or GAVE_UP in grading.cache:
+        return
+    cases = getattr(suite, set_name)(grading.seed)
+    grading.explain(counterexample=shrink(grading, set_name, cases, verdicts, judge, grads))
 
 
 def explain_values(
-    grading: GradingContext, set_name: str, verdicts: Sequence[Comparison], truth: Callable[[AttentionCase], Truth] = expected.attention_output
+    grading: GradingContext,
+    set_name: str,
+    verdicts: Sequence[Comparison],
+    truth: Callable[[AttentionCase], Truth] = expected.attention_output,
 ) -> None:
     """Attach the counterexample of a failed differential_attention value check over case set ``set_name``."""
-    if all(v.ok for v in verdicts):
-        return
-    cases = getattr(suite, set_name)(grading.seed)
-    found = shrink(grading, set_name, cases, verdicts, lambda case, outcome: output_failure(outcome, truth(case)), grads=False)
-    grading.explain(counterexample=found)
+
+    def judge(case: AttentionCase, outcome: Outcome) -> Judgement:
+        return output_failure(outcome, truth(case))
+
+    search(grading, set_name, verdicts, judge, grads=False)
 
 
 def explain_gradients(grading: GradingContext, set_name: str, verdicts: Sequence[Comparison], keys: dict[str, int]) -> None:
     """Attach the counterexample of a failed differential_attention gradient check for ``keys``."""
-    if all(v.ok for v in verdicts):
-        return
 
     def judge(case: AttentionCase, outcome: Outcome) -> Judgement:
         wanted = {name: position for name, position in keys.items() if case.requires_grad(name)}
         return gradient_failure(outcome, expected.attention_grads(case), wanted)
 
-    cases = getattr(suite, set_name)(grading.seed)
-    grading.explain(counterexample=shrink(grading, set_name, cases, verdicts, judge, grads=True))
+    search(grading, set_name, verdicts, judge, grads=True)
 
 
 def explain_lambda(grading: GradingContext, verdicts: Sequence[Comparison], grads: bool = False) -> None:
     """Attach the counterexample of a failed differential_lambda value (or, with ``grads``, gradient) check."""
-    if all(v.ok for v in verdicts):
-        return
 
     def judge(case: LambdaCase, outcome: Outcome) -> Judgement:
         if grads:
             return gradient_failure(outcome, expected.lambda_grads(case), LAMBDA_KEYS)
         return output_failure(outcome, expected.lambda_value(case))
 
-    cases = suite.lambda_values(grading.seed)
-    grading.explain(counterexample=shrink(grading, "lambda_values", cases, verdicts, judge, grads))
+    search(grading, "lambda_values", verdicts, judge, grads)

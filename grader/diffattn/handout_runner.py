@@ -129,13 +129,21 @@ def plain_tensor(entry: Dict[str, Any], outcome: Outcome) -> Any:
     return f"returned {type(result).__name__} {str(result)[:80]}; expected a torch.Tensor"
 
 
-def kind_problem(entry: Dict[str, Any], outcome: Outcome, check: Dict[str, Any]) -> Optional[str]:
-    """One dense floating tensor of the expected shape."""
+def shaped_tensor(entry: Dict[str, Any], outcome: Outcome) -> Any:
+    """The plain tensor the call returned, if it has the expected shape; else the problem, as a string."""
     result = plain_tensor(entry, outcome)
     if isinstance(result, str):
         return result
     if list(result.shape) != entry["shape"]:
         return f"expected shape {entry['shape']}, got {list(result.shape)}"
+    return result
+
+
+def kind_problem(entry: Dict[str, Any], outcome: Outcome, check: Dict[str, Any]) -> Optional[str]:
+    """One dense floating tensor of the expected shape."""
+    result = shaped_tensor(entry, outcome)
+    if isinstance(result, str):
+        return result
     if result.layout != torch.strided or result.dtype not in FLOATING:
         return f"expected a dense floating-point tensor, got layout {result.layout}, dtype {result.dtype}"
     return None
@@ -143,11 +151,9 @@ def kind_problem(entry: Dict[str, Any], outcome: Outcome, check: Dict[str, Any])
 
 def dtype_problem(entry: Dict[str, Any], outcome: Outcome, check: Dict[str, Any]) -> Optional[str]:
     """The expected shape, the inputs' dtype, the CPU."""
-    result = plain_tensor(entry, outcome)
+    result = shaped_tensor(entry, outcome)
     if isinstance(result, str):
         return result
-    if list(result.shape) != entry["shape"]:
-        return f"expected shape {entry['shape']}, got {list(result.shape)}"
     if str(result.dtype) != f"torch.{entry['dtype']}":
         return f"expected dtype torch.{entry['dtype']} (the inputs' dtype), got {result.dtype}"
     if result.device.type != "cpu":

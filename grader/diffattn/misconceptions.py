@@ -139,65 +139,65 @@ def _sum_of_exponentials(case: LambdaCase, init: float) -> tuple[float, float]:
 
 
 def _sum_not_dot(case: LambdaCase, init: float) -> tuple[float, float]:
-    e1, e2 = (math.exp(float(np.sum(q + k))) for q, k in ((case.q1, case.k1), (case.q2, case.k2)))
+    e1, e2 = (math.exp(float(np.sum(q + k))) for q, k in _branches(case))
     return e1 - e2 + init, e1 + e2 + abs(init)
 
 
 LAMBDA_VARIANTS = (
     Variant(
         "lambda_default_changed",
-        "differential_lambda matches the formula with lambda_init defaulting to 0.8 when the caller leaves it out; the default is 0.2.",
+        "λ uses lambda_init = 0.8 when it is left out; the default is 0.2.",
         "def differential_lambda(q1, k1, q2, k2, lambda_init=0.2)",
         (_lambda_form(_default_changed),),
     ),
     Variant(
         "lambda_no_init",
-        "differential_lambda matches exp(q1·k1) − exp(q2·k2) without lambda_init.",
+        "λ matches exp(q1·k1) − exp(q2·k2): lambda_init is not added.",
         "λ = exp(q1·k1) − exp(q2·k2) + λ_init: you left out + λ_init",
         (_lambda_form(_no_init),),
     ),
     Variant(
         "lambda_no_exp",
-        "differential_lambda matches q1·k1 − q2·k2 + lambda_init: the exponentials are missing.",
+        "λ matches q1·k1 − q2·k2 + λ_init: the exponentials are missing.",
         "λ = exp(q1·k1) − exp(q2·k2) + λ_init: you left out exp",
         (_lambda_form(_no_exp),),
     ),
     Variant(
         "lambda_sign_swapped",
-        "differential_lambda matches exp(q2·k2) − exp(q1·k1) + lambda_init: the two exponentials are the wrong way round.",
+        "λ matches exp(q2·k2) − exp(q1·k1) + λ_init: the terms are swapped.",
         "λ = exp(q1·k1) − exp(q2·k2) + λ_init: the q1·k1 term comes first",
         (_lambda_form(_sign_swapped),),
     ),
     Variant(
         "lambda_terms_added",
-        "differential_lambda matches exp(q1·k1) + exp(q2·k2) + lambda_init: the second exponential is added instead of subtracted.",
+        "λ matches exp(q1·k1) + exp(q2·k2) + λ_init: subtract the second term.",
         "λ = exp(q1·k1) − exp(q2·k2) + λ_init: subtract exp(q2·k2)",
         (_lambda_form(_terms_added),),
     ),
     Variant(
         "lambda_clamped",
-        "differential_lambda matches the right formula clamped to [0, 1]; λ may be any real number.",
+        "λ matches the right value clamped to [0, 1]; λ may be any number.",
         "λ = exp(q1·k1) − exp(q2·k2) + λ_init, not clamped",
         (_lambda_form(_clamped),),
     ),
     Variant(
         "lambda_elementwise",
-        "differential_lambda matches exp(q1 ⊙ k1) − exp(q2 ⊙ k2) + lambda_init element by element: "
-        "use dot products, which give one number.",
+        "λ matches exp(q1 ⊙ k1) − exp(q2 ⊙ k2) + λ_init element by element: use dot products, which give one "
+        "number.",
         "λ = exp(q1·k1) − exp(q2·k2) + λ_init with dot products q·k = Σ_d q_d k_d",
         (_lambda_form(_elementwise),),
     ),
     Variant(
         "lambda_sum_of_exponentials",
-        "differential_lambda matches Σ_d exp(q1_d k1_d) − Σ_d exp(q2_d k2_d) + lambda_init: "
-        "the sum belongs inside the exponential.",
+        "λ matches Σ exp(q1_d k1_d) − Σ exp(q2_d k2_d) + λ_init: the sum belongs inside the exponential (a "
+        "dot product).",
         "λ = exp(Σ_d q1_d k1_d) − exp(Σ_d q2_d k2_d) + λ_init",
         (_lambda_form(_sum_of_exponentials),),
     ),
     Variant(
         "lambda_sum_not_dot",
-        "differential_lambda matches exp(Σ(q1 + k1)) − exp(Σ(q2 + k2)) + lambda_init: "
-        "the vectors are added instead of multiplied.",
+        "λ matches exp(Σ(q1 + k1)) − exp(Σ(q2 + k2)) + λ_init: multiply the vectors (a dot product) instead "
+        "of adding them.",
         "λ = exp(q1·k1) − exp(q2·k2) + λ_init with q·k = Σ_d q_d k_d",
         (_lambda_form(_sum_not_dot),),
     ),
@@ -205,8 +205,6 @@ LAMBDA_VARIANTS = (
 
 
 # ---- differential_attention: the output ------------------------------------------
-
-MASKS = ("causal", "strict", "upper", "none")
 
 
 def _keep(t: int, mask: str) -> np.ndarray | None:
@@ -232,13 +230,20 @@ def _softmax(s: np.ndarray, keep: np.ndarray | None, axis: int = -1, uniform_emp
     return a
 
 
+def _branches(case: AttentionCase) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+    """(q1, k1) and (q2, k2)."""
+    return (case.q1, case.k1), (case.q2, case.k2)
+
+
 def _mask_of(case: AttentionCase, mask: str, omitted: bool = True) -> np.ndarray | None:
     """``mask`` when the call is causal (``omitted`` is what causal=None means), else no mask."""
     causal = omitted if case.causal is None else case.causal
     return _keep(case.q1.shape[2], mask) if causal else None
 
 
-def _output(case: AttentionCase, p: np.ndarray, p_abs: np.ndarray, value: np.ndarray | None = None, growth: float = 1.0) -> Prediction:
+def _output(
+    case: AttentionCase, p: np.ndarray, p_abs: np.ndarray, value: np.ndarray | None = None, growth: float = 1.0
+) -> Prediction:
     """O = P V and its allowance, from the signed map and its absolute-value evaluation."""
     value = case.value if value is None else value
     magnitude = np.einsum("bhij,bhjc->bhic", np.abs(p_abs), np.abs(value))
@@ -246,11 +251,16 @@ def _output(case: AttentionCase, p: np.ndarray, p_abs: np.ndarray, value: np.nda
     return {"output": Truth(np.einsum("bhij,bhjc->bhic", p, value), expected.allowance(case, magnitude, growth))}
 
 
-def _weighted(case: AttentionCase, a1: np.ndarray, a2: np.ndarray, weights: Callable[[float], tuple[float, float]], growth: float = 1.0) -> Prediction:
+Weights = Callable[[float], tuple[float, float]]  # λ -> the weights (w1, w2) of the two maps
+
+
+def _weighted(
+    case: AttentionCase, a1: np.ndarray, a2: np.ndarray, weights: Weights, growth: float = 1.0, value: np.ndarray | None = None
+) -> Prediction:
     """O = (w1 A1 + w2 A2) V with (w1, w2) = weights(λ); the true formula has weights (1, −λ)."""
     w1, w2 = weights(expected.coefficient_of(case))
     b1, b2 = weights(expected.coefficient_bound(case))
-    return _output(case, w1 * a1 + w2 * a2, abs(b1) * a1 + abs(b2) * a2, growth=growth)
+    return _output(case, w1 * a1 + w2 * a2, abs(b1) * a1 + abs(b2) * a2, value, growth)
 
 
 def _true_weights(lam: float) -> tuple[float, float]:
@@ -263,7 +273,7 @@ def _maps_form(
     axis: int = -1,
     uniform_empty: bool = False,
     omitted: bool = True,
-    weights: Callable[[float], tuple[float, float]] = _true_weights,
+    weights: Weights = _true_weights,
 ) -> Form:
     """A form that computes each map with its own mask, a scale (of D), an axis, and mixes them with ``weights``."""
 
@@ -273,7 +283,7 @@ def _maps_form(
         factor = None if scale is None else scale(d)
         maps = [
             _softmax(_logits(q, k, factor), _mask_of(case, mask, omitted), axis, uniform_empty)
-            for (q, k), mask in zip(((case.q1, case.k1), (case.q2, case.k2)), masks)
+            for (q, k), mask in zip(_branches(case), masks)
         ]
         growth = 1.0 if factor is None else max(1.0, factor * math.sqrt(d))
         return _weighted(case, *maps, weights, growth)
@@ -290,8 +300,9 @@ def _true_maps(case: AttentionCase) -> tuple[np.ndarray, np.ndarray]:
 def _mask_after_softmax(case: Case, truth: Prediction) -> Prediction:
     assert isinstance(case, AttentionCase)
     keep = _mask_of(case, "causal")
-    maps = [_softmax(_logits(q, k), None) * (1.0 if keep is None else keep) for q, k in ((case.q1, case.k1), (case.q2, case.k2))]
-    return _weighted(case, *maps, _true_weights)
+    visible = 1.0 if keep is None else keep
+    a1, a2 = (_softmax(_logits(q, k), None) * visible for q, k in _branches(case))
+    return _weighted(case, a1, a2, _true_weights)
 
 
 def _naive_map(case: AttentionCase, q: np.ndarray, k: np.ndarray) -> np.ndarray:
@@ -328,11 +339,12 @@ def _joint_normaliser(peak_over_masked_keys: bool) -> Form:
         assert isinstance(case, AttentionCase)
         lam, bound = expected.coefficient_of(case), expected.coefficient_bound(case)
         keep = _mask_of(case, "causal")
-        s1, s2 = (_logits(q, k) for q, k in ((case.q1, case.k1), (case.q2, case.k2)))
+        s1, s2 = (_logits(q, k) for q, k in _branches(case))
         if keep is not None and not peak_over_masked_keys:
             s1, s2 = np.where(keep, s1, -np.inf), np.where(keep, s2, -np.inf)
         top = np.maximum(s1.max(axis=-1, keepdims=True), s2.max(axis=-1, keepdims=True))
-        e1, e2 = (np.exp((s - top).astype(case.dtype)).astype(np.float64) * (1.0 if keep is None else keep) for s in (s1, s2))
+        visible = 1.0 if keep is None else keep
+        e1, e2 = (np.exp((s - top).astype(case.dtype)).astype(np.float64) * visible for s in (s1, s2))
         signed, unsigned = e1 - lam * e2, e1 + bound * e2
         total = signed.sum(axis=-1, keepdims=True)
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -345,18 +357,18 @@ def _joint_normaliser(peak_over_masked_keys: bool) -> Form:
 
 def _value_half_width(case: Case, truth: Prediction) -> Prediction:
     assert isinstance(case, AttentionCase)
-    a1, a2 = _true_maps(case)
-    lam, bound = expected.coefficient_of(case), expected.coefficient_bound(case)
-    return _output(case, a1 - lam * a2, a1 + bound * a2, value=case.value[..., : case.q1.shape[3]])
+    return _weighted(case, *_true_maps(case), _true_weights, value=case.value[..., : case.q1.shape[3]])
 
 
 def _value_split(case: Case, truth: Prediction) -> Prediction:
     assert isinstance(case, AttentionCase)
     a1, a2 = _true_maps(case)
     d = case.q1.shape[3]
-    first = _output(case, a1, a1, value=case.value[..., :d])["output"]
-    second = _output(case, -expected.coefficient_of(case) * a2, expected.coefficient_bound(case) * a2, value=case.value[..., d:])["output"]
-    return {"output": Truth(np.concatenate([first.values, second.values], -1), np.concatenate([first.allowed, second.allowed], -1))}
+    first = _output(case, a1, a1, case.value[..., :d])["output"]
+    lam, bound = expected.coefficient_of(case), expected.coefficient_bound(case)
+    second = _output(case, -lam * a2, bound * a2, case.value[..., d:])["output"]
+    values, allowed = (np.concatenate(pair, axis=-1) for pair in ((first.values, second.values), (first.allowed, second.allowed)))
+    return {"output": Truth(values, allowed)}
 
 
 def _scaled_output(factor: float) -> Form:
@@ -390,15 +402,15 @@ def _normalised_output(eps: float, centred: bool) -> Form:
     return form
 
 
-def _d(n: int) -> float:
-    return 1.0 / n
+def _over_d(d: int) -> float:
+    return 1.0 / d
 
 
-def _root_2d(n: int) -> float:
-    return 1.0 / math.sqrt(2 * n)
+def _over_root_2d(d: int) -> float:
+    return 1.0 / math.sqrt(2 * d)
 
 
-def _one(n: int) -> float:
+def _unscaled(d: int) -> float:
     return 1.0
 
 
@@ -417,19 +429,19 @@ def _swapped(lam: float) -> tuple[float, float]:
 ATTENTION_VARIANTS = (
     Variant(
         "causal_default_false",
-        "Your output has no causal mask when the caller leaves causal out: the default of causal must be True.",
+        "No causal mask when causal is left out: the default must be True.",
         "def differential_attention(..., causal=True)",
         (_maps_form(omitted=False),),
     ),
     Variant(
         "mask_first_branch_only",
-        "Your output matches the formula with the causal mask applied to the first branch only.",
+        "Your output matches the causal mask on the first branch only.",
         "A2 = softmax(Q2K2ᵀ/√D + M): you left out M",
         (_maps_form(masks=("causal", "none")),),
     ),
     Variant(
         "mask_second_branch_only",
-        "Your output matches the formula with the causal mask applied to the second branch only.",
+        "Your output matches the causal mask on the second branch only.",
         "A1 = softmax(Q1K1ᵀ/√D + M): you left out M",
         (_maps_form(masks=("none", "causal")),),
     ),
@@ -441,78 +453,79 @@ ATTENTION_VARIANTS = (
     ),
     Variant(
         "mask_after_softmax",
-        "Your output matches the formula with the future entries zeroed after the softmax, so the rows no longer sum to 1.",
+        "Your output matches future entries zeroed after the softmax, so the rows no longer sum to 1.",
         "A_i = softmax(S_i + M): the mask goes inside the softmax",
         (_mask_after_softmax,),
     ),
     Variant(
         "mask_hides_diagonal",
-        "Your output matches the formula with the diagonal masked too (strictly causal): "
-        "a token does not see itself, and the first token sees nothing.",
+        "Your output matches a mask that hides the diagonal too: a token must see itself, and with keys j < i"
+        " only the first token sees nothing.",
         "M[i, j] = −∞ only where j > i; the key j = i stays visible",
         (_maps_form(masks=("strict", "strict")), _maps_form(masks=("strict", "strict"), uniform_empty=True)),
     ),
     Variant(
         "mask_wrong_triangle",
-        "Your output matches the formula with the mask the wrong way round: queries see the future and not the past.",
+        "Your mask is the wrong way round: queries see the future, not the past.",
         "M[i, j] = −∞ where j > i (above the diagonal), 0 where j ≤ i",
         (_maps_form(masks=("upper", "upper")),),
     ),
     Variant(
         "softmax_over_queries",
-        "Your output matches the formula with the softmax taken over the query axis (dim=-2) instead of the key axis.",
+        "Your output matches a softmax over the queries (dim=-2), not the keys.",
         "A_i = softmax(S_i) row by row, over the keys (dim=-1)",
         (_maps_form(axis=-2),),
     ),
     Variant(
         "scale_inverse_d",
-        "Your output matches the formula with the logits scaled by 1/D instead of 1/√D "
-        "(dividing by √D twice, for instance before scaled_dot_product_attention, does that).",
+        "Your output matches logits scaled by 1/D instead of 1/√D: dividing by √D twice (for instance before "
+        "scaled_dot_product_attention) does that.",
         "S_i = Q_iK_iᵀ/√D + M: divide by √D once",
-        (_maps_form(scale=_d),),
+        (_maps_form(scale=_over_d),),
     ),
     Variant(
         "scale_value_width",
-        "Your output matches the formula with the logits scaled by 1/√(2D), the width of the values; "
-        "D is the width of the queries.",
+        "Your output matches logits scaled by 1/√(2D) instead of 1/√D: D is the width of the queries, not of "
+        "the values.",
         "S_i = Q_iK_iᵀ/√D + M with D = q1.shape[-1]",
-        (_maps_form(scale=_root_2d),),
+        (_maps_form(scale=_over_root_2d),),
     ),
     Variant(
         "no_scale",
-        "Your output matches the formula with unscaled logits.",
+        "Your output matches unscaled logits: the 1/√D factor is missing.",
         "S_i = Q_iK_iᵀ/√D + M: you left out /√D",
-        (_maps_form(scale=_one),),
+        (_maps_form(scale=_unscaled),),
     ),
     Variant(
         "softmax_overflow",
-        "Your output is right except where the logits are large, where it is NaN or wrong: exp overflows in your softmax.",
+        "Your softmax overflows: outputs with large logits are NaN or wrong. Subtract the row maximum before "
+        "exp.",
         "softmax(s)_j = exp(s_j − max s) / Σ_k exp(s_k − max s): subtract the row maximum before exp",
         (_softmax_overflow,),
     ),
     Variant(
         "logit_difference",
-        "Your output matches a single softmax of the difference of the logits, softmax(S1 − λS2), "
-        "instead of the difference of two softmax maps.",
+        "Your output matches softmax(S1 − λS2), one softmax of the logits, instead of the difference of two "
+        "softmax maps.",
         "P = softmax(S1) − λ softmax(S2), not softmax(S1 − λS2)",
         (_logit_difference,),
     ),
     Variant(
         "joint_normaliser",
-        "Your output matches the two exponentiated maps subtracted and then normalised together, "
-        "instead of each map normalised on its own.",
+        "Your output matches one normaliser for both maps together, instead of each map normalised on its own"
+        " before the subtraction.",
         "P = A1 − λA2 with A_i = softmax(S_i), each normalised separately",
         (_joint_normaliser(False), _joint_normaliser(True)),
     ),
     Variant(
         "lambda_times_difference",
-        "Your output matches λ(A1 − A2)V: λ multiplies the whole difference.",
+        "Your output matches λ(A1 − A2)V: λ scales the whole difference.",
         "P = A1 − λA2: λ multiplies A2 only",
         (_maps_form(weights=_lambda_both),),
     ),
     Variant(
         "lambda_on_first_branch",
-        "Your output matches (λA1 − A2)V: λ is applied to the first branch instead of the second.",
+        "Your output matches (λA1 − A2)V: λ is on the wrong branch.",
         "P = A1 − λA2: λ multiplies A2",
         (_maps_form(weights=_lambda_first),),
     ),
@@ -524,27 +537,28 @@ ATTENTION_VARIANTS = (
     ),
     Variant(
         "value_half_width",
-        "Your output matches the formula with only the first D columns of V: the output must be 2D wide.",
+        "Your output uses only the first D columns of V; it must be 2D wide.",
         "O = P V with all 2D columns of V",
         (_value_half_width,),
     ),
     Variant(
         "value_split_per_branch",
-        "Your output matches each branch using its own half of V, [A1 V[:, :D], −λ A2 V[:, D:]]: both maps use all of V.",
+        "Your output matches each branch using its own half of V, [A1 V[:, :D], −λ A2 V[:, D:]]; both maps "
+        "use all of V.",
         "O = (A1 − λA2) V",
         (_value_split,),
     ),
     Variant(
         "one_minus_lambda_init",
-        "Your output matches the right output times (1 − λ_init); that factor belongs after the "
-        "per-head normalisation of the full layer, not in this function.",
+        "Your output is the right one times (1 − λ_init): that factor belongs to the full layer, after its "
+        "normalisation, not to this function.",
         "O = (A1 − λA2) V, without a (1 − λ_init) factor",
         (_scaled_output(0.8), _scaled_output(0.2)),
     ),
     Variant(
         "normalised_output",
-        "Your output matches the right output with each row normalised (RMSNorm or GroupNorm); "
-        "the normalisation belongs to the full layer, not to this function.",
+        "Your output is the right one with each row normalised: RMSNorm or GroupNorm belongs to the full "
+        "layer, not to this function.",
         "O = (A1 − λA2) V, without a norm",
         tuple(_normalised_output(eps, False) for eps in (1e-5, 1e-6, 1e-8, 0.0))
         + tuple(_normalised_output(eps, True) for eps in (1e-5, 0.0)),
@@ -598,46 +612,47 @@ def _no_rowsum(case: Case, truth: Prediction) -> Prediction:
 GRADIENT_VARIANTS = (
     Variant(
         "value_detached",
-        "Your gradients are right except that none reaches value: it is detached (value.detach(), .data) on its way to the output.",
+        "No gradient reaches value: it is detached before the output (value.detach() or .data); the other "
+        "gradients are right.",
         "∂L/∂V = Pᵀ G",
         (_changed(["value"], _zero),),
     ),
     Variant(
         "coefficient_detached",
-        "Your gradients are right except that none reaches the coefficient λ: it is detached or turned into a "
-        "Python number (float(), .item()).",
+        "No gradient reaches the coefficient: it is detached or made a number (float(), .item()); the other "
+        "gradients are right.",
         "∂L/∂λ = −Σ A2 ⊙ (G Vᵀ)",
         (_changed(["coefficient"], _zero),),
     ),
     Variant(
         "first_branch_detached",
-        "Your gradients are right except that q1 and k1 receive none: the first map is computed outside autograd "
-        "(detached or under torch.no_grad()).",
+        "q1 and k1 get no gradient: the first map is cut from autograd (detached or under torch.no_grad()); "
+        "the other gradients are right.",
         "∂L/∂Q1 = dS1 K1 / √D, ∂L/∂K1 = dS1ᵀ Q1 / √D",
         (_changed(["q1", "k1"], _zero),),
     ),
     Variant(
         "second_branch_detached",
-        "Your gradients are right except that q2 and k2 receive none: the second map is computed outside autograd "
-        "(detached or under torch.no_grad()).",
+        "q2 and k2 get no gradient: the second map is cut from autograd (detached or under torch.no_grad()); "
+        "the other gradients are right.",
         "∂L/∂Q2 = dS2 K2 / √D, ∂L/∂K2 = dS2ᵀ Q2 / √D",
         (_changed(["q2", "k2"], _zero),),
     ),
     Variant(
         "coefficient_gradient_sign",
-        "Your gradients are right except that the coefficient's has the wrong sign.",
+        "The coefficient's gradient has the wrong sign; the rest are right.",
         "∂L/∂λ = −Σ A2 ⊙ (G Vᵀ): note the minus sign",
         (_changed(["coefficient"], _negated),),
     ),
     Variant(
         "backward_missing_scale",
-        "Your gradients of q1, k1, q2 and k2 are √D times too large: the backward pass leaves out the 1/√D of the logits.",
+        "Gradients of q1, k1, q2, k2 are √D too large: 1/√D is missing in the backward pass.",
         "∂L/∂Q_i = dS_i K_i / √D, ∂L/∂K_i = dS_iᵀ Q_i / √D",
         (_missing_scale,),
     ),
     Variant(
         "backward_no_rowsum",
-        "Your gradients of q1, k1, q2 and k2 match a softmax backward without its row-sum term.",
+        "Gradients of q1, k1, q2, k2 miss the row-sum term of the softmax backward.",
         "dS_i = A_i ⊙ (dA_i − rowsum(dA_i ⊙ A_i)): you left out − rowsum(dA_i ⊙ A_i)",
         (_no_rowsum,),
     ),
@@ -674,7 +689,8 @@ def gradient_positions(case: AttentionCase) -> dict[str, int]:
     """Result name -> input tensor position of every gradient requested for ``case``."""
     names = ("q1", "k1", "q2", "k2", "value")
     if case.lambda_case is not None:
-        return {f"lambda_{n}": i for i, n in enumerate(BRANCH_INPUTS)} | {n: i + 4 for i, n in enumerate(names) if case.requires_grad(n)}
+        vectors = {f"lambda_{n}": i for i, n in enumerate(BRANCH_INPUTS)}
+        return vectors | {n: i + 4 for i, n in enumerate(names) if case.requires_grad(n)}
     found = {n: i for i, n in enumerate(names) if case.requires_grad(n)}
     return found | ({"coefficient": 5} if case.coefficient_is_tensor else {})
 
@@ -685,22 +701,30 @@ def _returned(outcome: Outcome, index: int) -> np.ndarray | None:
     return None if result is None else result.value
 
 
+def truth_of(family: str, case: Case) -> Prediction:
+    """What a right answer for ``case`` is, for every result ``family`` compares (with allowances)."""
+    if isinstance(case, LambdaCase):
+        return {"output": expected.lambda_value(case)}
+    truth = {"output": expected.attention_output(case)}
+    return truth | expected.attention_grads(case) if family == "gradients" else truth
+
+
 def observe(family: str, case: Case, outcome: Outcome) -> Observation | None:
     """What ``outcome`` tells about ``family`` for ``case`` (None when it has nothing to compare)."""
     if family == "lambda":
         lam = case if isinstance(case, LambdaCase) else case.lambda_case
         got = None if lam is None else _returned(outcome, 0)
-        return None if got is None else Observation(lam, {"output": got}, {"output": expected.lambda_value(lam)})
+        return None if got is None else Observation(lam, {"output": got}, truth_of(family, lam))
     if not isinstance(case, AttentionCase):
         return None
     output = _returned(outcome, len(outcome.functions) - 1)
     if output is None:
         return None
     if family == "attention":
-        return Observation(case, {"output": output}, {"output": expected.attention_output(case)})
+        return Observation(case, {"output": output}, truth_of(family, case))
     if not outcome.grads or outcome.backward_error is not None:
         return None
-    truth = {"output": expected.attention_output(case)} | expected.attention_grads(case)
+    truth = truth_of(family, case)
     got = {"output": output}
     for name, position in gradient_positions(case).items():
         if position in outcome.grads:
@@ -754,11 +778,47 @@ def far_apart(a: Truth, b: Truth) -> bool:
         return bool((np.abs(va - vb) > FAR * (np.broadcast_to(aa, va.shape) + np.broadcast_to(ab, vb.shape)))[finite_a].any())
 
 
+_PREDICTIONS: dict[tuple[int, int, tuple[str, ...]], tuple[Form, Case, Prediction]] = {}
+
+
+def predict(form: Form, case: Case, truth: Prediction) -> Prediction:
+    """What ``form`` gives for ``case``, computed once per form and case object (see :func:`prepare`)."""
+    key = (id(form), id(case), tuple(sorted(truth)))
+    found = _PREDICTIONS.get(key)
+    if found is None or found[0] is not form or found[1] is not case:  # both kept alive, so their ids stay theirs
+        found = _PREDICTIONS[key] = (form, case, form(case, truth))
+    return found[2]
+
+
+def prepare(seed: int) -> None:
+    """Compute every variant's prediction for every case a hint may look at, once for ``seed``.
+
+    A batch calls this before it forks its grading processes, so that
+    diagnosing a wrong submission costs comparisons only.
+    """
+    for family in FAMILIES:
+        names = {name for name, _ in family.evidence} | set(suite.VALUE_SETS) | set(suite.GRADIENT_SETS) | {"lambda_values"}
+        for name in sorted(names):
+            for case in getattr(suite, name)(seed):
+                if family.name == "lambda":
+                    case = case if isinstance(case, LambdaCase) else case.lambda_case
+                elif not isinstance(case, AttentionCase):
+                    continue
+                if case is None:
+                    continue
+                truth = truth_of(family.name, case)
+                for form in (f for variant in family.variants for f in variant.forms):
+                    try:
+                        predict(form, case, truth)
+                    except Exception:  # a form that cannot take this case is simply not cached
+                        continue
+
+
 def explains(form: Form, observations: Iterable[Observation], keys: Iterable[str] | None = None) -> tuple[bool, bool]:
     """(every result agrees with ``form``, some result is far from the truth), over ``keys`` (default: all)."""
     distinct = False
     for seen in observations:
-        predicted = form(seen.case, seen.truth)
+        predicted = predict(form, seen.case, seen.truth)
         for name in seen.got if keys is None else [k for k in keys if k in seen.got]:
             if not agrees(seen.got[name], predicted[name]):
                 return False, distinct
@@ -766,7 +826,9 @@ def explains(form: Form, observations: Iterable[Observation], keys: Iterable[str
     return True, distinct
 
 
-def first_match(variants: Iterable[Variant], evidence: list[Observation], own: list[Observation], keys: tuple[str, ...]) -> Variant | None:
+def first_match(
+    variants: Iterable[Variant], evidence: list[Observation], own: list[Observation], keys: tuple[str, ...]
+) -> Variant | None:
     """The first variant one of whose forms agrees with all the evidence and is far from the truth on ``own``."""
     for variant in variants:
         for form in variant.forms:
@@ -788,7 +850,9 @@ def diagnose(grading: GradingContext, set_name: str, grads: bool = False, keys: 
         own = _observations(grading, family.name, set_name, grads)
         if not own:
             continue
-        evidence = [seen for name, with_grads in family.evidence for seen in _observations(grading, family.name, name, with_grads)]
+        evidence = [
+            seen for name, with_grads in family.evidence for seen in _observations(grading, family.name, name, with_grads)
+        ]
         compared = ("output", *keys) if family.name == "gradients" else ("output",)
         found = first_match(family.variants, evidence, own, compared)
         if found is not None:
@@ -796,7 +860,9 @@ def diagnose(grading: GradingContext, set_name: str, grads: bool = False, keys: 
     return None
 
 
-def attach_hint(grading: GradingContext, verdict: Comparison, set_name: str, grads: bool = False, keys: tuple[str, ...] = ()) -> None:
+def attach_hint(
+    grading: GradingContext, verdict: Comparison, set_name: str, grads: bool = False, keys: tuple[str, ...] = ()
+) -> None:
     """Give a failed check on ``set_name`` the hint :func:`diagnose` finds; leave a passed one alone.
 
     A hint is advice: if working it out fails, the check goes without one
@@ -806,6 +872,6 @@ def attach_hint(grading: GradingContext, verdict: Comparison, set_name: str, gra
         return
     try:
         hint = diagnose(grading, set_name, grads, keys)
-    except Exception:  # noqa: BLE001 - see the docstring: the verdict must stand whatever happens here
+    except Exception:  # see the docstring: the verdict stands whatever happens here
         hint = None
     grading.explain(hint=hint)

@@ -16,6 +16,7 @@ they are worth.
 from __future__ import annotations
 
 import fcntl
+import gc
 import json
 import os
 import resource
@@ -70,7 +71,9 @@ def main(argv: list[str]) -> int:
     # let the submission import whatever lies beside it (the reference, say).
     protocol, isolation = (_load_sibling(name) for name in ("protocol", "isolation"))
     isolation.die_with_parent()
-    ForkServer(listener, Server(), protocol, isolation).serve()
+    server = Server()
+    gc.freeze()  # what is warm now is shared with every fork: the collector must not touch (and so copy) it
+    ForkServer(listener, server, protocol, isolation).serve()
     return 0
 
 
@@ -405,7 +408,8 @@ class Run:
             "type": f"{kind.__module__}.{kind.__qualname__}",
             "is_tensor": isinstance(result, self.server.tensor_type),
             "exact_tensor": kind is self.server.tensor_type,
-            "repr": short_repr(result),
+            # Only what is not a tensor is described by its repr; formatting a tensor's every element costs more than the call.
+            "repr": "" if isinstance(result, self.server.tensor_type) else short_repr(result),
         }
         if isinstance(result, (tuple, list)):
             facts["length"] = len(result)

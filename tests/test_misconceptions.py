@@ -1,0 +1,155 @@
+"""Misconception diagnosis: the variants, the matching rule, and hints in real grading runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import Graded, grade_many
+from corpus.mutants import CORRECT_DIR, MUTANTS, mutant_source
+from grader.compare import Comparison
+from grader.diffattn import misconceptions as mc
+from grader.diffattn import suite
+from grader.diffattn.expected import Truth
+from grader.plugin import GradingContext
+
+SEED = 7
+VARIANTS = [(family, variant) for family in mc.FAMILIES for variant in family.variants]
+
+
+def _cases(family: mc.Family) -> list:
+    """Every case of the family's evidence sets at SEED."""
+    return [case for name, _ in family.evidence for case in getattr(suite, name)(SEED)]
+
+
+def _compared(family: mc.Family, case) -> set[str]:
+    """The results a submission returns for ``case``: the output and, for gradients, the requested ones."""
+    return {"output"} | (set(mc.gradient_positions(case)) if family.name == "gradients" else set())
+
+
+@pytest.fixture(scope="module")
+def truths() -> dict[str, list[tuple[object, mc.Prediction]]]:
+    """(case, truth) of every evidence case, per family."""
+    return {family.name: [(case, mc.truth_of(family.name, case)) for case in _cases(family)] for family in mc.FAMILIES}
+
+
+def _observations(family: mc.Family, truths: dict, make, noise: float = 0.0) -> list[mc.Observation]:
+    """Observations whose results are ``make(case, truth)``, nudged by ``noise`` times their allowance."""
+    rng = np.random.default_rng(0)
+    found = []
+    for case, truth in truths[family.name]:
+        made = make(case, truth)
+        got = {}
+        for name in _compared(family, case):
+            values, allowed = np.asarray(made[name].values), np.asarray(made[name].allowed)
+            got[name] = values + noise * np.nan_to_num(allowed) * rng.uniform(-1.0, 1.0, values.shape)
+        found.append(mc.Observation(case, got, truth))
+    return found
+
+
+def _truth_itself(case, truth: mc.Prediction) -> mc.Prediction:
+    return truth
+
+
+@pytest.mark.parametrize(("family", "variant"), VARIANTS, ids=[v.id for _, v in VARIANTS])
+def test_every_form_differs_from_the_truth(family: mc.Family, variant: mc.Variant, truths: dict) -> None:
+    """Each form of each variant is far from the truth somewhere on a typical case set."""
+    observed = _observations(family, truths, _truth_itself)
+    for form in variant.forms:
+        assert any(
+            mc.far_apart(form(seen.case, seen.truth)[name], seen.truth[name]) for seen in observed for name in seen.got
+        ), variant.id
+
+
+@pytest.mark.parametrize(("family", "variant"), VARIANTS, ids=[v.id for _, v in VARIANTS])
+def test_noisy_variant_output_is_diagnosed_as_that_variant(family: mc.Family, variant: mc.Variant, truths: dict) -> None:
+    """Fed a form's own results plus noise within a tenth of the allowance, the matcher names that variant."""
+    for form in variant.forms:
+        observed = _observations(family, truths, form, noise=0.1)
+        keys = tuple(sorted({name for seen in observed for name in seen.got}))
+        assert mc.first_match(family.variants, observed, observed, keys) is variant
+
+
+@pytest.mark.parametrize("family", mc.FAMILIES, ids=[f.name for f in mc.FAMILIES])
+def test_the_truth_matches_no_variant(family: mc.Family, truths: dict) -> None:
+    """Right results, up to their whole allowance off, are never diagnosed."""
+    for noise in (0.0, 1.0):
+        observed = _observations(family, truths, _truth_itself, noise)
+        keys = tuple(sorted({name for seen in observed for name in seen.got}))
+        assert mc.first_match(family.variants, observed, observed, keys) is None
+
+
+def test_agreement_needs_the_same_shape_and_the_same_non_finite_elements() -> None:
+    """NaN agrees with NaN only; a value outside the allowance or of another shape disagrees."""
+    predicted = Truth(np.array([1.0, np.nan]), np.array([0.5, 0.5]))
+    assert mc.agrees(np.array([1.4, np.nan]), predicted)
+    assert not mc.agrees(np.array([1.6, np.nan]), predicted)
+    assert not mc.agrees(np.array([1.0, 0.0]), predicted)
+    assert not mc.agrees(np.array([1.0]), predicted)
+
+
+def test_far_apart_counts_both_allowances_times_far() -> None:
+    """Two results are far apart beyond FAR times the sum of their allowances, or with other shapes."""
+    a = Truth(np.array([0.0]), np.array([1.0]))
+    assert not mc.far_apart(a, Truth(np.array([1.9 * mc.FAR]), np.array([1.0])))
+    assert mc.far_apart(a, Truth(np.array([2.1 * mc.FAR]), np.array([1.0])))
+    assert mc.far_apart(a, Truth(np.zeros(2), np.ones(2)))
+
+
+def test_a_hint_never_changes_a_verdict() -> None:
+    """A passed check gets no hint; a failure inside the diagnosis leaves the failed check without one."""
+    grading = GradingContext(seed=SEED, worker=None, functions={}, current="check")
+    mc.attach_hint(grading, Comparison(True, "fine", 0.1), "attention_causal")
+    assert grading.explanations == {}
+    mc.attach_hint(grading, Comparison(False, "wrong", None), "no_such_case_set")
+    assert grading.explanations == {"check": {}}
+
+
+# ---- end to end -------------------------------------------------------------------
+
+MUTANT_NAMES = ("mask_first_branch_only", "backward_no_rowsum")
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Graded]:
+    """Two mutants and one correct style graded with the CLI, two at a time."""
+    root = tmp_path_factory.mktemp("misconceptions")
+    jobs: dict[str, tuple[Path, int]] = {"einsum": (CORRECT_DIR / "einsum.py", SEED)}
+    for mutant in MUTANTS:
+        if mutant.name in MUTANT_NAMES:
+            path = root / f"{mutant.name}.py"
+            path.write_text(mutant_source(mutant))
+            jobs[mutant.name] = (path, SEED)
+    return grade_many(jobs, root / "reports")
+
+
+def test_mask_on_one_branch_gets_its_hint(runs: dict[str, Graded]) -> None:
+    """Masking the first branch only is named on the failed value check, in the JSON, HTML and summary."""
+    run = runs["mask_first_branch_only"]
+    check = run.check("causal_values")
+    assert (check["status"], check["score"]) == ("failed", 0.0)
+    assert check["hint"]["id"] == "mask_first_branch_only"
+    assert check["hint"]["maths"] == "A2 = softmax(Q2K2ᵀ/√D + M): you left out M"
+    assert run.check("lambda_values")["hint"] is None  # passed
+    assert 'data-hint="mask_first_branch_only"' in run.html
+    assert "hint: Your output matches the causal mask on the first branch only." in run.stdout
+
+
+def test_gradient_bug_gets_its_hint_on_the_gradient_checks_only(runs: dict[str, Graded]) -> None:
+    """A backward pass without the softmax row sum is named where q and k gradients fail, nowhere else."""
+    run = runs["backward_no_rowsum"]
+    hinted = {c["id"]: c["hint"]["id"] for t in run.report["tiers"] for c in t["checks"] if c["hint"]}
+    assert hinted == {
+        check: "backward_no_rowsum"
+        for check in ("branch_one_gradients", "branch_two_gradients", "strided_gradients", "end_to_end_gradients")
+    }
+
+
+def test_correct_submission_gets_no_hint(runs: dict[str, Graded]) -> None:
+    """A correct implementation scores 100 with every hint null."""
+    run = runs["einsum"]
+    assert run.report["score"] == 100.0
+    assert [c["hint"] for t in run.report["tiers"] for c in t["checks"]] == [None] * 25
+    assert "hint:" not in run.stdout and 'class="hint"' not in run.html
