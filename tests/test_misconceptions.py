@@ -98,6 +98,23 @@ def test_far_apart_counts_both_allowances_times_far() -> None:
     assert mc.far_apart(a, Truth(np.zeros(2), np.ones(2)))
 
 
+def test_float32_accuracy_on_float64_inputs_is_recognised(truths: dict) -> None:
+    """float64 outputs off by float32-sized errors are diagnosed; exact ones, and float32-sized errors in float32, are not."""
+    attention = next(f for f in mc.FAMILIES if f.name == "attention")
+    rng = np.random.default_rng(1)
+
+    def rounded_through_float32(case, truth: mc.Prediction) -> mc.Prediction:
+        values, allowed = np.asarray(truth["output"].values), np.asarray(truth["output"].allowed)
+        if case.dtype == "float64":  # half of float32's allowance: far above float64's
+            values = values + 0.5 * mc.FLOAT32_WIDER * allowed * rng.uniform(0.5, 1, values.shape)
+        return {"output": Truth(values, allowed)}
+
+    assert mc._float32_accurate(_observations(attention, truths, rounded_through_float32))
+    assert not mc._float32_accurate(_observations(attention, truths, _truth_itself))
+    far_off = _observations(attention, truths, lambda case, truth: {"output": Truth(np.asarray(truth["output"].values) + 1.0, truth["output"].allowed)})
+    assert not mc._float32_accurate(far_off)
+
+
 def test_a_hint_never_changes_a_verdict() -> None:
     """A passed check gets no hint; a failure inside the diagnosis leaves the failed check without one."""
     grading = GradingContext(seed=SEED, worker=None, functions={}, current="check")

@@ -842,7 +842,9 @@ def diagnose(grading: GradingContext, set_name: str, grads: bool = False, keys: 
     """The hint for a failed check on ``set_name`` (its compared gradients ``keys``), or None.
 
     Families are tried in turn: differential_lambda's value, the attention
-    output, then (for gradient checks) the attention gradients.
+    output, then (for gradient checks) the attention gradients; then two
+    symptoms: no graph behind any output (gradient checks), and float64
+    outputs with float32's accuracy.
     """
     for family in FAMILIES:
         if family.name == "gradients" and not grads:
@@ -857,7 +859,58 @@ def diagnose(grading: GradingContext, set_name: str, grads: bool = False, keys: 
         found = first_match(family.variants, evidence, own, compared)
         if found is not None:
             return found.hint()
+    if grads and _detached(grading, set_name):
+        return OUTPUT_DETACHED.hint()
+    if _float32_accurate(_observations(grading, "attention", set_name, grads)):
+        return FLOAT32_INSIDE.hint()
     return None
+
+
+# ---- symptoms: bugs known by what they do to every result, not by a formula -----------
+
+OUTPUT_DETACHED = Variant(
+    "output_detached",
+    "No gradient reaches any input: your output is cut off from the autograd graph.",
+    "O must stay a function of Q1, K1, Q2, K2, V and λ in torch: no .detach(), .numpy(), .item() "
+    "or torch.tensor(...) on the way",
+    (),
+)
+FLOAT32_INSIDE = Variant(
+    "float32_inside",
+    "Your float64 results are only as accurate as float32: something inside computes in float32.",
+    "compute in the inputs' dtype throughout: no .float(), no float32 constants or tensors made without dtype=",
+    (),
+)
+FLOAT32_WIDER = 2.0**29  # float32's unit roundoff over float64's: the allowances scale with it
+NO_GRAPH = "does not require grad"
+
+
+def _detached(grading: GradingContext, set_name: str) -> bool:
+    """Whether the backward pass of every answered call of a gradient check found no graph at all."""
+    answered = []
+    for i, case in enumerate(getattr(suite, set_name)(grading.seed)):
+        if isinstance(case, LambdaCase):
+            continue
+        outcome = suite.attention_outcome(grading, set_name, i, case, True)
+        if outcome.failure is None and _returned(outcome, len(outcome.functions) - 1) is not None:
+            answered.append(outcome)
+    no_graph = [o for o in answered if NO_GRAPH in (o.backward_error or "") or (o.grads and all(g is None for g in o.grads.values()))]
+    return bool(answered) and len(no_graph) == len(answered)
+
+
+def _float32_accurate(observations: list[Observation]) -> bool:
+    """Whether float64 outputs miss their allowance but meet float32's, while float32 outputs are right."""
+    if not any(seen.case.dtype == "float64" for seen in observations):
+        return False
+    missed = False
+    for seen in observations:
+        truth = seen.truth["output"]
+        if seen.case.dtype == "float64":
+            missed = missed or not agrees(seen.got["output"], truth)
+            truth = Truth(truth.values, np.asarray(truth.allowed) * FLOAT32_WIDER)
+        if not agrees(seen.got["output"], truth):
+            return False
+    return missed
 
 
 def attach_hint(

@@ -22,7 +22,9 @@ CORRECT_DIR = Path(__file__).resolve().parent / "correct"
 WRONG_DIR = Path(__file__).resolve().parent / "wrong"
 COMPLETED_STUB = "<the exercise stub, completed>"  # a base built by completed_stub_source()
 # The hint id naming the bug of each file in wrong/ that has one (like Mutant.misconception).
-WRONG_MISCONCEPTIONS = {"joint_normaliser": "joint_normaliser", "logit_difference": "logit_difference"}
+WRONG_MISCONCEPTIONS = {
+    "joint_normaliser": "joint_normaliser", "logit_difference": "logit_difference", "numpy_roundtrip": "output_detached",
+}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -160,6 +162,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "(x.to(torch.float64) for x in (q1, k1, q2, k2, value))",
         "(x.to(torch.float32) for x in (q1, k1, q2, k2, value))", "T2",
         "Computed in float32 and cast back, losing float64 precision for float64 inputs.",
+        misconception="float32_inside",
     ),
     Mutant(
         "value_split_per_branch", COMPLETED_STUB,
@@ -278,6 +281,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "output_detached", "matmul_tril.py", "    return (attn1 - coefficient * attn2) @ value\n",
         "    return ((attn1 - coefficient * attn2) @ value).detach()\n", "T1",
         "Detached the output, so no gradient can reach any input.",
+        misconception="output_detached",
     ),
     # ---- gradients only ------------------------------------------------------
     Mutant(
