@@ -68,7 +68,8 @@ def build_parser(tiers: Sequence[str], default_submission: str, default_referenc
         description="Grade a differential-attention submission: T1 contract, T2 values, T3 gradients.",
         epilog="Exit codes: 0 all checks passed, 1 some check failed (with --fail-under: 0 when the score "
         "reaches SCORE, 1 below it), 2 usage error, 3 internal grader error. "
-        "Other commands: diffgrade gradescope-bundle OUT.zip, diffgrade handout OUT_DIR (see their --help).",
+        "Other commands: diffgrade batch SUBMISSIONS --out DIR, diffgrade gradescope-bundle OUT.zip, "
+        "diffgrade handout OUT_DIR (see their --help).",
     )
     parser.add_argument("submission", nargs="?", default=default_submission, type=Path,
                         help=f"the .py file or .ipynb notebook to grade (default: {default_submission})")

@@ -52,7 +52,8 @@ def _visible(path: Path) -> bool:
 
 
 def _candidate(path: Path) -> bool:
-    return path.is_file() and path.suffix.lower() in SUFFIXES and _visible(path)
+    """A submission file: never a symbolic link, which could make the grader read a file outside the class."""
+    return path.is_file() and not path.is_symlink() and path.suffix.lower() in SUFFIXES and _visible(path)
 
 
 def _folder_entry(student: str, folder: Path) -> tuple[Path | None, str | None]:
@@ -89,7 +90,11 @@ def discover(root: Path) -> list[Entry]:
     entries: list[Entry] = []
     taken: set[str] = set()
     for child in children:
-        if child.is_dir():
+        if child.is_symlink():
+            student = child.stem if child.suffix.lower() in SUFFIXES else child.name
+            problem = f"{child.name} is a symbolic link, which is not followed: put the file itself in the class folder"
+            entries.append(Entry(student, folder_name(student, taken), None, problem))
+        elif child.is_dir():
             path, problem = _folder_entry(child.name, child)
             entries.append(Entry(child.name, folder_name(child.name, taken), path, problem))
         elif _candidate(child):

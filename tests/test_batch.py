@@ -268,3 +268,20 @@ def test_progress_bar_shows_count_rate_and_time_left() -> None:
     assert first.startswith("\r[##........] 1/4") and "/s" in first and "s left" in first and not first.endswith("\n")
     show(record, 4, 4)
     assert stream.getvalue().split("\r")[-1].startswith("[##########] 4/4") and stream.getvalue().endswith("\n")
+
+
+def test_symbolic_links_in_the_class_are_not_followed(tmp_path: Path) -> None:
+    """A linked file, or a link inside a student's folder, is never read: the student gets a problem instead."""
+    from grader.submissions import discover
+
+    secret = tmp_path / "secret.py"
+    secret.write_text("x = 'outside the class'\n")
+    room = tmp_path / "room"
+    (room / "bob").mkdir(parents=True)
+    shutil.copy(CORRECT_DIR / "einsum.py", room / "alice.py")
+    (room / "eve.py").symlink_to(secret)
+    (room / "bob" / "solution.py").symlink_to(secret)
+    entries = {e.student: e for e in discover(room)}
+    assert entries["alice"].path == room / "alice.py"
+    assert entries["eve"].path is None and "is a symbolic link, which is not followed" in entries["eve"].problem
+    assert entries["bob"].path is None and entries["bob"].problem == "the folder bob/ holds no .py or .ipynb file"

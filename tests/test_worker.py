@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import io
+import json
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -116,17 +118,42 @@ def test_restart_cap_stops_endless_crashes(forks: ForkServer) -> None:
     assert messages[-1] == "not run: the worker was already restarted 1 times"
 
 
-def test_protocol_refuses_pickled_arrays() -> None:
-    """An object array (which needs pickle) is rejected by the reader."""
+def _forged(header: dict, body: bytes = b"") -> io.BytesIO:
+    """A message with a hand-written header (its "arrays" descriptions as given) and body."""
+    payload = json.dumps(header).encode()
+    return io.BytesIO(len(payload).to_bytes(4, "big") + payload + body)
+
+
+def test_protocol_round_trips_plain_arrays() -> None:
+    """float32, float64, int, bool and 0-dim arrays come back equal, with their dtype and shape."""
+    sent = [np.arange(6, dtype=np.float32).reshape(2, 3), np.array(2.5), np.array([True, False]), np.arange(3)[::-1]]
     buffer = io.BytesIO()
-    protocol.write_message(buffer, {"status": "ok"}, [np.zeros(2)])
-    raw = bytearray(buffer.getvalue())
-    forged = io.BytesIO()
-    np.save(forged, np.array([object()], dtype=object), allow_pickle=True)
-    header_end = 4 + int.from_bytes(raw[:4], "big")
-    message = bytes(raw[:header_end]) + len(forged.getvalue()).to_bytes(8, "big") + forged.getvalue()
-    with pytest.raises(protocol.ProtocolError, match="not a plain .npy array"):
-        protocol.read_message(io.BytesIO(message))
+    protocol.write_message(buffer, {"status": "ok"}, sent)
+    buffer.seek(0)
+    header, got = protocol.read_message(buffer)
+    assert header == {"status": "ok"}
+    assert [(g.dtype, g.shape) for g in got] == [(a.dtype, a.shape) for a in sent]
+    assert all(np.array_equal(g, a) for g, a in zip(got, sent))
+
+
+@pytest.mark.parametrize(
+    ("description", "problem"),
+    [
+        (["|O", [1]], "array dtype must be one of"),
+        ([">f8", [1]], "array dtype must be one of"),
+        (["<U4", [1]], "array dtype must be one of"),
+        (["<f8", [-1]], "array shape must be at most 32 non-negative ints"),
+        (["<f8", [1.5]], "array shape must be at most 32 non-negative ints"),
+        (["<f8", [1] * 33], "array shape must be at most 32 non-negative ints"),
+        (["<f8"], "an array description must be [dtype, shape]"),
+        (["<f8", [2**20, 2**20]], "message exceeds the limit"),
+    ],
+    ids=["object", "big-endian", "string", "negative", "fraction", "too-many-dims", "no-shape", "oversized"],
+)
+def test_protocol_refuses_arrays_that_are_not_plain_numbers(description: list, problem: str) -> None:
+    """Objects, strings, foreign byte orders, odd shapes and oversized arrays are refused before any byte is read."""
+    with pytest.raises(protocol.ProtocolError, match=re.escape(problem)):
+        protocol.read_message(_forged({"status": "ok", "arrays": [description]}, b"\0" * 64))
 
 
 def test_protocol_reports_a_closed_channel() -> None:

@@ -1,20 +1,22 @@
 """Framing of the messages exchanged with a worker process.
 
-A message is a JSON header followed by zero or more raw arrays in ``.npy``
-format. Arrays are loaded with ``allow_pickle=False``, so nothing that crosses
-the boundary can execute code in the reader. Both ends use this module; it
-depends on the standard library and numpy only.
+A message is a JSON header followed by zero or more arrays as raw bytes. The
+header describes each array by a dtype taken from a short list of plain
+numeric types and a shape; the reader checks both before it reads a byte of
+the array, so nothing that crosses the boundary is ever parsed as anything
+but numbers (no pickle, no ``.npy`` header to evaluate). Both ends use this
+module; it depends on the standard library and numpy only.
 
 Wire format, all lengths unsigned big-endian::
 
-    u32 header length | header (UTF-8 JSON, with "n_arrays": k)
-    k times: u64 array length | array in .npy format
+    u32 header length | header (UTF-8 JSON, with "arrays": [[dtype, shape], ...])
+    then, per array: its prod(shape) * itemsize bytes, C order
 """
 
 from __future__ import annotations
 
-import io
 import json
+import math
 import struct
 from typing import Any, BinaryIO
 
@@ -23,7 +25,9 @@ import numpy as np
 MAX_HEADER_BYTES = 8 * 1024 * 1024  # a 1 MiB submission of control characters escapes to 6 MiB of JSON
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 MAX_ARRAYS = 4096
-ARRAY_KINDS = "fiub"  # plain numbers and booleans only: never objects, strings or records
+MAX_DIMENSIONS = 32
+# Plain numbers and booleans only, little-endian (or byte-sized): never objects, strings or records.
+DTYPES = {name: np.dtype(name) for name in ("<f2", "<f4", "<f8", "|i1", "<i2", "<i4", "<i8", "|u1", "<u2", "<u4", "<u8", "|b1")}
 
 
 class ProtocolError(Exception):
@@ -35,16 +39,15 @@ class PeerClosed(ProtocolError):
 
 
 def write_message(stream: BinaryIO, header: dict[str, Any], arrays: list[np.ndarray] = ()) -> None:
-    """Write one message: ``header`` as JSON and each array as ``.npy`` bytes."""
-    payload = json.dumps({**header, "n_arrays": len(arrays)}, allow_nan=False).encode()
-    parts = [struct.pack(">I", len(payload)), payload]
-    for array in arrays:
-        buffer = io.BytesIO()
-        np.save(buffer, np.asarray(array, order="C"), allow_pickle=False)  # keeps 0-dim arrays 0-dim
-        data = buffer.getvalue()
-        parts.append(struct.pack(">Q", len(data)))
-        parts.append(data)
-    stream.write(b"".join(parts))
+    """Write one message: ``header`` as JSON, with each array's dtype and shape, then the arrays' bytes."""
+    plain = [np.asarray(array) for array in arrays]  # tobytes() writes C order from any layout
+    described = []
+    for array in plain:
+        if array.dtype.str not in DTYPES:
+            raise ValueError(f"array dtype must be one of {sorted(DTYPES)} (got {array.dtype.str})")
+        described.append([array.dtype.str, list(array.shape)])
+    payload = json.dumps({**header, "arrays": described}, allow_nan=False).encode()
+    stream.write(b"".join([struct.pack(">I", len(payload)), payload, *(array.tobytes() for array in plain)]))
     stream.flush()
 
 
@@ -61,36 +64,31 @@ def read_message(stream: BinaryIO) -> tuple[dict[str, Any], list[np.ndarray]]:
         raise ProtocolError(f"header is not valid JSON: {type(exc).__name__}") from None
     if not isinstance(header, dict):
         raise ProtocolError(f"header must be a JSON object (got {type(header).__name__})")
-    count = header.pop("n_arrays", 0)
-    if not isinstance(count, int) or not 0 <= count <= MAX_ARRAYS:
-        raise ProtocolError(f"'n_arrays' must be an int in [0, {MAX_ARRAYS}] (got {count!r})")
+    described = header.pop("arrays", [])
+    if not isinstance(described, list) or len(described) > MAX_ARRAYS:
+        raise ProtocolError(f"'arrays' must be a list of at most {MAX_ARRAYS} descriptions (got {type(described).__name__})")
     arrays = []
     budget = MAX_MESSAGE_BYTES - length
-    for _ in range(count):
-        (size,) = struct.unpack(">Q", _read_exact(stream, 8))
+    for description in described:
+        dtype, shape = _array_description(description)
+        size = math.prod(shape) * dtype.itemsize
         budget -= size
         if budget < 0:
             raise ProtocolError(f"message exceeds the limit of {MAX_MESSAGE_BYTES} bytes")
-        arrays.append(_decode_array(_read_exact(stream, size)))
+        arrays.append(np.frombuffer(_read_exact(stream, size), dtype=dtype).reshape(shape).copy())
     return header, arrays
 
 
-def _decode_array(data: bytes) -> np.ndarray:
-    """A .npy array of plain numbers whose header agrees with its size; anything else is a ProtocolError."""
-    buffer = io.BytesIO(data)
-    try:
-        version = np.lib.format.read_magic(buffer)
-        read_header = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}[version]
-        shape, fortran, dtype = read_header(buffer)
-    except Exception as exc:
-        raise ProtocolError(f"array is not a plain .npy array ({type(exc).__name__})") from None
-    count = 1
-    for size in shape:
-        count *= size
-    if dtype.hasobject or dtype.kind not in ARRAY_KINDS or count * dtype.itemsize != len(data) - buffer.tell():
-        raise ProtocolError(f"array is not a plain .npy array (dtype {dtype}, shape {shape}, {len(data)} bytes)")
-    flat = np.frombuffer(data, dtype=dtype, count=count, offset=buffer.tell())
-    return flat.reshape(shape, order="F" if fortran else "C").copy()
+def _array_description(description: Any) -> tuple[np.dtype, tuple[int, ...]]:
+    """The dtype and shape of one array description ``[dtype, shape]``; anything else is a ProtocolError."""
+    if not (isinstance(description, list) and len(description) == 2 and isinstance(description[1], list)):
+        raise ProtocolError(f"an array description must be [dtype, shape] (got {str(description)[:80]})")
+    name, shape = description
+    if not isinstance(name, str) or name not in DTYPES:
+        raise ProtocolError(f"array dtype must be one of {sorted(DTYPES)} (got {str(name)[:40]!r})")
+    if len(shape) > MAX_DIMENSIONS or not all(type(n) is int and 0 <= n <= MAX_MESSAGE_BYTES for n in shape):
+        raise ProtocolError(f"array shape must be at most {MAX_DIMENSIONS} non-negative ints (got {str(shape)[:80]})")
+    return DTYPES[name], tuple(shape)
 
 
 def _read_exact(stream: BinaryIO, size: int) -> bytes:
