@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
+import dataclasses
 import functools
 import gc
 import io
@@ -45,7 +46,8 @@ from grader.worker.client import ForkServer
 from grader.worker.isolation import die_with_parent
 
 STATE_FILE = "batch.json"
-GRACE_S = 60.0  # beyond the submission's own time budget, before its grading process is killed
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+GRACE_S = 30.0  # beyond the longest a submission's worker may take, before its grading process is killed
 
 
 @dataclass(frozen=True)
@@ -117,7 +119,8 @@ def previous_record(entry: Entry, batch: BatchOptions) -> dict[str, Any] | None:
     try:
         document = json.loads((batch.out / entry.folder / "report.json").read_text(encoding="utf-8"))
         same = (
-            document["submission"]["sha256"] == entry.sha256()
+            document["status"] != "error"  # the grader failed on it last time: grade again
+            and document["submission"]["sha256"] == entry.sha256()
             and document["seed"] == batch.options.seed
             and document["tiers_selected"] == list(batch.options.tiers)
             and document["grader_version"] == __version__
@@ -184,16 +187,18 @@ def run_batch(
 ) -> Outcome:
     """Grade every entry (skipping the ones already graded) and return all records."""
     clock = time.monotonic()
-    records: dict[str, dict[str, Any]] = {}
+    records: dict[str, dict[str, Any]] = {}  # by the student's folder, which is unique
     pending: deque[Entry] = deque()
+    reused = 0
     for entry in entries:
         if entry.path is None:
-            records[entry.student] = error_record(entry, batch.options.seed, "no_submission", entry.problem or "no file")
+            records[entry.folder] = error_record(entry, batch.options.seed, "no_submission", entry.problem or "no file")
         elif (earlier := previous_record(entry, batch)) is not None:
-            records[entry.student] = earlier
+            records[entry.folder] = earlier
+            reused += 1
         else:
             pending.append(entry)
-    outcome = Outcome([], reused=len(records))
+    outcome = Outcome([], reused=reused)
     for record in records.values():
         progress(record, len(records), len(entries))
     if pending:
@@ -207,12 +212,13 @@ def run_batch(
             report.preload()
             preload(exercise)
             preview = draw_preview(exercise, batch.options, forks)
+            gc.collect()
             gc.freeze()  # the forked graders share what is loaded now; the collector must not touch (and so copy) it
             outcome.interrupted = _grade_all(exercise, pending, batch, forks, preview, records, len(entries), progress)
         finally:
             forks.close()
-    outcome.graded = len(records) - outcome.reused
-    outcome.records = [records[e.student] for e in entries if e.student in records]
+    outcome.graded = sum(r["status"] != "no_submission" for r in records.values()) - outcome.reused
+    outcome.records = [records[e.folder] for e in entries if e.folder in records]
     outcome.duration_s = round(time.monotonic() - clock, 3)
     return outcome
 
@@ -223,9 +229,16 @@ def _grade_all(
 ) -> bool:  # fmt: skip
     """Keep ``batch.jobs`` grading processes busy until done; True if interrupted."""
     running: dict[int, _Grading] = {}
-    deadline_s = batch.options.limits.budget_s + GRACE_S
+    limits = batch.options.limits
+    # The budget bounds the calls; a restart may add a start and a load on top, then the reports.
+    deadline_s = limits.budget_s + limits.startup_timeout_s + 2 * limits.call_timeout_s + GRACE_S
     try:
         while pending or running:
+            if not forks.alive():  # nobody can be graded any more: say so for each, and stop
+                while pending:
+                    entry = pending.popleft()
+                    records[entry.folder] = error_record(entry, batch.options.seed, "error", "not graded: the fork server stopped")
+                    progress(records[entry.folder], len(records), total)
             while pending and len(running) < batch.jobs:
                 entry = pending.popleft()
                 read_fd, write_fd = os.pipe()
@@ -242,15 +255,15 @@ def _grade_all(
                     running[fd].received += chunk
                     continue
                 grading = running.pop(fd)
-                records[grading.entry.student] = _finish(grading, batch.options.seed, timed_out=False)
-                progress(records[grading.entry.student], len(records), total)
+                records[grading.entry.folder] = _finish(grading, batch.options.seed, timed_out=False)
+                progress(records[grading.entry.folder], len(records), total)
             for fd, grading in list(running.items()):
                 if time.monotonic() > grading.deadline:
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(grading.pid, signal.SIGKILL)
                     del running[fd]
-                    records[grading.entry.student] = _finish(grading, batch.options.seed, timed_out=True)
-                    progress(records[grading.entry.student], len(records), total)
+                    records[grading.entry.folder] = _finish(grading, batch.options.seed, timed_out=True)
+                    progress(records[grading.entry.folder], len(records), total)
     except KeyboardInterrupt:
         for grading in running.values():
             with contextlib.suppress(ProcessLookupError):
@@ -270,7 +283,7 @@ def _finish(grading: _Grading, seed: int, timed_out: bool) -> dict[str, Any]:
         return error_record(grading.entry, seed, "error", f"grading took longer than {took:.0f} s and was stopped", took)
     try:
         record = json.loads(grading.received.decode())
-        if isinstance(record, dict) and record.get("student") == grading.entry.student:
+        if isinstance(record, dict) and record.get("folder") == grading.entry.folder:
             return record
     except ValueError:
         pass
@@ -286,6 +299,8 @@ def gradebook(records: list[dict[str, Any]], tiers: list[str]) -> str:
     writer.writerow(columns)
     for r in records:
         row = {**r, **{t: r["tiers"].get(t, "") for t in tiers}}
+        if str(row["student"]).startswith(FORMULA_STARTS):  # a spreadsheet must show the name, not run it
+            row["student"] = "'" + row["student"]
         writer.writerow(["" if row[c] is None else row[c] for c in columns])
     return buffer.getvalue()
 
@@ -302,9 +317,21 @@ def load_state(out: Path) -> dict[str, Any] | None:
         return None
 
 
-def save_state(out: Path, seed: int, tiers: tuple[str, ...], exercise: Exercise) -> None:
+def settings(options: RunOptions, audience: str) -> dict[str, Any]:
+    """What a student's report depends on besides their file: a resumed batch must keep it all."""
+    return {
+        "seed": options.seed,
+        "tiers": list(options.tiers),
+        "audience": audience,
+        "isolation": options.isolate,
+        "reference": None if options.reference is None else str(options.reference.resolve()),
+        "limits": dataclasses.asdict(options.limits),
+    }
+
+
+def save_state(out: Path, current: dict[str, Any], exercise: Exercise) -> None:
     """Record the batch's settings, so that a later run resumes with the same ones."""
-    state = {"exercise": exercise.name, "seed": seed, "tiers": list(tiers), "grader_version": __version__}
+    state = {"exercise": exercise.name, "grader_version": __version__, "seed": current["seed"], "settings": current}
     report.write_atomic(out / STATE_FILE, json.dumps(state, indent=2) + "\n")
 
 
@@ -402,12 +429,18 @@ def main(argv: list[str]) -> int:
         parser.error(f"argument --out: {str(out)!r} holds files but no earlier batch; choose a new or empty folder, or pass --force")
     seed = args.seed if args.seed is not None else (state or {}).get("seed")
     options = cli.run_options(args, parser, exercise, seed)
-    if state is not None and not args.force and (state.get("seed") != options.seed or state.get("tiers") != list(options.tiers)):
-        parser.error(f"{str(out)!r} was graded with seed {state.get('seed')} and tiers {','.join(state.get('tiers') or [])}; "
-                     "pass the same ones to resume, or --force to grade everyone again")  # fmt: skip
+    current = settings(options, args.audience)
+    if state is not None and not args.force:
+        changed = [key for key, value in current.items() if state.get("settings", {}).get(key) != value]
+        if changed:
+            before = ", ".join(f"{key} {state.get('settings', {}).get(key)!r}" for key in changed)
+            parser.error(f"{str(out)!r} was graded with {before}; pass the same settings to resume, "
+                         "or --force to grade everyone again")  # fmt: skip
+    source = args.submissions
+    if source.is_dir() and out.resolve().is_relative_to(source.resolve()):
+        parser.error(f"argument --out: must not be inside the class folder {str(source)!r} (its reports would become students)")
     try:
         with temporary_folder() as unpacked:
-            source = args.submissions
             if not source.exists():
                 raise UsageError(f"submissions not found: {source}")
             if source.is_file():
@@ -416,7 +449,9 @@ def main(argv: list[str]) -> int:
                 source = extract(source, Path(unpacked))
             entries = discover(source)
             out.mkdir(parents=True, exist_ok=True)
-            save_state(out, options.seed, options.tiers, exercise)
+            save_state(out, current, exercise)
+            # The workers must read neither the classmates' files nor the reports (instructor's, same seed).
+            options = dataclasses.replace(options, hide=(source, out))
             batch = BatchOptions(out, args.jobs, args.force, options, audience=functools.partial(for_audience, audience=args.audience))
             terminal = stream_is_terminal(sys.stderr) and not args.quiet
             show = bar_progress(sys.stderr) if terminal else (plain_progress(sys.stderr) if not args.quiet else lambda *_: None)
@@ -428,6 +463,10 @@ def main(argv: list[str]) -> int:
         return cli.fail(cli.EXIT_INTERNAL, f"internal error: {exc}")
     except KeyboardInterrupt:
         return cli.fail(130, "interrupted; the students graded so far keep their reports: run the same command again to resume")
+    except OSError as exc:
+        return cli.fail(cli.EXIT_USAGE, f"cannot use {exc.filename or out}: {exc.strerror or exc}")
+    except Exception as exc:  # the promise is: never a traceback at the user
+        return cli.fail(cli.EXIT_INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
     tiers = list(options.tiers)
     summary = classreport.summarize(
         outcome.records, exercise=exercise.name, seed=options.seed, tiers=tiers, interrupted=outcome.interrupted,

@@ -13,7 +13,7 @@ from typing import Any, Sequence, Union
 
 import numpy as np
 
-from grader.worker.client import Worker, WorkerFailure
+from grader.worker.client import Worker, WorkerFailure, WorkerStartFailure
 
 SKIPPED = {"type": "Skipped", "message": "not called, because a call it depends on failed", "traceback": ""}
 
@@ -133,6 +133,8 @@ def invoke_many(worker: Worker, requests: Sequence[Request], *, diagnostic: bool
         whole = _decode(reply, out)
         if whole.failure is None and len(whole.results) != len(calls):
             raise MalformedReply(f"{len(whole.results)} results for {len(calls)} calls")
+    except WorkerStartFailure:
+        raise  # the grader's own failure (no worker could be started): the check errors, nobody is marked down
     except WorkerFailure as exc:
         whole = Outcome(failure=str(exc))
     except Exception as exc:  # the reply may be forged by the submission: anything odd is malformed

@@ -22,7 +22,7 @@ from typing import Any
 SUFFIX = ".ipynb"
 MAX_NOTEBOOK_BYTES = 16 * 1024 * 1024  # outputs (plots) count here; the code alone must fit the .py limit
 LINE_STRIDE = 1000
-ESCAPE = re.compile(r"[ \t]*[%!]")
+ESCAPE = re.compile(r"[ \t]*(?:[A-Za-z_][A-Za-z0-9_]*[ \t]*=[ \t]*)?[%!]")  # also "files = !ls", "t = %timeit f()"
 CELL_MAGIC = re.compile(r"[ \t]*%%")
 QUOTED_CHARS = 60
 LISTED_LINES = 5

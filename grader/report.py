@@ -65,7 +65,7 @@ def printable_path(path: Path) -> str:
 
 
 def _json_safe(value: Any) -> Any:
-    """Plain JSON types only: non-finite floats become None, numpy scalars become Python ones."""
+    """Plain JSON types only: non-finite floats become None, numpy scalars become Python ones, text valid UTF-8."""
     if isinstance(value, dict):
         return {str(k): _json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -74,6 +74,8 @@ def _json_safe(value: Any) -> Any:
         value = value.item()
     if isinstance(value, float):
         return value if math.isfinite(value) else None
+    if isinstance(value, str) and not value.isascii():  # a lone surrogate (from a submission's message) cannot be written
+        return value.encode("utf-8", "replace").decode("utf-8")
     return value
 
 

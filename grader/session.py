@@ -56,6 +56,7 @@ class RunOptions:
     no_reference_reason: str = "no reference implementation was given, so there is no preview curve"
     limits: WorkerLimits = field(default_factory=WorkerLimits)
     isolate: bool = True
+    hide: tuple[Path, ...] = ()  # more for the worker not to read (a batch: the class and its reports)
 
 
 @dataclass
@@ -140,22 +141,32 @@ def describe_load_error(error: dict[str, Any]) -> str:
     return f"importing the submission raised {error.get('type')}: {error.get('message')}" + (f"\n{trace}" if trace else "")
 
 
-def hidden_paths(exercise: Exercise, reference: Path | None) -> tuple[str, ...]:
-    """What the submission's worker must not read: every copy of the reference we know of.
+def hidden_paths(exercise: Exercise, reference: Path | None, extra: tuple[Path, ...] = ()) -> tuple[str, ...]:
+    """What the submission's worker must not read: every copy of the reference we know of, and ``extra``.
 
     That is the one given, the default one under the current folder and the one
     beside the grader's own source checkout; each file is hidden, and its folder
     too when that holds none of what the worker still needs (the interpreter and
-    its packages, the grader, the temporary folders, the current folder).
+    its packages, the grader, the temporary folders, the current folder). A
+    folder in ``extra`` is hidden under the same condition, else every file in it.
     """
     default = Path(exercise.default_reference)
     candidates = {p.resolve() for p in (reference, default, Path(__file__).parents[1] / default) if p is not None and p.is_file()}
     needed = [Path(sys.prefix), Path(sys.base_prefix), Path(__file__).parent, Path(tempfile.gettempdir()), Path.cwd()]
+
+    def holds_needed(folder: Path) -> bool:
+        return any(p.resolve().is_relative_to(folder) for p in needed)
+
     hidden: list[str] = []
     for file in sorted(candidates):
         hidden.append(str(file))
-        if not any(p.resolve().is_relative_to(file.parent) for p in needed):
+        if not holds_needed(file.parent):
             hidden.append(str(file.parent))
+    for path in (p.resolve() for p in extra if p.exists()):
+        if path.is_dir() and holds_needed(path):
+            hidden += [str(f) for f in sorted(path.rglob("*")) if f.is_file() and not f.is_symlink()]
+        else:
+            hidden.append(str(path))
     # The grader itself (its oracle computes every answer) and, in a source
     # checkout, the tests' correct solutions and the git history.
     package = Path(__file__).resolve().parent
@@ -319,7 +330,7 @@ def grade(exercise: Exercise, options: RunOptions, *, forks: ForkServer | None =
         functions, load_failure = {}, submission.problem
         if load_failure is None:
             assert submission.source is not None
-            worker = _start(exercise, submission.source, options.submission.name, options, forks, hidden_paths(exercise, options.reference))
+            worker = _start(exercise, submission.source, options.submission.name, options, forks, hidden_paths(exercise, options.reference, options.hide))
             functions, load_failure = _load(worker)
         context = GradingContext(options.seed, worker, functions, load_failure)
         checks = _run_checks(exercise, context, set(options.tiers))

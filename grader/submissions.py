@@ -14,6 +14,7 @@ import hashlib
 import re
 import stat
 import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -87,18 +88,23 @@ def discover(root: Path) -> list[Entry]:
         children = sorted(p for p in root.iterdir() if _visible(p))
     except OSError as exc:
         raise ClassError(f"cannot list {root}: {exc.strerror}") from None
-    entries: list[Entry] = []
-    taken: set[str] = set()
+    found: list[tuple[str, Path, Path | None, str | None]] = []  # (student, entry, file, problem)
     for child in children:
         if child.is_symlink():
             student = child.stem if child.suffix.lower() in SUFFIXES else child.name
             problem = f"{child.name} is a symbolic link, which is not followed: put the file itself in the class folder"
-            entries.append(Entry(student, folder_name(student, taken), None, problem))
+            found.append((student, child, None, problem))
         elif child.is_dir():
-            path, problem = _folder_entry(child.name, child)
-            entries.append(Entry(child.name, folder_name(child.name, taken), path, problem))
+            found.append((child.name, child, *_folder_entry(child.name, child)))
         elif _candidate(child):
-            entries.append(Entry(child.stem, folder_name(child.stem, taken), child))
+            found.append((child.stem, child, child, None))
+    names = [student for student, *_ in found]
+    entries: list[Entry] = []
+    taken: set[str] = set()
+    for student, child, path, problem in found:
+        if names.count(student) > 1:  # alice.py beside alice.ipynb or alice/: each keeps its own row
+            student = f"{student} ({child.name}{'/' if child.is_dir() else ''})"
+        entries.append(Entry(student, folder_name(student, taken), path, problem))
     if not entries:
         raise ClassError(f"no submissions in {root}: expected one .py or .ipynb file, or one folder, per student")
     return entries
@@ -126,8 +132,9 @@ def extract(archive: Path, into: Path) -> Path:
                 if stat.S_ISLNK(member.external_attr >> 16):
                     raise ClassError(f"{archive} has a symbolic link, which is not accepted: {member.filename!r}")
             bundle.extractall(into)
-    except zipfile.BadZipFile as exc:
-        raise ClassError(f"{archive} is not a readable zip archive ({exc})") from None
+    except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, RuntimeError) as exc:
+        # corrupt data, an unsupported compression method, an encrypted member
+        raise ClassError(f"{archive} is not a readable zip archive ({type(exc).__name__}: {exc})") from None
     except OSError as exc:
         raise ClassError(f"cannot unpack {archive}: {exc.strerror or exc}") from None
     top = [p for p in into.iterdir() if _visible(p)]

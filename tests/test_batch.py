@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+import textwrap
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -285,3 +286,62 @@ def test_symbolic_links_in_the_class_are_not_followed(tmp_path: Path) -> None:
     assert entries["alice"].path == room / "alice.py"
     assert entries["eve"].path is None and "is a symbolic link, which is not followed" in entries["eve"].problem
     assert entries["bob"].path is None and entries["bob"].problem == "the folder bob/ holds no .py or .ipynb file"
+
+
+def test_a_student_cannot_read_classmates_or_the_reports(tmp_path: Path) -> None:
+    """A submission that runs a classmate's file, or looks into --out, finds neither: it scores what it wrote."""
+    room = tmp_path / "room"
+    room.mkdir()
+    shutil.copy(CORRECT_DIR / "einsum.py", room / "alice.py")
+    out = tmp_path / "out"
+    (room / "zed.py").write_text(textwrap.dedent(f"""
+        import glob, os
+        seen = [p for p in glob.glob({str(room)!r} + "/*.py") + glob.glob({str(out)!r} + "/*/report.json") if "zed" not in p]
+        readable = []
+        for path in seen:
+            try:
+                readable.append(open(path).read())
+            except OSError:
+                pass
+        for text in readable:
+            if "def differential_attention" in text:
+                exec(text)
+    """))
+    done = batch(room, out, "--jobs", "1")
+    rows = done.grades()
+    assert rows["alice"]["score"] == "100.0"
+    assert rows["zed"]["score"] == "0.0", done.report("zed")["submission"]
+
+
+def test_settings_must_match_to_resume_and_out_must_not_be_inside_the_class(tmp_path: Path) -> None:
+    """Resuming with another audience is refused (reports would keep the old one); --out inside the class is refused."""
+    room = tmp_path / "room"
+    room.mkdir()
+    shutil.copy(STUB, room / "dave.py")
+    assert batch(room, tmp_path / "out").code == 1
+    changed = batch(room, tmp_path / "out", "--audience", "student")
+    assert changed.code == 2 and "was graded with audience 'instructor'" in changed.stderr
+    inside = batch(room, room / "grades")
+    assert inside.code == 2 and "must not be inside the class folder" in inside.stderr
+
+
+def test_students_with_the_same_name_keep_their_own_rows(tmp_path: Path) -> None:
+    """alice.py beside alice/ are two students, each with a distinct name and folder."""
+    from grader.submissions import discover
+
+    room = tmp_path / "room"
+    (room / "alice").mkdir(parents=True)
+    shutil.copy(CORRECT_DIR / "einsum.py", room / "alice.py")
+    shutil.copy(STUB, room / "alice" / "mine.py")
+    entries = discover(room)
+    assert [(e.student, e.path.name) for e in entries] == [("alice (alice/)", "mine.py"), ("alice (alice.py)", "alice.py")]
+    assert len({e.folder for e in entries}) == 2
+
+
+def test_gradebook_names_cannot_run_as_spreadsheet_formulas() -> None:
+    """A student name starting with = is written with a leading quote."""
+    from grader.batch import gradebook
+
+    record = {"student": "=HYPERLINK(1)", "score": 0.0, "max_score": 100.0, "tiers": {}, "status": "failed",
+              "sha256": None, "seed": 1, "duration_s": 0.1}  # fmt: skip
+    assert gradebook([record], ["T1"]).splitlines()[1].startswith("'=HYPERLINK(1),0.0,100.0,")

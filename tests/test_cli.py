@@ -139,3 +139,17 @@ def test_report_paths_can_be_chosen(tmp_path: Path) -> None:
     assert json.loads(json_path.read_text())["score"] == 20.0
     assert json_path.stat().st_mode & 0o044 == 0o044, "reports are readable like ordinary files"
     assert html_path.read_text().lstrip().lower().startswith("<!doctype html>")
+
+
+def test_a_lone_surrogate_in_a_message_is_written_not_fatal(tmp_path: Path) -> None:
+    """An exception message with a lone surrogate is graded (exit 1) and written as valid UTF-8, with a replacement."""
+    path = tmp_path / "surrogate.py"
+    path.write_text(
+        "def differential_lambda(q1, k1, q2, k2, lambda_init=0.2):\n    raise ValueError('bad \\ud800 char')\n"
+        "def differential_attention(q1, k1, q2, k2, value, coefficient, causal=True):\n    raise ValueError('bad \\ud800 char')\n"
+    )
+    run = grade(path, tmp_path, 3, "--tiers", "T1")
+    assert run.code == 1, run.stderr
+    assert "Traceback" not in run.stderr
+    assert "raised ValueError: bad ? char" in run.check("lambda_returns_0dim_tensor")["message"]
+    (tmp_path / "report.html").read_bytes().decode("utf-8")

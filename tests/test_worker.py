@@ -6,6 +6,8 @@ import io
 import json
 import os
 import re
+import signal
+import time
 from pathlib import Path
 
 import numpy as np
@@ -201,3 +203,66 @@ def test_missing_function_is_named(tmp_path: Path) -> None:
     assert run.check("causal_values")["message"].startswith("the submission does not define differential_attention")
     assert run.check("lambda_values")["status"] == "passed"
     assert os.path.exists(tmp_path / "report.html")
+
+
+def test_a_dead_fork_server_is_the_graders_failure_not_the_submissions() -> None:
+    """When the fork server dies, the next request raises WorkerStartFailure (an internal error), not a failed check."""
+    from grader.worker.client import WorkerStartFailure
+
+    forks = ForkServer()
+    worker = Worker(MISBEHAVING, "misbehaving.py", FUNCTIONS, WorkerLimits(call_timeout_s=3), forks)
+    try:
+        assert _lambda_call(worker) == pytest.approx(0.2, abs=1e-15)
+        forks._process.kill()
+        forks._process.wait()
+        assert not forks.alive()
+        with pytest.raises(WorkerStartFailure, match="fork server"):
+            vectors = tuple(TensorInput(np.array([0.5]), "float64") for _ in range(4))
+            invoke(worker, Request((Call("differential_lambda", vectors),)))
+    finally:
+        worker.close()
+        forks.close()
+
+
+def test_workers_die_with_the_process_that_asked_for_them(forks: ForkServer) -> None:
+    """A client killed mid-call (a batch's grading process past its deadline) leaves no worker spinning."""
+    read_fd, write_fd = os.pipe()
+    client = os.fork()
+    if client == 0:  # the client: start a worker, report its pid, then hang in a call
+        try:
+            os.close(read_fd)
+            worker = Worker(MISBEHAVING, "misbehaving.py", FUNCTIONS + ["hang"], WorkerLimits(call_timeout_s=60), forks)
+            worker.load()
+            os.write(write_fd, str(worker._process.pid).encode())
+            invoke(worker, Request((Call("hang"),)))
+        finally:
+            os._exit(0)
+    os.close(write_fd)
+    worker_pid = int(os.read(read_fd, 64))
+    os.close(read_fd)
+    os.kill(client, signal.SIGKILL)
+    os.waitpid(client, 0)
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{worker_pid}").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not Path(f"/proc/{worker_pid}").exists()
+
+
+def test_the_fork_server_refuses_its_own_descendants() -> None:
+    """A worker (or anything it starts) is never served: the server checks the asker's ancestry."""
+    import importlib.util
+    import subprocess
+
+    from grader.worker.client import CHILD_SCRIPT
+
+    spec = importlib.util.spec_from_file_location("diffgrade_child_for_test", CHILD_SCRIPT)
+    child = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(child)
+    sleeper = subprocess.Popen(["sleep", "5"])
+    try:
+        assert child.ForkServer.descends_from_me(sleeper.pid)
+        assert child.ForkServer.descends_from_me(os.getpid())
+        assert not child.ForkServer.descends_from_me(os.getppid())
+    finally:
+        sleeper.kill()
+        sleeper.wait()

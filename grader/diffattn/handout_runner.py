@@ -53,7 +53,7 @@ def load(path: Path) -> Any:
         loader.exec_module(module)
     except SyntaxError as exc:
         stop(1, f"{path.name} could not be imported: {type(exc).__name__} at line {exc.lineno}: {exc.msg}")
-    except Exception as exc:  # any error in the student's file is reported, never raised
+    except BaseException as exc:  # any error in the student's file (SystemExit included) is reported, never raised
         stop(1, f"importing {path.name} {raised(exc, path)}")
     return module
 
@@ -92,7 +92,7 @@ def run(entry: Dict[str, Any], module: Any, path: Path) -> Outcome:
             return outcome
         try:
             outcome.results.append(function(*map(argument, call["args"]), **{k: argument(v) for k, v in call["kwargs"].items()}))
-        except Exception as exc:  # the student's exception is the finding
+        except BaseException as exc:  # the student's exception (SystemExit, KeyboardInterrupt included) is the finding
             outcome.problem = f"{call['function']} {raised(exc, path)}"
             return outcome
     outcome.changed = changed(tensors, names, before)
@@ -104,7 +104,7 @@ def run(entry: Dict[str, Any], module: Any, path: Path) -> Outcome:
             cotangent = torch.tensor(backward["cotangent"], dtype=torch.float64).to(result.dtype)
             grads = torch.autograd.grad(result, [t for _, t in wanted], cotangent, allow_unused=True)
             outcome.grads = {n: g for (n, _), g in zip(wanted, grads)}
-        except Exception as exc:  # a broken graph is a finding too
+        except BaseException as exc:  # a broken graph is a finding too
             outcome.backward_problem = f"the backward pass {raised(exc, path)}"
         outcome.changed += [n for n in changed(tensors, names, before) if n not in outcome.changed]
     return outcome

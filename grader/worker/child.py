@@ -72,6 +72,7 @@ def main(argv: list[str]) -> int:
     protocol, isolation = (_load_sibling(name) for name in ("protocol", "isolation"))
     isolation.die_with_parent()
     server = Server()
+    gc.collect()
     gc.freeze()  # what is warm now is shared with every fork: the collector must not touch (and so copy) it
     ForkServer(listener, server, protocol, isolation).serve()
     return 0
@@ -86,6 +87,10 @@ class ForkServer:
         self.protocol = protocol
         self.isolation = isolation
         self.status_fds: dict[int, int] = {}
+        # A pidfd of each process that asked for workers, with the workers it got:
+        # when that process ends (a batch kills a grading process that ran out of
+        # time), its workers are killed too instead of running on alone.
+        self.clients: dict[int, list[int]] = {}
         self.wake_read, wake_write = os.pipe()
         for fd in (self.wake_read, wake_write):
             os.set_blocking(fd, False)
@@ -93,10 +98,10 @@ class ForkServer:
         signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so that SIGCHLD wakes select
 
     def serve(self) -> None:
-        """Answer fork requests and reap workers until the grader goes away."""
+        """Answer fork requests, reap workers and kill the workers of vanished clients until the grader goes away."""
         while True:
             try:
-                ready, _, _ = select.select([self.listener, self.wake_read], [], [])
+                ready, _, _ = select.select([self.listener, self.wake_read, *self.clients], [], [])
             except InterruptedError:
                 continue
             if self.wake_read in ready:
@@ -106,19 +111,36 @@ class ForkServer:
                             break
                     except BlockingIOError:
                         break
-                self.reap()
+            for client in [fd for fd in ready if fd in self.clients]:
+                self.orphaned(client)
+            self.reap()
             if self.listener in ready:
-                connection, _ = self.listener.accept()
+                try:
+                    connection, _ = self.listener.accept()
+                except OSError:
+                    continue
                 with connection:
                     self.answer(connection)
 
+    def orphaned(self, client: int) -> None:
+        """The client behind ``client`` (a pidfd) ended: kill its workers that still run."""
+        for pid in self.clients.pop(client):
+            if pid in self.status_fds:  # not reaped yet, so the pid and its group are still this worker's
+                for kill, target in ((os.kill, pid), (os.killpg, pid)):
+                    try:
+                        kill(target, signal.SIGKILL)
+                    except OSError:
+                        pass
+        os.close(client)
+
     def answer(self, connection: socket.socket) -> None:
         """Fork one worker for the request on ``connection`` and send back its pid and pidfd."""
-        credentials = connection.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-        if struct.unpack("3i", credentials)[1] != os.getuid():
-            return  # only the grader's own user may ask for workers
-        connection.settimeout(10)
         try:
+            credentials = connection.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+            peer, uid, _ = struct.unpack("3i", credentials)
+            if uid != os.getuid() or self.descends_from_me(peer):
+                return  # only the grader's own user may ask for workers, and never a worker itself
+            connection.settimeout(10)
             message, fds, _, _ = socket.recv_fds(connection, CONFIG_BYTES, len(WORKER_FDS))
         except OSError:
             return
@@ -126,6 +148,8 @@ class ForkServer:
             config = json.loads(message)
             if len(fds) != len(WORKER_FDS):
                 return
+            client = os.pidfd_open(peer)
+            self.clients.setdefault(client, [])
             pid = os.fork()
             if pid == 0:
                 try:
@@ -133,16 +157,33 @@ class ForkServer:
                 finally:
                     os._exit(70)
             self.status_fds[pid] = os.dup(fds[WORKER_FDS.index("status")])
+            self.clients[client].append(pid)
             pidfd = os.pidfd_open(pid)
             try:
                 socket.send_fds(connection, [json.dumps({"pid": pid}).encode()], [pidfd])
             finally:
                 os.close(pidfd)
-        except (OSError, ValueError):
+        except Exception:  # a malformed request (or a client already gone) gets no worker
             return
         finally:
             for fd in fds:
                 os.close(fd)
+
+    @staticmethod
+    def descends_from_me(pid: int) -> bool:
+        """Whether ``pid`` is one of this server's workers or their descendants (read from /proc)."""
+        me = os.getpid()
+        for _ in range(4096):
+            if pid == me:
+                return True
+            if pid <= 1:
+                return False
+            try:
+                with open(f"/proc/{pid}/stat") as stream:
+                    pid = int(stream.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                return True  # cannot tell: refuse
+        return True
 
     def reap(self) -> None:
         """Collect every worker that ended and write its exit code to its status pipe."""

@@ -122,6 +122,12 @@ class ForkServer:
                 env=env,
                 start_new_session=True,
             )
+        # Readable once the server has ended; usable from processes forked later (a batch's graders).
+        self._pidfd = os.pidfd_open(self._process.pid)
+
+    def alive(self) -> bool:
+        """Whether the server still runs (from any process that inherited this object)."""
+        return not select.select([self._pidfd], [], [], 0)[0]
 
     def fork(self, config: dict[str, Any], fds: list[int], status_fd: int, timeout: float) -> ForkedProcess:
         """Fork a worker with ``config`` and the descriptors ``fds`` (see child.WORKER_FDS)."""
@@ -144,12 +150,11 @@ class ForkServer:
         return ForkedProcess(pid, pidfds[0], status_fd)
 
     def last_words(self) -> str:
-        """The server's last line of output, as a suffix for error messages."""
-        self._log.seek(0, os.SEEK_END)
-        self._log.seek(max(0, self._log.tell() - 4096))
-        lines = [line.strip() for line in self._log.read().decode("utf-8", "replace").splitlines() if line.strip()]
-        dead = self._process.poll()
-        ended = f"; the fork server ended ({describe_exit(dead)})" if dead is not None else ""
+        """Whether the server has stopped, and its last line of output, as a suffix for error messages."""
+        size = os.fstat(self._log.fileno()).st_size
+        tail = os.pread(self._log.fileno(), 4096, max(0, size - 4096))  # no shared file offset to disturb
+        lines = [line.strip() for line in tail.decode("utf-8", "replace").splitlines() if line.strip()]
+        ended = "" if self.alive() else "; the fork server has stopped"
         return f"{ended}; its last words: {lines[-1]}" if lines else ended
 
     def close(self) -> None:
@@ -157,6 +162,7 @@ class ForkServer:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self._process.pid, signal.SIGKILL)
         self._process.wait()
+        os.close(self._pidfd)
         self._log.close()
         shutil.rmtree(self.directory, ignore_errors=True)
 
@@ -178,6 +184,7 @@ class ForkedProcess:
     def __init__(self, pid: int, pidfd: int, status_fd: int) -> None:
         self.pid = pid
         self.returncode: int | None = None
+        self.server_gone = False  # ended because the fork server did, not through its own fault
         self._pidfd = pidfd
         self._status_fd = status_fd
 
@@ -204,7 +211,8 @@ class ForkedProcess:
 
     def _collect(self) -> None:
         text = os.read(self._status_fd, 64).decode("ascii", "replace").strip()
-        self.returncode = int(text) if text.lstrip("-").isdigit() else -signal.SIGKILL
+        self.server_gone = not text.lstrip("-").isdigit()
+        self.returncode = -signal.SIGKILL if self.server_gone else int(text)
         for fd in (self._pidfd, self._status_fd):
             os.close(fd)
 
@@ -331,13 +339,16 @@ class Worker:
         for name in functions:
             if self._failures.get(name, 0) >= self.limits.max_failures_per_function:
                 raise WorkerFailure(f"not run: {name} already crashed or hung the worker {self._failures[name]} times")
-        remaining = self.limits.budget_s - (time.monotonic() - self.started_at)
-        if remaining <= 0:
-            raise WorkerFailure(f"not run: the time budget of {self.limits.budget_s:g} s for this submission is used up")
+        used_up = WorkerFailure(f"not run: the time budget of {self.limits.budget_s:g} s for this submission is used up")
+        if self.limits.budget_s - (time.monotonic() - self.started_at) <= 0:
+            raise used_up
         if self._process is None or self._process.poll() is not None:
             self._restart()
         if self.load().get("status") != "ok":
             raise WorkerFailure("not run: the submission could not be imported again after the worker restarted")
+        remaining = self.limits.budget_s - (time.monotonic() - self.started_at)  # after any restart and load
+        if remaining <= 0:
+            raise used_up
         count = max(1, len(header.get("calls", [])))
         what = "the call" if count == 1 else f"the {count} calls"
         timeout = min(self.limits.call_timeout_s * (1 if diagnostic else count), remaining)  # per call, also in a batch
@@ -384,7 +395,10 @@ class Worker:
             code = self._process.wait(timeout=2)
         except subprocess.TimeoutExpired:
             code = None
+        gone = self._process.server_gone or not self.forks.alive()
         self.stop()
+        if gone:  # the grader's own infrastructure failed: not the submission's fault
+            return WorkerStartFailure(f"the fork server stopped during {what}, taking the worker with it")
         return WorkerFailure(f"the worker process ended during {what} ({describe_exit(code)})")
 
     def stop(self) -> None:
