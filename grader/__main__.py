@@ -1,5 +1,5 @@
 """``python -m grader``: the same as the ``diffgrade`` command."""
 
-from grader.cli import entry_point
+from grader.launch import entry_point
 
 entry_point()

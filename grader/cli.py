@@ -20,8 +20,9 @@ from grader import __version__, gradescope, junit, markdown, report
 from grader.audience import AUDIENCES, for_audience
 from grader.diffattn import exercise as diff_attention
 from grader.exercise import Exercise
+from grader.launch import COMMANDS
 from grader.session import InternalError, RunOptions, UsageError, grade
-from grader.worker.client import MiB, WorkerLimits
+from grader.worker.client import ForkServer, MiB, WorkerLimits
 
 EXIT_PASSED, EXIT_FAILED, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 MAX_SEED = 2**32 - 1
@@ -145,25 +146,16 @@ def _reference(args: argparse.Namespace, default: Path, parser: argparse.Argumen
     return args.reference, ""
 
 
-# Other commands, ``diffgrade NAME ...``: each is "module:function" taking the
-# remaining arguments and returning an exit code. Imported only when used.
-COMMANDS: dict[str, str] = {
-    "batch": "grader.batch:main",
-    "gradescope-bundle": "grader.bundle:main",
-    "handout": "grader.handout:main",
-}
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``diffgrade`` and return its exit code."""
+def main(argv: Sequence[str] | None = None, forks: ForkServer | None = None) -> int:
+    """Run ``diffgrade`` and return its exit code; ``forks``: a fork server already started (grader.launch)."""
     arguments = list(sys.argv[1:] if argv is None else argv)
     if arguments and arguments[0] in COMMANDS:
         module, function = COMMANDS[arguments[0]].split(":")
         return int(getattr(importlib.import_module(module), function)(arguments[1:]))
-    return grade_command(arguments)
+    return grade_command(arguments, forks)
 
 
-def grade_command(argv: Sequence[str]) -> int:
+def grade_command(argv: Sequence[str], forks: ForkServer | None = None) -> int:
     """Grade one submission: ``diffgrade [SUBMISSION] [options]``."""
     exercise = diff_attention()
     parser = build_parser(tuple(exercise.tiers), exercise.default_submission, exercise.default_reference)
@@ -171,7 +163,7 @@ def grade_command(argv: Sequence[str]) -> int:
     _check_report_paths(args, parser)
     options = run_options(args, parser, exercise)
     try:
-        run = grade(exercise, options)
+        run = grade(exercise, options, forks=forks)
         document = for_audience(report.build(exercise, run), args.audience)
         pages = {args.json: report.to_json(document), args.html: report.render_html(document)}
         pages.update({getattr(args, o): write(document) for o, write in SUMMARY_WRITERS.items() if getattr(args, o) is not None})
@@ -250,8 +242,3 @@ def fail(code: int, message: str) -> int:
     """Print ``diffgrade: message`` on stderr and return ``code``."""
     print(f"diffgrade: {message}", file=sys.stderr)
     return code
-
-
-def entry_point() -> NoReturn:
-    """Console-script entry point."""
-    sys.exit(main())

@@ -42,7 +42,7 @@ def test_usage_errors_exit_2_with_one_line(args: list[str], fragment: str, tmp_p
 
 def test_internal_error_exits_3_without_traceback(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     """An unexpected exception inside the grader becomes exit 3 and one line."""
-    def broken(*_: object) -> None:
+    def broken(*_: object, **__: object) -> None:
         raise RuntimeError("simulated grader bug")
 
     monkeypatch.setattr(cli, "grade", broken)
@@ -153,3 +153,12 @@ def test_a_lone_surrogate_in_a_message_is_written_not_fatal(tmp_path: Path) -> N
     assert "Traceback" not in run.stderr
     assert "raised ValueError: bad ? char" in run.check("lambda_returns_0dim_tensor")["message"]
     (tmp_path / "report.html").read_bytes().decode("utf-8")
+
+
+def test_the_fork_server_starts_first_only_for_a_grading_run() -> None:
+    """diffgrade FILE starts the fork server before its own imports; other commands and --help do not."""
+    from grader.launch import grades_one_file
+
+    assert grades_one_file([]) and grades_one_file(["x.py", "--seed", "3"])
+    assert not grades_one_file(["batch", "class/", "--out", "o"])
+    assert not grades_one_file(["--help"]) and not grades_one_file(["x.py", "--version"])

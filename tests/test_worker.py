@@ -253,7 +253,7 @@ def test_the_fork_server_refuses_its_own_descendants() -> None:
     import importlib.util
     import subprocess
 
-    from grader.worker.client import CHILD_SCRIPT
+    from grader.worker.forks import CHILD_SCRIPT
 
     spec = importlib.util.spec_from_file_location("diffgrade_child_for_test", CHILD_SCRIPT)
     child = importlib.util.module_from_spec(spec)
