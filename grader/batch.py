@@ -10,9 +10,9 @@ to it (a crash, a hang past its deadline) becomes that student's error
 record, never the batch's end. The gradebook (grades.csv) and the class
 summary are written atomically once all are done, or when interrupted.
 
-A student already graded with the same seed, tiers and grader version, whose
-file is unchanged, is not graded again (unless ``--force``): an interrupted
-batch resumes where it stopped.
+A batch resumes only with the settings that its output folder was graded
+with (``batch.json``); then a student whose file is unchanged and whose report
+is intact (and not an error) is not graded again, unless ``--force``.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import sys
 import tempfile
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -70,11 +70,11 @@ class Outcome:
     reused: int = 0
     interrupted: bool = False
     duration_s: float = 0.0
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
-def record_of(entry: Entry, document: dict[str, Any], tiers: list[str]) -> dict[str, Any]:
+def record_of(entry: Entry, document: dict[str, Any]) -> dict[str, Any]:
     """The gradebook line and per-check statuses of one graded student."""
+    tiers = document["tiers_selected"]
     return {
         "student": entry.student,
         "folder": entry.folder,
@@ -126,7 +126,7 @@ def previous_record(entry: Entry, batch: BatchOptions) -> dict[str, Any] | None:
             and document["grader_version"] == __version__
             and (batch.out / entry.folder / "report.html").is_file()
         )
-        return record_of(entry, document, list(batch.options.tiers)) if same else None
+        return record_of(entry, document) if same else None
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -134,13 +134,12 @@ def previous_record(entry: Entry, batch: BatchOptions) -> dict[str, Any] | None:
 def grade_student(exercise: Exercise, entry: Entry, batch: BatchOptions, forks: ForkServer, preview: Preview) -> dict[str, Any]:
     """Grade one student's file and write their reports; return their record."""
     assert entry.path is not None
-    options = RunOptions(**{**batch.options.__dict__, "submission": entry.path})
-    run = grade(exercise, options, forks=forks, preview=preview)
+    run = grade(exercise, dataclasses.replace(batch.options, submission=entry.path), forks=forks, preview=preview)
     document = batch.audience(report.build(exercise, run))
     folder = batch.out / entry.folder
     report.write_atomic(folder / "report.html", report.render_html(document))
     report.write_atomic(folder / "report.json", report.to_json(document))  # last: its presence marks the student done
-    return record_of(entry, document, list(batch.options.tiers))
+    return record_of(entry, document)
 
 
 class _Grading:
@@ -230,6 +229,11 @@ def _grade_all(
     """Keep ``batch.jobs`` grading processes busy until done; True if interrupted."""
     running: dict[int, _Grading] = {}
     limits = batch.options.limits
+
+    def done(entry: Entry, record: dict[str, Any]) -> None:
+        records[entry.folder] = record
+        progress(record, len(records), total)
+
     # The budget bounds the calls; a restart may add a start and a load on top, then the reports.
     deadline_s = limits.budget_s + limits.startup_timeout_s + 2 * limits.call_timeout_s + GRACE_S
     try:
@@ -237,8 +241,7 @@ def _grade_all(
             if not forks.alive():  # nobody can be graded any more: say so for each, and stop
                 while pending:
                     entry = pending.popleft()
-                    records[entry.folder] = error_record(entry, batch.options.seed, "error", "not graded: the fork server stopped")
-                    progress(records[entry.folder], len(records), total)
+                    done(entry, error_record(entry, batch.options.seed, "error", "not graded: the fork server stopped"))
             while pending and len(running) < batch.jobs:
                 entry = pending.popleft()
                 read_fd, write_fd = os.pipe()
@@ -255,15 +258,13 @@ def _grade_all(
                     running[fd].received += chunk
                     continue
                 grading = running.pop(fd)
-                records[grading.entry.folder] = _finish(grading, batch.options.seed, timed_out=False)
-                progress(records[grading.entry.folder], len(records), total)
+                done(grading.entry, _finish(grading, batch.options.seed, timed_out=False))
             for fd, grading in list(running.items()):
                 if time.monotonic() > grading.deadline:
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(grading.pid, signal.SIGKILL)
                     del running[fd]
-                    records[grading.entry.folder] = _finish(grading, batch.options.seed, timed_out=True)
-                    progress(records[grading.entry.folder], len(records), total)
+                    done(grading.entry, _finish(grading, batch.options.seed, timed_out=True))
     except KeyboardInterrupt:
         for grading in running.values():
             with contextlib.suppress(ProcessLookupError):
@@ -306,13 +307,13 @@ def gradebook(records: list[dict[str, Any]], tiers: list[str]) -> str:
 
 
 def load_state(out: Path) -> dict[str, Any] | None:
-    """The settings an earlier batch in ``out`` was graded with, or None for a fresh folder."""
+    """The settings (see :func:`settings`) an earlier batch in ``out`` was graded with, or None for a fresh folder."""
     path = out / STATE_FILE
     if not path.is_file():
         return None
     try:
         state = json.loads(path.read_text(encoding="utf-8"))
-        return state if isinstance(state, dict) else None
+        return state["settings"] if isinstance(state, dict) and isinstance(state.get("settings"), dict) else None
     except (OSError, ValueError):
         return None
 
@@ -331,8 +332,8 @@ def settings(options: RunOptions, audience: str) -> dict[str, Any]:
 
 def save_state(out: Path, current: dict[str, Any], exercise: Exercise) -> None:
     """Record the batch's settings, so that a later run resumes with the same ones."""
-    state = {"exercise": exercise.name, "grader_version": __version__, "seed": current["seed"], "settings": current}
-    report.write_atomic(out / STATE_FILE, json.dumps(state, indent=2) + "\n")
+    state = {"exercise": exercise.name, "grader_version": __version__, "settings": current}
+    report.write_atomic(out / STATE_FILE, report.to_json(state))
 
 
 def temporary_folder() -> tempfile.TemporaryDirectory[str]:
@@ -379,7 +380,7 @@ def default_jobs() -> int:
 def write_outputs(out: Path, outcome: Outcome, tiers: list[str], summary: dict[str, Any], html: str) -> None:
     """grades.csv, summary.json and summary.html, each atomically."""
     report.write_atomic(out / "grades.csv", gradebook(outcome.records, tiers))
-    report.write_atomic(out / "summary.json", json.dumps(summary, indent=2, allow_nan=False, ensure_ascii=False) + "\n")
+    report.write_atomic(out / "summary.json", report.to_json(summary))
     report.write_atomic(out / "summary.html", html)
 
 
@@ -389,7 +390,6 @@ def stream_is_terminal(stream: Any) -> bool:
         return bool(stream.isatty())
     except (AttributeError, ValueError):
         return False
-
 
 
 def build_parser(exercise: Exercise) -> argparse.ArgumentParser:
@@ -424,16 +424,16 @@ def main(argv: list[str]) -> int:
     out: Path = args.out
     if out.exists() and not out.is_dir():
         parser.error(f"argument --out: must be a folder (got a file: {str(out)!r})")
-    state = load_state(out)
-    if out.is_dir() and state is None and any(out.iterdir()) and not args.force:
+    earlier = load_state(out)
+    if out.is_dir() and earlier is None and any(out.iterdir()) and not args.force:
         parser.error(f"argument --out: {str(out)!r} holds files but no earlier batch; choose a new or empty folder, or pass --force")
-    seed = args.seed if args.seed is not None else (state or {}).get("seed")
+    seed = args.seed if args.seed is not None else (earlier or {}).get("seed")
     options = cli.run_options(args, parser, exercise, seed)
     current = settings(options, args.audience)
-    if state is not None and not args.force:
-        changed = [key for key, value in current.items() if state.get("settings", {}).get(key) != value]
+    if earlier is not None and not args.force:
+        changed = [key for key, value in current.items() if earlier.get(key) != value]
         if changed:
-            before = ", ".join(f"{key} {state.get('settings', {}).get(key)!r}" for key in changed)
+            before = ", ".join(f"{key} {earlier.get(key)!r}" for key in changed)
             parser.error(f"{str(out)!r} was graded with {before}; pass the same settings to resume, "
                          "or --force to grade everyone again")  # fmt: skip
     source = args.submissions

@@ -77,7 +77,7 @@ def summary_page(reports: dict[str, Graded], tmp_path_factory: pytest.TempPathFa
     for name, run in reports.items():
         (folder / name).mkdir()
         (folder / name / "report.html").write_text(str(run.html), encoding="utf-8")
-        records.append(batch.record_of(Entry(name, name, None), run.report, TIERS))
+        records.append(batch.record_of(Entry(name, name, None), run.report))
     summary = classreport.summarize(
         records, exercise="diff_attention", seed=33, tiers=TIERS, interrupted=False,
         started_at="2026-11-29T12:00:00+00:00", duration_s=9.0, graded=2, reused=0,

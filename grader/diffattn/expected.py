@@ -38,19 +38,29 @@ class Truth:
 
 _Case = TypeVar("_Case", AttentionCase, LambdaCase)
 _Result = TypeVar("_Result")
-_TRUTHS: dict[tuple[str, int], tuple[Any, Any]] = {}
+_TRUTHS: dict[tuple[int, ...], tuple[tuple[Any, ...], Any]] = {}
+
+
+def remember(store: dict[tuple[int, ...], tuple[tuple[Any, ...], Any]], objects: tuple[Any, ...], compute: Callable[[], _Result]) -> _Result:
+    """``compute()`` once per tuple of ``objects`` (by identity) in ``store``.
+
+    The objects are kept in the store with the result, so that their ids stay
+    theirs. Case sets are drawn once per seed (suite.py), so one case object
+    stands for one case for the whole process: a batch fills the stores once.
+    """
+    key = tuple(map(id, objects))
+    found = store.get(key)
+    if found is None or any(kept is not given for kept, given in zip(found[0], objects)):
+        found = store[key] = (objects, compute())
+    return found[1]
 
 
 def _per_case(function: Callable[[_Case], _Result]) -> Callable[[_Case], _Result]:
-    """Compute a truth once per case object (case sets are drawn once per seed, see suite.py)."""
+    """Compute a truth once per case object."""
 
     @functools.wraps(function)
     def cached(case: _Case) -> _Result:
-        key = (function.__name__, id(case))
-        found = _TRUTHS.get(key)
-        if found is None or found[0] is not case:  # the case is kept alive with it, so its id stays its own
-            found = _TRUTHS[key] = (case, function(case))
-        return found[1]
+        return remember(_TRUTHS, (function, case), lambda: function(case))
 
     return cached
 

@@ -778,16 +778,15 @@ def far_apart(a: Truth, b: Truth) -> bool:
         return bool((np.abs(va - vb) > FAR * (np.broadcast_to(aa, va.shape) + np.broadcast_to(ab, vb.shape)))[finite_a].any())
 
 
-_PREDICTIONS: dict[tuple[int, int, tuple[str, ...]], tuple[Form, Case, Prediction]] = {}
+_PREDICTIONS: dict[tuple[int, ...], tuple[tuple[Form, Case], Prediction]] = {}
 
 
 def predict(form: Form, case: Case, truth: Prediction) -> Prediction:
-    """What ``form`` gives for ``case``, computed once per form and case object (see :func:`prepare`)."""
-    key = (id(form), id(case), tuple(sorted(truth)))
-    found = _PREDICTIONS.get(key)
-    if found is None or found[0] is not form or found[1] is not case:  # both kept alive, so their ids stay theirs
-        found = _PREDICTIONS[key] = (form, case, form(case, truth))
-    return found[2]
+    """What ``form`` gives for ``case``, computed once per form and case object (see :func:`prepare`).
+
+    A form belongs to one family, and the family fixes which results ``truth`` holds.
+    """
+    return expected.remember(_PREDICTIONS, (form, case), lambda: form(case, truth))
 
 
 def prepare(seed: int) -> None:
