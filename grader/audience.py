@@ -10,7 +10,6 @@ policy and the list of hidden checks are in docs/scoring.md.
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 AUDIENCES = ("student", "instructor")
@@ -21,15 +20,16 @@ WITHHELD = ("worst_ratio", "hint", "counterexample")
 def for_audience(document: dict[str, Any], audience: str) -> dict[str, Any]:
     """A copy of the report ``document`` that ``audience`` may see, with ``"audience"`` set.
 
-    ``document`` itself is left unchanged; it must be a whole report (as
-    :func:`grader.report.build` makes it), not one already redacted.
+    ``document`` itself is left unchanged (the copy shares the parts it does
+    not change); it must be a whole report (as :func:`grader.report.build`
+    makes it), not one already redacted.
     """
     if audience not in AUDIENCES:
         raise ValueError(f"'audience' must be one of {AUDIENCES} (got {audience!r})")
     if document.get("audience") != "instructor":
         raise ValueError(f"only a whole report can be shown to an audience (got one for {document.get('audience')!r})")
-    shown = copy.deepcopy(document)
-    shown["audience"] = audience
+    tiers = [{**tier, "checks": [dict(check) for check in tier["checks"]]} for tier in document["tiers"]]
+    shown = {**document, "tiers": tiers, "audience": audience}
     if audience == "student":
         for tier in shown["tiers"]:
             for check in tier["checks"]:

@@ -2,13 +2,16 @@
 
 The batch process starts one fork server (torch is imported once), draws the
 reference's preview once, computes the oracle's expected values once
-(:attr:`Exercise.prepare`), and then forks one light grading process per
-submission, ``--jobs`` at a time. Each grading process runs the same
-:func:`grader.session.grade` as ``diffgrade FILE`` does, writes that
-student's reports atomically and sends back one JSON line; whatever happens
-to it (a crash, a hang past its deadline) becomes that student's error
-record, never the batch's end. The gradebook (grades.csv) and the class
-summary are written atomically once all are done, or when interrupted.
+(:attr:`Exercise.prepare`), and then forks ``--jobs`` light grading
+processes. Each one opens a single pytest session (grader.checksession) and
+grades the students it is sent one after another, each with the same
+:func:`grader.session.grade` as ``diffgrade FILE`` and in a worker of its
+own; it writes that student's reports atomically and sends back one JSON
+line. Whatever happens to a grading process (a crash, a hang past its
+deadline) becomes the error record of the student it was grading, never the
+batch's end: a new process takes over the rest. The gradebook (grades.csv)
+and the class summary are written atomically once all are done, or when
+interrupted.
 
 A batch resumes only with the settings that its output folder was graded
 with (``batch.json``); then a student whose file is unchanged and whose report
@@ -40,6 +43,7 @@ from grader import __version__, classreport, report
 from grader.diffattn import exercise as diff_attention
 from grader.audience import for_audience
 from grader.exercise import Exercise
+from grader.checksession import CheckSessionError, RunChecks, run_session
 from grader.session import InternalError, Preview, RunOptions, UsageError, draw_preview, grade, preload
 from grader.submissions import ClassError, Entry, discover, extract
 from grader.worker.client import ForkServer
@@ -131,31 +135,57 @@ def previous_record(entry: Entry, batch: BatchOptions) -> dict[str, Any] | None:
         return None
 
 
-def grade_student(exercise: Exercise, entry: Entry, batch: BatchOptions, forks: ForkServer, preview: Preview) -> dict[str, Any]:
-    """Grade one student's file and write their reports; return their record."""
+def grade_student(
+    exercise: Exercise, entry: Entry, batch: BatchOptions, forks: ForkServer, preview: Preview, run_checks: RunChecks
+) -> dict[str, Any]:  # fmt: skip
+    """Grade one student's file in the grading process's check session, write their reports; return their record."""
     assert entry.path is not None
-    run = grade(exercise, dataclasses.replace(batch.options, submission=entry.path), forks=forks, preview=preview)
-    document = batch.audience(report.build(exercise, run))
-    folder = batch.out / entry.folder
-    report.write_atomic(folder / "report.html", report.render_html(document))
-    report.write_atomic(folder / "report.json", report.to_json(document))  # last: its presence marks the student done
+    options = dataclasses.replace(batch.options, submission=entry.path)
+    try:
+        run = grade(exercise, options, forks=forks, preview=preview, run_checks=run_checks)
+        document = batch.audience(report.build(exercise, run))
+        folder = batch.out / entry.folder
+        report.write_atomic(folder / "report.html", report.render_html(document))
+        report.write_atomic(folder / "report.json", report.to_json(document))  # last: its presence marks the student done
+    except UsageError as exc:
+        return error_record(entry, batch.options.seed, "error", str(exc))
+    except InternalError as exc:
+        return error_record(entry, batch.options.seed, "error", f"internal grader error: {exc}")
+    except Exception as exc:  # any other failure is this student's error record, not the batch's end
+        return error_record(entry, batch.options.seed, "error", f"internal grader error: {type(exc).__name__}: {exc}")
     return record_of(entry, document)
 
 
-class _Grading:
-    """One forked grading process and what it has sent so far."""
+class _Grader:
+    """One forked grading process: it grades the students it is sent, one at a time, in one check session."""
 
-    def __init__(self, entry: Entry, pid: int, fd: int, deadline: float) -> None:
-        self.entry = entry
+    def __init__(self, pid: int, orders: int, results: int) -> None:
         self.pid = pid
-        self.fd = fd
-        self.deadline = deadline
-        self.started = time.monotonic()
+        self.orders = orders  # we write a student's number and a newline
+        self.results = results  # it answers one JSON line per student
+        self.entry: Entry | None = None
+        self.started = 0.0
+        self.deadline = 0.0
         self.received = bytearray()
 
+    def assign(self, number: int, entry: Entry, deadline_s: float) -> None:
+        """Send one student to grade."""
+        self.entry, self.started = entry, time.monotonic()
+        self.deadline = self.started + deadline_s
+        os.write(self.orders, f"{number}\n".encode())
 
-def _child(exercise: Exercise, entry: Entry, batch: BatchOptions, forks: ForkServer, preview: Preview, out: int) -> None:
-    """Body of a forked grading process: grade, send one JSON line, leave without cleanup."""
+    def stop(self, kill: bool) -> int:
+        """Close the pipes (the process leaves once it has read every order), or kill it; return its exit status."""
+        if kill:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+        os.close(self.orders)
+        os.close(self.results)
+        return os.waitpid(self.pid, 0)[1]
+
+
+def _serve(exercise: Exercise, queue: list[Entry], batch: BatchOptions, forks: ForkServer, preview: Preview, orders: int, out: int) -> None:
+    """Body of a forked grading process: grade each student whose number arrives on ``orders``, answer on ``out``, leave."""
     code = 0
     try:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the batch decides what an interrupt means
@@ -163,18 +193,22 @@ def _child(exercise: Exercise, entry: Entry, batch: BatchOptions, forks: ForkSer
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, 1)
         os.dup2(devnull, 2)
+        numbers = (queue[int(line)] for line in os.fdopen(orders, "rb"))
+
+        def answer(record: dict[str, Any]) -> None:
+            view = memoryview((json.dumps(record, allow_nan=False) + "\n").encode())
+            while view:
+                view = view[os.write(out, view) :]
+
+        def grade_each(run_checks: RunChecks) -> None:
+            for entry in numbers:
+                answer(grade_student(exercise, entry, batch, forks, preview, run_checks))
+
         try:
-            record = grade_student(exercise, entry, batch, forks, preview)
-        except UsageError as exc:
-            record = error_record(entry, batch.options.seed, "error", str(exc))
-        except InternalError as exc:
-            record = error_record(entry, batch.options.seed, "error", f"internal grader error: {exc}")
-        except Exception as exc:  # any other failure is this student's error record, not the batch's end
-            record = error_record(entry, batch.options.seed, "error", f"internal grader error: {type(exc).__name__}: {exc}")
-        data = (json.dumps(record, allow_nan=False) + "\n").encode()
-        view = memoryview(data)
-        while view:
-            view = view[os.write(out, view) :]
+            run_session(exercise, set(batch.options.tiers), grade_each)
+        except CheckSessionError as exc:  # no student can be graded: say why to each one sent
+            for entry in numbers:
+                answer(error_record(entry, batch.options.seed, "error", f"internal grader error: {exc}"))
     except BaseException:
         code = 1
     finally:
@@ -226,70 +260,88 @@ def _grade_all(
     exercise: Exercise, pending: deque[Entry], batch: BatchOptions, forks: ForkServer, preview: Preview,
     records: dict[str, dict[str, Any]], total: int, progress: Callable[[dict[str, Any], int, int], None],
 ) -> bool:  # fmt: skip
-    """Keep ``batch.jobs`` grading processes busy until done; True if interrupted."""
-    running: dict[int, _Grading] = {}
+    """Keep ``batch.jobs`` grading processes busy until every student is graded; True if interrupted.
+
+    A grading process that dies or overruns its deadline costs only the
+    student it was grading: that student gets an error record, and a new
+    process takes over the rest.
+    """
+    queue = list(pending)  # forked grading processes find a student by their number in it
+    graders: dict[int, _Grader] = {}  # by the descriptor of their results
+    seed = batch.options.seed
     limits = batch.options.limits
+    # The budget bounds the calls; a restart may add a start and a load on top, then the reports.
+    deadline_s = limits.budget_s + limits.startup_timeout_s + 2 * limits.call_timeout_s + GRACE_S
 
     def done(entry: Entry, record: dict[str, Any]) -> None:
         records[entry.folder] = record
         progress(record, len(records), total)
 
-    # The budget bounds the calls; a restart may add a start and a load on top, then the reports.
-    deadline_s = limits.budget_s + limits.startup_timeout_s + 2 * limits.call_timeout_s + GRACE_S
+    def spawn() -> None:  # the processes are forked from this one, which has everything prepared
+        orders_read, orders_write = os.pipe()
+        results_read, results_write = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            for fd in [orders_write, results_read, *(fd for g in graders.values() for fd in (g.orders, g.results))]:
+                os.close(fd)  # a sibling's pipes must close when the batch closes them
+            _serve(exercise, queue, batch, forks, preview, orders_read, results_write)
+        os.close(orders_read)
+        os.close(results_write)
+        graders[results_read] = _Grader(pid, orders_write, results_read)
+
+    def lost(grader: _Grader, why: str) -> None:
+        del graders[grader.results]
+        if grader.entry is not None:
+            done(grader.entry, error_record(grader.entry, seed, "error", why, time.monotonic() - grader.started))
+
+    number = 0
     try:
-        while pending or running:
+        while number < len(queue) or any(g.entry is not None for g in graders.values()):
             if not forks.alive():  # nobody can be graded any more: say so for each, and stop
-                while pending:
-                    entry = pending.popleft()
-                    done(entry, error_record(entry, batch.options.seed, "error", "not graded: the fork server stopped"))
-            while pending and len(running) < batch.jobs:
-                entry = pending.popleft()
-                read_fd, write_fd = os.pipe()
-                pid = os.fork()
-                if pid == 0:
-                    os.close(read_fd)
-                    _child(exercise, entry, batch, forks, preview, write_fd)
-                os.close(write_fd)
-                running[read_fd] = _Grading(entry, pid, read_fd, time.monotonic() + deadline_s)
-            ready, _, _ = select.select(list(running), [], [], 0.5)
+                for entry in queue[number:]:
+                    done(entry, error_record(entry, seed, "error", "not graded: the fork server stopped"))
+                number = len(queue)
+            idle = [g for g in graders.values() if g.entry is None]
+            while len(graders) < batch.jobs and len(idle) < len(queue) - number:
+                spawn()
+                idle = [g for g in graders.values() if g.entry is None]
+            for grader in idle[: len(queue) - number]:
+                grader.assign(number, queue[number], deadline_s)
+                number += 1
+            ready, _, _ = select.select(list(graders), [], [], 0.5)
             for fd in ready:
+                grader = graders[fd]
                 chunk = os.read(fd, 65536)
-                if chunk:
-                    running[fd].received += chunk
+                if not chunk:
+                    code = os.waitstatus_to_exitcode(grader.stop(kill=True))
+                    lost(grader, f"the grading process ended without a result (exit code {code})")
                     continue
-                grading = running.pop(fd)
-                done(grading.entry, _finish(grading, batch.options.seed, timed_out=False))
-            for fd, grading in list(running.items()):
-                if time.monotonic() > grading.deadline:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(grading.pid, signal.SIGKILL)
-                    del running[fd]
-                    done(grading.entry, _finish(grading, batch.options.seed, timed_out=True))
+                grader.received += chunk
+                while b"\n" in grader.received and grader.entry is not None:
+                    line, _, grader.received = grader.received.partition(b"\n")
+                    done(grader.entry, _record_from(line, grader.entry, seed, time.monotonic() - grader.started))
+                    grader.entry = None
+            for grader in [g for g in graders.values() if g.entry is not None and time.monotonic() > g.deadline]:
+                grader.stop(kill=True)
+                lost(grader, f"grading took longer than {time.monotonic() - grader.started:.0f} s and was stopped")
     except KeyboardInterrupt:
-        for grading in running.values():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(grading.pid, signal.SIGKILL)
-            os.waitpid(grading.pid, 0)
-            os.close(grading.fd)
+        for grader in graders.values():
+            grader.stop(kill=True)
         return True
+    for grader in graders.values():
+        grader.stop(kill=False)
     return False
 
 
-def _finish(grading: _Grading, seed: int, timed_out: bool) -> dict[str, Any]:
-    """Reap a grading process and turn what it sent into the student's record."""
-    _, status = os.waitpid(grading.pid, 0)
-    os.close(grading.fd)
-    took = time.monotonic() - grading.started
-    if timed_out:
-        return error_record(grading.entry, seed, "error", f"grading took longer than {took:.0f} s and was stopped", took)
+def _record_from(line: bytes, entry: Entry, seed: int, took: float) -> dict[str, Any]:
+    """The student's record as a grading process sent it, or an error record when it is not one."""
     try:
-        record = json.loads(grading.received.decode())
-        if isinstance(record, dict) and record.get("folder") == grading.entry.folder:
+        record = json.loads(line.decode())
+        if isinstance(record, dict) and record.get("folder") == entry.folder:
             return record
     except ValueError:
         pass
-    code = os.waitstatus_to_exitcode(status)
-    return error_record(grading.entry, seed, "error", f"the grading process ended without a result (exit code {code})", took)
+    return error_record(entry, seed, "error", "the grading process sent a malformed result", took)
 
 
 def gradebook(records: list[dict[str, Any]], tiers: list[str]) -> str:

@@ -79,15 +79,30 @@ class GradingContext:
 
 
 class GradingPlugin:
-    """Registered with pytest.main for one run; provides the fixture and the metadata."""
+    """Registered with pytest.main for a session; provides the fixture and the metadata.
 
-    def __init__(self, context: GradingContext, tiers: set[str]) -> None:
-        self.context = context
+    ``context`` is the submission being graded (grader.checksession sets it
+    before each submission's checks run).
+    """
+
+    def __init__(self, context: GradingContext | None, tiers: set[str]) -> None:
+        self._context = context
         self.tiers = tiers
+
+    @property
+    def context(self) -> GradingContext:
+        """The submission being graded."""
+        if self._context is None:
+            raise RuntimeError("no submission is being graded")
+        return self._context
+
+    @context.setter
+    def context(self, context: GradingContext) -> None:
+        self._context = context
 
     @pytest.fixture
     def grading(self) -> GradingContext:
-        """The grading context of this run."""
+        """The grading context of the submission being graded."""
         return self.context
 
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
@@ -105,11 +120,17 @@ class GradingPlugin:
         self.context.current = item.nodeid
         if self.context.load_failure is not None:
             self.context.notes[item.nodeid] = (self.context.load_failure, None)
-            item.runtest = lambda: pytest.fail(self.context.load_failure, pytrace=False)  # type: ignore[method-assign]
         result = yield
         if item.nodeid not in self.context.notes:
             raise RuntimeError(f"check {item.name} finished without calling grading.conclude()")
         return result
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_pyfunc_call(self, pyfuncitem: pytest.Function) -> bool | None:
+        """Fail a check without running it when the submission did not load."""
+        if self.context.load_failure is not None:
+            pytest.fail(self.context.load_failure, pytrace=False)
+        return None
 
     def pytest_json_runtest_metadata(self, item: pytest.Item, call: pytest.CallInfo[None]) -> dict[str, Any]:
         """Id, title, tier, points, visibility, the recorded message and explanations, as JSON-safe values."""

@@ -2,20 +2,18 @@
 
 The run happens in this process, which never imports the submission or torch:
 the submission runs in a worker (:mod:`grader.worker.client`), the checks run
-under ``pytest.main`` with pytest-json-report, and :func:`grade` returns the
-plain facts that :mod:`grader.scoring` and :mod:`grader.report` turn into a
-report. Call it once per process (pytest keeps module state between runs).
+in a pytest session with pytest-json-report (:mod:`grader.checksession`), and
+:func:`grade` returns the plain facts that :mod:`grader.scoring` and
+:mod:`grader.report` turn into a report.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import datetime
 import hashlib
 import importlib
 import io
-import os
 import platform
 import sys
 import tempfile
@@ -24,14 +22,13 @@ import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from unittest import mock
 
 import pytest
-from pytest_jsonreport.plugin import JSONReport
 
 from grader import __version__, notebook
+from grader.checksession import CheckSessionError, RunChecks, run_session
 from grader.exercise import Exercise, ExperimentUnavailable
-from grader.plugin import GradingContext, GradingPlugin
+from grader.plugin import GradingContext
 from grader.worker.client import ForkServer, Worker, WorkerFailure, WorkerLimits, WorkerStartFailure
 
 MAX_SUBMISSION_BYTES = 1024 * 1024
@@ -206,29 +203,6 @@ def _described_function(described: Any) -> dict[str, Any]:
     return {"kind": described["kind"], "type": str(described.get("type", "")), "parameters": parameters}
 
 
-# pytest's plugins that a grading run has no use for: each costs time in every
-# run (the unittest plugin's import, the unraisable-exception plugin's forced
-# garbage collections, the cache provider's writes beside the checks).
-UNUSED_PLUGINS = ("cacheprovider", "unittest", "unraisableexception", "threadexception", "doctest", "junitxml",
-                  "pastebin", "nose", "stepwise", "faulthandler", "logging", "tmpdir", "monkeypatch")  # fmt: skip
-
-
-def _pytest_args(exercise: Exercise) -> list[str]:
-    checks = exercise.checks_dir
-    return [
-        *(argument for plugin in UNUSED_PLUGINS for argument in ("-p", f"no:{plugin}")),
-        "--capture=sys",
-        str(checks),
-        "-c", str(checks / "pytest.ini"),
-        "--rootdir", str(checks),
-        "--noconftest",
-        "--import-mode=importlib",
-        "-p", "pytest_jsonreport.plugin",
-        "--json-report-file=none",
-        "-q",
-    ]  # fmt: skip
-
-
 # Modules a run imports on the way (pytest's own plugins, pdb through its
 # debugging plugin); a batch imports them before it forks its graders.
 RUN_IMPORTS = ("_pytest.helpconfig", "_pytest.setuponly", "_pytest.setupplan", "_pytest.skipping",
@@ -236,9 +210,10 @@ RUN_IMPORTS = ("_pytest.helpconfig", "_pytest.setuponly", "_pytest.setupplan", "
 
 
 def preload(exercise: Exercise) -> None:
-    """Import what every grading run imports, check modules included, so that forked runs share it."""
+    """Import (and compute) what every grading run needs, check modules included, so that forked runs share it."""
     for name in RUN_IMPORTS:
         importlib.import_module(name)
+    platform.platform()  # cached once known; the first call starts a `uname -p` process
     for path in sorted(exercise.checks_dir.glob("test_*.py")):
         parts = [path.stem]
         folder = path.parent
@@ -246,23 +221,6 @@ def preload(exercise: Exercise) -> None:
             parts.insert(0, folder.name)
             folder = folder.parent
         importlib.import_module(".".join(parts))
-
-
-def _run_checks(exercise: Exercise, context: GradingContext, tiers: set[str]) -> list[dict[str, Any]]:
-    """Run the exercise's checks under pytest and return the per-test JSON records."""
-    report_plugin = JSONReport()
-    only_ours = mock.patch.dict(os.environ, {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"})  # whatever else is installed
-    with only_ours, contextlib.redirect_stdout(io.StringIO()) as output:
-        code = pytest.main(_pytest_args(exercise), plugins=[report_plugin, GradingPlugin(context, tiers)])
-    if code == pytest.ExitCode.INTERRUPTED:
-        raise KeyboardInterrupt
-    report = report_plugin.report
-    if report is None or code not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
-        raise InternalError(f"the checks could not run (pytest exit code {int(code)}):\n{output.getvalue()[-2000:]}")
-    broken = [c for c in report.get("collectors", []) if c.get("outcome") != "passed"]
-    if broken:
-        raise InternalError(f"a check module failed to import: {broken[0].get('longrepr', '')[-2000:]}")
-    return report["tests"]
 
 
 @dataclass(frozen=True)
@@ -309,12 +267,22 @@ def _experiment(exercise: Exercise, preview: Preview, options: RunOptions, conte
     }
 
 
-def grade(exercise: Exercise, options: RunOptions, *, forks: ForkServer | None = None, preview: Preview | None = None) -> Run:
+def grade(
+    exercise: Exercise, options: RunOptions, *, forks: ForkServer | None = None, preview: Preview | None = None,
+    run_checks: RunChecks | None = None,
+) -> Run:  # fmt: skip
     """Grade one submission with one seed; raise UsageError or InternalError, nothing else.
 
-    A batch passes its shared fork server and the preview it drew once for the
-    seed; alone, the run starts a fork server of its own and draws the preview.
+    A batch's grading process passes the batch's fork server, the preview
+    drawn once for the seed, and the check session in which it grades one
+    student after another (``run_checks``, see grader.checksession); alone,
+    the run starts each of them itself.
     """
+    if run_checks is None:
+        try:
+            return run_session(exercise, set(options.tiers), lambda run: grade(exercise, options, forks=forks, preview=preview, run_checks=run))
+        except CheckSessionError as exc:
+            raise InternalError(str(exc)) from None
     started, clock = datetime.datetime.now(datetime.timezone.utc), time.monotonic()
     submission = read_submission(options.submission)
     own_forks = forks is None
@@ -333,7 +301,7 @@ def grade(exercise: Exercise, options: RunOptions, *, forks: ForkServer | None =
             worker = _start(exercise, submission.source, options.submission.name, options, forks, hidden_paths(exercise, options.reference, options.hide))
             functions, load_failure = _load(worker)
         context = GradingContext(options.seed, worker, functions, load_failure)
-        checks = _run_checks(exercise, context, set(options.tiers))
+        checks = run_checks(context)
         if pending is not None:
             preview = pending.result()
         assert preview is not None

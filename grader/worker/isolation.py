@@ -186,6 +186,24 @@ def _fence_filesystem(libc: _Libc, config: dict[str, Any], root: bool) -> list[s
     return left_writable
 
 
+_packages: list[tuple[Any, list[str]]] | None = None  # what remember_packages found
+
+
+def remember_packages() -> None:
+    """Note every loaded package's search path once, in the fork server after its warm-up.
+
+    Each worker then only rewrites those paths (see :func:`_expose_import_paths`):
+    looking through the thousand modules torch loads, in every worker, cost
+    milliseconds of copy-on-write faults.
+    """
+    global _packages
+    _packages = _loaded_packages()
+
+
+def _loaded_packages() -> list[tuple[Any, list[str]]]:
+    return [(m, list(m.__path__)) for m in list(sys.modules.values()) if type(getattr(m, "__path__", None)) is list]
+
+
 def _expose_import_paths(libc: _Libc, workdir: str) -> None:
     """Keep every import path readable after the switch to ``nobody``.
 
@@ -213,9 +231,8 @@ def _expose_import_paths(libc: _Libc, workdir: str) -> None:
         return path
 
     sys.path[:] = [relocate(os.path.abspath(p)) if p else p for p in sys.path]
-    for module in list(sys.modules.values()):
-        if type(getattr(module, "__path__", None)) is list:
-            module.__path__ = [relocate(p) for p in module.__path__]
+    for module, path in _packages if _packages is not None else _loaded_packages():
+        module.__path__ = [relocate(p) for p in path]
     sys.path_importer_cache.clear()
 
 
