@@ -216,9 +216,14 @@ def _serve(exercise: Exercise, queue: list[Entry], batch: BatchOptions, forks: F
 
 
 def run_batch(
-    exercise: Exercise, entries: list[Entry], batch: BatchOptions, progress: Callable[[dict[str, Any], int, int], None]
-) -> Outcome:
-    """Grade every entry (skipping the ones already graded) and return all records."""
+    exercise: Exercise, entries: list[Entry], batch: BatchOptions, progress: Callable[[dict[str, Any], int, int], None],
+    forks: ForkServer | None = None,
+) -> Outcome:  # fmt: skip
+    """Grade every entry (skipping the ones already graded) and return all records.
+
+    ``forks``: a fork server already started (grader.launch); without one, the
+    batch starts its own when some student needs grading.
+    """
     clock = time.monotonic()
     records: dict[str, dict[str, Any]] = {}  # by the student's folder, which is unique
     pending: deque[Entry] = deque()
@@ -235,8 +240,9 @@ def run_batch(
     for record in records.values():
         progress(record, len(records), len(entries))
     if pending:
+        own = forks is None
         try:
-            forks = ForkServer()
+            forks = ForkServer() if forks is None else forks
         except OSError as exc:
             raise InternalError(f"the fork server could not be started: {exc}") from None
         try:
@@ -249,7 +255,8 @@ def run_batch(
             gc.freeze()  # the forked graders share what is loaded now; the collector must not touch (and so copy) it
             outcome.interrupted = _grade_all(exercise, pending, batch, forks, preview, records, len(entries), progress)
         finally:
-            forks.close()
+            if own:
+                forks.close()
     outcome.graded = sum(r["status"] != "no_submission" for r in records.values()) - outcome.reused
     outcome.records = [records[e.folder] for e in entries if e.folder in records]
     outcome.duration_s = round(time.monotonic() - clock, 3)
@@ -466,8 +473,8 @@ def build_parser(exercise: Exercise) -> argparse.ArgumentParser:
     return parser  # fmt: skip
 
 
-def main(argv: list[str]) -> int:
-    """Run ``diffgrade batch`` and return its exit code."""
+def main(argv: list[str], forks: ForkServer | None = None) -> int:
+    """Run ``diffgrade batch`` and return its exit code; ``forks``: a fork server already started (grader.launch)."""
     from grader import cli
 
     exercise = diff_attention()
@@ -508,7 +515,7 @@ def main(argv: list[str]) -> int:
             terminal = stream_is_terminal(sys.stderr) and not args.quiet
             show = bar_progress(sys.stderr) if terminal else (plain_progress(sys.stderr) if not args.quiet else lambda *_: None)
             started = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime())
-            outcome = run_batch(exercise, entries, batch, show)
+            outcome = run_batch(exercise, entries, batch, show, forks)
     except (UsageError, ClassError) as exc:
         return cli.fail(cli.EXIT_USAGE, str(exc))
     except InternalError as exc:

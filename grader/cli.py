@@ -20,7 +20,7 @@ from grader import __version__, gradescope, junit, markdown, report
 from grader.audience import AUDIENCES, for_audience
 from grader.diffattn import exercise as diff_attention
 from grader.exercise import Exercise
-from grader.launch import COMMANDS
+from grader.launch import COMMANDS, GRADING_COMMANDS
 from grader.session import InternalError, RunOptions, UsageError, grade
 from grader.worker.client import ForkServer, MiB, WorkerLimits
 
@@ -151,7 +151,8 @@ def main(argv: Sequence[str] | None = None, forks: ForkServer | None = None) -> 
     arguments = list(sys.argv[1:] if argv is None else argv)
     if arguments and arguments[0] in COMMANDS:
         module, function = COMMANDS[arguments[0]].split(":")
-        return int(getattr(importlib.import_module(module), function)(arguments[1:]))
+        command = getattr(importlib.import_module(module), function)
+        return int(command(arguments[1:], forks) if arguments[0] in GRADING_COMMANDS else command(arguments[1:]))
     return grade_command(arguments, forks)
 
 

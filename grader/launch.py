@@ -1,9 +1,10 @@
 """The ``diffgrade`` command's entry point: start the fork server first, then everything else.
 
-Grading one file waits, above all, for the fork server's torch import. This
-module imports only the standard library and :mod:`grader.worker.forks`, so
-the server starts within milliseconds of the command, and the grader's own
-imports (pytest, numpy, jinja2, about 0.35 s) overlap its warm-up.
+Grading one file, or a class, waits above all for the fork server's torch
+import. This module imports only the standard library and
+:mod:`grader.worker.forks`, so the server starts within milliseconds of the
+command, and the grader's own imports (pytest, numpy, jinja2, about 0.35 s)
+overlap its warm-up.
 """
 
 from __future__ import annotations
@@ -20,19 +21,21 @@ COMMANDS: dict[str, str] = {
     "gradescope-bundle": "grader.bundle:main",
     "handout": "grader.handout:main",
 }
+GRADING_COMMANDS = ("batch",)  # those whose function also takes the fork server: function(argv, forks)
 NO_GRADING = ("-h", "--help", "--version")
 
 
-def grades_one_file(argv: Sequence[str]) -> bool:
-    """Whether these arguments grade a file (rather than run another command or print help)."""
-    return not (argv and argv[0] in COMMANDS) and not any(a in NO_GRADING for a in argv)
+def grades(argv: Sequence[str]) -> bool:
+    """Whether these arguments grade (a file or a class) rather than run another command or print help."""
+    command = argv[0] if argv and argv[0] in COMMANDS else None
+    return command in (None, *GRADING_COMMANDS) and not any(a in NO_GRADING for a in argv)
 
 
 def entry_point() -> NoReturn:
     """Console-script entry point (``diffgrade``, ``python -m grader``)."""
     argv = sys.argv[1:]
     forks = None
-    if grades_one_file(argv):
+    if grades(argv):
         try:
             forks = ForkServer()
         except OSError:

@@ -345,3 +345,62 @@ def test_gradebook_names_cannot_run_as_spreadsheet_formulas() -> None:
     record = {"student": "=HYPERLINK(1)", "score": 0.0, "max_score": 100.0, "tiers": {}, "status": "failed",
               "sha256": None, "seed": 1, "duration_s": 0.1}  # fmt: skip
     assert gradebook([record], ["T1"]).splitlines()[1].startswith("'=HYPERLINK(1),0.0,100.0,")
+
+
+class _LiveForks:
+    """Stands in for the fork server in the scheduling tests: always alive, never asked for a worker."""
+
+    def alive(self) -> bool:
+        """The server is up."""
+        return True
+
+
+def _schedule(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, behave: dict[str, str], jobs: int = 2) -> tuple[dict[str, dict], list[int]]:
+    """Run the batch's scheduler over students named in ``behave`` ("ok", "die" or "hang"); their records and grader pids."""
+    from grader import batch as batch_module
+    from grader.diffattn import exercise
+    from grader.session import Preview, RunOptions
+    from grader.submissions import Entry
+    from grader.worker.client import WorkerLimits
+
+    for name in behave:
+        (tmp_path / f"{name}.py").write_text("pass\n")
+    entries = [Entry(name, name, tmp_path / f"{name}.py") for name in behave]
+
+    def grade_student(exercise_, entry, batch, forks, preview, run_checks):  # type: ignore[no-untyped-def]
+        if behave[entry.student] == "die":
+            os._exit(9)
+        if behave[entry.student] == "hang":
+            time.sleep(60)
+        return {"student": entry.student, "folder": entry.folder, "status": "passed", "pid": os.getpid()}
+
+    monkeypatch.setattr(batch_module, "grade_student", grade_student)
+    monkeypatch.setattr(batch_module, "run_session", lambda exercise_, tiers, body: body(lambda context: []))
+    monkeypatch.setattr(batch_module, "GRACE_S", 1.0)
+    limits = WorkerLimits(budget_s=0.5, startup_timeout_s=0.1, call_timeout_s=0.1)
+    options = RunOptions(submission=tmp_path, seed=1, tiers=("T1",), limits=limits)
+    batch = batch_module.BatchOptions(tmp_path / "out", jobs, False, options)
+    records: dict[str, dict] = {}
+    pending = batch_module.deque(entries)
+    batch_module._grade_all(exercise(), pending, batch, _LiveForks(), Preview(None, "none"), records, len(entries), lambda *_: None)  # type: ignore[arg-type]
+    return records, [r["pid"] for r in records.values() if "pid" in r]
+
+
+def test_a_grading_process_that_dies_costs_only_its_student(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The dying student gets an error record naming the exit code; a new process grades the others."""
+    behave = {"ann": "ok", "bob": "die", "cid": "ok", "dan": "ok", "eve": "ok"}
+    records, pids = _schedule(tmp_path, monkeypatch, behave, jobs=1)
+    assert records["bob"]["status"] == "error"
+    assert records["bob"]["message"] == "the grading process ended without a result (exit code 9)"
+    assert [records[n]["status"] for n in ("ann", "cid", "dan", "eve")] == ["passed"] * 4
+    assert len(set(pids)) == 2, "one process before bob, one after: students share a grading process"
+
+
+def test_a_grading_process_past_its_deadline_is_killed_and_replaced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Deadline = budget + start + two calls + grace: the hanging student's process is killed, the rest are graded."""
+    behave = {"ann": "hang", "bob": "ok", "cid": "ok"}
+    started = time.monotonic()
+    records, _ = _schedule(tmp_path, monkeypatch, behave)
+    assert time.monotonic() - started < 10
+    assert records["ann"]["status"] == "error" and records["ann"]["message"].startswith("grading took longer than")
+    assert records["bob"]["status"] == records["cid"]["status"] == "passed"

@@ -156,9 +156,9 @@ def test_a_lone_surrogate_in_a_message_is_written_not_fatal(tmp_path: Path) -> N
 
 
 def test_the_fork_server_starts_first_only_for_a_grading_run() -> None:
-    """diffgrade FILE starts the fork server before its own imports; other commands and --help do not."""
-    from grader.launch import grades_one_file
+    """diffgrade FILE and diffgrade batch start the fork server before their own imports; other commands and --help do not."""
+    from grader.launch import grades
 
-    assert grades_one_file([]) and grades_one_file(["x.py", "--seed", "3"])
-    assert not grades_one_file(["batch", "class/", "--out", "o"])
-    assert not grades_one_file(["--help"]) and not grades_one_file(["x.py", "--version"])
+    assert grades([]) and grades(["x.py", "--seed", "3"]) and grades(["batch", "class/", "--out", "o"])
+    assert not grades(["handout", "out/"]) and not grades(["gradescope-bundle", "a.zip"])
+    assert not grades(["--help"]) and not grades(["x.py", "--version"]) and not grades(["batch", "-h"])

@@ -13,6 +13,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from conftest import ROOT
 
 PROBE = textwrap.dedent('''
@@ -24,7 +26,17 @@ PROBE = textwrap.dedent('''
         def refuse(self, flags):
             raise OSError(1, "Operation not permitted")
         isolation._Libc.unshare = refuse
-    fenced = isolation.isolate({{"hide": [{hidden!r}], "workdir": {workdir!r}, "workdir_bytes": 1 << 20, "max_processes": 64}})
+    config = {{"hide": [{hidden!r}], "workdir": {workdir!r}, "workdir_bytes": 1 << 20, "max_processes": 64}}
+    if {cloned!r}:  # as the fork server does it: the child starts in its namespaces
+        ids = (os.getuid(), os.getgid())
+        child = isolation.fork_into_namespaces()
+        assert child is not None, "clone refused"
+        if child:
+            _, status = os.waitpid(child, 0)
+            sys.exit(os.waitstatus_to_exitcode(status))
+        fenced = isolation.isolate(config, ids)
+    else:
+        fenced = isolation.isolate(config)
     facts = {{"pid": os.getpid(), "cwd": os.getcwd()}}
     for name, path in (("outside", {outside!r}), ("inside", "inside.txt")):
         try:
@@ -46,19 +58,21 @@ PROBE = textwrap.dedent('''
 ''')
 
 
-def _probe(tmp_path: Path, refuse: bool) -> dict:
+def _probe(tmp_path: Path, refuse: bool, cloned: bool = False) -> dict:
     workdir, outside, hidden = tmp_path / "work", tmp_path / "outside.txt", tmp_path / "secret.txt"
     workdir.mkdir()
     hidden.write_text("the reference")
-    code = PROBE.format(worker_dir=str(ROOT / "grader" / "worker"), refuse=refuse, hidden=str(hidden), workdir=str(workdir), outside=str(outside))
+    code = PROBE.format(worker_dir=str(ROOT / "grader" / "worker"), refuse=refuse, cloned=cloned, hidden=str(hidden),
+                        workdir=str(workdir), outside=str(outside))  # fmt: skip
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
 
-def test_user_namespace_path_fences_without_root(tmp_path: Path) -> None:
-    """In a user namespace: PID 1, read-only and locked mounts, a private workdir, the reference hidden, one warning."""
-    facts = _probe(tmp_path, refuse=False)
+@pytest.mark.parametrize("cloned", [False, True], ids=["unshared", "cloned"])
+def test_user_namespace_path_fences_without_root(cloned: bool, tmp_path: Path) -> None:
+    """In a user namespace, entered alone or cloned into: PID 1, read-only locked mounts, a private workdir, the reference hidden."""
+    facts = _probe(tmp_path, refuse=False, cloned=cloned)
     assert facts["protections"] == {"network": True, "pid_namespace": True, "filesystem": True, "unprivileged_user": False}
     assert facts["warnings"] == ["not run as root: the worker keeps the invoking user's identity inside a user namespace"]
     assert facts["pid"] == 1

@@ -27,7 +27,8 @@ def exercise() -> Exercise:
 
 def _prepare(seed: int) -> None:
     """What every submission graded with ``seed`` shares: the oracle's truths and the misconceptions' predictions."""
-    from grader.diffattn import misconceptions, suite
+    from grader.diffattn import misconceptions, suite, toy
 
     suite.prepare(seed)
+    toy.prepare(seed)
     misconceptions.prepare(seed)

@@ -81,8 +81,19 @@ def cut_lambda(case: LambdaCase, n: int) -> LambdaCase:
     return replace(case, q1=case.q1[:n].copy(), k1=case.k1[:n].copy(), q2=case.q2[:n].copy(), k2=case.k2[:n].copy())
 
 
+_CUTS: expected.Memo = {}
+
+
 def cuts(case: Case, head: tuple[int, int]) -> list[tuple[dict[str, int], Case]]:
-    """Every cut of ``case`` with its size, smallest first; attention cuts keep the (batch, head) ``head``."""
+    """Every cut of ``case`` with its size, smallest first; attention cuts keep the (batch, head) ``head``.
+
+    The same case objects for the same case and head, for the whole process:
+    their truths are then computed once, however many students need them.
+    """
+    return expected.remember(_CUTS, (case,), lambda: _cuts(case, head), values=head)
+
+
+def _cuts(case: Case, head: tuple[int, int]) -> list[tuple[dict[str, int], Case]]:
     if isinstance(case, LambdaCase):
         return [({"length": n}, cut_lambda(case, n)) for n in range(1, min(case.q1.size, MAX_LENGTH) + 1)]
     b, h = head

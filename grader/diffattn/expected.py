@@ -38,17 +38,18 @@ class Truth:
 
 _Case = TypeVar("_Case", AttentionCase, LambdaCase)
 _Result = TypeVar("_Result")
-_TRUTHS: dict[tuple[int, ...], tuple[tuple[Any, ...], Any]] = {}
+Memo = dict[tuple[Any, ...], tuple[tuple[Any, ...], Any]]
+_TRUTHS: Memo = {}
 
 
-def remember(store: dict[tuple[int, ...], tuple[tuple[Any, ...], Any]], objects: tuple[Any, ...], compute: Callable[[], _Result]) -> _Result:
-    """``compute()`` once per tuple of ``objects`` (by identity) in ``store``.
+def remember(store: Memo, objects: tuple[Any, ...], compute: Callable[[], _Result], values: tuple[Any, ...] = ()) -> _Result:
+    """``compute()`` once per tuple of ``objects`` (by identity) and of hashable ``values`` (by value) in ``store``.
 
     The objects are kept in the store with the result, so that their ids stay
     theirs. Case sets are drawn once per seed (suite.py), so one case object
     stands for one case for the whole process: a batch fills the stores once.
     """
-    key = tuple(map(id, objects))
+    key = (*map(id, objects), *values)
     found = store.get(key)
     if found is None or any(kept is not given for kept, given in zip(found[0], objects)):
         found = store[key] = (objects, compute())

@@ -181,7 +181,8 @@ def outcome(grading: GradingContext, key: tuple[Any, ...], request: Request) -> 
         problem = verdicts.function_problem(grading, call.function)
         if problem is not None:
             return Outcome(failure=problem)
-        note = signature_problem(call.function, grading.functions.get(call.function, {}).get("parameters"))
+        parameters = grading.functions.get(call.function, {}).get("parameters")
+        note = grading.memo(("signature", call.function), lambda: signature_problem(call.function, parameters))
         if note is not None:
             notes[call.function] = note
     found = grading.memo(key, lambda: invoke(grading.worker, request))

@@ -12,6 +12,7 @@ curve of a submission.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -50,6 +51,7 @@ def toy_case(seed: int) -> tuple[AttentionCase, np.ndarray]:
     return case, offset
 
 
+@functools.lru_cache(maxsize=4)  # one set of case objects per seed, so that their truths are computed once
 def sweep_cases(seed: int) -> tuple[list[AttentionCase], list[AttentionCase], np.ndarray]:
     """The cases at every λ with the offset, the same without it, and the offset."""
     base, offset = toy_case(seed)
@@ -62,6 +64,13 @@ def offset_contribution(lam: float, shifted: AttentionCase, plain: AttentionCase
     """What output(values + offset) - output(values) must be at ``lam`` for one sequence: (1 - λ)·offset in every row."""
     allowed = expected.attention_output(shifted).allowed + expected.attention_output(plain).allowed
     return Truth(np.broadcast_to((1.0 - lam) * offset, (TOKENS, 2 * WIDTH)), allowed[0, 0])
+
+
+def prepare(seed: int) -> None:
+    """Compute the oracle's outputs for the sweep of ``seed`` once (a batch does, before it forks)."""
+    with_offset, signal_only, _ = sweep_cases(seed)
+    for case in with_offset + signal_only:
+        expected.attention_output(case)
 
 
 def sweep(worker: Worker, seed: int) -> Sweep:

@@ -151,10 +151,14 @@ class ForkServer:
                 return
             client = os.pidfd_open(peer)
             self.clients.setdefault(client, [])
-            pid = os.fork()
+            ids = (os.getuid(), os.getgid())
+            pid = self.isolation.fork_into_namespaces() if config["isolation"] else None
+            entered = ids if pid is not None else None
+            if pid is None:  # no isolation wanted, or the kernel refused: isolate() tries again, or warns
+                pid = os.fork()
             if pid == 0:
                 try:
-                    self.become_worker(config, fds)
+                    self.become_worker(config, fds, entered)
                 finally:
                     os._exit(70)
             self.status_fds[pid] = os.dup(fds[WORKER_FDS.index("status")])
@@ -203,8 +207,11 @@ class ForkServer:
                     pass  # the grader stopped listening
                 os.close(fd)
 
-    def become_worker(self, config: dict[str, Any], fds: list[int]) -> None:
-        """In the forked child: take the descriptors, the limits and the isolation, then serve."""
+    def become_worker(self, config: dict[str, Any], fds: list[int], entered: tuple[int, int] | None) -> None:
+        """In the forked child: take the descriptors, the limits and the isolation, then serve.
+
+        ``entered``: the child was forked into new namespaces by a process with these user and group ids.
+        """
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         os.setsid()
@@ -223,14 +230,16 @@ class ForkServer:
         except MemoryError as exc:
             print(f"diffgrade worker: {exc}", file=sys.stderr)
             os._exit(71)
-        code = serve_submission(requests, responses, self.server, config, self.protocol, self.isolation)
+        code = serve_submission(requests, responses, self.server, config, self.protocol, self.isolation, entered)
         sys.stdout.flush()
         os._exit(code)  # skip interpreter teardown: it costs torch most of a second
 
 
-def serve_submission(requests: Any, responses: Any, server: Server, config: dict[str, Any], protocol: Any, isolation: Any) -> int:
+def serve_submission(
+    requests: Any, responses: Any, server: Server, config: dict[str, Any], protocol: Any, isolation: Any, entered: tuple[int, int] | None
+) -> int:  # fmt: skip
     """Fence this worker in, say it is ready, then answer requests until told to exit or the channel closes."""
-    fenced = isolation.isolate(config["isolation"]) if config["isolation"] else {"protections": {}, "warnings": []}
+    fenced = isolation.isolate(config["isolation"], entered) if config["isolation"] else {"protections": {}, "warnings": []}
     protocol.write_message(responses, {**server.ready(), **fenced})
     while True:
         try:

@@ -3,11 +3,16 @@
 Called by ``child.py`` once numpy and torch are imported and warmed up, and
 before any submitted code runs. In order, where the OS allows:
 
-1. new network, mount and PID namespaces (``unshare``); as an unprivileged
-   user, inside a new user namespace as well;
-2. a fork, so that the worker becomes PID 1 of its namespace: when it dies,
-   the kernel kills every process the submission started, including those
-   that left the session;
+1. new network, mount, PID and IPC namespaces; as an unprivileged user,
+   inside a new user namespace as well;
+2. the worker as PID 1 of its PID namespace: when it dies, the kernel kills
+   every process the submission started, including those that left the
+   session.
+
+The fork server creates the worker in its namespaces with one clone(2)
+(:func:`fork_into_namespaces`); where that is refused, the worker enters
+them itself (``unshare``, then a second fork to become PID 1). Then:
+
 3. in the mount namespace: every file system read-only, the reference hidden
    (an empty tmpfs over its folder, /dev/null over the file), a fresh /proc,
    and a small private tmpfs as the working directory;
@@ -21,6 +26,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import platform
 import pwd
 import resource
 import signal
@@ -36,6 +42,7 @@ MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 MS_NOATIME, MS_NODIRATIME, MS_RELATIME = 1024, 2048, 1 << 21
 PR_SET_PDEATHSIG = 1
+CLONE_SYSCALLS = {"x86_64": 56, "aarch64": 220}  # clone(2); with no stack and no thread pointers, the same arguments
 STATVFS_TO_MOUNT = {
     os.ST_RDONLY: MS_RDONLY, os.ST_NOSUID: MS_NOSUID, os.ST_NODEV: MS_NODEV, os.ST_NOEXEC: MS_NOEXEC,
     os.ST_NOATIME: MS_NOATIME, os.ST_NODIRATIME: MS_NODIRATIME, os.ST_RELATIME: MS_RELATIME,
@@ -59,29 +66,61 @@ class _Libc:
         self._check(self.libc.mount(encode(source), encode(target), encode(kind), flags, encode(data)), f"mount {target}")
 
 
-def isolate(config: dict[str, Any]) -> dict[str, Any]:
+def worker_namespaces() -> int:
+    """The namespaces a worker gets: network, mount, PID and IPC, and as an unprivileged user a user namespace."""
+    return CLONE_NEWNET | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | (0 if os.geteuid() == 0 else CLONE_NEWUSER)
+
+
+def fork_into_namespaces() -> int | None:
+    """``os.fork()``, but the child starts in new :func:`worker_namespaces`, as PID 1 of its own; None if refused.
+
+    One clone(2) does what a fork, ``unshare`` and a second fork (to become
+    PID 1) do otherwise, and copying the page tables of a process that has
+    torch loaded is most of a fork's cost. Python's own fork bookkeeping
+    (``PyOS_BeforeFork`` and the two ``AfterFork`` calls) surrounds the system
+    call as in ``os.fork``, which is safe because the fork server has one thread.
+    """
+    number = CLONE_SYSCALLS.get(platform.machine())
+    if number is None:
+        return None
+    python = ctypes.PyDLL(None, use_errno=True)  # the interpreter lock stays held, as in os.fork
+    python.syscall.restype = ctypes.c_long
+    python.PyOS_BeforeFork()
+    pid = python.syscall(ctypes.c_long(number), ctypes.c_ulong(worker_namespaces() | signal.SIGCHLD), None, None, None, None)
+    if pid == 0:
+        python.PyOS_AfterFork_Child()
+        return 0
+    python.PyOS_AfterFork_Parent()
+    return pid if pid > 0 else None
+
+
+def isolate(config: dict[str, Any], entered: tuple[int, int] | None = None) -> dict[str, Any]:
     """Apply every protection the OS allows; return what applied and warnings for what did not.
 
     ``config`` keys: ``hide`` (paths to make unreadable), ``workdir``,
-    ``workdir_bytes`` (size of its tmpfs), ``max_processes``.
+    ``workdir_bytes`` (size of its tmpfs), ``max_processes``. ``entered``: this
+    process was started by :func:`fork_into_namespaces`, and these were its
+    user and group ids before; None: enter new namespaces here.
     """
     libc = _Libc()
-    root = os.geteuid() == 0
+    root = os.geteuid() == 0  # in a new user namespace not mapped yet, the overflow id: not root
     applied = {"network": False, "pid_namespace": False, "filesystem": False, "unprivileged_user": False}
     warnings: list[str] = []
-    namespaces = CLONE_NEWNET | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | (0 if root else CLONE_NEWUSER)
+    created = worker_namespaces()
     try:
-        uid, gid = os.getuid(), os.getgid()
-        libc.unshare(namespaces)
+        uid, gid = entered or (os.getuid(), os.getgid())
+        if entered is None:
+            libc.unshare(created)
         if not root:
             _map_user(uid, gid)
         applied["network"] = True
     except OSError as exc:
         warnings.append(f"no network, mount or PID namespace ({exc.strerror}): the submission may use the network, "
                         "see and signal other processes, and its descendants are killed only through its process group")  # fmt: skip
-        namespaces = 0
-    if namespaces:
-        _become_namespace_init()
+        created = 0
+    if created:
+        if entered is None:
+            _become_namespace_init()
         applied["pid_namespace"] = True
         try:
             left_writable = _fence_filesystem(libc, config, root)
@@ -100,7 +139,7 @@ def isolate(config: dict[str, Any]) -> dict[str, Any]:
             warnings.append(f"could not switch to the unprivileged user nobody ({exc}): the worker runs as root")
     else:
         warnings.append("not run as root: the worker keeps the invoking user's identity "
-                        + ("inside a user namespace" if namespaces else "and can write that user's files"))  # fmt: skip
+                        + ("inside a user namespace" if created else "and can write that user's files"))  # fmt: skip
     os.chdir(config["workdir"])
     die_with_parent()  # again: a change of user clears the parent-death signal
     return {"protections": applied, "warnings": warnings}
