@@ -168,11 +168,15 @@ class _Grader:
         self.deadline = 0.0
         self.received = bytearray()
 
-    def assign(self, number: int, entry: Entry, deadline_s: float) -> None:
-        """Send one student to grade."""
+    def assign(self, number: int, entry: Entry, deadline_s: float) -> bool:
+        """Send one student to grade; False if the process is gone (its end is read from its results)."""
+        try:
+            os.write(self.orders, f"{number}\n".encode())
+        except BrokenPipeError:
+            return False
         self.entry, self.started = entry, time.monotonic()
         self.deadline = self.started + deadline_s
-        os.write(self.orders, f"{number}\n".encode())
+        return True
 
     def stop(self, kill: bool) -> int:
         """Close the pipes (the process leaves once it has read every order), or kill it; return its exit status."""
@@ -313,8 +317,7 @@ def _grade_all(
                 spawn()
                 idle = [g for g in graders.values() if g.entry is None]
             for grader in idle[: len(queue) - number]:
-                grader.assign(number, queue[number], deadline_s)
-                number += 1
+                number += grader.assign(number, queue[number], deadline_s)
             ready, _, _ = select.select(list(graders), [], [], 0.5)
             for fd in ready:
                 grader = graders[fd]

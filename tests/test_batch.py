@@ -404,3 +404,20 @@ def test_a_grading_process_past_its_deadline_is_killed_and_replaced(tmp_path: Pa
     assert time.monotonic() - started < 10
     assert records["ann"]["status"] == "error" and records["ann"]["message"].startswith("grading took longer than")
     assert records["bob"]["status"] == records["cid"]["status"] == "passed"
+
+
+def test_a_student_sent_to_a_vanished_grading_process_stays_unassigned() -> None:
+    """Writing to a grading process that is gone is no error of the batch: the student waits for another process."""
+    from grader.batch import _Grader
+    from grader.submissions import Entry
+
+    orders_read, orders_write = os.pipe()
+    results_read, results_write = os.pipe()
+    os.close(orders_read)
+    grader = _Grader(os.getpid(), orders_write, results_read)
+    try:
+        assert grader.assign(0, Entry("ann", "ann", Path("ann.py")), 60.0) is False
+        assert grader.entry is None
+    finally:
+        for fd in (orders_write, results_read, results_write):
+            os.close(fd)

@@ -262,7 +262,7 @@ GRADIENT_SETS = ("attention_gradients", "attention_strided", "end_to_end")
 def prepare(seed: int) -> None:
     """Draw every case set for ``seed`` and compute the oracle's truths for them, once.
 
-    A batch calls this before it forks one grading process per student, so
+    A batch calls this before it forks its grading processes, so
     that each of them inherits the expected values instead of computing them.
     """
     for case in lambda_values(seed):
