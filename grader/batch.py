@@ -151,6 +151,8 @@ def grade_student(
         return error_record(entry, batch.options.seed, "error", str(exc))
     except InternalError as exc:
         return error_record(entry, batch.options.seed, "error", f"internal grader error: {exc}")
+    except CheckSessionError:
+        raise  # the grading process's session can grade nobody else (see _serve)
     except Exception as exc:  # any other failure is this student's error record, not the batch's end
         return error_record(entry, batch.options.seed, "error", f"internal grader error: {type(exc).__name__}: {exc}")
     return record_of(entry, document)
@@ -206,7 +208,11 @@ def _serve(exercise: Exercise, queue: list[Entry], batch: BatchOptions, forks: F
 
         def grade_each(run_checks: RunChecks) -> None:
             for entry in numbers:
-                answer(grade_student(exercise, entry, batch, forks, preview, run_checks))
+                try:
+                    answer(grade_student(exercise, entry, batch, forks, preview, run_checks))
+                except CheckSessionError as exc:  # this process ends; the batch forks a fresh one for the rest
+                    answer(error_record(entry, batch.options.seed, "error", f"internal grader error: {exc}"))
+                    return
 
         try:
             run_session(exercise, set(batch.options.tiers), grade_each)

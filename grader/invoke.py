@@ -107,9 +107,36 @@ def invoke_many(worker: Worker, requests: Sequence[Request], *, diagnostic: bool
     round trip (or of the shared backward pass) is every request's failure.
     ``diagnostic``: see :meth:`Worker.run`.
     """
+    header, arrays, spans = _encode(requests)
+    try:
+        answer: Answer = worker.run(header, arrays, diagnostic=diagnostic)
+    except Exception as exc:  # a WorkerFailure, or anything odd about the reply
+        answer = exc
+    return _outcomes(answer, requests, header, spans)
+
+
+def invoke_each(worker: Worker, requests: Sequence[Request]) -> list[Outcome]:
+    """The outcomes of ``requests`` made one after another exactly as :func:`invoke` makes each, in one round trip.
+
+    The worker answers each request as it finishes it (see
+    :meth:`Worker.run_each`), so every request gets its own timeout, backward
+    pass and failure count. The list ends at the first request whose round
+    trip failed (with that failure): the ones after it were not run.
+    """
+    encoded = [_encode([request]) for request in requests]
+    answers = worker.run_each([(header, arrays) for header, arrays, _ in encoded])
+    return [_outcomes(answer, [request], header, spans)[0] for answer, request, (header, _, spans) in zip(answers, requests, encoded)]
+
+
+Span = tuple[int, int, int, int]  # a request's calls [c0, c1) and tensors [t0, t1) within its round trip
+Answer = Union[tuple[dict[str, Any], list[np.ndarray]], Exception]  # the worker's reply and arrays, or why there is none
+
+
+def _encode(requests: Sequence[Request]) -> tuple[dict[str, Any], list[np.ndarray], list[Span]]:
+    """The header and arrays of one round trip making ``requests``, and each one's share of it."""
     tensors: list[TensorInput] = []
     calls: list[dict[str, Any]] = []
-    spans: list[tuple[int, int, int, int]] = []  # per request: its calls [c0, c1) and tensors [t0, t1)
+    spans: list[Span] = []
     backward: list[tuple[int, np.ndarray]] = []
     for request in requests:
         first_call, first_tensor = len(calls), len(tensors)
@@ -128,17 +155,24 @@ def invoke_many(worker: Worker, requests: Sequence[Request], *, diagnostic: bool
     if backward:
         header["backward"] = {"calls": [c for c, _ in backward], "cotangents": list(range(len(arrays), len(arrays) + len(backward)))}
         arrays += [cotangent for _, cotangent in backward]
-    try:
-        reply, out = worker.run(header, arrays, diagnostic=diagnostic)
-        whole = _decode(reply, out)
-        if whole.failure is None and len(whole.results) != len(calls):
-            raise MalformedReply(f"{len(whole.results)} results for {len(calls)} calls")
-    except WorkerStartFailure:
-        raise  # the grader's own failure (no worker could be started): the check errors, nobody is marked down
-    except WorkerFailure as exc:
-        whole = Outcome(failure=str(exc))
-    except Exception as exc:  # the reply may be forged by the submission: anything odd is malformed
-        whole = Outcome(failure=f"the worker sent a malformed reply ({type(exc).__name__}: {exc})")
+    return header, arrays, spans
+
+
+def _outcomes(answer: Answer, requests: Sequence[Request], header: dict[str, Any], spans: list[Span]) -> list[Outcome]:
+    """Each request's outcome from the worker's answer to their round trip (or the failure that replaced it)."""
+    if isinstance(answer, WorkerStartFailure):
+        raise answer  # the grader's own failure (no worker could be started): the check errors, nobody is marked down
+    if isinstance(answer, WorkerFailure):
+        whole = Outcome(failure=str(answer))
+    else:
+        try:
+            if isinstance(answer, Exception):
+                raise answer
+            whole = _decode(*answer)
+            if whole.failure is None and len(whole.results) != len(header["calls"]):
+                raise MalformedReply(f"{len(whole.results)} results for {len(header['calls'])} calls")
+        except Exception as exc:  # the reply may be forged by the submission: anything odd is malformed
+            whole = Outcome(failure=f"the worker sent a malformed reply ({type(exc).__name__}: {exc})")
     return [_part(whole, request, span) for request, span in zip(requests, spans)]
 
 

@@ -32,13 +32,22 @@ class FakeWorker:
     def __init__(self, behaviour: Behaviour, fail_diagnostics: bool = False) -> None:
         self.behaviour = behaviour
         self.fail_diagnostics = fail_diagnostics
-        self.diagnostic: list[bool] = []
+        self.trips: list[str] = []  # "each" (a case set), "run" or "diagnostic" per round trip
+
+    def run_each(self, requests: list[tuple[dict[str, Any], list[np.ndarray]]]) -> list[tuple[dict[str, Any], list[np.ndarray]]]:
+        """A case set in one round trip: one answer per request."""
+        self.trips.append("each")
+        return [self.answer(header, arrays) for header, arrays in requests]
 
     def run(self, header: dict[str, Any], arrays: list[np.ndarray], *, diagnostic: bool = False) -> tuple[dict[str, Any], list[np.ndarray]]:
         """One round trip: every call's output as an array."""
-        self.diagnostic.append(diagnostic)
+        self.trips.append("diagnostic" if diagnostic else "run")
         if diagnostic and self.fail_diagnostics:
             raise WorkerFailure("the call did not finish within 20 s; the worker was stopped")
+        return self.answer(header, arrays)
+
+    def answer(self, header: dict[str, Any], arrays: list[np.ndarray]) -> tuple[dict[str, Any], list[np.ndarray]]:
+        """Every call's output as an array."""
         tensors = [arrays[t["array"]] for t in header["tensors"]]
         replies, out = [], []
         for call in header["calls"]:
@@ -174,7 +183,7 @@ def test_invoke_many_packs_requests_into_one_round_trip_and_splits_the_reply() -
 def test_search_finds_the_smallest_failing_cut_in_one_diagnostic_round_trip() -> None:
     """No mask: T=2, D=1 with B=H=1, JSON-safe and schema-valid, from one extra diagnostic request."""
     found, worker = searched(no_mask)
-    assert worker.diagnostic == [True, True]  # the case set in one tentative trip, then the search
+    assert worker.trips == ["each", "diagnostic"]  # the case set in one trip, then the search
     assert found is not None and found["found"] is True
     assert found["size"] == {"B": 1, "H": 1, "T": 2, "D": 1}
     assert found["result"] == "output" and found["with_respect_to"] is None and found["cotangent"] is None
@@ -197,10 +206,9 @@ def test_search_says_when_no_small_cut_fails() -> None:
 def test_no_search_for_a_passing_check_nor_after_a_failed_round_trip() -> None:
     """A correct submission makes no extra request; after a failed extra request no check searches again."""
     found, worker = searched(correct)
-    assert found is None and worker.diagnostic == [True]  # the case set's tentative trip only
+    assert found is None and worker.trips == ["each"]  # the case set's trip only
     found, worker = searched(no_mask, fail_diagnostics=True, set_names=("attention_causal", "attention_coefficients"))
-    # Each set's tentative trip fails, so its cases go one by one; the first search fails, the second set has none.
-    assert found is None and worker.diagnostic == [True] + [False] * 6 + [True] + [True] + [False] * 8
+    assert found is None and worker.trips == ["each", "diagnostic", "each"]  # the first search fails; no second one
 
 
 def test_heat_map_is_valid_svg_with_a_title_and_one_cell_per_element() -> None:

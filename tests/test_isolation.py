@@ -88,3 +88,17 @@ def test_refused_namespaces_degrade_with_warnings(tmp_path: Path) -> None:
     assert facts["warnings"][0].startswith("no network, mount or PID namespace (Operation not permitted)")
     assert facts["warnings"][1] == "not run as root: the worker keeps the invoking user's identity and can write that user's files"
     assert facts["outside"] == "written" and facts["hidden"] == "the reference"
+
+
+def test_a_process_with_threads_is_never_cloned() -> None:
+    """clone(2) skips glibc's fork handlers, so with a second thread running the fork server forks instead."""
+    code = textwrap.dedent(f'''
+        import sys, threading, time
+        sys.path.insert(0, {str(ROOT / "grader" / "worker")!r})
+        import isolation
+        threading.Thread(target=time.sleep, args=(5,), daemon=True).start()
+        print(isolation.fork_into_namespaces())
+    ''')
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "None"

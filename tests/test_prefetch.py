@@ -1,18 +1,20 @@
-"""Case sets in one round trip: kept only when every call returned, else each case is asked for alone."""
+"""Case sets in one round trip: each case still made, timed and counted as if it were sent alone."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import numpy as np
+import pytest
 
-from grader.diffattn import oracle, suite
-from grader.invoke import invoke
+from grader.diffattn import expected, oracle, suite
+from grader.invoke import Outcome, invoke
 from grader.plugin import GradingContext
 from grader.worker.client import ForkServer, Worker, WorkerLimits
 
 SEED = 3
-SET = "attention_causal"
+SET = "attention_causal"  # T = 5, 7, 1, 4, 9, 37, in this order
+FUNCTIONS = {name: {"kind": "callable", "parameters": None} for name in (suite.LAMBDA, suite.ATTENTION)}
 
 
 class OracleWorker:
@@ -20,11 +22,19 @@ class OracleWorker:
 
     def __init__(self, raise_at: int | None = None) -> None:
         self.raise_at = raise_at
-        self.trips: list[tuple[bool, int]] = []  # (tentative, number of calls) per round trip
+        self.trips: list[tuple[str, int]] = []  # ("run" or "run_each", requests) per round trip
 
     def run(self, header: dict[str, Any], arrays: list[np.ndarray], *, diagnostic: bool = False) -> tuple[dict[str, Any], list[np.ndarray]]:
-        """One round trip: every call's output as an array, or the error it raised."""
-        self.trips.append((diagnostic, len(header["calls"])))
+        """One request: every call's output as an array, or the error it raised."""
+        self.trips.append(("run", 1))
+        return self.answer(header, arrays)
+
+    def run_each(self, requests: list[tuple[dict[str, Any], list[np.ndarray]]]) -> list[tuple[dict[str, Any], list[np.ndarray]]]:
+        """Several requests in one trip, one answer each."""
+        self.trips.append(("run_each", len(requests)))
+        return [self.answer(header, arrays) for header, arrays in requests]
+
+    def answer(self, header: dict[str, Any], arrays: list[np.ndarray]) -> tuple[dict[str, Any], list[np.ndarray]]:
         tensors = [arrays[t["array"]] for t in header["tensors"]]
         replies: list[dict[str, Any]] = []
         out: list[np.ndarray] = []
@@ -43,40 +53,55 @@ class OracleWorker:
         return {"status": "ok", "calls": replies}, out
 
 
-def outcomes_of(worker: Any) -> list[Any]:
-    """Every case of the set, asked for the way the checks ask."""
-    functions = {suite.ATTENTION: {"kind": "callable", "parameters": None}}
-    grading = GradingContext(seed=SEED, worker=worker, functions=functions)
-    return [suite.attention_outcome(grading, SET, i, case) for i, case in enumerate(suite.attention_causal(SEED))]
+def outcomes_of(worker: Any, set_name: str = SET, grads: bool = False) -> list[Outcome]:
+    """Every case of a set, asked for the way the checks ask."""
+    grading = GradingContext(seed=SEED, worker=worker, functions=FUNCTIONS)
+    found = []
+    for i, case in enumerate(getattr(suite, set_name)(SEED)):
+        ask = suite.lambda_outcome if set_name.startswith("lambda") else suite.attention_outcome
+        found.append(ask(grading, set_name, i, case, grads))  # type: ignore[arg-type]
+    return found
 
 
-def test_a_working_submission_answers_a_case_set_in_one_tentative_round_trip() -> None:
+def test_a_case_set_goes_in_one_round_trip_with_the_same_outcomes() -> None:
     """Six cases, one trip; each outcome holds the same values as the case asked for alone."""
     worker = OracleWorker()
     together = outcomes_of(worker)
-    assert worker.trips == [(True, 6)]
+    assert worker.trips == [("run_each", 6)]
     for case, found in zip(suite.attention_causal(SEED), together):
         alone = invoke(OracleWorker(), suite.attention_request(case))  # type: ignore[arg-type]
         assert found.failure is None and len(found.results) == 1
         assert np.array_equal(found.results[0].value, alone.results[0].value)
 
 
-def test_a_case_that_raises_sends_every_case_alone() -> None:
-    """One raising call discards the trip: six single trips follow, and only that case records the error."""
-    worker = OracleWorker(raise_at=37)
+def test_a_case_that_raises_is_not_asked_for_again() -> None:
+    """A raising call is that case's outcome, as alone: nothing is sent twice."""
+    worker = OracleWorker(raise_at=7)
     found = outcomes_of(worker)
-    assert worker.trips == [(True, 6)] + [(False, 1)] * 6
+    assert worker.trips == [("run_each", 6)]
     raised = [o.results[0].raised for o in found]
-    assert raised[5] is not None and raised[5]["message"] == "too long"
-    assert raised[:5] == [None] * 5
+    assert raised[1] is not None and raised[1]["message"] == "too long"
+    assert raised[:1] + raised[2:] == [None] * 5
 
 
-HANGS_WHEN_LONG = """
-import torch
+@pytest.fixture(scope="module")
+def forks() -> ForkServer:
+    """One fork server for the real workers of this module."""
+    with ForkServer() as server:
+        yield server
+
+
+def real_worker(source: str, forks: ForkServer, **limits: Any) -> Worker:
+    """A loaded worker for ``source``."""
+    worker = Worker(source, "submission.py", [suite.LAMBDA, suite.ATTENTION], WorkerLimits(**limits), forks)
+    worker.load()
+    return worker
+
+
+ATTENTION = """
+import time, torch
 def differential_attention(q1, k1, q2, k2, value, coefficient, causal=True):
-    if q1.shape[2] > 30:
-        while True:
-            pass
+    {before}
     d = q1.shape[-1] ** 0.5
     mask = torch.ones(q1.shape[2], q1.shape[2], dtype=torch.bool).tril() if causal else None
     def attend(q, k):
@@ -86,17 +111,50 @@ def differential_attention(q1, k1, q2, k2, value, coefficient, causal=True):
 """
 
 
-def test_a_hang_in_one_case_costs_that_case_only() -> None:
-    """The tentative trip's timeout is not counted: with one failure allowed, the short cases still run."""
-    limits = WorkerLimits(call_timeout_s=2.0, max_failures_per_function=1)
-    with ForkServer() as forks:
-        worker = Worker(HANGS_WHEN_LONG, "hangs.py", [suite.ATTENTION], limits, forks)
-        try:
-            worker.load()
-            functions = {suite.ATTENTION: {"kind": "callable", "parameters": None}}
-            grading = GradingContext(seed=SEED, worker=worker, functions=functions)
-            found = [suite.attention_outcome(grading, SET, i, case) for i, case in enumerate(suite.attention_causal(SEED))]
-        finally:
-            worker.close()
-    assert [o.failure is None for o in found] == [True] * 5 + [False]
-    assert "did not finish" in str(found[5].failure)
+def test_a_hang_costs_its_case_and_the_next_cases_run_alone(forks: ForkServer) -> None:
+    """T = 7 hangs: counted once, as alone; the cases after it are asked for one by one after a restart."""
+    worker = real_worker(ATTENTION.format(before="if q1.shape[2] == 7:\n        time.sleep(60)"), forks, call_timeout_s=2.0)
+    try:
+        found = outcomes_of(worker)
+    finally:
+        worker.close()
+    assert [o.failure is None for o in found] == [True, False, True, True, True, True]
+    assert "did not finish within 2 s" in str(found[1].failure)
+    assert worker.restarts == 1
+
+
+def test_a_stateful_submission_is_called_once_per_case(forks: ForkServer) -> None:
+    """Raising the first time each length is seen: every case raises, as alone, and each call prints once."""
+    before = "print('call', q1.shape[2])\n    if q1.shape[2] not in SEEN:\n        SEEN.add(q1.shape[2])\n        raise ValueError('first time')"
+    worker = real_worker("SEEN = set()\n" + ATTENTION.format(before=before), forks)
+    try:
+        found = outcomes_of(worker)
+    finally:
+        worker.close()
+    assert all(o.results[0].raised is not None and o.results[0].raised["message"] == "first time" for o in found)
+    assert worker.captured()["stdout"].count("call") == len(found)
+
+
+BUFFERED_LAMBDA = """
+import torch
+BUFFER = {}
+def differential_lambda(q1, k1, q2, k2, lambda_init=0.2):
+    value = torch.exp(torch.dot(q1, k1)) - torch.exp(torch.dot(q2, k2)) + lambda_init
+    if value.requires_grad:
+        return value
+    out = BUFFER.setdefault(value.dtype, torch.zeros((), dtype=value.dtype))
+    out.copy_(value)
+    return out
+"""
+
+
+def test_an_output_buffer_reused_by_later_calls_is_read_when_its_call_returns(forks: ForkServer) -> None:
+    """Every case reads its own value, although the submission returns one tensor per dtype and overwrites it."""
+    worker = real_worker(BUFFERED_LAMBDA, forks)
+    try:
+        found = outcomes_of(worker, "lambda_values")
+    finally:
+        worker.close()
+    for case, outcome in zip(suite.lambda_values(SEED), found):
+        truth = expected.lambda_value(case)
+        assert abs(float(outcome.results[0].value) - float(truth.values)) <= float(truth.allowed)

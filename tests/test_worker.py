@@ -266,3 +266,29 @@ def test_the_fork_server_refuses_its_own_descendants() -> None:
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+def test_gradients_are_checked_with_gradients_turned_off_globally(tmp_path: Path) -> None:
+    """The backward pass turns gradients on for itself: a correct file that switches them off at import still passes T3."""
+    from conftest import REFERENCE
+
+    path = tmp_path / "grad_off.py"
+    path.write_text(REFERENCE.read_text() + "\n\ntorch.set_grad_enabled(False)\n"
+                    "differential_lambda = torch.enable_grad()(differential_lambda)\n"
+                    "differential_attention = torch.enable_grad()(differential_attention)\n")  # fmt: skip
+    run = grade(path, tmp_path, 5, "--tiers", "T3")
+    assert run.report["score"] == run.report["max_score"], [c["message"] for t in run.report["tiers"] for c in t["checks"] if c["status"] != "passed"]
+
+
+def test_the_fork_server_keeps_one_descriptor_per_client(forks: ForkServer) -> None:
+    """Thirty workers for one process leave the fork server with as many open descriptors as before."""
+    def open_fds() -> int:
+        return len(os.listdir(f"/proc/{forks._process.pid}/fd"))
+
+    counts = []
+    for _ in range(31):
+        worker = Worker("x = 1\n", "s.py", ["f"], WorkerLimits(), forks, isolate=False)
+        worker.load()
+        worker.close()
+        counts.append(open_fds())
+    assert counts[1:] == counts[:1] * 30, counts

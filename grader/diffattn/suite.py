@@ -13,7 +13,7 @@ from typing import Any
 from grader.diffattn import cases, expected, verdicts
 from grader.diffattn.signatures import signature_problem
 from grader.diffattn.cases import STRIDED, AttentionCase, LambdaCase, paper_lambda_init
-from grader.invoke import Call, Outcome, Request, ResultOf, TensorInput, invoke, invoke_many
+from grader.invoke import Call, Outcome, Request, ResultOf, TensorInput, invoke, invoke_each
 from grader.plugin import GradingContext
 
 LAMBDA = "differential_lambda"
@@ -196,13 +196,14 @@ def case_request(case: LambdaCase | AttentionCase, grads: bool) -> Request:
 
 
 def prefetch(grading: GradingContext, set_name: str, grads: bool) -> None:
-    """Evaluate every case of a set in one worker round trip, once per run, and keep the outcomes if all went well.
+    """Ask for every case of a set in one worker round trip, once per run.
 
     One round trip instead of one per case is most of the cost of grading a
-    submission that works. It is tentative, like a diagnostic request (one
-    call's timeout in all, a failure not counted against the functions): when
-    any call raised, a backward pass failed or the trip itself failed, nothing
-    is kept, and each case is then asked for alone, exactly as without it.
+    submission that works. Each case is still its own request, made, timed,
+    differentiated and counted exactly as if it were sent alone
+    (:func:`invoke_each`): the outcomes are the ones the cases would get one
+    by one. After a failed round trip (a crash, a hang) the cases not run yet
+    are asked for alone, as they would have been anyway.
     """
     done = ("prefetched", set_name, grads)
     if done in grading.cache or grading.worker is None:
@@ -212,10 +213,8 @@ def prefetch(grading: GradingContext, set_name: str, grads: bool) -> None:
     wanted = [(i, r) for i, r in wanted if (set_name, i, grads) not in grading.cache]
     if len(wanted) < 2 or any(verdicts.function_problem(grading, c.function) for _, r in wanted for c in r.calls):
         return
-    outcomes = invoke_many(grading.worker, [r for _, r in wanted], diagnostic=True)
-    if all(o.failure is None and o.backward_error is None and all(r.raised is None for r in o.results) for o in outcomes):
-        for (i, _), found in zip(wanted, outcomes):
-            grading.cache[(set_name, i, grads)] = found
+    for (i, _), found in zip(wanted, invoke_each(grading.worker, [r for _, r in wanted])):
+        grading.cache[(set_name, i, grads)] = found
 
 
 def lambda_outcome(grading: GradingContext, set_name: str, index: int, case: LambdaCase, grads: bool = False) -> Outcome:

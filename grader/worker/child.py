@@ -88,10 +88,13 @@ class ForkServer:
         self.protocol = protocol
         self.isolation = isolation
         self.status_fds: dict[int, int] = {}
-        # A pidfd of each process that asked for workers, with the workers it got:
-        # when that process ends (a batch kills a grading process that ran out of
-        # time), its workers are killed too instead of running on alone.
-        self.clients: dict[int, list[int]] = {}
+        # One pidfd for each process that asks for workers (by its pid), with the
+        # workers it got that still run: when that process ends (a batch kills a
+        # grading process that ran out of time), they are killed too instead of
+        # running on alone. A batch's grading processes ask for thousands of
+        # workers each: one descriptor per client, not per worker.
+        self.clients: dict[int, set[int]] = {}
+        self.client_pidfds: dict[int, int] = {}
         self.wake_read, wake_write = os.pipe()
         for fd in (self.wake_read, wake_write):
             os.set_blocking(fd, False)
@@ -101,8 +104,11 @@ class ForkServer:
     def serve(self) -> None:
         """Answer fork requests, reap workers and kill the workers of vanished clients until the grader goes away."""
         while True:
+            poller = select.poll()  # no limit on descriptor numbers, unlike select()
+            for fd in (self.listener.fileno(), self.wake_read, *self.clients):
+                poller.register(fd, select.POLLIN)
             try:
-                ready, _, _ = select.select([self.listener, self.wake_read, *self.clients], [], [])
+                ready = {fd for fd, _ in poller.poll()}
             except InterruptedError:
                 continue
             if self.wake_read in ready:
@@ -115,7 +121,7 @@ class ForkServer:
             for client in [fd for fd in ready if fd in self.clients]:
                 self.orphaned(client)
             self.reap()
-            if self.listener in ready:
+            if self.listener.fileno() in ready:
                 try:
                     connection, _ = self.listener.accept()
                 except OSError:
@@ -132,7 +138,22 @@ class ForkServer:
                         kill(target, signal.SIGKILL)
                     except OSError:
                         pass
+        self.client_pidfds = {peer: fd for peer, fd in self.client_pidfds.items() if fd != client}
         os.close(client)
+
+    def client_of(self, peer: int) -> int:
+        """The pidfd of the process ``peer`` (opened once; a pid whose process ended is a new client)."""
+        client = self.client_pidfds.get(peer)
+        if client is not None:
+            ended = select.poll()
+            ended.register(client, select.POLLIN)
+            if ended.poll(0):  # that process ended, and its pid was reused
+                self.orphaned(client)
+                client = None
+        if client is None:
+            client = self.client_pidfds[peer] = os.pidfd_open(peer)
+            self.clients[client] = set()
+        return client
 
     def answer(self, connection: socket.socket) -> None:
         """Fork one worker for the request on ``connection`` and send back its pid and pidfd."""
@@ -149,8 +170,7 @@ class ForkServer:
             config = json.loads(message)
             if len(fds) != len(WORKER_FDS):
                 return
-            client = os.pidfd_open(peer)
-            self.clients.setdefault(client, [])
+            client = self.client_of(peer)
             ids = (os.getuid(), os.getgid())
             pid = self.isolation.fork_into_namespaces() if config["isolation"] else None
             entered = ids if pid is not None else None
@@ -162,7 +182,7 @@ class ForkServer:
                 finally:
                     os._exit(70)
             self.status_fds[pid] = os.dup(fds[WORKER_FDS.index("status")])
-            self.clients[client].append(pid)
+            self.clients[client].add(pid)
             pidfd = os.pidfd_open(pid)
             try:
                 socket.send_fds(connection, [json.dumps({"pid": pid}).encode()], [pidfd])
@@ -199,6 +219,8 @@ class ForkServer:
                 return
             if pid == 0:
                 return
+            for workers in self.clients.values():
+                workers.discard(pid)
             fd = self.status_fds.pop(pid, None)
             if fd is not None:
                 try:
@@ -248,11 +270,23 @@ def serve_submission(
             return 0
         if header.get("op") == "exit":
             return 0
-        try:
-            reply, out_arrays = server.handle(header, arrays)
-        except BaseException as exc:  # e.g. an object whose methods raise while the worker inspects it
-            reply, out_arrays = {"status": "error", "error": server.describe_exception(exc)}, []
-        protocol.write_message(responses, reply, out_arrays)
+        for each_header, each_arrays in _each_request(header, arrays):  # one reply per request, as soon as it is made
+            try:
+                reply, out_arrays = server.handle(each_header, each_arrays)
+            except BaseException as exc:  # e.g. an object whose methods raise while the worker inspects it
+                reply, out_arrays = {"status": "error", "error": server.describe_exception(exc)}, []
+            protocol.write_message(responses, reply, out_arrays)
+
+
+def _each_request(header: dict[str, Any], arrays: list[Any]) -> list[tuple[dict[str, Any], list[Any]]]:
+    """The requests of a message: a "run_each" message holds several "run" requests and how many arrays each has."""
+    if header.get("op") != "run_each":
+        return [(header, arrays)]
+    found, start = [], 0
+    for each, count in zip(header["requests"], header["array_counts"]):
+        found.append(({**each, "op": "run"}, arrays[start : start + count]))
+        start += count
+    return found
 
 
 def _load_sibling(name: str) -> types.ModuleType:
@@ -282,6 +316,8 @@ class Server:
         self.tensor_type = torch.Tensor
         self.equal = torch.equal
         self.autograd_grad = torch.autograd.grad
+        self.enable_grad = torch.enable_grad
+        self.multiply, self.add, self.total = torch.mul, torch.add, torch.sum
         self.module: types.ModuleType | None = None
         self.filename = "<submission>"
         self._warm_up()
@@ -512,16 +548,24 @@ class Run:
             torch.from_numpy(cotangent.copy()).to(output.dtype if output.is_floating_point() else torch.float64).reshape(output.shape)
             for output, cotangent in zip(outputs, cotangents)
         ]
+        server = self.server
         detached = [i for i, output in enumerate(outputs) if not output.requires_grad]
-        if detached:  # what torch.autograd.grad says of such outputs, whatever the others
-            error = RuntimeError(f"element {detached[0]} of tensors does not require grad and does not have a grad_fn")
-            return {"status": "raised", "error": self.server.describe_exception(error)}
+        complex_ = [i for i, output in enumerate(outputs) if output.is_complex()]
+        if detached or complex_:  # what torch.autograd.grad says of such outputs, whatever the others
+            error = RuntimeError(f"element {detached[0]} of tensors does not require grad and does not have a grad_fn" if detached
+                                 else f"output {complex_[0]} is complex ({outputs[complex_[0]].dtype}): only real outputs have these gradients")  # fmt: skip
+            return {"status": "raised", "error": server.describe_exception(error)}
         try:
             # The scalar sum of <output, seed> has exactly the seeds as its gradients with respect to the
             # outputs. Differentiating it, rather than passing grad_outputs, keeps torch from importing
             # its symbolic-shape machinery (sympy: 0.4 s and 34 MB) in the fork server or any worker.
-            total = sum((output * seed).sum() for output, seed in zip(outputs, seeds))
-            grads = self.server.autograd_grad(total, [self.tensors[i] for i in wanted], allow_unused=True)
+            # It is built with gradients on (a submission may turn them off globally) and with
+            # functions bound before the submission was loaded.
+            with server.enable_grad():
+                total = server.total(server.multiply(outputs[0], seeds[0]))
+                for output, seed in zip(outputs[1:], seeds[1:]):
+                    total = server.add(total, server.total(server.multiply(output, seed)))
+            grads = server.autograd_grad(total, [self.tensors[i] for i in wanted], allow_unused=True)
         except BaseException as exc:
             return {"status": "raised", "error": self.server.describe_exception(exc)}
         found: dict[str, Any] = {}

@@ -200,23 +200,9 @@ class Worker:
         one call's timeout in all, and its failure is not counted, so it
         cannot change how later requests run.
         """
-        functions = sorted({str(call.get("fn")) for call in header.get("calls", [])})
-        for name in functions:
-            if self._failures.get(name, 0) >= self.limits.max_failures_per_function:
-                raise WorkerFailure(f"not run: {name} already crashed or hung the worker {self._failures[name]} times")
-        used_up = WorkerFailure(f"not run: the time budget of {self.limits.budget_s:g} s for this submission is used up")
-        if self.limits.budget_s - (time.monotonic() - self.started_at) <= 0:
-            raise used_up
-        if self._process is None or self._process.poll() is not None:
-            self._restart()
-        if self.load().get("status") != "ok":
-            raise WorkerFailure("not run: the submission could not be imported again after the worker restarted")
-        remaining = self.limits.budget_s - (time.monotonic() - self.started_at)  # after any restart and load
-        if remaining <= 0:
-            raise used_up
-        count = max(1, len(header.get("calls", [])))
-        what = "the call" if count == 1 else f"the {count} calls"
-        timeout = min(self.limits.call_timeout_s * (1 if diagnostic else count), remaining)  # per call, also in a batch
+        functions = self._ready_for(header)
+        count, what = self._calls(header)
+        timeout = min(self.limits.call_timeout_s * (1 if diagnostic else count), self._remaining())  # per call, also in a batch
         try:
             self._send({"op": "run", **header}, arrays, timeout, what)
             return self._receive(timeout, what)
@@ -224,6 +210,76 @@ class Worker:
             for name in functions if not diagnostic else ():
                 self._failures[name] = self._failures.get(name, 0) + 1
             raise
+
+    def run_each(self, requests: list[tuple[dict[str, Any], list[np.ndarray]]]) -> list[tuple[dict[str, Any], list[np.ndarray]] | WorkerFailure]:
+        """Send several requests in one message; the worker answers each as it finishes it.
+
+        The same as calling :meth:`run` for each in turn, in one round trip:
+        each answer is awaited with the timeout its request would get alone,
+        a failure counts against that request's functions, and the list ends
+        at the first failure (in its place), the requests after it not run.
+        """
+        try:
+            functions = self._ready_for(requests[0][0])
+        except WorkerFailure as exc:
+            return [exc]
+        headers = [header for header, _ in requests]
+        if any(self._functions_of(header) != functions for header in headers[1:]):
+            raise ValueError("run_each needs requests that call the same functions")
+        arrays = [array for _, each in requests for array in each]
+        answers: list[tuple[dict[str, Any], list[np.ndarray]] | WorkerFailure] = []
+        try:
+            count, what = self._calls(headers[0])
+            timeout = min(self.limits.call_timeout_s * count, self._remaining())
+            self._send({"op": "run_each", "requests": headers, "array_counts": [len(each) for _, each in requests]}, arrays, timeout, what)
+            for header in headers:
+                count, what = self._calls(header)
+                remaining = self._remaining()
+                if remaining <= 0:  # where run() would have refused this request, it is stopped instead
+                    self.stop()
+                    answers.append(WorkerFailure(f"not run: the time budget of {self.limits.budget_s:g} s for this submission is used up"))
+                    break
+                answers.append(self._receive(min(self.limits.call_timeout_s * count, remaining), what))
+        except WorkerFailure as exc:
+            for name in functions:
+                self._failures[name] = self._failures.get(name, 0) + 1
+            answers.append(exc)
+        return answers
+
+    @staticmethod
+    def _functions_of(header: dict[str, Any]) -> list[str]:
+        return sorted({str(call.get("fn")) for call in header.get("calls", [])})
+
+    def _ready_for(self, header: dict[str, Any]) -> list[str]:
+        """Check that ``header``'s request may run, restart and reload the worker if needed; return its functions.
+
+        Functions that already crashed or hung the worker
+        ``max_failures_per_function`` times are not called again, and nothing
+        runs once the time budget is used up (a WorkerFailure says which).
+        """
+        functions = self._functions_of(header)
+        for name in functions:
+            if self._failures.get(name, 0) >= self.limits.max_failures_per_function:
+                raise WorkerFailure(f"not run: {name} already crashed or hung the worker {self._failures[name]} times")
+        used_up = WorkerFailure(f"not run: the time budget of {self.limits.budget_s:g} s for this submission is used up")
+        if self._remaining() <= 0:
+            raise used_up
+        if self._process is None or self._process.poll() is not None:
+            self._restart()
+        if self.load().get("status") != "ok":
+            raise WorkerFailure("not run: the submission could not be imported again after the worker restarted")
+        if self._remaining() <= 0:  # after any restart and load
+            raise used_up
+        return functions
+
+    def _remaining(self) -> float:
+        return self.limits.budget_s - (time.monotonic() - self.started_at)
+
+    @staticmethod
+    def _calls(header: dict[str, Any]) -> tuple[int, str]:
+        """How many calls a request makes (at least 1, for its timeout), and how a message names them."""
+        count = max(1, len(header.get("calls", [])))
+        return count, "the call" if count == 1 else f"the {count} calls"
 
     def _restart(self) -> None:
         if self._spawns:

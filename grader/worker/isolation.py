@@ -78,10 +78,11 @@ def fork_into_namespaces() -> int | None:
     PID 1) do otherwise, and copying the page tables of a process that has
     torch loaded is most of a fork's cost. Python's own fork bookkeeping
     (``PyOS_BeforeFork`` and the two ``AfterFork`` calls) surrounds the system
-    call as in ``os.fork``, which is safe because the fork server has one thread.
+    call as in ``os.fork``; glibc's is skipped, which is safe only in a process
+    with one thread (the fork server): with more, this returns None.
     """
     number = CLONE_SYSCALLS.get(platform.machine())
-    if number is None:
+    if number is None or len(os.listdir("/proc/self/task")) != 1:  # glibc's fork handlers, skipped here, matter with threads
         return None
     python = ctypes.PyDLL(None, use_errno=True)  # the interpreter lock stays held, as in os.fork
     python.syscall.restype = ctypes.c_long
