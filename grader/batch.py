@@ -116,6 +116,11 @@ def error_record(entry: Entry, seed: int, status: str, message: str, duration_s:
     }
 
 
+def internal_error_record(entry: Entry, seed: int, problem: object) -> dict[str, Any]:
+    """The record of a student the grader itself failed on."""
+    return error_record(entry, seed, "error", f"internal grader error: {problem}")
+
+
 def previous_record(entry: Entry, batch: BatchOptions) -> dict[str, Any] | None:
     """The record of an earlier grading of this very file with the same settings, if its report is intact."""
     if batch.force or entry.path is None:
@@ -150,11 +155,11 @@ def grade_student(
     except UsageError as exc:
         return error_record(entry, batch.options.seed, "error", str(exc))
     except InternalError as exc:
-        return error_record(entry, batch.options.seed, "error", f"internal grader error: {exc}")
+        return internal_error_record(entry, batch.options.seed, exc)
     except CheckSessionError:
         raise  # the grading process's session can grade nobody else (see _serve)
     except Exception as exc:  # any other failure is this student's error record, not the batch's end
-        return error_record(entry, batch.options.seed, "error", f"internal grader error: {type(exc).__name__}: {exc}")
+        return internal_error_record(entry, batch.options.seed, f"{type(exc).__name__}: {exc}")
     return record_of(entry, document)
 
 
@@ -211,14 +216,14 @@ def _serve(exercise: Exercise, queue: list[Entry], batch: BatchOptions, forks: F
                 try:
                     answer(grade_student(exercise, entry, batch, forks, preview, run_checks))
                 except CheckSessionError as exc:  # this process ends; the batch forks a fresh one for the rest
-                    answer(error_record(entry, batch.options.seed, "error", f"internal grader error: {exc}"))
+                    answer(internal_error_record(entry, batch.options.seed, exc))
                     return
 
         try:
             run_session(exercise, set(batch.options.tiers), grade_each)
         except CheckSessionError as exc:  # no student can be graded: say why to each one sent
             for entry in numbers:
-                answer(error_record(entry, batch.options.seed, "error", f"internal grader error: {exc}"))
+                answer(internal_error_record(entry, batch.options.seed, exc))
     except BaseException:
         code = 1
     finally:

@@ -139,7 +139,7 @@ def run_session(exercise: Exercise, tiers: set[str], body: Callable[[RunChecks],
     skipped) for the submission behind ``context``. What ``body`` raises is
     raised here; a session that cannot start raises :class:`CheckSessionError`.
     """
-    grading = GradingPlugin(None, tiers)
+    grading = GradingPlugin(tiers)
     report = _SubmissionReport()
     owner = _Session(body, grading, report)
     only_ours = mock.patch.dict(os.environ, {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"})  # whatever else is installed

@@ -236,13 +236,6 @@ def not_found(function: str, sizes: list[dict[str, int]], judgements: Sequence[J
             "mismatched": None, "elements": None, "worst_ratio": None, "searched": len(sizes)}  # fmt: skip
 
 
-def request_for(case: Case, grads: bool) -> Request:
-    """The worker request of one case, as the checks build it."""
-    if isinstance(case, LambdaCase):
-        return suite.lambda_request(case, grads)
-    return suite.attention_request(case, grads)
-
-
 def _outcome(grading: GradingContext, set_name: str, index: int, case: Case, grads: bool) -> Outcome:
     """The check's own (memoised) outcome of case ``index``."""
     if isinstance(case, LambdaCase):
@@ -282,7 +275,7 @@ def shrink(
         return None
     head = (failure.worst[0], failure.worst[1]) if len(failure.worst) == 4 else (0, 0)
     candidates = cuts(case, head)
-    requests = [request_for(cut, grads) for _, cut in candidates]
+    requests = [suite.case_request(cut, grads) for _, cut in candidates]
     judgements: list[Judgement] = []
     # Most bugs show on the smallest cuts: those go first, the others only if none of them fails.
     for stage, (start, stop) in enumerate(((0, FIRST_STAGE), (FIRST_STAGE, len(candidates)))):

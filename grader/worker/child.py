@@ -539,21 +539,22 @@ class Run:
 
         One pass for all: calls on separate inputs get their own gradients.
         """
-        torch = self.torch
+        torch, server = self.torch, self.server
         outputs = [self.results[i] for i in indices]
-        if any(type(output) is not self.server.tensor_type for output in outputs):
+        if any(type(output) is not server.tensor_type for output in outputs):
             return {"status": "skipped", "reason": "the call did not return a plain torch.Tensor"}
         wanted = [i for i, t in enumerate(self.tensors) if t.requires_grad]
         seeds = [
             torch.from_numpy(cotangent.copy()).to(output.dtype if output.is_floating_point() else torch.float64).reshape(output.shape)
             for output, cotangent in zip(outputs, cotangents)
         ]
-        server = self.server
         detached = [i for i, output in enumerate(outputs) if not output.requires_grad]
         complex_ = [i for i, output in enumerate(outputs) if output.is_complex()]
-        if detached or complex_:  # what torch.autograd.grad says of such outputs, whatever the others
-            error = RuntimeError(f"element {detached[0]} of tensors does not require grad and does not have a grad_fn" if detached
-                                 else f"output {complex_[0]} is complex ({outputs[complex_[0]].dtype}): only real outputs have these gradients")  # fmt: skip
+        if detached:  # what torch.autograd.grad says of such an output, whatever the others
+            error = RuntimeError(f"element {detached[0]} of tensors does not require grad and does not have a grad_fn")
+            return {"status": "raised", "error": server.describe_exception(error)}
+        if complex_:
+            error = RuntimeError(f"output {complex_[0]} is complex ({outputs[complex_[0]].dtype}): only real outputs have these gradients")
             return {"status": "raised", "error": server.describe_exception(error)}
         try:
             # The scalar sum of <output, seed> has exactly the seeds as its gradients with respect to the
@@ -567,7 +568,7 @@ class Run:
                     total = server.add(total, server.total(server.multiply(output, seed)))
             grads = server.autograd_grad(total, [self.tensors[i] for i in wanted], allow_unused=True)
         except BaseException as exc:
-            return {"status": "raised", "error": self.server.describe_exception(exc)}
+            return {"status": "raised", "error": server.describe_exception(exc)}
         found: dict[str, Any] = {}
         for i, grad in zip(wanted, grads):
             found[str(i)] = None if grad is None else self.add_array(grad)

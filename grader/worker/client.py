@@ -207,8 +207,7 @@ class Worker:
             self._send({"op": "run", **header}, arrays, timeout, what)
             return self._receive(timeout, what)
         except WorkerFailure:
-            for name in functions if not diagnostic else ():
-                self._failures[name] = self._failures.get(name, 0) + 1
+            self._count_failure(functions if not diagnostic else [])
             raise
 
     def run_each(self, requests: list[tuple[dict[str, Any], list[np.ndarray]]]) -> list[tuple[dict[str, Any], list[np.ndarray]] | WorkerFailure]:
@@ -237,14 +236,21 @@ class Worker:
                 remaining = self._remaining()
                 if remaining <= 0:  # where run() would have refused this request, it is stopped instead
                     self.stop()
-                    answers.append(WorkerFailure(f"not run: the time budget of {self.limits.budget_s:g} s for this submission is used up"))
+                    answers.append(self._used_up())
                     break
                 answers.append(self._receive(min(self.limits.call_timeout_s * count, remaining), what))
         except WorkerFailure as exc:
-            for name in functions:
-                self._failures[name] = self._failures.get(name, 0) + 1
+            self._count_failure(functions)
             answers.append(exc)
         return answers
+
+    def _count_failure(self, functions: list[str]) -> None:
+        """One more crash or hang of each of ``functions`` (see ``max_failures_per_function``)."""
+        for name in functions:
+            self._failures[name] = self._failures.get(name, 0) + 1
+
+    def _used_up(self) -> WorkerFailure:
+        return WorkerFailure(f"not run: the time budget of {self.limits.budget_s:g} s for this submission is used up")
 
     @staticmethod
     def _functions_of(header: dict[str, Any]) -> list[str]:
@@ -261,15 +267,14 @@ class Worker:
         for name in functions:
             if self._failures.get(name, 0) >= self.limits.max_failures_per_function:
                 raise WorkerFailure(f"not run: {name} already crashed or hung the worker {self._failures[name]} times")
-        used_up = WorkerFailure(f"not run: the time budget of {self.limits.budget_s:g} s for this submission is used up")
         if self._remaining() <= 0:
-            raise used_up
+            raise self._used_up()
         if self._process is None or self._process.poll() is not None:
             self._restart()
         if self.load().get("status") != "ok":
             raise WorkerFailure("not run: the submission could not be imported again after the worker restarted")
         if self._remaining() <= 0:  # after any restart and load
-            raise used_up
+            raise self._used_up()
         return functions
 
     def _remaining(self) -> float:
