@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from grader import __version__, classreport, report
+from grader import __version__, classreport, report, safetext
 from grader.diffattn import exercise as diff_attention
 from grader.audience import for_audience
 from grader.exercise import Exercise
@@ -110,7 +110,7 @@ def error_record(entry: Entry, seed: int, status: str, message: str, duration_s:
         "sha256": entry.sha256(),
         "seed": seed,
         "duration_s": round(duration_s, 3),
-        "message": message,
+        "message": safetext.text(message),
         "checks": [],
         "report": None,
     }
@@ -372,8 +372,8 @@ def gradebook(records: list[dict[str, Any]], tiers: list[str]) -> str:
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(columns)
     for r in records:
-        row = {**r, **{t: r["tiers"].get(t, "") for t in tiers}}
-        if str(row["student"]).startswith(FORMULA_STARTS):  # a spreadsheet must show the name, not run it
+        row = {**r, **{t: r["tiers"].get(t, "") for t in tiers}, "student": safetext.line(str(r["student"]))}
+        if row["student"].startswith(FORMULA_STARTS):  # a spreadsheet must show the name, not run it
             row["student"] = "'" + row["student"]
         writer.writerow(["" if row[c] is None else row[c] for c in columns])
     return buffer.getvalue()
@@ -419,7 +419,8 @@ def plain_progress(stream: Any) -> Callable[[dict[str, Any], int, int], None]:
 
     def show(record: dict[str, Any], done: int, total: int) -> None:
         score = "" if record["max_score"] is None else f" {record['score']:g}/{record['max_score']:g}"
-        stream.write(f"[{done}/{total}] {record['student']}:{score} {record['status']} ({record['duration_s']:.1f} s)\n")
+        student = safetext.line(str(record["student"]))  # already one line (grader.submissions); a log line must never split
+        stream.write(f"[{done}/{total}] {student}:{score} {record['status']} ({record['duration_s']:.1f} s)\n")
         stream.flush()
 
     return show

@@ -3,7 +3,10 @@
 Only arithmetic on the students' records (see :func:`grader.batch.record_of`):
 the score histogram, each check's failure rate among the students graded, and
 the students' table. The template writes the SVG elements, so every text that
-reaches the page goes through Jinja's escaping.
+reaches the page goes through Jinja's escaping. Each row's student name and
+message pass :mod:`grader.safetext` again (a record may come from an earlier
+run's report), so that summary.json and summary.html stay one line per name
+and bounded.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from grader import __version__, report, svgchart
+from grader import __version__, report, safetext, svgchart
 
 BINS = 10
 WIDTH, HEIGHT = 640, 300
@@ -73,13 +76,18 @@ def summarize(
         },
         "histogram": histogram(scores, max_score),
         "checks": failure_rates(records),
-        "table": [
-            {k: r[k] for k in ("student", "score", "max_score", "status", "message", "report", "duration_s")} | {"tiers": r["tiers"]}
-            for r in records
-        ],
+        "table": [_row(r) for r in records],
         "started_at": started_at,
         "duration_s": duration_s,
     }
+
+
+def _row(record: dict[str, Any]) -> dict[str, Any]:
+    """One student's row of the summary table, the name and the message made safe."""
+    row = {k: record[k] for k in ("student", "score", "max_score", "status", "message", "report", "duration_s")} | {"tiers": record["tiers"]}
+    row["student"] = safetext.line(str(row["student"]))
+    row["message"] = None if row["message"] is None else safetext.text(str(row["message"]))
+    return row
 
 
 def histogram_chart(summary: dict[str, Any]) -> dict[str, Any]:

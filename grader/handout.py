@@ -4,7 +4,10 @@ OUT_DIR gets the exercise's stub and its task statement (the README.md beside
 the stub), at the same relative paths as in the repository, and the files the
 exercise adds (``Exercise.handout``; for diff_attention the public checks'
 runner, their precomputed data and a README). Never the reference, the
-grader, its oracle, or a hidden check's inputs.
+grader, its oracle, or a hidden check's inputs. The seed is recorded in the
+handout; the exercise draws the handout's inputs so that no graded run, with
+that seed or any other, gets the same ones (for diff_attention, see
+``grader.diffattn.handout.inputs_seed``).
 """
 
 from __future__ import annotations
@@ -36,7 +39,8 @@ def build_parser(exercise: Exercise) -> argparse.ArgumentParser:
     parser.add_argument("--force", action="store_true",
                         help="write into OUT_DIR even if it is not empty, replacing files of the same names")
     parser.add_argument("--seed", type=cli._seed, metavar="N",
-                        help="seed of the public checks' inputs (default: a fresh one, recorded in the handout)")
+                        help="seed of the public checks' inputs (default: a fresh one, recorded in the handout); "
+                        "the handout draws from a stream of its own, so grading with the same seed never reuses its inputs")
     parser.add_argument("--exercise-dir", type=Path, default=folder, metavar="DIR",
                         help=f"the folder holding the stub and its {STATEMENT} (default: {folder})")
     return parser  # fmt: skip
@@ -60,15 +64,16 @@ def main(argv: Sequence[str]) -> int:
         files = {str(target): source.read_text(encoding="utf-8") for target, source in sources.items()}
         files.update(exercise.handout(seed))
     except (OSError, UnicodeError) as exc:
-        return cli._fail(cli.EXIT_USAGE, f"cannot read the exercise: {exc}")
+        return cli.fail(cli.EXIT_USAGE, f"cannot read the exercise: {exc}")
     except Exception as exc:  # the promise is: never a traceback at the user
-        return cli._fail(cli.EXIT_INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
+        return cli.fail(cli.EXIT_INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
     try:
         for name, text in files.items():
             report.write_atomic(args.out_dir / name, text)
     except OSError as exc:
-        return cli._fail(cli.EXIT_USAGE, f"cannot write the handout: {exc.filename or args.out_dir}: {exc.strerror}")
-    print(f"Wrote the handout (public checks drawn with seed {seed}) to {report.printable_path(args.out_dir)}:")
+        return cli.fail(cli.EXIT_USAGE, f"cannot write the handout: {exc.filename or args.out_dir}: {exc.strerror}")
+    print(f"Wrote the handout (public checks drawn with seed {seed}, in the handout's own stream: "
+          f"no graded run draws these inputs) to {report.printable_path(args.out_dir)}:")
     for name in sorted(files):
         print(f"  {name}")
     return cli.EXIT_PASSED

@@ -4,6 +4,11 @@ The grader builds a :class:`Request` from plain numpy inputs; :func:`invoke`
 sends it to a worker and turns the untrusted reply into an :class:`Outcome`,
 checking the type of every field it keeps. Any reply that does not have the
 expected shape becomes a failure message, never an exception.
+
+The grader protects itself from what a reply may hold: arrays larger than a
+request can need are refused before they are read (:func:`reply_limit`),
+and every string is clipped and cleaned of control characters as it is read
+(:mod:`grader.worker.client`, :mod:`grader.safetext`).
 """
 
 from __future__ import annotations
@@ -11,11 +16,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence, Union
 
+import math
+
 import numpy as np
 
-from grader.worker.client import Worker, WorkerFailure, WorkerStartFailure
+from grader.worker.client import ReplyRefused, Worker, WorkerFailure, WorkerStartFailure
+from grader.worker.protocol import Description, Limit
 
 SKIPPED = {"type": "Skipped", "message": "not called, because a call it depends on failed", "traceback": ""}
+# A reply's array may hold this many times the elements its request can need, plus a floor
+# (a wrong but honest shape, such as T×T attention maps instead of T×D outputs, is still read and judged).
+REPLY_FACTOR = 4
+REPLY_FLOOR = 16_384
 
 
 @dataclass(frozen=True, eq=False)
@@ -40,20 +52,38 @@ Argument = Union[TensorInput, ResultOf, float, int, bool, None]
 
 @dataclass(frozen=True)
 class Call:
-    """One call of a submitted function."""
+    """One call of a submitted function.
+
+    Before the call, ``release`` frees every input tensor and earlier result
+    that the call does not use (its new inputs then reuse their memory), and
+    ``refill`` overwrites inputs in place, as an optimiser step does, with the
+    values of the paired arrays (exact in the input's dtype); with
+    ``refill_through_data`` it writes through ``tensor.data``, as older
+    training code does, which leaves the version counter as it was.
+    """
 
     function: str
     args: tuple[Argument, ...] = ()
     kwargs: dict[str, Argument] = field(default_factory=dict)
+    refill: tuple[tuple[TensorInput, np.ndarray], ...] = ()
+    refill_through_data: bool = False
+    release: bool = False
+    grad_mode: str = "enabled"  # or "no_grad" or "inference_mode": the autograd mode the call is made in
 
 
 @dataclass(frozen=True)
 class Request:
-    """Calls made in order in one worker round trip, optionally followed by a backward pass."""
+    """Calls made in order in one worker round trip, optionally followed by a backward pass.
+
+    ``inputs`` fixes the numbering of input tensors (gradients and changes are
+    reported by number) whatever order the calls pass them in; tensors not
+    listed are numbered after them in order of first use.
+    """
 
     calls: tuple[Call, ...]
     backward_from: int | None = None
     cotangent: np.ndarray | None = None
+    inputs: tuple[TensorInput, ...] = ()
 
 
 @dataclass
@@ -74,6 +104,7 @@ class Returned:
     requires_grad: bool = False
     has_grad_fn: bool = False
     value: np.ndarray | None = None
+    overwritten: bool = False  # a later call of the same request wrote into this result
 
 
 @dataclass
@@ -109,7 +140,7 @@ def invoke_many(worker: Worker, requests: Sequence[Request], *, diagnostic: bool
     """
     header, arrays, spans = _encode(requests)
     try:
-        answer: Answer = worker.run(header, arrays, diagnostic=diagnostic)
+        answer: Answer = worker.run(header, arrays, diagnostic=diagnostic, limit=reply_limit(requests))
     except Exception as exc:  # a WorkerFailure, or anything odd about the reply
         answer = exc
     return _outcomes(answer, requests, header, spans)
@@ -124,7 +155,7 @@ def invoke_each(worker: Worker, requests: Sequence[Request]) -> list[Outcome]:
     trip failed (with that failure): the ones after it were not run.
     """
     encoded = [_encode([request]) for request in requests]
-    answers = worker.run_each([(header, arrays) for header, arrays, _ in encoded])
+    answers = worker.run_each([(header, arrays) for header, arrays, _ in encoded], [reply_limit([request]) for request in requests])
     return [_outcomes(answer, [request], header, spans)[0] for answer, request, (header, _, spans) in zip(answers, requests, encoded)]
 
 
@@ -135,16 +166,21 @@ Answer = Union[tuple[dict[str, Any], list[np.ndarray]], Exception]  # the worker
 def _encode(requests: Sequence[Request]) -> tuple[dict[str, Any], list[np.ndarray], list[Span]]:
     """The header and arrays of one round trip making ``requests``, and each one's share of it."""
     tensors: list[TensorInput] = []
+    refills: list[np.ndarray] = []
     calls: list[dict[str, Any]] = []
     spans: list[Span] = []
     backward: list[tuple[int, np.ndarray]] = []
     for request in requests:
         first_call, first_tensor = len(calls), len(tensors)
-        calls += [_encode_call(c, tensors, first_call, first_tensor) for c in request.calls]
+        tensors += request.inputs
+        calls += [_encode_call(c, tensors, refills, first_call, first_tensor) for c in request.calls]
         if request.backward_from is not None and request.cotangent is not None:
             backward.append((first_call + request.backward_from, np.asarray(request.cotangent, dtype=np.float64)))
         spans.append((first_call, len(calls), first_tensor, len(tensors)))
-    arrays = [np.asarray(t.values, dtype=np.float64) for t in tensors]
+    for call in calls:  # refill arrays follow the input arrays
+        if "refill" in call:
+            call["refill"] = [[tensor, len(tensors) + index] for tensor, index in call["refill"]]
+    arrays = [np.asarray(t.values, dtype=np.float64) for t in tensors] + refills
     header: dict[str, Any] = {
         "calls": calls,
         "tensors": [
@@ -162,7 +198,7 @@ def _outcomes(answer: Answer, requests: Sequence[Request], header: dict[str, Any
     """Each request's outcome from the worker's answer to their round trip (or the failure that replaced it)."""
     if isinstance(answer, WorkerStartFailure):
         raise answer  # the grader's own failure (no worker could be started): the check errors, nobody is marked down
-    if isinstance(answer, WorkerFailure):
+    if isinstance(answer, (WorkerFailure, ReplyRefused)):
         whole = Outcome(failure=str(answer))
     else:
         try:
@@ -174,6 +210,89 @@ def _outcomes(answer: Answer, requests: Sequence[Request], header: dict[str, Any
         except Exception as exc:  # the reply may be forged by the submission: anything odd is malformed
             whole = Outcome(failure=f"the worker sent a malformed reply ({type(exc).__name__}: {exc})")
     return [_part(whole, request, span) for request, span in zip(requests, spans)]
+
+
+def _expected_sizes(requests: Sequence[Request]) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
+    """How many elements each call's result and each input's gradient of one round trip can need, and their names.
+
+    A gradient has its input's size. A result is assumed no larger than the
+    call's largest tensor argument (an earlier call's result counting with
+    its own bound), and at least one element: true of every function of an
+    exercise whose outputs are shaped like its inputs or reduce them.
+    """
+    results: list[tuple[str, int]] = []
+    grads: list[tuple[str, int]] = []
+    for request in requests:
+        first = len(results)
+        for call in request.calls:
+            sizes = [1]
+            for argument in (*call.args, *call.kwargs.values()):
+                if isinstance(argument, TensorInput):
+                    sizes.append(int(np.size(argument.values)))
+                elif isinstance(argument, ResultOf) and 0 <= argument.call < len(results) - first:
+                    sizes.append(results[first + argument.call][1])
+            results.append((call.function, max(sizes)))
+        for i, (tensor, function) in enumerate(_request_tensors(request)):
+            grads.append((f"the gradient of {function}'s input tensor {i}", int(np.size(tensor.values))))
+    return results, grads
+
+
+def reply_limit(requests: Sequence[Request]) -> Limit:
+    """The limit on the arrays of the reply to ``requests`` (see :func:`grader.worker.protocol.read_message`).
+
+    Each array may hold ``REPLY_FACTOR`` times the elements that the call
+    result or gradient it is sent as can need, plus ``REPLY_FLOOR``; an array
+    sent as neither may hold the floor, and all of them together no more
+    than the sum of those bounds. A larger reply is refused unread, with a
+    message that says what was sent and what was expected.
+    """
+    results, grads = _expected_sizes(requests)
+
+    def judge(reply: dict[str, Any], described: list[Description]) -> str | None:
+        roles: dict[int, tuple[str, int, str]] = {}
+        calls = reply.get("calls")
+        for i, call in enumerate(calls[: len(results)] if isinstance(calls, list) else []):
+            index = call.get("value") if isinstance(call, dict) else None
+            if type(index) is int:
+                roles.setdefault(index, (results[i][0], results[i][1], "returned"))
+        backward = reply.get("backward")
+        found = backward.get("grads") if isinstance(backward, dict) else None
+        for key, index in found.items() if isinstance(found, dict) else ():
+            tensor = int(key) if isinstance(key, str) and key.isdigit() else -1
+            if type(index) is int and 0 <= tensor < len(grads):
+                roles.setdefault(index, (grads[tensor][0], grads[tensor][1], "had"))
+        allowed = REPLY_FLOOR + sum(REPLY_FACTOR * size + REPLY_FLOOR for _, size in [*results, *grads])
+        total = 0
+        for index, (_, shape) in enumerate(described):
+            count = math.prod(shape)
+            total += count
+            what, size, verb = roles.get(index, ("an array sent as no result or gradient", 0, "had"))
+            if count > REPLY_FACTOR * size + REPLY_FLOOR:
+                return f"{what} {verb} {count:,} elements where {size:,} were expected; the reply was refused"
+        if total > allowed:
+            return f"the reply's arrays held {total:,} elements in all where at most {allowed:,} could be expected; the reply was refused"
+        return None
+
+    return judge
+
+
+def _request_tensors(request: Request) -> list[tuple[TensorInput, str]]:
+    """The input tensors of a request numbered as :func:`_encode` numbers them, each with the function of the first call using it.
+
+    That is ``request.inputs`` first, then the others in order of first use
+    (arguments, then refilled tensors, call after call).
+    """
+    used = [(call.function, [*call.args, *call.kwargs.values(), *(tensor for tensor, _ in call.refill)]) for call in request.calls]
+
+    def user(tensor: TensorInput) -> str:
+        return next((function for function, arguments in used if any(a is tensor for a in arguments)), request.calls[-1].function)
+
+    found = [(tensor, user(tensor)) for tensor in request.inputs]
+    for function, arguments in used:
+        for argument in arguments:
+            if isinstance(argument, TensorInput) and not any(argument is seen for seen, _ in found):
+                found.append((argument, function))
+    return found
 
 
 def _part(whole: Outcome, request: Request, span: tuple[int, int, int, int]) -> Outcome:
@@ -190,23 +309,43 @@ def _part(whole: Outcome, request: Request, span: tuple[int, int, int, int]) -> 
     )
 
 
-def _encode_call(call: Call, tensors: list[TensorInput], first_call: int, first_tensor: int) -> dict[str, Any]:
-    """The wire form of ``call``, whose request's calls and tensors start at the given positions."""
+def _encode_call(
+    call: Call, tensors: list[TensorInput], refills: list[np.ndarray], first_call: int, first_tensor: int
+) -> dict[str, Any]:
+    """The wire form of ``call``, whose request's calls and tensors start at the given positions.
+
+    Its refills are numbered within ``refills``; :func:`_encode` makes them array numbers.
+    """
+
+    def tensor_number(tensor: TensorInput) -> int:
+        if not any(tensor is t for t in tensors[first_tensor:]):
+            tensors.append(tensor)
+        return next(i for i, t in enumerate(tensors) if i >= first_tensor and t is tensor)
 
     def encode(argument: Argument) -> dict[str, Any]:
         if isinstance(argument, TensorInput):
-            if not any(argument is t for t in tensors[first_tensor:]):
-                tensors.append(argument)
-            return {"tensor": next(i for i, t in enumerate(tensors) if i >= first_tensor and t is argument)}
+            return {"tensor": tensor_number(argument)}
         if isinstance(argument, ResultOf):
             return {"result": first_call + argument.call}
         return {"value": argument}
 
-    return {
+    encoded: dict[str, Any] = {
         "fn": call.function,
         "args": [encode(a) for a in call.args],
         "kwargs": {name: encode(a) for name, a in call.kwargs.items()},
     }
+    if call.release:
+        encoded["release"] = True
+    if call.grad_mode != "enabled":
+        encoded["grad_mode"] = call.grad_mode
+    if call.refill_through_data:
+        encoded["refill_through_data"] = True
+    if call.refill:
+        encoded["refill"] = []
+        for tensor, values in call.refill:
+            encoded["refill"].append([tensor_number(tensor), len(refills)])
+            refills.append(np.asarray(values, dtype=np.float64))
+    return encoded
 
 
 def _field(mapping: Any, key: str, kind: type | tuple[type, ...], default: Any = ...) -> Any:
@@ -272,6 +411,7 @@ def _decode(reply: dict[str, Any], arrays: list[np.ndarray]) -> Outcome:
             returned.value_error = _field(call, "value_error", str, None)
             returned.requires_grad = _field(call, "requires_grad", bool)
             returned.has_grad_fn = _field(call, "has_grad_fn", bool)
+            returned.overwritten = _field(call, "overwritten", bool, False)
             index = _field(call, "value", (int, type(None)))
             returned.value = None if index is None else _array(index, arrays)
         outcome.results.append(returned)

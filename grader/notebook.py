@@ -9,6 +9,12 @@ cells included) starts at line ``1000·k + 1``, so line 4012 in a message is
 line 12 of cell 4; when a cell is too long for that, or the padding too
 large, the cells follow one another and a note gives their line ranges.
 Every such decision is a note for the report (``submission.notes``).
+
+Size is counted before any text is built: a notebook whose code cells hold
+more than the limit is refused before they are scanned, and each layout's
+size is computed from its lines' sizes, so that a notebook of many cells
+(whose padded layout would be hundreds of millions of blank lines) costs
+no more memory than its own JSON. Notes list a few cells and count the rest.
 """
 
 from __future__ import annotations
@@ -19,6 +25,8 @@ import tokenize
 from dataclasses import dataclass
 from typing import Any
 
+from grader import safetext
+
 SUFFIX = ".ipynb"
 MAX_NOTEBOOK_BYTES = 16 * 1024 * 1024  # outputs (plots) count here; the code alone must fit the .py limit
 LINE_STRIDE = 1000
@@ -26,6 +34,7 @@ ESCAPE = re.compile(r"[ \t]*(?:[A-Za-z_][A-Za-z0-9_]*[ \t]*=[ \t]*)?[%!]")  # al
 CELL_MAGIC = re.compile(r"[ \t]*%%")
 QUOTED_CHARS = 60
 LISTED_LINES = 5
+LISTED_CELLS = 20
 
 
 class NotebookError(Exception):
@@ -55,6 +64,9 @@ def convert(data: bytes, max_source_bytes: int) -> Converted:
             f"the notebook is {len(data)} bytes, over the limit of {MAX_NOTEBOOK_BYTES} bytes; clear its outputs and save it again"
         )
     all_cells = _cells(data)
+    code = sum(len("".join(cell["source"]).encode("utf-8", "surrogatepass")) for cell in all_cells if cell["cell_type"] == "code")
+    if code > max_source_bytes:
+        raise NotebookError(f"the notebook's code is {code} bytes, over the limit of {max_source_bytes} bytes for a submission")
     kept: list[_Cell] = []
     escapes: list[str] = []
     magic_cells: list[str] = []
@@ -165,12 +177,19 @@ def _escape_lines(lines: list[str]) -> list[int]:
 
 
 def _layout(cells: list[_Cell], total: int, max_bytes: int) -> tuple[str, str]:
-    """The joined source and the note that says where each cell's lines are."""
-    numbers = ", ".join(str(cell.number) for cell in cells)
+    """The joined source and the note that says where each cell's lines are.
+
+    Each layout's size is computed before its text is built (a newline ends
+    every line, blank ones included).
+    """
+    shown = ", ".join(str(cell.number) for cell in cells[:LISTED_CELLS])
+    numbers = shown if len(cells) <= LISTED_CELLS else f"{shown} and {len(cells) - LISTED_CELLS} more"
     joined = f"Graded the code of the notebook's cells numbered {numbers} (of {total} cells), joined in order"
+    code = sum(_size(line) for cell in cells for line in cell.lines)
     if all(len(cell.lines) < LINE_STRIDE for cell in cells):
-        source = _joined([(cell.number * LINE_STRIDE + 1, cell.lines) for cell in cells])
-        if _size(source) <= max_bytes:
+        last = cells[-1]
+        if code + last.number * LINE_STRIDE + len(last.lines) <= max_bytes:
+            source = _joined([(cell.number * LINE_STRIDE + 1, cell.lines) for cell in cells])
             example = cells[0].number
             return source, (
                 f"{joined}. Line numbers in messages are {LINE_STRIDE} × cell + line in the cell: line "
@@ -180,15 +199,14 @@ def _layout(cells: list[_Cell], total: int, max_bytes: int) -> tuple[str, str]:
     for cell in cells:
         placed.append((start, cell.lines))
         start += len(cell.lines)
-    source = _joined(placed)
-    size = _size(source)
+    size = code + start - 1
     if size > max_bytes:
         raise NotebookError(f"the notebook's code is {size} bytes, over the limit of {max_bytes} bytes for a submission")
-    ranges = "; ".join(
+    ranges = [
         f"cell {cell.number} is line {s}" if len(cell.lines) == 1 else f"cell {cell.number} is lines {s}-{s + len(cell.lines) - 1}"
         for (s, _), cell in zip(placed, cells)
-    )
-    return source, f"{joined}. In messages, {ranges}."
+    ]
+    return _joined(placed), f"{joined}. In messages, {_listing(ranges)}."
 
 
 def _size(source: str) -> int:
@@ -209,9 +227,9 @@ def _joined(placed: list[tuple[int, list[str]]]) -> str:
 
 
 def _quote(line: str) -> str:
-    """A removed line as a note shows it: stripped and cut."""
+    """A removed line as a note shows it: stripped, cut, control characters shown as escapes."""
     text = line.strip()
-    return text if len(text) <= QUOTED_CHARS else text[: QUOTED_CHARS - 1] + "…"
+    return safetext.line(text if len(text) <= QUOTED_CHARS else text[: QUOTED_CHARS - 1] + "…")
 
 
 def _listing(items: list[str]) -> str:

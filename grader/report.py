@@ -5,6 +5,11 @@ module (``allow_nan=False``: non-finite numbers were turned into null before).
 HTML and text come from the Jinja templates shipped as ``grader.templates``
 (the repository's ``templates/`` folder); HTML autoescapes everything, so text
 from a submission can never become markup. Files are written atomically.
+
+A document is bounded: text from the submission arrives clipped and cleaned
+(:mod:`grader.safetext`), and a document whose JSON would still exceed
+:data:`MAX_REPORT_BYTES` has its longest strings cut, each with a note, so
+that every writer of it (HTML, Gradescope, JUnit, Markdown) stays bounded too.
 """
 
 from __future__ import annotations
@@ -20,18 +25,21 @@ from typing import Any
 
 import jinja2
 
-from grader import __version__, counterexample_view, svgchart
+from grader import __version__, counterexample_view, safetext, svgchart
 from grader.exercise import Exercise
 from grader.schema import SCHEMA_VERSION
 from grader.scoring import check_record, overall_status, tally
 from grader.session import Run
+
+MAX_REPORT_BYTES = 8 * 1024 * 1024
+CUT_NOTE = " [... {cut:,} more characters cut: a report is limited to {limit:,} bytes]"
 
 
 def build(exercise: Exercise, run: Run) -> dict[str, Any]:
     """The JSON report of ``run``."""
     checks = [check_record(test) for test in run.checks]
     tiers, score, max_score = tally(checks, exercise.tiers)
-    return _json_safe(
+    document = _json_safe(
         {
             "schema_version": SCHEMA_VERSION,
             "grader_version": __version__,
@@ -57,11 +65,59 @@ def build(exercise: Exercise, run: Run) -> dict[str, Any]:
             "duration_s": run.duration_s,
         }
     )
+    return bounded(document)
+
+
+def bounded(document: dict[str, Any], limit: int = MAX_REPORT_BYTES) -> dict[str, Any]:
+    """``document`` if its JSON fits in ``limit`` bytes; else a copy whose longest strings are cut, each with a note.
+
+    Every string longer than one common length is cut to it, the length
+    chosen so that what is cut (at least one byte per character) makes room
+    for the excess and the notes.
+    """
+    excess = len(to_json(document).encode("utf-8")) - limit
+    if excess <= 0:
+        return document
+    lengths = sorted((len(s) for s in _strings(document)), reverse=True)
+    note = len(CUT_NOTE.format(cut=10**12, limit=limit))
+    keep = lengths[0] if lengths else 0
+    while keep > 0:
+        keep //= 2
+        if sum(n - keep - note for n in lengths if n > keep + note) >= excess:
+            break
+    return _cut(document, keep, limit)
+
+
+def _strings(value: Any) -> list[str]:
+    """Every string value (not key) in a JSON document."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _strings(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in _strings(v)]
+    return []
+
+
+def _cut(value: Any, keep: int, limit: int) -> Any:
+    """``value`` with every string longer than ``keep`` characters (plus its note) cut to ``keep`` and the note."""
+    if isinstance(value, str):
+        if len(value) <= keep + len(CUT_NOTE.format(cut=len(value), limit=limit)):
+            return value
+        return value[:keep] + CUT_NOTE.format(cut=len(value) - keep, limit=limit)
+    if isinstance(value, dict):
+        return {k: _cut(v, keep, limit) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_cut(v, keep, limit) for v in value]
+    return value
 
 
 def printable_path(path: Path) -> str:
-    """A path as text, with bytes that are not UTF-8 shown as replacement characters."""
-    return os.fsencode(path).decode("utf-8", errors="replace")
+    """A path as one line of text: bytes that are not UTF-8 shown as U+FFFD, control characters as escapes (``\\n``).
+
+    The path may be a student's file name; clipped generously (4000 characters).
+    """
+    return safetext.line(os.fsencode(path).decode("utf-8", errors="replace"), safetext.MAX_TEXT)
 
 
 def _json_safe(value: Any) -> Any:

@@ -6,6 +6,12 @@ stem) or a folder (``carol/``: the student is the folder's name) with exactly
 one such file in it. Anything a student may have named badly becomes a
 problem of that student's entry, graded 0 with the reason; only an unusable
 archive or folder is a usage error.
+
+A file name is the student's to choose, newlines and escape sequences
+included: every name shown (the student, and the names in a problem) goes
+through :func:`grader.safetext.line`, so that progress lines, the gradebook,
+the summary and the reports show it on one line, its control characters as
+visible escapes (``alice\\n::error``), and it can never start a line of its own.
 """
 
 from __future__ import annotations
@@ -17,6 +23,8 @@ import zipfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+
+from grader import safetext
 
 SUFFIXES = (".py", ".ipynb")
 IGNORED = ("__MACOSX", "__pycache__")
@@ -63,9 +71,9 @@ def _folder_entry(student: str, folder: Path) -> tuple[Path | None, str | None]:
     if len(found) == 1:
         return found[0], None
     if not found:
-        return None, f"the folder {folder.name}/ holds no .py or .ipynb file"
-    names = ", ".join(p.name for p in found)
-    return None, f"the folder {folder.name}/ holds {len(found)} candidate files ({names}): keep exactly one"
+        return None, f"the folder {safetext.line(folder.name)}/ holds no .py or .ipynb file"
+    names = ", ".join(safetext.line(p.name) for p in found[:10]) + (f" and {len(found) - 10} more" if len(found) > 10 else "")
+    return None, f"the folder {safetext.line(folder.name)}/ holds {len(found)} candidate files ({names}): keep exactly one"
 
 
 def folder_name(student: str, taken: set[str]) -> str:
@@ -92,7 +100,7 @@ def discover(root: Path) -> list[Entry]:
     for child in children:
         if child.is_symlink():
             student = child.stem if child.suffix.lower() in SUFFIXES else child.name
-            problem = f"{child.name} is a symbolic link, which is not followed: put the file itself in the class folder"
+            problem = f"{safetext.line(child.name)} is a symbolic link, which is not followed: put the file itself in the class folder"
             found.append((student, child, None, problem))
         elif child.is_dir():
             found.append((child.name, child, *_folder_entry(child.name, child)))
@@ -104,7 +112,8 @@ def discover(root: Path) -> list[Entry]:
     for student, child, path, problem in found:
         if names.count(student) > 1:  # alice.py beside alice.ipynb or alice/: each keeps its own row
             student = f"{student} ({child.name}{'/' if child.is_dir() else ''})"
-        entries.append(Entry(student, folder_name(student, taken), path, problem))
+        shown = safetext.line(student)
+        entries.append(Entry(shown, folder_name(shown, taken), path, problem))
     if not entries:
         raise ClassError(f"no submissions in {root}: expected one .py or .ipynb file, or one folder, per student")
     return entries

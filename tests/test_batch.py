@@ -421,3 +421,42 @@ def test_a_student_sent_to_a_vanished_grading_process_stays_unassigned() -> None
     finally:
         for fd in (orders_write, results_read, results_write):
             os.close(fd)
+
+
+# ---- student names cannot inject log lines (issue 10, item 6) ---------------------------------
+
+FORGED = "mallory\n::error file=grades.csv::all students failed\x1b[2K\r"
+
+
+def test_a_file_name_cannot_write_its_own_log_line(tmp_path: Path) -> None:
+    """A name holding a newline, ::error, an escape and a carriage return stays on its progress line, CSV cell and summary row, escaped."""
+    room = tmp_path / "room"
+    room.mkdir()
+    shutil.copy(STUB, room / f"{FORGED}.py")
+    shutil.copy(STUB, room / "zoe.py")
+    done = batch(room, tmp_path / "out", "--jobs", "1", "--tiers", "T1")
+    shown = "mallory\\n::error file=grades.csv::all students failed\\x1b[2K\\r"
+    assert not any(line.startswith("::") for line in done.stderr.splitlines() + done.stdout.splitlines())
+    assert "\x1b" not in done.stderr and "\r" not in done.stderr
+    progress = [line for line in done.stderr.splitlines() if line.startswith("[")]
+    assert len(progress) == 2 and progress[0].startswith(f"[1/2] {shown}: 0/")
+    assert set(done.grades()) == {shown, "zoe"}
+    assert [row["student"] for row in done.summary()["table"]] == [shown, "zoe"]
+    folder = next(p for p in done.out.iterdir() if p.name.startswith("mallory"))
+    assert "\n" not in done.report(folder.name)["submission"]["path"]
+
+
+def test_names_in_problems_and_records_are_one_line(tmp_path: Path) -> None:
+    """discover() escapes names in students and problems; the gradebook and progress escape whatever record reaches them."""
+    from grader.batch import gradebook, plain_progress
+    from grader.submissions import discover
+
+    room = tmp_path / "room"
+    (room / "eve\u202e").mkdir(parents=True)
+    entries = discover(room)
+    assert [(e.student, e.problem) for e in entries] == [("eve\\u202e", "the folder eve\\u202e/ holds no .py or .ipynb file")]
+    record = {"student": "a\nb", "score": 0.0, "max_score": 1.0, "tiers": {}, "status": "failed", "sha256": None, "seed": 1, "duration_s": 0.1}
+    assert gradebook([record], []).splitlines()[1].startswith("a\\nb,0.0,1.0,")
+    stream = io.StringIO()
+    plain_progress(stream)(record, 1, 1)
+    assert stream.getvalue() == "[1/1] a\\nb: 0/1 failed (0.1 s)\n"

@@ -142,7 +142,7 @@ def test_report_paths_can_be_chosen(tmp_path: Path) -> None:
 
 
 def test_a_lone_surrogate_in_a_message_is_written_not_fatal(tmp_path: Path) -> None:
-    """An exception message with a lone surrogate is graded (exit 1) and written as valid UTF-8, with a replacement."""
+    """An exception message with a lone surrogate is graded (exit 1) and written as valid UTF-8, with U+FFFD in its place."""
     path = tmp_path / "surrogate.py"
     path.write_text(
         "def differential_lambda(q1, k1, q2, k2, lambda_init=0.2):\n    raise ValueError('bad \\ud800 char')\n"
@@ -151,7 +151,7 @@ def test_a_lone_surrogate_in_a_message_is_written_not_fatal(tmp_path: Path) -> N
     run = grade(path, tmp_path, 3, "--tiers", "T1")
     assert run.code == 1, run.stderr
     assert "Traceback" not in run.stderr
-    assert "raised ValueError: bad ? char" in run.check("lambda_returns_0dim_tensor")["message"]
+    assert "raised ValueError: bad \ufffd char" in run.check("lambda_returns_0dim_tensor")["message"]
     (tmp_path / "report.html").read_bytes().decode("utf-8")
 
 

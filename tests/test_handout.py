@@ -9,13 +9,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from grader import cli
 from grader.diffattn import suite
 from grader.diffattn.handout import DATA_FILE, RUNNER_FILE, declared_checks
 
-from conftest import REFERENCE, ROOT, STUB
+from conftest import REFERENCE, ROOT, STUB, grade
 
 SEED = 7
 HIDDEN_SETS = ("attention_strided", "lambda_strided", "attention_large_logits")
@@ -150,6 +151,85 @@ def test_runner_reports_a_missing_file_in_one_line(bundle: Path) -> None:
     done = run_checks(bundle, "nowhere.py")
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.count("\n") == 1 and done.stderr.startswith("run_checks: no such file:")
+
+
+# ---- the handout's seed (issue 10, item 8) -------------------------------------------------
+
+LOOKUP = """
+import hashlib
+import torch
+TABLE = {table!r}
+
+def _key(function, *arguments):
+    parts = [function]
+    for a in arguments:
+        values = a.detach().reshape(-1).tolist() if isinstance(a, torch.Tensor) else [a]
+        parts.append(",".join(f"{{float(x):.6e}}" for x in values))
+    return hashlib.sha1(";".join(parts).encode()).hexdigest()
+
+def _answer(key, shape, dtype):
+    found = TABLE.get(key)
+    return torch.zeros(shape, dtype=dtype) if found is None else torch.tensor(found, dtype=dtype).reshape(shape)
+
+def differential_lambda(q1, k1, q2, k2, lambda_init=0.2):
+    return _answer(_key("differential_lambda", q1, k1, q2, k2, lambda_init), (), q1.dtype)
+
+def differential_attention(q1, k1, q2, k2, value, coefficient, causal=True):
+    return _answer(_key("differential_attention", q1, k1, q2, k2, value, coefficient, causal), value.shape, q1.dtype)
+"""
+# The value checks a table of the handout's answers would earn; identical_maps_cancel is left
+# out because its answer is 0, which the table's fallback returns anyway.
+TABLE_CHECKS = ("lambda_values", "causal_values", "noncausal_values", "coefficient_values", "row_sums", "lambda_zero_is_attention")
+PARAMETERS = {  # each function's parameters in order, with the defaults of the trailing ones
+    "differential_lambda": (("q1", "k1", "q2", "k2", "lambda_init"), {"lambda_init": 0.2}),
+    "differential_attention": (("q1", "k1", "q2", "k2", "value", "coefficient", "causal"), {"causal": True}),
+}
+
+
+def lookup_table(bundle: Path) -> str:
+    """A submission that answers every public call of the handout from a table of its expected values (zeros elsewhere).
+
+    A call is looked up by the hash of all its arguments in parameter order (defaults filled in), as the submission sees them.
+    """
+    import hashlib
+
+    data = json.loads((bundle / DATA_FILE).read_text())
+    table = {}
+    for call in data["calls"].values():
+        if "expected" not in call or len(call["request"]["calls"]) != 1:  # single calls (a sequence has two answers)
+            continue
+        request = call["request"]
+        made = request["calls"][-1]
+        names, defaults = PARAMETERS[made["function"]]
+        given = {**dict(zip(names, made["args"])), **made["kwargs"]}
+        values = [request["tensors"][given[n]["tensor"]]["values"] if "tensor" in given.get(n, {}) else given[n]["value"] if n in given else defaults[n]
+                  for n in names]  # fmt: skip
+        parts = [made["function"], *(",".join(f"{float(x):.6e}" for x in np.asarray(v, dtype=np.float64).reshape(-1)) for v in values)]
+        table[hashlib.sha1(";".join(parts).encode()).hexdigest()] = call["expected"]["values"]
+    return LOOKUP.format(table=table)
+
+
+def test_handout_inputs_are_drawn_outside_every_graded_seed(bundle: Path) -> None:
+    """The data file records the seed and the input seed (above 2**32 - 1); no public set's inputs equal the graded ones."""
+    from grader.diffattn.handout import inputs_seed
+
+    data = json.loads((bundle / DATA_FILE).read_text())
+    assert data["seed"] == SEED and data["inputs_seed"] == inputs_seed(SEED) == 2**32 + SEED > cli.MAX_SEED
+    for name in ("lambda_values", "attention_causal", "attention_noncausal", "attention_coefficients", "row_sums", "lambda_zero"):
+        drawn, graded = getattr(suite, name)(inputs_seed(SEED)), getattr(suite, name)(SEED)
+        assert all(not np.array_equal(a.q1, b.q1) for a, b in zip(drawn, graded)), name
+
+
+def test_a_lookup_table_of_the_handout_earns_no_value_check(bundle: Path, tmp_path: Path) -> None:
+    """A table of the handout's answers passes its runner's value checks, yet fails them when graded with the handout's seed."""
+    source = lookup_table(bundle)
+    replayed = run_checks(student_copy(bundle, tmp_path, source))
+    for check_id in TABLE_CHECKS:
+        assert f"  PASS  {check_id}:" in replayed.stdout, check_id
+    (tmp_path / "table.py").write_text(source)
+    run = grade(tmp_path / "table.py", tmp_path / "graded", SEED, "--tiers", "T2")
+    for check_id in TABLE_CHECKS:
+        assert run.check(check_id)["status"] == "failed", check_id
 
 
 # ---- the command ---------------------------------------------------------------------

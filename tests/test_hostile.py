@@ -10,9 +10,13 @@ machine.
 
 from __future__ import annotations
 
+import csv
 import hashlib
+import json
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import textwrap
 from dataclasses import dataclass
@@ -20,9 +24,15 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REFERENCE, Graded, run_cli
+from conftest import REFERENCE, ROOT, Graded, run_cli
+from corpus.mutants import CORRECT_DIR
+from grader.worker import isolation
 
 MARKER = "diffgrade-hostile-marker"
+COMM = "dg-hostile-mark"  # what forked children call themselves (a process name holds 15 characters)
+LANDLOCK = pytest.mark.skipif(isolation.landlock_abi() < 1, reason="needs a kernel with Landlock (the allow list of files)")
+CGROUPS = pytest.mark.skipif(os.geteuid() != 0 or not isolation._controllers()[0],
+                             reason="needs root and cgroup memory and pids controllers (a cgroup per worker)")  # fmt: skip
 LIMITS = ["--call-timeout", "5", "--time-budget", "120", "--memory-limit", "1200"]
 
 CORRECT = '''
@@ -84,16 +94,17 @@ def classroom(root: Path, source: str | bytes) -> Classroom:
 
 
 def marked_processes() -> list[str]:
-    """Command lines of live processes that carry the marker."""
+    """Command lines of live processes that carry the marker (in their arguments or their name)."""
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
                 cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                name = (entry / "comm").read_text().strip()
             except OSError:
                 continue
-            if MARKER in cmdline:
-                found.append(cmdline)
+            if MARKER in cmdline or name == COMM:
+                found.append(f"{name}: {cmdline}")
     return found
 
 
@@ -141,11 +152,17 @@ CASES: dict[str, str | bytes] = {
                 pass
     '''),
     "detached_processes": CORRECT + textwrap.dedent(f'''
-        import os, subprocess
-        subprocess.Popen(["/bin/sh", "-c", "sleep 600; : {MARKER}"], start_new_session=True)
-        if os.fork() == 0:
+        import ctypes, os, subprocess, time
+        try:
+            subprocess.Popen(["/bin/sh", "-c", "sleep 600; : {MARKER}"], start_new_session=True)
+        except PermissionError:
+            pass  # the allow list grants no program the right to run
+        if os.fork() == 0:  # a grandchild in a session of its own, orphaned
             os.setsid()
-            os.execv("/bin/sh", ["/bin/sh", "-c", "sleep 600; : {MARKER}"])
+            if os.fork() == 0:
+                ctypes.CDLL(None).prctl(15, b"{COMM}", 0, 0, 0)
+                time.sleep(600)
+            os._exit(0)
     '''),
     "signals_parent": with_attention("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nos.kill(-1, signal.SIGKILL)\n"),
     "oversized": "# padding\n" * 120_000 + CORRECT,
@@ -236,7 +253,8 @@ EXPECTED = {
     "patched_comparisons": ("causal_values", "Mismatched elements"),
     "tensor_subclass": ("attention_returns_one_tensor", "differential_attention returned a submission.Sneaky, a subclass of torch.Tensor"),
     "fake_tensor": ("attention_returns_one_tensor", "returned submission.differential_attention.<locals>.Fake"),
-    "reads_reference": ("causal_values", "raised FileNotFoundError"),  # its folder is hidden
+    # Outside the allow list; where Landlock is missing, its folder is hidden under an empty mount.
+    "reads_reference": ("causal_values", "raised PermissionError" if isolation.landlock_abi() else "raised FileNotFoundError"),
     "imports_reference": ("lambda_values", "No module named 'reference'"),
     # As PID 1 of its namespace the worker has no visible parent and cannot kill
     # itself by signal; kill(-1) then finds nobody to signal.
@@ -275,7 +293,7 @@ def test_working_functions_keep_their_points(hostile_runs) -> None:
         run = hostile_runs[name][2]
         assert run.check("lambda_values")["status"] == "passed", name
         assert run.check("lambda_gradients")["status"] == "passed", name
-        assert run.tier("T2")["score"] == 6.0, name
+        assert run.tier("T2")["score"] == run.check("lambda_values")["max_score"], name
 
 
 def test_odd_results_do_not_crash_the_worker(hostile_runs) -> None:
@@ -308,10 +326,269 @@ def test_exception_shows_only_the_students_frames(hostile_runs) -> None:
 
 
 def test_reports_say_which_protections_applied(hostile_runs) -> None:
-    """The report lists the protections; as root here, all of them."""
+    """The report lists the protections; as root on a machine with Landlock, seccomp and cgroups, all of them."""
     worker = hostile_runs["vandal"][2].report["worker"]
-    if os.geteuid() == 0:
-        assert worker["protections"] == {"network": True, "pid_namespace": True, "filesystem": True, "unprivileged_user": True}
-        assert worker["warnings"] == []
+    assert set(worker["protections"]) == {"network", "pid_namespace", "filesystem", "allow_list", "unprivileged_user", "seccomp", "cgroup"}
+    everything = os.geteuid() == 0 and isolation.landlock_abi() >= 6 and isolation._controllers()[0] and isolation._seccomp_filter()[0]
+    if everything:
+        assert all(worker["protections"].values()) and worker["warnings"] == []
     else:
-        assert worker["warnings"]
+        assert len(worker["warnings"]) >= list(worker["protections"].values()).count(False)
+
+
+def test_no_cgroup_is_left_behind(hostile_runs) -> None:
+    """Every fork server of the runs above has ended, and none left a cgroup (its own or a worker's) behind."""
+    for _, own in isolation._controllers()[0]:
+        for entry in Path(own).iterdir():
+            number = entry.name[len(isolation.CGROUP_PREFIX) :]
+            if entry.name.startswith(isolation.CGROUP_PREFIX) and number.isdigit():
+                assert isolation._alive(int(number)), f"left behind: {entry}"
+
+
+@pytest.fixture(scope="module")
+def answers_on_disk() -> dict[str, Path]:
+    """World-readable answers where a deny list never looked: /tmp, a home folder, a build/lib/grader copy, the checkout."""
+    base = Path(tempfile.mkdtemp(prefix="diffgrade-answers-"))
+    copies = {"tmp_solution": base / "solution.py", "build_oracle": base / "checkout" / "build" / "lib" / "grader" / "diffattn" / "oracle.py",
+              "checkout_reference": REFERENCE, "checkout_oracle": ROOT / "grader" / "diffattn" / "oracle.py"}  # fmt: skip
+    shutil.copy(REFERENCE, copies["tmp_solution"])
+    shutil.copytree(ROOT / "grader", base / "checkout" / "build" / "lib" / "grader", ignore=shutil.ignore_patterns("__pycache__"))
+    home = None
+    if os.access("/home", os.W_OK):
+        home = Path(tempfile.mkdtemp(prefix="diffgrade-student-", dir="/home"))
+        copies["home_solution"] = home / "solution.py"
+        shutil.copy(REFERENCE, copies["home_solution"])
+    for top in (base, home) if home else (base,):
+        for path in (top, *top.rglob("*")):
+            path.chmod(0o755 if path.is_dir() else 0o644)
+    yield copies
+    shutil.rmtree(base)
+    if home:
+        shutil.rmtree(home)
+
+
+READS_ANSWERS = '''
+import json
+PATHS = {paths}
+seen, found = {}, None
+for name, path in json.loads(PATHS).items():
+    try:
+        with open(path) as stream:
+            text = stream.read()
+        seen[name] = "read"
+        found = found or (text if "def differential_attention" in text else None)
+    except OSError as exc:
+        seen[name] = type(exc).__name__
+print("SEEN " + json.dumps(seen))
+if found:
+    exec(found)
+'''
+
+
+@LANDLOCK
+def test_answers_anywhere_on_disk_are_unreadable(answers_on_disk: dict[str, Path], tmp_path: Path) -> None:
+    """Copies of the solution in /tmp and a home folder, the checkout's grader and reference, a build/lib/grader copy: none readable."""
+    paths = json.dumps({name: str(path) for name, path in answers_on_disk.items()})
+    submission = tmp_path / "thief.py"
+    submission.write_text(READS_ANSWERS.replace("{paths}", repr(paths)))
+    run = run_cli([str(submission), "--seed", "7", "--no-preview", *LIMITS], tmp_path)
+    assert run.report is not None, run.stderr
+    seen = json.loads(run.report["worker"]["stdout"].split("SEEN ", 1)[1].splitlines()[0])
+    assert seen == {name: "PermissionError" for name in answers_on_disk}
+    assert run.report["score"] == 0.0
+
+
+def batch(room: Path, out: Path, *extra: str) -> dict[str, dict[str, str]]:
+    """Grade the class in ``room`` with ``diffgrade batch`` (no preview); the gradebook's rows by student."""
+    command = [sys.executable, "-m", "grader", "batch", str(room), "--out", str(out), "--seed", "7", "--no-preview", *extra]
+    done = subprocess.run(command, cwd=room.parent, capture_output=True, text=True, timeout=300)
+    assert (out / "grades.csv").exists(), done.stderr
+    with open(out / "grades.csv", newline="") as stream:
+        return {row["student"]: row for row in csv.DictReader(stream)}
+
+
+KEYS = '''
+import ctypes, errno, platform
+ADD_KEY, KEYCTL = {"x86_64": (248, 250), "aarch64": (217, 219)}[platform.machine()]
+USER_KEYRING, USER_SESSION_KEYRING, KEYCTL_SEARCH, KEYCTL_READ = -4, -5, 10, 11
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+def call(*args):
+    result = libc.syscall(*[ctypes.c_long(a) if isinstance(a, int) else a for a in args])
+    return result if result >= 0 else errno.errorcode[ctypes.get_errno()]
+'''
+DONOR = KEYS + '''
+ANSWER = {answer}
+for keyring in (USER_KEYRING, USER_SESSION_KEYRING):
+    print("STORED", call(ADD_KEY, b"user", b"diffgrade-answer", ANSWER.encode(), len(ANSWER), keyring))
+'''
+VICTIM = KEYS + '''
+for keyring in (USER_KEYRING, USER_SESSION_KEYRING):
+    key = call(KEYCTL, KEYCTL_SEARCH, keyring, b"user", b"diffgrade-answer", 0)
+    print("SEARCHED", key)
+    if isinstance(key, int):
+        buffer = ctypes.create_string_buffer(1 << 16)
+        size = call(KEYCTL, KEYCTL_READ, key, buffer, 1 << 16)
+        exec(buffer.raw[:size].decode())
+        break
+'''
+
+
+def test_a_classmate_cannot_pass_answers_through_a_keyring(tmp_path: Path) -> None:
+    """A donor graded first stores its code in the kernel's keyrings; the victim graded after it finds nothing and scores 0."""
+    room = tmp_path / "class"
+    room.mkdir()
+    answer = (CORRECT_DIR / "einsum.py").read_text()
+    (room / "alice.py").write_text(answer + DONOR.replace("{answer}", repr(answer)))
+    (room / "zed.py").write_text(VICTIM)
+    rows = batch(room, tmp_path / "out", "--jobs", "1")
+    assert rows["alice"]["score"] == "100.0" and rows["zed"]["score"] == "0.0"
+    donor = json.loads((tmp_path / "out" / "alice" / "report.json").read_text())["worker"]["stdout"]
+    victim = json.loads((tmp_path / "out" / "zed" / "report.json").read_text())["worker"]["stdout"]
+    assert "SEARCHED" in victim and not any(line.split()[1].isdigit() for line in victim.splitlines() if line.startswith("SEARCHED"))
+    if isolation._seccomp_filter()[0] is not None:
+        assert donor.count("STORED EPERM") == 2, donor
+
+
+HOARDER = '''
+import os, time
+for _ in range(62):
+    if os.fork() == 0:
+        time.sleep(600)
+        os._exit(0)
+time.sleep(8)  # alive while the classmate is graded beside it
+'''
+
+
+THREADED = '''
+import threading
+import time
+
+time.sleep(2)  # a slow import: by now the classmate beside it has started its children
+_attention = differential_attention
+
+
+def differential_attention(*args, **kwargs):
+    """The same function, computed in a thread of its own (a thread is a process to RLIMIT_NPROC)."""
+    results = []
+    helper = threading.Thread(target=lambda: results.append(_attention(*args, **kwargs)))
+    helper.start()
+    helper.join()
+    return results[0]
+'''
+
+
+def test_sleeping_children_do_not_cost_a_classmate_points(tmp_path: Path) -> None:
+    """A submission that leaves 62 sleeping children is graded beside a correct one that starts threads: it keeps 100/100."""
+    room = tmp_path / "class"
+    room.mkdir()
+    (room / "hoarder.py").write_text((CORRECT_DIR / "einsum.py").read_text() + HOARDER)
+    (room / "victim.py").write_text((CORRECT_DIR / "einsum.py").read_text() + THREADED)
+    rows = batch(room, tmp_path / "out", "--jobs", "2", "--call-timeout", "20")
+    assert rows["victim"]["score"] == "100.0", rows["victim"]
+
+
+MEMORY_HOGS = {
+    # Four children of 400 MB each: every one within RLIMIT_AS, together past the 1200 MiB limit.
+    "children": '''
+        global HELD
+        if HELD is None:
+            children = []
+            for _ in range(4):
+                child = os.fork()
+                if child == 0:
+                    hoard = b"x" * (400 << 20)
+                    time.sleep(2)
+                    os._exit(0)
+                children.append(child)
+            HELD = all(os.waitstatus_to_exitcode(os.waitpid(child, 0)[1]) == 0 for child in children)
+    ''',
+    # 24 memfds of 64 MiB: shared memory, which RLIMIT_AS does not count.
+    "memfds": '''
+        global HELD
+        if HELD is None:
+            chunk = b"x" * (64 << 20)
+            files = [os.memfd_create("hoard") for _ in range(24)]
+            for fd in files:
+                os.write(fd, chunk)
+            HELD = True
+    ''',
+}
+
+
+@CGROUPS
+@pytest.mark.parametrize("hog", list(MEMORY_HOGS))
+def test_memory_past_the_limit_in_children_or_shared_memory_fails_cleanly(hog: str, tmp_path: Path) -> None:
+    """Memory held by forked children or in memfds counts against the worker's limit: the call fails, the grader finishes."""
+    attention = textwrap.dedent(CORRECT.split("causal=True):\n", 1)[1])
+    body = textwrap.dedent(MEMORY_HOGS[hog]) + "if not HELD:\n    raise MemoryError('the hoard was stopped')\n" + attention
+    source = with_attention(body).replace("import torch", "import os, time, torch\nHELD = None  # the first call hoards, once", 1)
+    submission = tmp_path / "hog.py"
+    submission.write_text(source)
+    run = run_cli([str(submission), "--seed", "7", "--no-preview", *LIMITS], tmp_path)
+    assert run.code == 1 and run.report is not None and "Traceback" not in run.stderr, run.stderr
+    assert run.check("causal_values")["status"] == "failed", run.check("causal_values")["message"]
+    assert run.check("lambda_values")["status"] == "passed"
+
+
+# ---- the grading process protects itself (issue 10, items 5 and 6) -------------------------
+# Attacks on the grading process rather than on the files around it: a reply far larger than
+# the call needs, and a megabytes-long exception name. Each run measures the grader's own peak RSS.
+
+GRADER_ATTACKS: dict[str, str] = {
+    "huge_replies": "import torch\n\ndef differential_lambda(q1, k1, q2, k2, lambda_init=0.2):\n    return torch.zeros(16_000_000)\n\n"
+    "def differential_attention(q1, k1, q2, k2, value, coefficient, causal=True):\n    return torch.zeros(16_000_000)\n",
+    "long_type_name": "name = 'E' * 7_900_000\n"
+    "exec(f'class {name}(Exception):\\n    pass\\nraise {name}(\"\\\\x1b[2J\\\\rboom\\\\n::error file=x::forged\")')\n",
+}
+MEASURE = (
+    "import resource, sys\nfrom grader import launch\ntry:\n    launch.entry_point()\nexcept SystemExit as done:\n    code = done.code\n"
+    "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024, file=sys.stderr)\nsys.exit(code)\n"
+)
+
+
+@pytest.fixture(scope="module")
+def grader_attacks(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Graded, int, Path]]:
+    """Each attack graded by the CLI in a process that prints its own peak RSS (MiB) last; two at a time."""
+    import json
+    import subprocess
+    import sys
+    from concurrent.futures import ThreadPoolExecutor
+
+    def attack(name: str) -> tuple[Graded, int, Path]:
+        folder = tmp_path_factory.mktemp(name)
+        (folder / "alice.py").write_text(GRADER_ATTACKS[name])
+        command = [sys.executable, "-c", MEASURE, "alice.py", "--seed", "7", "--no-preview", "--audience", "instructor", "--quiet",
+                   "--json", "report.json", "--html", "report.html", *LIMITS]  # fmt: skip
+        done = subprocess.run(command, cwd=folder, capture_output=True, text=True, timeout=300)
+        report = json.loads((folder / "report.json").read_text())
+        graded = Graded(done.returncode, done.stdout, done.stderr, report, (folder / "report.html").read_text())
+        return graded, int(done.stderr.strip().splitlines()[-1]), folder
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return dict(zip(GRADER_ATTACKS, pool.map(attack, GRADER_ATTACKS)))
+
+
+def test_huge_replies_are_refused_and_the_grader_stays_small(grader_attacks) -> None:
+    """64 MB results on every call: each check fails saying expected versus got, and the grader peaks under 300 MiB (was 2.5 GB)."""
+    run, peak_mib, _ = grader_attacks["huge_replies"]
+    assert run.code == 1 and run.report["score"] == 0.0
+    assert run.check("lambda_values")["message"].startswith(
+        "differential_lambda returned 16,000,000 elements where 4 were expected; the reply was refused"
+    )
+    assert "differential_attention returned 16,000,000 elements where 160 were expected; the reply was refused" in run.check("causal_values")["message"]
+    assert run.report["worker"]["restarts"] <= 2
+    assert peak_mib < 300, peak_mib
+
+
+def test_a_long_exception_name_gives_small_clean_reports(grader_attacks) -> None:
+    """A 7.9-million-character class name: the name is cut to 200 characters, the reports stay under 200 kB (were 213 and 221 MB)."""
+    run, peak_mib, folder = grader_attacks["long_type_name"]
+    load_error = run.report["submission"]["load_error"]
+    name = load_error.removeprefix("importing the submission raised ").split(": ")[0]
+    assert len(name) == 200 and name.endswith("more characters cut]"), name[-60:]
+    assert "boom\n::error" in load_error and "\x1b" not in load_error and "\r" not in load_error
+    assert (folder / "report.json").stat().st_size < 200_000
+    assert (folder / "report.html").stat().st_size < 200_000
+    assert all(c["message"] == load_error for t in run.report["tiers"] for c in t["checks"])
+    assert peak_mib < 300, peak_mib

@@ -226,3 +226,46 @@ def test_broken_notebook_is_graded_zero_with_the_reason(graded_notebooks: dict[s
     assert error.startswith("the file is not a readable notebook: it is not valid JSON")
     assert run.report["submission"]["notes"] == []
     assert all(c["message"] == error for t in run.report["tiers"] for c in t["checks"])
+
+
+# ---- size is counted before any text is built (issue 10, item 5) -----------------------------
+
+
+def _traced_peak(data: bytes) -> tuple[Any, int]:
+    """convert(data) (or the NotebookError it raises) and the peak of memory it allocated, in bytes."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        try:
+            found: Any = convert(data, MAX_SUBMISSION_BYTES)
+        except NotebookError as exc:
+            found = exc
+        return found, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_many_cells_over_the_code_limit_are_refused_before_any_text_is_built() -> None:
+    """200,000 cells holding 4.8 MB of code: refused with the size, under 150 MB allocated (was 3.2 GB)."""
+    data = notebook_bytes(*[("code", "x = 1  # padding padding")] * 200_000)
+    refused, peak = _traced_peak(data)
+    assert isinstance(refused, NotebookError)
+    assert str(refused) == f"the notebook's code is 4800000 bytes, over the limit of {MAX_SUBMISSION_BYTES} bytes for a submission"
+    assert peak < 150_000_000, peak
+
+
+def test_many_small_cells_are_laid_out_compactly_with_a_short_note() -> None:
+    """20,000 one-line cells: the padded layout (20 million lines) is never built; the note lists 20 cells and counts the rest."""
+    converted, peak = _traced_peak(notebook_bytes(*[("code", "x=1")] * 20_000))
+    assert converted.source == "x=1\n" * 20_000
+    assert peak < 40_000_000, peak
+    assert "cells numbered 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20 and 19980 more (of 20000 cells)" in converted.notes[0]
+    assert converted.notes[0].endswith("cell 5 is line 5; and 19995 more.")
+    assert len(converted.notes[0]) < 600
+
+
+def test_removed_lines_are_quoted_without_control_characters() -> None:
+    """A magic line holding an escape sequence and a bidi override is quoted on one line, its controls shown as escapes."""
+    converted = convert(notebook_bytes(("code", "%time \x1b[2J\u202ex\nx = 1")), MAX_SUBMISSION_BYTES)
+    assert "cell 1 line 1 (%time \\x1b[2J\\u202ex)" in converted.notes[1]

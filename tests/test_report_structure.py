@@ -160,3 +160,19 @@ def test_page_is_responsive_and_self_contained() -> None:
     css = render_html(sample_report())
     assert re.search(r"\.table-wrap \{ overflow-x: auto;", css)
     assert re.search(r"main \{ max-width: \d+rem;", css)
+
+
+# ---- a report has a size cap (issue 10, item 5) -----------------------------------------------
+
+
+def test_a_report_over_the_cap_has_its_longest_strings_cut_with_a_note() -> None:
+    """25 messages of 9 million characters: the JSON fits in 8 MiB, each long message is cut with a note, short strings are kept."""
+    from grader import report
+
+    document = {"tiers": [{"checks": [{"id": f"c{i}", "message": "x" * 9_000_000} for i in range(25)]}], "status": "failed"}
+    bounded = report.bounded(document)
+    assert len(report.to_json(bounded).encode()) <= report.MAX_REPORT_BYTES
+    messages = [c["message"] for c in bounded["tiers"][0]["checks"]]
+    assert all(m.endswith("more characters cut: a report is limited to 8,388,608 bytes]") for m in messages)
+    assert [c["id"] for c in bounded["tiers"][0]["checks"]] == [f"c{i}" for i in range(25)] and bounded["status"] == "failed"
+    assert report.bounded({"message": "short"}) == {"message": "short"}

@@ -292,3 +292,121 @@ def test_the_fork_server_keeps_one_descriptor_per_client(forks: ForkServer) -> N
         worker.close()
         counts.append(open_fds())
     assert counts[1:] == counts[:1] * 30, counts
+
+
+# ---- the grading process protects itself: reply caps and clean strings ------------------
+
+HOSTILE_REPLIES = '''
+import sys, torch
+def huge(x):
+    return torch.zeros(16_000_000)
+def square(x):
+    return torch.zeros(x.shape[-1], x.shape[-1], dtype=x.dtype)
+def fine(x):
+    return x * 2
+def loud(x):
+    print("\\x1b[2J\\x1b]0;pwned\\x07tick\\r\\x00tock\\n::error ok")
+    raise type("E" * 1_000_000, (Exception,), {})("first line\\n\\x1b[31mred\\x1b[0m\\r\\x85end")
+'''
+
+
+def _one_tensor_call(function: str, size: int = 640) -> Request:
+    return Request((Call(function, (TensorInput(np.linspace(-1, 1, size).reshape(-1, 8), "float32"),)),))
+
+
+@pytest.fixture(scope="module")
+def hostile(forks: ForkServer) -> Worker:
+    """A worker whose functions return a 64 MB tensor, a wrong but honest square, a right value, and a loud exception."""
+    running = Worker(HOSTILE_REPLIES, "hostile.py", ["huge", "square", "fine", "loud"], WorkerLimits(call_timeout_s=10), forks)
+    yield running
+    running.close()
+
+
+def test_a_huge_reply_is_refused_unread_and_the_worker_goes_on(hostile: Worker) -> None:
+    """A 64 MB result for a 640-element call fails with expected versus got, buffers under 4 MiB, and the worker keeps serving."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        refused = invoke(hostile, _one_tensor_call("huge"))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert refused.failure == "huge returned 16,000,000 elements where 640 were expected; the reply was refused"
+    assert peak < 4 * 1024 * 1024, peak
+    after = invoke(hostile, _one_tensor_call("fine"))
+    assert after.failure is None and hostile.restarts == 0
+    assert np.allclose(after.results[0].value, np.linspace(-2, 2, 640).reshape(-1, 8).astype(np.float32))
+
+
+def test_an_honest_wrong_shape_is_still_read(hostile: Worker) -> None:
+    """A result bigger than expected but within the cap (an 8×8 map for an 80×8 input) comes back to be judged."""
+    outcome = invoke(hostile, _one_tensor_call("square"))
+    assert outcome.failure is None
+    assert outcome.results[0].value.shape == (8, 8)
+
+
+def test_a_gradient_or_stray_array_over_its_cap_is_refused() -> None:
+    """The limit names the gradient, or the array sent as nothing, with expected versus got."""
+    from grader.invoke import reply_limit
+
+    tensor = TensorInput(np.zeros((2, 3)), "float64", requires_grad=True)
+    judge = reply_limit([Request((Call("f", (tensor,)),), backward_from=0, cotangent=np.zeros((2, 3)))])
+    f8 = np.dtype("<f8")
+    assert judge({"calls": [{"value": 0}], "backward": {"grads": {"0": 1}}}, [(f8, (2, 3)), (f8, (6,))]) is None
+    assert judge({"calls": [{"value": 0}], "backward": {"grads": {"0": 1}}}, [(f8, (2, 3)), (f8, (100_000,))]) == (
+        "the gradient of f's input tensor 0 had 100,000 elements where 6 were expected; the reply was refused"
+    )
+    assert judge({"calls": [{"value": None}]}, [(f8, (20_000,))]) == (
+        "an array sent as no result or gradient had 20,000 elements where 0 were expected; the reply was refused"
+    )
+
+
+def test_protocol_drops_refused_arrays_and_stays_in_step() -> None:
+    """A refused message's 12 MB are read in chunks and dropped; the next message on the stream reads whole."""
+    import tracemalloc
+
+    buffer = io.BytesIO()
+    protocol.write_message(buffer, {"status": "ok"}, [np.zeros(3_000_000, dtype=np.float32)])
+    protocol.write_message(buffer, {"status": "next"}, [np.arange(3.0)])
+    buffer.seek(0)
+    tracemalloc.start()
+    try:
+        with pytest.raises(protocol.Refused, match="^too big$"):
+            protocol.read_message(buffer, lambda header, described: "too big" if described[0][1] == (3_000_000,) else None)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 3 * protocol.CHUNK_BYTES, peak
+    header, arrays = protocol.read_message(buffer)
+    assert header == {"status": "next"} and arrays[0].tolist() == [0.0, 1.0, 2.0]
+
+
+def test_strings_from_the_worker_are_clipped_and_cleaned(hostile: Worker) -> None:
+    """A million-character type name is cut to 200 characters; escapes, carriage returns and C1 controls are gone, newlines kept."""
+    raised = invoke(hostile, _one_tensor_call("loud")).results[0].raised
+    assert raised is not None
+    assert len(raised["type"]) == 200 and raised["type"].endswith("more characters cut]")
+    assert raised["type"].startswith("EEEE") and "999," in raised["type"]
+    assert raised["message"] == "first line\nred\nend"
+    captured = hostile.captured()["stdout"]
+    assert "tick\n" in captured and "tock\n::error ok" in captured
+    assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f]", captured), repr(captured)
+
+
+@pytest.mark.parametrize(
+    ("raw", "one_line", "multi_line"),
+    [
+        ("alice\n::error file=x::pwned", "alice\\n::error file=x::pwned", "alice\n::error file=x::pwned"),
+        ("\x1b[31mred\x1b[0m\r\n", "\\x1b[31mred\\x1b[0m\\r\\n", "red\n"),
+        ("a\u202eb\udcffc\x85d\x00", "a\\u202eb\\udcffc\\x85d\\x00", "ab\ufffdcd"),
+        ("over\rwrite\ttab", "over\\rwrite\\ttab", "over\nwrite\ttab"),
+    ],
+    ids=["log-injection", "ansi", "bidi-surrogate-c1", "carriage-return"],
+)
+def test_safetext_escapes_names_and_strips_text(raw: str, one_line: str, multi_line: str) -> None:
+    """line() shows every control character as an escape on one line; text() drops them but keeps newlines and tabs."""
+    from grader import safetext
+
+    assert safetext.line(raw) == one_line
+    assert safetext.text(raw) == multi_line

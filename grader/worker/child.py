@@ -41,6 +41,7 @@ TEXT_LIMIT = 4000
 # The descriptors a forked worker gets, in this order, and where it keeps them.
 WORKER_FDS = ("requests", "responses", "stdout", "stderr", "status")
 REQUESTS_FD, RESPONSES_FD = 3, 4
+PLACED_FD = 5  # while isolating: where the fork server says that it has moved the worker into its cgroup
 CONFIG_BYTES = 1 << 20
 
 
@@ -72,7 +73,7 @@ def main(argv: list[str]) -> int:
     protocol, isolation = (_load_sibling(name) for name in ("protocol", "isolation"))
     isolation.die_with_parent()
     server = Server()
-    isolation.remember_packages()
+    isolation.prepare()
     gc.collect()
     gc.freeze()  # what is warm now is shared with every fork: the collector must not touch (and so copy) it
     ForkServer(listener, server, protocol, isolation).serve()
@@ -95,6 +96,7 @@ class ForkServer:
         # workers each: one descriptor per client, not per worker.
         self.clients: dict[int, set[int]] = {}
         self.client_pidfds: dict[int, int] = {}
+        self.grants = isolation.Grants()  # each worker's uid and cgroup
         self.wake_read, wake_write = os.pipe()
         for fd in (self.wake_read, wake_write):
             os.set_blocking(fd, False)
@@ -108,7 +110,7 @@ class ForkServer:
             for fd in (self.listener.fileno(), self.wake_read, *self.clients):
                 poller.register(fd, select.POLLIN)
             try:
-                ready = {fd for fd, _ in poller.poll()}
+                ready = {fd for fd, _ in poller.poll(100 if self.grants.pending else None)}  # retry cgroups still emptying
             except InterruptedError:
                 continue
             if self.wake_read in ready:
@@ -121,6 +123,7 @@ class ForkServer:
             for client in [fd for fd in ready if fd in self.clients]:
                 self.orphaned(client)
             self.reap()
+            self.grants.retry()
             if self.listener.fileno() in ready:
                 try:
                     connection, _ = self.listener.accept()
@@ -171,23 +174,44 @@ class ForkServer:
             if len(fds) != len(WORKER_FDS):
                 return
             client = self.client_of(peer)
-            ids = (os.getuid(), os.getgid())
-            pid = self.isolation.fork_into_namespaces() if config["isolation"] else None
-            entered = ids if pid is not None else None
-            if pid is None:  # no isolation wanted, or the kernel refused: isolate() tries again, or warns
-                pid = os.fork()
+            granted, placed = None, None
+            if config["isolation"]:
+                granted = self.grants.issue(config["limits"].get("address_space"), config["isolation"]["max_processes"])
+                config["isolation"].update(granted)
+                placed = os.pipe() if granted["cgroups"] else None
+            try:
+                ids = (os.getuid(), os.getgid())
+                pid = self.isolation.fork_into_namespaces() if config["isolation"] else None
+                entered = ids if pid is not None else None
+                if pid is None:  # no isolation wanted, or the kernel refused: isolate() tries again, or warns
+                    pid = os.fork()
+            except BaseException:
+                if granted is not None:
+                    self.grants.abandon(granted)
+                for fd in placed or ():
+                    os.close(fd)
+                raise
             if pid == 0:
                 try:
-                    self.become_worker(config, fds, entered)
+                    self.become_worker(config, fds, entered, placed[0] if placed else None)
                 finally:
                     os._exit(70)
-            self.status_fds[pid] = os.dup(fds[WORKER_FDS.index("status")])
-            self.clients[client].add(pid)
-            pidfd = os.pidfd_open(pid)
             try:
-                socket.send_fds(connection, [json.dumps({"pid": pid}).encode()], [pidfd])
+                if granted is not None:
+                    self.grants.bind(pid, granted)
+                self.status_fds[pid] = os.dup(fds[WORKER_FDS.index("status")])
+                self.clients[client].add(pid)
+                pidfd = os.pidfd_open(pid)
+                try:
+                    socket.send_fds(connection, [json.dumps({"pid": pid}).encode()], [pidfd])
+                finally:
+                    os.close(pidfd)
             finally:
-                os.close(pidfd)
+                if placed:
+                    # Moving a process into a cgroup waits for an RCU grace period (about 10 ms): done
+                    # here, while the worker fences itself, it costs the worker's start next to nothing.
+                    os.close(placed[0])
+                    self.grants.place(pid, granted, placed[1])
         except Exception:  # a malformed request (or a client already gone) gets no worker
             return
         finally:
@@ -221,6 +245,7 @@ class ForkServer:
                 return
             for workers in self.clients.values():
                 workers.discard(pid)
+            self.grants.release(pid)
             fd = self.status_fds.pop(pid, None)
             if fd is not None:
                 try:
@@ -229,19 +254,25 @@ class ForkServer:
                     pass  # the grader stopped listening
                 os.close(fd)
 
-    def become_worker(self, config: dict[str, Any], fds: list[int], entered: tuple[int, int] | None) -> None:
+    def become_worker(self, config: dict[str, Any], fds: list[int], entered: tuple[int, int] | None, placed: int | None) -> None:
         """In the forked child: take the descriptors, the limits and the isolation, then serve.
 
         ``entered``: the child was forked into new namespaces by a process with these user and group ids.
+        ``placed``: the pipe on which the server says when it has moved the child into its cgroup.
         """
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         os.setsid()
         high = {name: fcntl.fcntl(fd, fcntl.F_DUPFD, 64) for name, fd in zip(WORKER_FDS, fds)}
+        kept = RESPONSES_FD
+        if placed is not None:
+            high["placed"], kept = fcntl.fcntl(placed, fcntl.F_DUPFD, 64), PLACED_FD
+            config["isolation"]["placed_fd"] = PLACED_FD
         os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
-        for name, target in (("stdout", 1), ("stderr", 2), ("requests", REQUESTS_FD), ("responses", RESPONSES_FD)):
-            os.dup2(high[name], target)
-        os.closerange(RESPONSES_FD + 1, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+        for name, target in (("stdout", 1), ("stderr", 2), ("requests", REQUESTS_FD), ("responses", RESPONSES_FD), ("placed", PLACED_FD)):
+            if name in high:
+                os.dup2(high[name], target)
+        os.closerange(kept + 1, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
         os.chdir(config["workdir"])
         os.environ["HOME"] = config["workdir"]
         self.isolation.die_with_parent()
@@ -420,7 +451,13 @@ class Server:
 
 
 class Run:
-    """One "run" request: build the inputs, make the calls, observe, differentiate."""
+    """One "run" request: build the inputs, make the calls, observe, differentiate.
+
+    An input tensor is built when a call first uses it (or refills it), so that
+    a call that releases the earlier calls' inputs gets new tensors in the
+    memory those freed: a submission that caches by ``id()`` or ``data_ptr``
+    meets the reuse it would meet in a training loop.
+    """
 
     def __init__(self, server: Server, header: dict[str, Any], arrays: list[Any]) -> None:
         self.server = server
@@ -428,35 +465,95 @@ class Run:
         self.header = header
         self.arrays = arrays
         self.out_arrays: list[Any] = []
-        self.tensors = [self.make_tensor(spec) for spec in header["tensors"]]
-        self.snapshots = [(t.detach().clone(), t._version) for t in self.tensors]
+        self.tensors: list[Any] = [None] * len(header["tensors"])
+        self.snapshots: list[tuple[Any, int] | None] = [None] * len(header["tensors"])
+        self.released: dict[int, dict[str, Any]] = {}  # input -> its changes when it was released
+        self.backings: dict[int, Any] = {}  # input -> the numpy array holding a contiguous input's memory
+        self.freed: dict[tuple[str, tuple[int, ...]], list[Any]] = {}  # memory of released contiguous inputs
         self.results: list[Any] = []
 
-    def make_tensor(self, spec: dict[str, Any]) -> Any:
-        """Build an input tensor with the requested dtype and memory layout."""
+    def tensor(self, index: int) -> Any:
+        """Input tensor ``index``, built (and its state noted) at first use."""
+        if self.tensors[index] is None:
+            if index in self.released:
+                raise ValueError(f"input {index} was released before this call")
+            tensor = self.tensors[index] = self.make_tensor(index)
+            self.snapshots[index] = (tensor.detach().clone(), tensor._version)
+        return self.tensors[index]
+
+    def make_tensor(self, index: int) -> Any:
+        """Build input tensor ``index`` with the requested dtype and memory layout."""
+        spec = self.header["tensors"][index]
         torch = self.torch
         dtype = {"float32": torch.float32, "float64": torch.float64}[spec["dtype"]]
-        data = torch.from_numpy(self.arrays[spec["array"]].copy()).to(dtype)
         layout = spec.get("layout", "contiguous")
+        if layout == "contiguous":
+            memory = self.backings[index] = self.backing(spec)
+            return torch.from_numpy(memory).requires_grad_(bool(spec.get("requires_grad", False)))
+        data = torch.from_numpy(self.arrays[spec["array"]].copy()).to(dtype)
         if layout == "transposed":
             tensor = data.transpose(-1, -2).contiguous().transpose(-1, -2)
-        elif layout == "sliced":
-            wide = torch.zeros(*data.shape[:-1], 2 * data.shape[-1], dtype=dtype)
-            wide[..., ::2] = data
-            tensor = wide[..., ::2]
+        elif layout in ("sliced", "fused"):  # every other column, or the middle third of a fused projection
+            last = data.shape[-1]
+            wide = torch.zeros(*data.shape[:-1], (2 if layout == "sliced" else 3) * last, dtype=dtype)
+            part = (slice(None, None, 2) if layout == "sliced" else slice(last, 2 * last))
+            wide[..., part] = data
+            tensor = wide[..., part]
+        elif layout == "offset":  # contiguous, but not at the start of its storage
+            storage = torch.zeros(data.numel() + 7, dtype=dtype)
+            tensor = storage[7:].view(data.shape)
+            tensor.copy_(data)
         elif layout == "heads_permuted":
             tensor = data.transpose(1, 2).contiguous().transpose(1, 2)
         else:
             tensor = data
         return tensor.requires_grad_(bool(spec.get("requires_grad", False)))
 
+    def backing(self, spec: dict[str, Any]) -> Any:
+        """The memory of a contiguous input: a released input's of the same dtype and shape when nothing holds it any more.
+
+        A fresh tensor over freed memory has a new id, the old data_ptr and
+        version 0, as the next step's tensors of a training loop have. Memory
+        that the submission still holds (a cached tensor or a view of it) is
+        not reused, as an allocator would not reuse it either.
+        """
+        values = self.arrays[spec["array"]].astype(spec["dtype"])
+        free = self.freed.get((values.dtype.str, values.shape), [])
+        for i in range(len(free)):
+            if sys.getrefcount(free[i]) == 2:  # the list and getrefcount's argument: no tensor holds it any more
+                self.server.np.copyto(free[i], values)
+                return free.pop(i)
+        return values
+
     def argument(self, spec: dict[str, Any]) -> Any:
         """Resolve one argument: an input tensor, a JSON value, or an earlier call's result."""
         if "tensor" in spec:
-            return self.tensors[spec["tensor"]]
+            return self.tensor(spec["tensor"])
         if "result" in spec:
             return self.results[spec["result"]]
         return spec["value"]
+
+    def prepare(self, call: dict[str, Any]) -> None:
+        """What a call asks for before it is made: release the earlier calls' inputs and results, refill inputs."""
+        arguments = [*call.get("args", []), *call.get("kwargs", {}).values()]
+        if call.get("release"):
+            keep = {a["tensor"] for a in arguments if "tensor" in a}
+            for index, tensor in enumerate(self.tensors):
+                if tensor is not None and index not in keep:
+                    self.released[index] = self.change_of(index)
+                    memory = self.backings.pop(index, None)
+                    if memory is not None:
+                        self.freed.setdefault((memory.dtype.str, memory.shape), []).append(memory)
+                    self.tensors[index] = self.snapshots[index] = None
+                    del tensor, memory
+            used = {a["result"] for a in arguments if "result" in a}
+            self.results = [r if i in used else None for i, r in enumerate(self.results)]
+        for index, array in call.get("refill", []):
+            tensor = self.tensor(index)
+            target = tensor.data if call.get("refill_through_data") else tensor
+            with self.torch.no_grad():
+                target.copy_(self.torch.from_numpy(self.arrays[array].copy()).to(tensor.dtype))
+            self.snapshots[index] = (tensor.detach().clone(), tensor._version)
 
     def execute(self) -> tuple[dict[str, Any], list[Any]]:
         """Make every call, then the backward pass if one was asked for."""
@@ -467,24 +564,47 @@ class Run:
                 self.results.append(None)
                 calls.append({"status": "skipped"})
                 continue
+            self.prepare(call)
             function = getattr(self.server.module, call["fn"], None)
             args = [self.argument(a) for a in call.get("args", [])]
             kwargs = {k: self.argument(a) for k, a in call.get("kwargs", {}).items()}
             started = time.perf_counter()
             try:
-                result = function(*args, **kwargs)
+                with self.grad_mode(call.get("grad_mode", "enabled")):
+                    result = function(*args, **kwargs)
             except BaseException as exc:
                 self.results.append(None)
                 calls.append({"status": "raised", "error": self.server.describe_exception(exc)})
                 continue
+            finally:
+                del args, kwargs
             self.results.append(result)
             calls.append({"status": "returned", "seconds": time.perf_counter() - started, **self.observe(result)})
+            del result  # a later call may release it, and with it the inputs its graph holds
+        for call, result in zip(calls, self.results):
+            if call["status"] == "returned" and self.overwritten(result, call.get("value")):
+                call["overwritten"] = True
         reply: dict[str, Any] = {"status": "ok", "calls": calls, "inputs_after_forward": self.input_changes()}
         backward = self.header.get("backward")
         if backward is not None:
             reply["backward"] = self.backward(backward["calls"], [self.arrays[i] for i in backward["cotangents"]])
             reply["inputs_after_backward"] = self.input_changes()
         return reply, self.out_arrays
+
+    def grad_mode(self, mode: str) -> Any:
+        """The autograd mode a call is made in: "enabled", "no_grad" or "inference_mode"."""
+        torch = self.torch
+        return {"no_grad": torch.no_grad, "inference_mode": torch.inference_mode}.get(mode, torch.enable_grad)()
+
+    def overwritten(self, result: Any, array: int | None) -> bool:
+        """Whether a returned float tensor no longer holds the values sent for it (a later call wrote into it)."""
+        if array is None or type(result) is not self.server.tensor_type or result.dtype not in (self.torch.float32, self.torch.float64):
+            return False
+        try:
+            now = result.detach().cpu().resolve_conj().resolve_neg().contiguous().numpy()
+        except BaseException:
+            return False
+        return not self.server.np.array_equal(now, self.out_arrays[array], equal_nan=True)
 
     def observe(self, result: Any) -> dict[str, Any]:
         """Facts about a returned object, and its values if it is a plain tensor."""
@@ -522,17 +642,24 @@ class Run:
         values = tensor.detach().cpu().resolve_conj().resolve_neg()
         if values.dtype not in (torch.float32, torch.float64):
             values = values.to(torch.float64)
-        self.out_arrays.append(values.contiguous().numpy())
+        self.out_arrays.append(values.contiguous().numpy().copy())  # its values now: a later call may write into the tensor
         return len(self.out_arrays) - 1
 
     def input_changes(self) -> list[dict[str, Any]]:
-        """For each input tensor: did its values or its version counter change?"""
-        changes = []
-        for tensor, (before, version) in zip(self.tensors, self.snapshots):
-            current = tensor.detach()
-            same = current.shape == before.shape and bool(self.server.equal(current, before))
-            changes.append({"values_changed": not same, "version_before": version, "version_after": tensor._version})
-        return changes
+        """For each input tensor: did its values or its version counter change (while the grader was not refilling it)?"""
+        return [self.change_of(index) for index in range(len(self.tensors))]
+
+    def change_of(self, index: int) -> dict[str, Any]:
+        """The changes of input ``index`` since it was built or last refilled (none for one never built)."""
+        if index in self.released:
+            return self.released[index]
+        tensor, snapshot = self.tensors[index], self.snapshots[index]
+        if tensor is None or snapshot is None:
+            return {"values_changed": False, "version_before": 0, "version_after": 0}
+        before, version = snapshot
+        current = tensor.detach()
+        same = current.shape == before.shape and bool(self.server.equal(current, before))
+        return {"values_changed": not same, "version_before": version, "version_after": tensor._version}
 
     def backward(self, indices: list[int], cotangents: list[Any]) -> dict[str, Any]:
         """Gradients of the sum of <result[i], cotangent_i> with respect to the inputs that require them.
@@ -543,7 +670,7 @@ class Run:
         outputs = [self.results[i] for i in indices]
         if any(type(output) is not server.tensor_type for output in outputs):
             return {"status": "skipped", "reason": "the call did not return a plain torch.Tensor"}
-        wanted = [i for i, t in enumerate(self.tensors) if t.requires_grad]
+        wanted = [i for i, t in enumerate(self.tensors) if t is not None and t.requires_grad]
         seeds = [
             torch.from_numpy(cotangent.copy()).to(output.dtype if output.is_floating_point() else torch.float64).reshape(output.shape)
             for output, cotangent in zip(outputs, cotangents)

@@ -7,7 +7,10 @@ exchange has a wall-clock deadline; a worker that dies, hangs or sends
 garbage is killed (with everything it started), and the next request forks a
 fresh one, until a restart cap or the time budget says stop. Nothing the
 worker sends is trusted beyond its shape: :mod:`protocol` loads arrays
-without pickle, and callers validate every field they use.
+without pickle (and, given a limit, refuses arrays larger than the request
+can need before reading them), every string of a reply is clipped and
+cleaned of control characters here (:func:`grader.safetext.reply`), and
+callers validate every field they use.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from grader import safetext
 from grader.worker import protocol
 from grader.worker.forks import ForkedProcess, ForkServer, WorkerFailure, WorkerStartFailure
 
@@ -59,6 +63,13 @@ class WorkerLimits:
         }
 
 
+Reply = tuple[dict[str, Any], list[np.ndarray]]
+
+
+class ReplyRefused(Exception):
+    """A reply whose arrays are larger than its request can need: refused unread, the worker still in step."""
+
+
 class CappedOutput:
     """Drains one pipe in a thread, keeping the first ``limit`` bytes only."""
 
@@ -77,7 +88,7 @@ class CappedOutput:
                 self.dropped += max(0, len(chunk) - room)
 
     def text(self) -> str:
-        """What was kept, decoded leniently, with a note of what was dropped."""
+        """What was kept, decoded leniently, with a note of what was dropped (control characters left in)."""
         text = self.kept.decode("utf-8", errors="replace")
         return text + (f"\n[... {self.dropped} more bytes dropped]" if self.dropped else "")
 
@@ -178,8 +189,8 @@ class Worker:
             try:
                 self.info = self._receive(self.limits.startup_timeout_s, "starting the worker")[0]
             except WorkerFailure as exc:
-                lines = [line for line in self._captured["stderr"].splitlines() if line.strip()]
-                last = f"; its last words: {lines[-1].strip()}" if lines else ""
+                lines = [line for line in self.captured()["stderr"].splitlines() if line.strip()]
+                last = f"; its last words: {safetext.line(lines[-1].strip())}" if lines else ""
                 raise WorkerStartFailure(f"{exc}{last}") from None
             request = {"op": "load", "source": self.source, "filename": self.filename, "functions": self.functions}
             self._send(request, [], self.limits.call_timeout_s, "importing the submission")
@@ -189,8 +200,8 @@ class Worker:
         return self.load_reply
 
     def run(
-        self, header: dict[str, Any], arrays: list[np.ndarray], *, diagnostic: bool = False
-    ) -> tuple[dict[str, Any], list[np.ndarray]]:
+        self, header: dict[str, Any], arrays: list[np.ndarray], *, diagnostic: bool = False, limit: protocol.Limit | None = None
+    ) -> Reply:
         """Send one request and return the reply, restarting a dead worker first.
 
         Functions that already crashed or hung the worker
@@ -198,25 +209,31 @@ class Worker:
         function cannot use up the restarts that the others need. A
         ``diagnostic`` request (extra calls that only explain a failure) gets
         one call's timeout in all, and its failure is not counted, so it
-        cannot change how later requests run.
+        cannot change how later requests run. A reply that ``limit`` refuses
+        (see :func:`protocol.read_message`) raises :class:`ReplyRefused`: the
+        worker goes on, and nothing is counted against the functions.
         """
         functions = self._ready_for(header)
         count, what = self._calls(header)
         timeout = min(self.limits.call_timeout_s * (1 if diagnostic else count), self._remaining())  # per call, also in a batch
         try:
             self._send({"op": "run", **header}, arrays, timeout, what)
-            return self._receive(timeout, what)
+            return self._receive(timeout, what, limit)
         except WorkerFailure:
             self._count_failure(functions if not diagnostic else [])
             raise
 
-    def run_each(self, requests: list[tuple[dict[str, Any], list[np.ndarray]]]) -> list[tuple[dict[str, Any], list[np.ndarray]] | WorkerFailure]:
+    def run_each(
+        self, requests: list[tuple[dict[str, Any], list[np.ndarray]]], limits: list[protocol.Limit | None] | None = None
+    ) -> list[Reply | WorkerFailure | ReplyRefused]:
         """Send several requests in one message; the worker answers each as it finishes it.
 
         The same as calling :meth:`run` for each in turn, in one round trip:
         each answer is awaited with the timeout its request would get alone,
         a failure counts against that request's functions, and the list ends
         at the first failure (in its place), the requests after it not run.
+        ``limits`` (one per request) work as :meth:`run`'s: a refused reply is
+        a :class:`ReplyRefused` in its place, and the next request goes on.
         """
         try:
             functions = self._ready_for(requests[0][0])
@@ -225,20 +242,26 @@ class Worker:
         headers = [header for header, _ in requests]
         if any(self._functions_of(header) != functions for header in headers[1:]):
             raise ValueError("run_each needs requests that call the same functions")
+        limits = limits if limits is not None else [None] * len(headers)
+        if len(limits) != len(headers):
+            raise ValueError(f"run_each needs one limit per request (got {len(limits)} for {len(headers)})")
         arrays = [array for _, each in requests for array in each]
-        answers: list[tuple[dict[str, Any], list[np.ndarray]] | WorkerFailure] = []
+        answers: list[Reply | WorkerFailure | ReplyRefused] = []
         try:
             count, what = self._calls(headers[0])
             timeout = min(self.limits.call_timeout_s * count, self._remaining())
             self._send({"op": "run_each", "requests": headers, "array_counts": [len(each) for _, each in requests]}, arrays, timeout, what)
-            for header in headers:
+            for header, limit in zip(headers, limits):
                 count, what = self._calls(header)
                 remaining = self._remaining()
                 if remaining <= 0:  # where run() would have refused this request, it is stopped instead
                     self.stop()
                     answers.append(self._used_up())
                     break
-                answers.append(self._receive(min(self.limits.call_timeout_s * count, remaining), what))
+                try:
+                    answers.append(self._receive(min(self.limits.call_timeout_s * count, remaining), what, limit))
+                except ReplyRefused as exc:
+                    answers.append(exc)
         except WorkerFailure as exc:
             self._count_failure(functions)
             answers.append(exc)
@@ -300,9 +323,13 @@ class Worker:
         except (TimeoutError, BrokenPipeError, OSError) as exc:
             raise self._fail(what, timeout, timed_out=isinstance(exc, TimeoutError)) from None
 
-    def _receive(self, timeout: float, what: str) -> tuple[dict[str, Any], list[np.ndarray]]:
+    def _receive(self, timeout: float, what: str, limit: protocol.Limit | None = None) -> Reply:
+        """The next reply, its strings cleaned (:func:`safetext.reply`); a failure stops the worker, a refusal by ``limit`` does not."""
         try:
-            return protocol.read_message(_Deadline(self._response_fd, time.monotonic() + timeout))
+            header, arrays = protocol.read_message(_Deadline(self._response_fd, time.monotonic() + timeout), limit)
+            return safetext.reply(header), arrays
+        except protocol.Refused as exc:
+            raise ReplyRefused(str(exc)) from None
         except TimeoutError:
             raise self._fail(what, timeout, timed_out=True) from None
         except protocol.PeerClosed:
@@ -364,9 +391,9 @@ class Worker:
         self.stop()
 
     def captured(self) -> dict[str, str]:
-        """The submission's stdout and stderr (first bytes only) over all workers so far."""
+        """The submission's stdout and stderr (first bytes only) over all workers so far, clipped and cleaned."""
         live = {name: output.text() for name, output in zip(("stdout", "stderr"), self._outputs)}
-        return {name: self._captured[name] + live.get(name, "") for name in ("stdout", "stderr")}
+        return {name: safetext.text(self._captured[name] + live.get(name, ""), safetext.MAX_LONG_TEXT) for name in ("stdout", "stderr")}
 
 
 def descendants(pid: int) -> list[int]:

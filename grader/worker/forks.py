@@ -96,10 +96,13 @@ class ForkServer:
         return f"{ended}; its last words: {lines[-1]}" if lines else ended
 
     def close(self) -> None:
-        """Stop the server; its workers die with it (parent-death signal)."""
+        """Stop the server; its workers die with it (parent-death signal), and their cgroups are removed."""
+        from grader.worker.isolation import remove_server_groups  # ctypes: not needed before the server runs
+
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self._process.pid, signal.SIGKILL)
         self._process.wait()
+        remove_server_groups(self._process.pid)
         os.close(self._pidfd)
         self._log.close()
         shutil.rmtree(self.directory, ignore_errors=True)

@@ -18,14 +18,16 @@ from __future__ import annotations
 import json
 import math
 import struct
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Callable
 
 import numpy as np
 
 MAX_HEADER_BYTES = 8 * 1024 * 1024  # a 1 MiB submission of control characters escapes to 6 MiB of JSON
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+MAX_SKIPPED_BYTES = 16 * MAX_MESSAGE_BYTES  # the most a refused message may declare; its bytes are read and dropped
 MAX_ARRAYS = 4096
 MAX_DIMENSIONS = 32
+CHUNK_BYTES = 1024 * 1024  # read at most this much at a time (a pipe gives 64 KiB per read anyway)
 # Plain numbers and booleans only, little-endian (or byte-sized): never objects, strings or records.
 DTYPES = {name: np.dtype(name) for name in ("<f2", "<f4", "<f8", "|i1", "<i2", "<i4", "<i8", "|u1", "<u2", "<u4", "<u8", "|b1")}
 
@@ -36,6 +38,15 @@ class ProtocolError(Exception):
 
 class PeerClosed(ProtocolError):
     """The peer closed the channel (for a worker: it exited or crashed)."""
+
+
+class Refused(ProtocolError):
+    """A well-formed message whose arrays the reader's limit refused; their bytes were dropped unread into memory."""
+
+
+Description = tuple[np.dtype, tuple[int, ...]]
+# Judges a message from its header and array descriptions before any array is read: None, or why it is refused.
+Limit = Callable[[dict[str, Any], list[Description]], str | None]
 
 
 def write_message(stream: BinaryIO, header: dict[str, Any], arrays: list[np.ndarray] = ()) -> None:
@@ -51,8 +62,14 @@ def write_message(stream: BinaryIO, header: dict[str, Any], arrays: list[np.ndar
     stream.flush()
 
 
-def read_message(stream: BinaryIO) -> tuple[dict[str, Any], list[np.ndarray]]:
-    """Read one message; raise ProtocolError on anything malformed or oversized."""
+def read_message(stream: BinaryIO, limit: Limit | None = None) -> tuple[dict[str, Any], list[np.ndarray]]:
+    """Read one message; raise ProtocolError on anything malformed or oversized.
+
+    Every array description is checked before a byte of data is read. When
+    ``limit`` is given, it sees the header and the descriptions first; if it
+    returns a reason, the arrays' bytes are read and dropped (never held in
+    memory) and :class:`Refused` says why, the channel still in step.
+    """
     (length,) = struct.unpack(">I", _read_exact(stream, 4))
     if length > MAX_HEADER_BYTES:
         raise ProtocolError(f"header of {length} bytes exceeds the limit of {MAX_HEADER_BYTES}")
@@ -67,15 +84,18 @@ def read_message(stream: BinaryIO) -> tuple[dict[str, Any], list[np.ndarray]]:
     described = header.pop("arrays", [])
     if not isinstance(described, list) or len(described) > MAX_ARRAYS:
         raise ProtocolError(f"'arrays' must be a list of at most {MAX_ARRAYS} descriptions (got {type(described).__name__})")
-    arrays = []
-    budget = MAX_MESSAGE_BYTES - length
-    for description in described:
-        dtype, shape = _array_description(description)
-        size = math.prod(shape) * dtype.itemsize
-        budget -= size
-        if budget < 0:
-            raise ProtocolError(f"message exceeds the limit of {MAX_MESSAGE_BYTES} bytes")
-        arrays.append(np.frombuffer(_read_exact(stream, size), dtype=dtype).reshape(shape).copy())
+    descriptions = [_array_description(description) for description in described]
+    sizes = [math.prod(shape) * dtype.itemsize for dtype, shape in descriptions]
+    if sum(sizes) > MAX_SKIPPED_BYTES:
+        raise ProtocolError(f"message of {sum(sizes)} bytes exceeds any limit ({MAX_SKIPPED_BYTES} bytes)")
+    # The caller's limit comes first: a reply it refuses is dropped whatever its size, and the worker goes on.
+    reason = None if limit is None else limit(header, descriptions)
+    if reason is not None:
+        _skip(stream, sum(sizes))
+        raise Refused(reason)
+    if sum(sizes) > MAX_MESSAGE_BYTES - length:
+        raise ProtocolError(f"message exceeds the limit of {MAX_MESSAGE_BYTES} bytes")
+    arrays = [np.frombuffer(_read_exact(stream, size), dtype=dtype).reshape(shape) for (dtype, shape), size in zip(descriptions, sizes)]
     return header, arrays
 
 
@@ -91,13 +111,24 @@ def _array_description(description: Any) -> tuple[np.dtype, tuple[int, ...]]:
     return DTYPES[name], tuple(shape)
 
 
-def _read_exact(stream: BinaryIO, size: int) -> bytes:
-    chunks = []
-    remaining = size
-    while remaining:
-        chunk = stream.read(remaining)
+def _read_exact(stream: BinaryIO, size: int) -> bytearray:
+    """Exactly ``size`` bytes, read into one buffer (an array made from it needs no copy)."""
+    buffer = bytearray(size)
+    view = memoryview(buffer)
+    done = 0
+    while done < size:
+        chunk = stream.read(min(size - done, CHUNK_BYTES))
         if not chunk:
             raise PeerClosed("the channel was closed")
-        chunks.append(chunk)
-        remaining -= len(chunk)
-    return b"".join(chunks)
+        view[done : done + len(chunk)] = chunk
+        done += len(chunk)
+    return buffer
+
+
+def _skip(stream: BinaryIO, size: int) -> None:
+    """Read ``size`` bytes and drop them, a chunk at a time."""
+    while size:
+        chunk = stream.read(min(size, CHUNK_BYTES))
+        if not chunk:
+            raise PeerClosed("the channel was closed")
+        size -= len(chunk)
