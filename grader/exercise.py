@@ -43,4 +43,6 @@ class Exercise:
     # Computes, for a seed, whatever every submission's checks share (the
     # oracle's expected values), so that a batch's forked graders inherit it.
     prepare: Callable[[int], None] | None = None
+    # Computes, for a seed, the expected values alone: a single run does it while its worker starts.
+    expect: Callable[[int], None] | None = None
     handout: HandoutBuilder | None = None  # `diffgrade handout`: the public checks, runnable without the grader

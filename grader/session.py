@@ -292,14 +292,18 @@ def grade(
         except OSError as exc:
             raise InternalError(f"the fork server could not be started: {exc}") from None
     worker = None
-    drawing = concurrent.futures.ThreadPoolExecutor(max_workers=1)  # the preview's worker runs beside the checks
+    # The preview's worker runs beside the checks; a single run computes the expected values while its worker starts.
+    drawing = concurrent.futures.ThreadPoolExecutor(max_workers=2)
     try:
         pending = drawing.submit(draw_preview, exercise, options, forks) if preview is None else None
+        expecting = drawing.submit(exercise.expect, options.seed) if preview is None and exercise.expect is not None else None
         functions, load_failure = {}, submission.problem
         if load_failure is None:
             assert submission.source is not None
             worker = _start(exercise, submission.source, options.submission.name, options, forks, hidden_paths(exercise, options.reference, options.hide))
             functions, load_failure = _load(worker)
+        if expecting is not None:  # (a truth that failed is computed again by its check, which then reports the error)
+            concurrent.futures.wait([expecting])
         context = GradingContext(options.seed, worker, functions, load_failure)
         checks = run_checks(context)
         if pending is not None:

@@ -86,3 +86,15 @@ def stub_run(tmp_path_factory: pytest.TempPathFactory) -> Graded:
     """The untouched stub, graded by running diffgrade with no argument from the repository root."""
     workdir = tmp_path_factory.mktemp("stub")
     return run_cli(["--seed", "5"], ROOT, reports=workdir)
+
+
+ATTENTION_PARAMETERS = ("q1", "k1", "q2", "k2", "value", "coefficient", "causal")
+
+
+def attention_arguments(call: dict[str, Any], tensors: list[Any]) -> tuple[list[Any], float, bool]:
+    """A wire-format differential_attention call bound as Python would bind it: (q1..value, coefficient, causal)."""
+    bound = dict(zip(ATTENTION_PARAMETERS, call["args"])) | call["kwargs"]
+    value = lambda a: tensors[a["tensor"]] if "tensor" in a else a["value"]  # noqa: E731
+    coefficient = value(bound["coefficient"])
+    causal = value(bound["causal"]) if "causal" in bound else True
+    return [value(bound[n]) for n in ATTENTION_PARAMETERS[:5]], float(coefficient), causal

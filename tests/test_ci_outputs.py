@@ -287,7 +287,7 @@ def test_grade_command_writes_every_summary(tmp_path: Path) -> None:
     assert json.loads(paths["results.json"].read_text()) == gradescope.results(run.report)
     assert paths["summary.md"].read_text() == markdown.summary(run.report)
     root = ET.parse(paths["junit.xml"]).getroot()
-    assert _attributes(root, "tests", "failures", "errors", "skipped") == ("25", "8", "0", "17")
+    assert _attributes(root, "tests", "failures", "errors", "skipped") == ("28", "9", "0", "19")
     assert all(str(path) in run.stdout for path in paths.values())
 
 

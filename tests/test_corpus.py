@@ -64,3 +64,12 @@ def test_wrong_submission_loses_points_in_its_tier(name: str, tier: str, corpus_
     assert graded_tier["score"] < graded_tier["max_score"], f"{name} kept every point of {tier}"
     failed = [c for c in graded_tier["checks"] if c["status"] == "failed"]
     assert all(c["message"].strip() for c in failed), "every failed check explains itself"
+
+
+PROPERTY_CHECKS = ("row_sums", "lambda_zero_is_attention", "identical_maps_cancel", "toy_offset_scaling")
+
+
+def test_property_checks_cannot_be_earned_without_the_maps(corpus_runs: dict[str, Graded]) -> None:
+    """A function that ignores both attention maps, (1 - c)·value, fails every property check of the signed map."""
+    run = corpus_runs["ignores_attention"]
+    assert {check: run.check(check)["status"] for check in PROPERTY_CHECKS} == dict.fromkeys(PROPERTY_CHECKS, "failed")

@@ -19,7 +19,7 @@ from grader.plugin import GradingContext
 from grader.schema import _COUNTEREXAMPLE, validate
 from grader.worker.client import WorkerFailure
 
-from conftest import ROOT, grade, grade_many
+from conftest import attention_arguments, ROOT, grade, grade_many
 from corpus.mutants import MUTANTS, mutant_source
 
 SVG = "{http://www.w3.org/2000/svg}"
@@ -34,12 +34,12 @@ class FakeWorker:
         self.fail_diagnostics = fail_diagnostics
         self.trips: list[str] = []  # "each" (a case set), "run" or "diagnostic" per round trip
 
-    def run_each(self, requests: list[tuple[dict[str, Any], list[np.ndarray]]]) -> list[tuple[dict[str, Any], list[np.ndarray]]]:
+    def run_each(self, requests: list[tuple[dict[str, Any], list[np.ndarray]]], limits: Any = None) -> list[tuple[dict[str, Any], list[np.ndarray]]]:
         """A case set in one round trip: one answer per request."""
         self.trips.append("each")
         return [self.answer(header, arrays) for header, arrays in requests]
 
-    def run(self, header: dict[str, Any], arrays: list[np.ndarray], *, diagnostic: bool = False) -> tuple[dict[str, Any], list[np.ndarray]]:
+    def run(self, header: dict[str, Any], arrays: list[np.ndarray], *, diagnostic: bool = False, limit: Any = None) -> tuple[dict[str, Any], list[np.ndarray]]:
         """One round trip: every call's output as an array."""
         self.trips.append("diagnostic" if diagnostic else "run")
         if diagnostic and self.fail_diagnostics:
@@ -51,10 +51,7 @@ class FakeWorker:
         tensors = [arrays[t["array"]] for t in header["tensors"]]
         replies, out = [], []
         for call in header["calls"]:
-            inputs = [tensors[a["tensor"]] for a in call["args"][:5]]
-            coefficient = call["args"][5]
-            coefficient = float(tensors[coefficient["tensor"]]) if "tensor" in coefficient else coefficient["value"]
-            causal = call["kwargs"].get("causal", {"value": True})["value"]
+            inputs, coefficient, causal = attention_arguments(call, tensors)
             out.append(self.behaviour(inputs, coefficient, causal))
             replies.append({"status": "returned", "type": "torch.Tensor", "is_tensor": True, "exact_tensor": True, "repr": "",
                             "shape": list(out[-1].shape), "dtype": "float64", "device": "cpu", "layout": "torch.strided",
@@ -103,7 +100,7 @@ def test_sizes_are_ordered_by_elements_then_tokens() -> None:
 
 def test_a_causal_cut_is_the_first_rows_of_the_same_problem() -> None:
     """Batch 1, head 0, first 3 tokens: the oracle's output is exactly those rows of the full output."""
-    case = cases.identical_branches(cases.attention_case(cases.generator(1, "cut"), (2, 2, 6, 2), "float32", True))
+    case = cases.identical_branches(cases.attention_case(cases.generator(1, "cut"), (2, 2, 6, 2), "float32", True), 1.0)
     cut = cut_attention(case, 1, 0, 3, 2)
     assert cut.q1.shape == (1, 1, 3, 2) and cut.value.shape == cut.cotangent.shape == (1, 1, 3, 4)
     assert np.array_equal(cut.q2, cut.q1) and cut.coefficient == case.coefficient == 1.0
@@ -156,7 +153,7 @@ def test_invoke_many_packs_requests_into_one_round_trip_and_splits_the_reply() -
     class Recorder:
         """Keeps the request; answers three plain returns and four gradients."""
 
-        def run(self, header: dict[str, Any], arrays: list[np.ndarray], *, diagnostic: bool = False) -> tuple[dict[str, Any], list[np.ndarray]]:
+        def run(self, header: dict[str, Any], arrays: list[np.ndarray], *, diagnostic: bool = False, limit: Any = None) -> tuple[dict[str, Any], list[np.ndarray]]:
             """The canned reply."""
             seen.update(header=header, arrays=arrays, diagnostic=diagnostic)
             returned = {"status": "returned", "type": "float", "is_tensor": False, "exact_tensor": False, "repr": "1.0"}

@@ -34,11 +34,11 @@ def test_example_report_in_the_docs_validates() -> None:
 
 
 def test_points_add_up_to_one_hundred() -> None:
-    """T1 20, T2 40, T3 40: 100 points in all, 25 checks."""
+    """T1 20, T2 40, T3 40: 100 points in all, 28 checks."""
     checks = _declared_checks()
     totals = {tier: sum(p for t, p in checks.values() if t == tier) for tier in ("T1", "T2", "T3")}
     assert totals == {"T1": 20.0, "T2": 40.0, "T3": 40.0}
-    assert len(checks) == 25
+    assert len(checks) == 28
 
 
 def test_scoring_doc_lists_every_check_with_its_points() -> None:

@@ -38,7 +38,7 @@ def test_stub_scores_zero_with_not_implemented_messages(stub_run: Graded) -> Non
     assert stub_run.report["submission"]["path"] == "exercise/diff_attention.py"
     assert stub_run.report["score"] == 0.0 and stub_run.report["max_score"] == 100.0
     checks = [c for t in stub_run.report["tiers"] for c in t["checks"]]
-    assert len(checks) == 25
+    assert len(checks) == 28
     for check in checks:
         assert check["status"] == "failed"
         assert "is not implemented yet" in check["message"].splitlines()[0], check

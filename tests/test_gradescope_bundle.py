@@ -119,7 +119,7 @@ def test_correct_submission_scores_100(unpacked: Path, tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert set(results) == RESULT_KEYS and all(set(test) == TEST_KEYS for test in results["tests"])
     assert results["score"] == 100.0
-    assert len(results["tests"]) == 25 and {t["status"] for t in results["tests"]} == {"passed"}
+    assert len(results["tests"]) == 28 and {t["status"] for t in results["tests"]} == {"passed"}
     assert {t["visibility"] for t in results["tests"]} <= {"visible", "after_published"}
     report = json.loads((tree / "results" / "report.json").read_text())
     assert report["audience"] == "student" and report["submission"]["path"].endswith("submission/diff_attention.py")

@@ -26,7 +26,7 @@ def _cases(family: mc.Family) -> list:
 
 def _compared(family: mc.Family, case) -> set[str]:
     """The results a submission returns for ``case``: the output and, for gradients, the requested ones."""
-    return {"output"} | (set(mc.gradient_positions(case)) if family.name == "gradients" else set())
+    return {"output"} | (set(suite.gradient_positions(case)) if family.name == "gradients" else set())
 
 
 @pytest.fixture(scope="module")
@@ -168,5 +168,5 @@ def test_correct_submission_gets_no_hint(runs: dict[str, Graded]) -> None:
     """A correct implementation scores 100 with every hint null."""
     run = runs["einsum"]
     assert run.report["score"] == 100.0
-    assert [c["hint"] for t in run.report["tiers"] for c in t["checks"]] == [None] * 25
+    assert [c["hint"] for t in run.report["tiers"] for c in t["checks"]] == [None] * 28
     assert "hint:" not in run.stdout and 'class="hint"' not in run.html

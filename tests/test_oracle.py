@@ -86,6 +86,39 @@ def test_attention_maps_match_torch(shape, causal):
         np.testing.assert_allclose(got, expected, **TIGHT)
 
 
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("shape", [(1, 2, 1, 3), (2, 1, 9, 4), (1, 2, 37, 8), (2, 2, 16, 1)])
+def test_vectorised_maps_match_the_scalar_oracle(shape, causal):
+    """The extended-precision maps equal the plain-Python ones to a few float64 ulps (masked entries exactly 0)."""
+    arrays = _inputs(shape, causal)
+    for q, k in (("q1", "k1"), ("q2", "k2")):
+        scalar = oracle.scalar_attention_maps(arrays[q], arrays[k], causal)
+        vectorised = oracle.vectorised_attention_maps(arrays[q], arrays[k], causal)
+        np.testing.assert_allclose(vectorised, scalar, rtol=4e-15, atol=1e-300)  # a few ulps: both round exp and divisions
+        assert np.array_equal(vectorised == 0, scalar == 0)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_large_problems_use_the_vectorised_oracle_and_match_torch(causal):
+    """Past SCALAR_LIMIT the output comes from the vectorised path and still equals torch's float64 result."""
+    shape = (1, 1, 300, 24)
+    assert shape[0] * shape[1] * shape[2] ** 2 * shape[3] > oracle.SCALAR_LIMIT
+    arrays = _inputs(shape, causal)
+    t = _tensors(arrays)
+    expected = _torch_attention(*(t[n] for n in ARRAY_KEYS), 0.7, causal).numpy()
+    got = oracle.differential_attention(*(arrays[n] for n in ARRAY_KEYS), 0.7, causal)
+    np.testing.assert_allclose(got, expected, **TIGHT)
+
+
+def test_attention_maps_are_computed_once_per_pair_of_arrays():
+    """The same q and k objects give the very same (read-only) maps; equal copies are computed again."""
+    arrays = _inputs((1, 1, 5, 2), True)
+    first = oracle.attention_maps(arrays["q1"], arrays["k1"], True)
+    assert oracle.attention_maps(arrays["q1"], arrays["k1"], True) is first and not first.flags.writeable
+    copy = oracle.attention_maps(arrays["q1"].copy(), arrays["k1"], True)
+    assert copy is not first and np.array_equal(copy, first)
+
+
 @pytest.mark.parametrize("coefficient", COEFFICIENTS)
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("shape", SHAPES)

@@ -7,13 +7,16 @@ from typing import Any
 import numpy as np
 import pytest
 
+from conftest import attention_arguments
+
 from grader.diffattn import expected, oracle, suite
 from grader.invoke import Outcome, invoke
 from grader.plugin import GradingContext
 from grader.worker.client import ForkServer, Worker, WorkerLimits
 
 SEED = 3
-SET = "attention_causal"  # T = 5, 7, 1, 4, 9, 37, in this order
+SET = "attention_causal"  # T = 5, 1, 32, 33, 127, 255, 303 for this seed, in this order
+LENGTHS = [case.q1.shape[2] for case in suite.attention_causal(SEED)]
 FUNCTIONS = {name: {"kind": "callable", "parameters": None} for name in (suite.LAMBDA, suite.ATTENTION)}
 
 
@@ -24,12 +27,12 @@ class OracleWorker:
         self.raise_at = raise_at
         self.trips: list[tuple[str, int]] = []  # ("run" or "run_each", requests) per round trip
 
-    def run(self, header: dict[str, Any], arrays: list[np.ndarray], *, diagnostic: bool = False) -> tuple[dict[str, Any], list[np.ndarray]]:
+    def run(self, header: dict[str, Any], arrays: list[np.ndarray], *, diagnostic: bool = False, limit: Any = None) -> tuple[dict[str, Any], list[np.ndarray]]:
         """One request: every call's output as an array, or the error it raised."""
         self.trips.append(("run", 1))
         return self.answer(header, arrays)
 
-    def run_each(self, requests: list[tuple[dict[str, Any], list[np.ndarray]]]) -> list[tuple[dict[str, Any], list[np.ndarray]]]:
+    def run_each(self, requests: list[tuple[dict[str, Any], list[np.ndarray]]], limits: Any = None) -> list[tuple[dict[str, Any], list[np.ndarray]]]:
         """Several requests in one trip, one answer each."""
         self.trips.append(("run_each", len(requests)))
         return [self.answer(header, arrays) for header, arrays in requests]
@@ -39,13 +42,10 @@ class OracleWorker:
         replies: list[dict[str, Any]] = []
         out: list[np.ndarray] = []
         for call in header["calls"]:
-            inputs = [tensors[a["tensor"]] for a in call["args"][:5]]
+            inputs, coefficient, causal = attention_arguments(call, tensors)
             if inputs[0].shape[2] == self.raise_at:
                 replies.append({"status": "raised", "error": {"type": "ValueError", "message": "too long", "traceback": ""}})
                 continue
-            coefficient = call["args"][5]
-            coefficient = float(tensors[coefficient["tensor"]]) if "tensor" in coefficient else coefficient["value"]
-            causal = call["kwargs"].get("causal", {"value": True})["value"]
             out.append(oracle.differential_attention(*inputs, coefficient, causal))
             replies.append({"status": "returned", "type": "torch.Tensor", "is_tensor": True, "exact_tensor": True, "repr": "",
                             "shape": list(out[-1].shape), "dtype": "float64", "device": "cpu", "layout": "torch.strided",
@@ -64,10 +64,10 @@ def outcomes_of(worker: Any, set_name: str = SET, grads: bool = False) -> list[O
 
 
 def test_a_case_set_goes_in_one_round_trip_with_the_same_outcomes() -> None:
-    """Six cases, one trip; each outcome holds the same values as the case asked for alone."""
+    """Seven cases, one trip; each outcome holds the same values as the case asked for alone."""
     worker = OracleWorker()
     together = outcomes_of(worker)
-    assert worker.trips == [("run_each", 6)]
+    assert worker.trips == [("run_each", 7)] and len(set(LENGTHS)) == 7
     for case, found in zip(suite.attention_causal(SEED), together):
         alone = invoke(OracleWorker(), suite.attention_request(case))  # type: ignore[arg-type]
         assert found.failure is None and len(found.results) == 1
@@ -76,12 +76,12 @@ def test_a_case_set_goes_in_one_round_trip_with_the_same_outcomes() -> None:
 
 def test_a_case_that_raises_is_not_asked_for_again() -> None:
     """A raising call is that case's outcome, as alone: nothing is sent twice."""
-    worker = OracleWorker(raise_at=7)
+    worker = OracleWorker(raise_at=LENGTHS[1])
     found = outcomes_of(worker)
-    assert worker.trips == [("run_each", 6)]
+    assert worker.trips == [("run_each", 7)]
     raised = [o.results[0].raised for o in found]
     assert raised[1] is not None and raised[1]["message"] == "too long"
-    assert raised[:1] + raised[2:] == [None] * 5
+    assert raised[:1] + raised[2:] == [None] * 6
 
 
 @pytest.fixture(scope="module")
@@ -112,13 +112,14 @@ def differential_attention(q1, k1, q2, k2, value, coefficient, causal=True):
 
 
 def test_a_hang_costs_its_case_and_the_next_cases_run_alone(forks: ForkServer) -> None:
-    """T = 7 hangs: counted once, as alone; the cases after it are asked for one by one after a restart."""
-    worker = real_worker(ATTENTION.format(before="if q1.shape[2] == 7:\n        time.sleep(60)"), forks, call_timeout_s=2.0)
+    """The second case hangs: counted once, as alone; the cases after it are asked for one by one after a restart."""
+    hang = f"if q1.shape[2] == {LENGTHS[1]}:\n        time.sleep(60)"
+    worker = real_worker(ATTENTION.format(before=hang), forks, call_timeout_s=2.0)
     try:
         found = outcomes_of(worker)
     finally:
         worker.close()
-    assert [o.failure is None for o in found] == [True, False, True, True, True, True]
+    assert [o.failure is None for o in found] == [True, False, True, True, True, True, True]
     assert "did not finish within 2 s" in str(found[1].failure)
     assert worker.restarts == 1
 

@@ -21,14 +21,22 @@ def exercise() -> Exercise:
         experiment=toy.experiment,
         experiment_frame=toy.shared_fields,
         prepare=_prepare,
+        expect=_expect,
         handout=handout.files,
     )
 
 
-def _prepare(seed: int) -> None:
-    """What every submission graded with ``seed`` shares: the oracle's truths and the misconceptions' predictions."""
-    from grader.diffattn import misconceptions, suite, toy
+def _expect(seed: int) -> None:
+    """The oracle's truths for every case graded with ``seed``."""
+    from grader.diffattn import suite, toy
 
     suite.prepare(seed)
     toy.prepare(seed)
+
+
+def _prepare(seed: int) -> None:
+    """What every submission graded with ``seed`` shares: the oracle's truths and the misconceptions' predictions."""
+    from grader.diffattn import misconceptions
+
+    _expect(seed)
     misconceptions.prepare(seed)

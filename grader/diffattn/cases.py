@@ -4,6 +4,12 @@ Each check draws from its own generator, derived from the run's seed and the
 check's name, so adding a check never changes another check's inputs. Values
 are drawn in float64 and rounded to the case's dtype at once: the oracle then
 sees exactly the numbers the submission sees. No input is ever all zeros.
+
+Shapes, magnitudes, memory layouts and the way arguments are bound are drawn
+from the whole domain the contract allows, with extra weight where bugs live
+(lengths around the block sizes of tiled kernels, widths of 1 and odd widths,
+exponents near the largest finite ones); docs/domain.md describes the domain
+and how each case set samples it.
 """
 
 from __future__ import annotations
@@ -11,17 +17,38 @@ from __future__ import annotations
 import math
 import zlib
 from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 import numpy as np
 
-STRIDED = ("transposed", "heads_permuted", "sliced", "transposed", "heads_permuted")
+# Memory layouts the worker can give an input (grader/worker/child.py builds them): views of a
+# transposed or head-permuted buffer, every other column of a wider buffer, the middle third of a
+# fused [..., 3·width] projection (a non-zero storage offset), and a contiguous tensor that starts
+# at a non-zero storage offset.
+NON_CONTIGUOUS = ("transposed", "heads_permuted", "sliced", "fused")
+OFFSET_LAYOUTS = ("fused", "offset")
+VECTOR_LAYOUTS = ("sliced", "fused", "offset")  # what a 1-D vector can be
 INPUT_NAMES = ("q1", "k1", "q2", "k2", "value")
+LAMBDA_NAMES = ("q1", "k1", "q2", "k2")
+# How a call binds its arguments: "keyword" passes the tensors (and the coefficient) by position and
+# the last parameter (causal, lambda_init) by name; "positional" passes every argument by position;
+# "names" passes every argument by name, in an order of the generator's choosing.
+BINDINGS = ("keyword", "positional", "names")
+# The autograd mode a call without gradients is made in: submissions may branch on torch.is_grad_enabled().
+GRAD_MODES = ("enabled", "no_grad", "inference_mode")
+BLOCK_SIZES = (16, 32, 64, 128, 256)
+LONGEST = 320  # the longest sequence drawn: past every block size and fixed-size buffer of 256
+WIDEST = 64  # the widest head (D)
+LARGEST_EXPONENT = {"float32": 80.0, "float64": 600.0}  # exp stays finite, with room for the gradients' factors
 COEFFICIENT_KINDS = {
     "float": "Python float",
     "int": "Python int",
     "tensor": "0-dim tensor",
     "float64 tensor": "0-dim float64 tensor",
 }
+
+
+_AnyCase = TypeVar("_AnyCase", "LambdaCase", "AttentionCase")
 
 
 def generator(seed: int, name: str) -> np.random.Generator:
@@ -51,6 +78,14 @@ class LambdaCase:
     lambda_init: float | None
     upstream: float
     layout: str = "contiguous"
+    binding: str = "keyword"  # a member of BINDINGS; lambda_init None is omitted whatever the binding
+    frozen: tuple[str, ...] = ()  # vectors that do not require grad in gradient checks
+    keyword_order: tuple[str, ...] = ()  # with binding "names": the order of the keyword arguments
+    grad_mode: str = "enabled"  # a member of GRAD_MODES: the autograd mode of a call without gradients
+
+    def requires_grad(self, name: str) -> bool:
+        """Whether the gradient with respect to vector ``name`` is requested in gradient checks."""
+        return name not in self.frozen
 
     @property
     def effective_init(self) -> float:
@@ -65,8 +100,19 @@ class LambdaCase:
     def label(self) -> str:
         """A short description of the inputs for messages."""
         init = "lambda_init omitted (default 0.2)" if self.lambda_init is None else f"lambda_init={self.lambda_init:.6g}"
-        layout = "" if self.layout == "contiguous" else f", {self.layout} vectors"
-        return f"{self.dtype} vectors of length {self.q1.size}, {init}{layout}"
+        if self.lambda_init is not None and self.binding != "keyword":
+            init += " (by position)" if self.binding == "positional" else " (every argument by name)"
+        x1, x2 = float(self.q1 @ self.k1), float(self.q2 @ self.k2)
+        parts = [f"{self.dtype} vectors of length {self.q1.size}", init]
+        if max(abs(x1), abs(x2)) > 3.0:
+            parts.append(f"q1·k1={x1:.4g}, q2·k2={x2:.4g}")
+        if self.layout != "contiguous":
+            parts.append(f"{self.layout} vectors")
+        if self.frozen:
+            parts.append(f"{', '.join(self.frozen)} without requires_grad")
+        if self.grad_mode != "enabled":
+            parts.append(f"called under torch.{self.grad_mode}()")
+        return ", ".join(parts)
 
 
 @dataclass(frozen=True)
@@ -86,8 +132,10 @@ class AttentionCase:
     layouts: tuple[str, ...] = ("contiguous",) * 5
     note: str = ""
     lambda_case: LambdaCase | None = field(default=None)  # set when the coefficient comes from differential_lambda
-    frozen: tuple[str, ...] = ()  # inputs that do not require grad in gradient checks
-    causal_positional: bool = False  # pass causal as the 7th positional argument
+    frozen: tuple[str, ...] = ()  # inputs (or "coefficient") that do not require grad in gradient checks
+    binding: str = "keyword"  # a member of BINDINGS; causal None is omitted whatever the binding
+    keyword_order: tuple[str, ...] = ()  # with binding "names": the order of the keyword arguments
+    grad_mode: str = "enabled"  # a member of GRAD_MODES: the autograd mode of a call without gradients
 
     @property
     def coefficient_is_tensor(self) -> bool:
@@ -101,8 +149,8 @@ class AttentionCase:
 
     def requires_grad(self, name: str) -> bool:
         """Whether the gradient with respect to ``name`` is requested in gradient checks."""
-        if name == "coefficient":
-            return self.coefficient_is_tensor
+        if name == "coefficient" and not self.coefficient_is_tensor:
+            return False
         return name not in self.frozen
 
     @property
@@ -119,8 +167,8 @@ class AttentionCase:
         """A short description of the inputs for messages."""
         b, h, t, d = self.q1.shape
         causal = "causal omitted (default True)" if self.causal is None else f"causal={self.causal}"
-        if self.causal_positional:
-            causal += " (positional)"
+        if self.causal is not None and self.binding != "keyword":
+            causal += " (by position)" if self.binding == "positional" else " (every argument by name)"
         if self.lambda_case is not None:
             coefficient = f"coefficient from differential_lambda ({self.lambda_case.label()})"
         else:
@@ -129,7 +177,9 @@ class AttentionCase:
         if self.frozen:
             parts.append(f"{', '.join(self.frozen)} without requires_grad")
         if any(layout != "contiguous" for layout in self.layouts):
-            parts.append("strided inputs (" + ", ".join(self.layouts) + ")")
+            parts.append("memory layouts " + ", ".join(f"{n} {l}" for n, l in zip(INPUT_NAMES, self.layouts) if l != "contiguous"))
+        if self.grad_mode != "enabled":
+            parts.append(f"called under torch.{self.grad_mode}()")
         if self.note:
             parts.append(self.note)
         return ", ".join(parts)
@@ -142,23 +192,34 @@ def lambda_case(
     lambda_init: float | None,
     *,
     layout: str = "contiguous",
-    direction: int = 0,
+    exponents: tuple[float, float] | None = None,
+    binding: str = "keyword",
+    frozen: tuple[str, ...] = (),
+    grad_mode: str = "enabled",
 ) -> LambdaCase:
-    """Four lambda vectors whose dot products stay within ±1.8 (finite exponentials).
+    """Four lambda vectors of ``length``; ``exponents`` (x1, x2) sets q1·k1 and q2·k2.
 
-    ``direction`` +1 gives q1·k1 in [1.3, 1.8] and q2·k2 in [-1.8, -1.3], so
-    lambda > 3 + lambda_init; -1 the mirror image, lambda < -3 + lambda_init;
-    0 leaves the dot products random within about ±1.
+    Without ``exponents`` the dot products stay within about ±1. With them,
+    each pair is scaled (both vectors by the same factor, q's signs aligned
+    with k's) so that its dot product is the target up to rounding to ``dtype``.
     """
     magnitudes = [rng.uniform(0.3, 1.0, length) / math.sqrt(length) for _ in range(4)]
     signs = [rng.choice([-1.0, 1.0], length) for _ in range(4)]
     vectors = [m * s for m, s in zip(magnitudes, signs)]
-    if direction:
-        for q, k, sign in ((0, 1, direction), (2, 3, -direction)):
-            vectors[q] = vectors[q] * sign * rng.uniform(1.3, 1.8) / float(vectors[q] @ vectors[k])
+    if exponents is not None:
+        for (q, k), target in zip(((0, 1), (2, 3)), exponents):
+            # Every product q_i·k_i gets the target's sign, so no part of the dot product (the counterexample
+            # search cuts vectors short) exceeds the whole, which keeps exp finite.
+            aligned = np.abs(vectors[q]) * np.sign(vectors[k]) * math.copysign(1.0, target)
+            factor = math.sqrt(target / float(aligned @ vectors[k]))
+            vectors[q], vectors[k] = aligned * factor, vectors[k] * factor
     q1, k1, q2, k2 = (exact(v, dtype) for v in vectors)
-    upstream = float(exact(rng.uniform(0.5, 2.0), dtype))
-    return LambdaCase(q1, k1, q2, k2, dtype=dtype, lambda_init=lambda_init, upstream=upstream, layout=layout)
+    upstream = float(exact(rng.uniform(0.5, 2.0) * rng.choice([-1.0, 1.0]), dtype))
+    return LambdaCase(
+        q1, k1, q2, k2, dtype=dtype, lambda_init=lambda_init, upstream=upstream, layout=layout,
+        binding=binding, frozen=frozen, keyword_order=_keyword_order(rng, LAMBDA_NAMES + ("lambda_init",), binding),
+        grad_mode=grad_mode,
+    )  # fmt: skip
 
 
 def attention_case(
@@ -172,7 +233,8 @@ def attention_case(
     max_logit: float | None = None,
     layouts: tuple[str, ...] = ("contiguous",) * 5,
     frozen: tuple[str, ...] = (),
-    causal_positional: bool = False,
+    binding: str = "keyword",
+    grad_mode: str = "enabled",
     note: str = "",
 ) -> AttentionCase:
     """Random Q/K/V and cotangent of ``shape`` = (B, H, T, D).
@@ -187,6 +249,7 @@ def attention_case(
         q2 = q2 * max_logit / _largest_logit(q2, k2)
     if coefficient is None:
         coefficient = float(rng.uniform(0.2, 0.9))
+    names = INPUT_NAMES + ("coefficient", "causal")
     return AttentionCase(
         *(exact(x, dtype) for x in (q1, k1, q2, k2, rng.standard_normal((b, h, t, 2 * d)))),
         coefficient=float(exact(coefficient, "float64" if coefficient_kind == "float64 tensor" else dtype)),
@@ -196,25 +259,129 @@ def attention_case(
         coefficient_kind=coefficient_kind,
         layouts=layouts,
         frozen=frozen,
-        causal_positional=causal_positional,
+        binding=binding,
+        keyword_order=_keyword_order(rng, names, binding),
+        grad_mode=grad_mode,
         note=note,
     )
+
+
+def _keyword_order(rng: np.random.Generator, names: tuple[str, ...], binding: str) -> tuple[str, ...]:
+    """A shuffled order of ``names`` for a call that passes every argument by name."""
+    return tuple(str(n) for n in rng.permutation(names)) if binding == "names" else ()
+
+
+def sequence_length(rng: np.random.Generator, shortest: int = 1, longest: int = LONGEST) -> int:
+    """A length in [shortest, longest]: half the time next to a block size (b - 1, b, b + 1), else log-uniform."""
+    edges = [b + o for b in BLOCK_SIZES for o in (-1, 0, 1) if shortest <= b + o <= longest]
+    if edges and rng.random() < 0.5:
+        return int(rng.choice(edges))
+    return int(min(longest, max(shortest, round(math.exp(rng.uniform(math.log(shortest), math.log(longest + 1)))))))
+
+
+def head_width(rng: np.random.Generator, widest: int = WIDEST) -> int:
+    """A head width D in [1, widest]: often 1, a power of two or one past it, else uniform."""
+    special = [d for d in (1, 2, 3, 8, 16, 17, 32, 64) if d <= widest]
+    return int(rng.choice(special)) if rng.random() < 0.6 else int(rng.integers(1, widest + 1))
+
+
+def batch_and_heads(rng: np.random.Generator, length: int, width: int, budget: int = 2**16) -> tuple[int, int]:
+    """B and H in [1, 3], fewer for long problems, so that B·H·T·max(T, D) stays within ``budget``.
+
+    Each (batch, head) pair is its own attention problem: more of them add
+    little that one long sequence does not already test, and cost the oracle.
+    """
+    room = max(1, budget // (length * max(length, width)))
+    return int(rng.integers(1, min(3, room) + 1)), int(rng.integers(1, min(3, max(1, room // 2)) + 1))
+
+
+def domain_shape(rng: np.random.Generator, shortest: int = 1, longest: int = LONGEST, widest: int = WIDEST) -> tuple[int, int, int, int]:
+    """(B, H, T, D) drawn from the contract's domain (see :func:`sequence_length`, :func:`head_width`)."""
+    t, d = sequence_length(rng, shortest, longest), head_width(rng, widest)
+    return (*batch_and_heads(rng, t, d), t, d)
+
+
+def strided_layouts(rng: np.random.Generator, count: int = 5, choices: tuple[str, ...] = NON_CONTIGUOUS + ("offset",)) -> tuple[str, ...]:
+    """A layout per input, at least one of them with a non-zero storage offset."""
+    drawn = [str(rng.choice(choices)) for _ in range(count)]
+    if not set(drawn) & set(OFFSET_LAYOUTS):
+        drawn[int(rng.integers(count))] = str(rng.choice(OFFSET_LAYOUTS))
+    return tuple(drawn)
+
+
+def every_layout(rng: np.random.Generator) -> tuple[str, ...]:
+    """One layout per input, each of the non-contiguous layouts and the storage offset once, in a random order."""
+    return tuple(str(layout) for layout in rng.permutation(NON_CONTIGUOUS + ("offset",)))
+
+
+def large_exponents(rng: np.random.Generator, dtype: str) -> tuple[float, float]:
+    """Exponents (q1·k1, q2·k2) far beyond ±2: one near the largest finite one for ``dtype``, signs drawn."""
+    top = LARGEST_EXPONENT[dtype]
+    first = rng.uniform(0.5, 1.0) * top * rng.choice([-1.0, 1.0])
+    second = rng.uniform(5.0, top) * rng.choice([-1.0, 1.0])
+    return (float(first), float(second)) if rng.random() < 0.5 else (float(second), float(first))
 
 
 def _largest_logit(q: np.ndarray, k: np.ndarray) -> float:
     return float(np.abs(q @ np.swapaxes(k, -1, -2)).max() / math.sqrt(q.shape[-1]))
 
 
-def shared_value_rows(case: AttentionCase, rng: np.random.Generator) -> AttentionCase:
-    """The same case with one random value vector repeated for every token."""
-    row = exact(rng.standard_normal(case.value.shape[-1]) * 2.0, case.dtype)
-    value = np.broadcast_to(row, case.value.shape).copy()
-    return replace(case, value=value, note="every token has the same value vector")
+@dataclass(frozen=True)
+class CallSequence:
+    """Two calls of one function with inputs of the same shapes, layouts and dtype.
+
+    ``kind`` says how the second call's inputs come about: "repeat" passes the
+    first call's tensors again (``second`` is ``first``), "refill" overwrites
+    them in place with the second case's values (as an optimiser step does),
+    "refill_data" does so through ``.data`` (as older training code does: the
+    version counters do not move), "reallocate" frees them and passes new
+    tensors, which the allocator is free to put in the same memory.
+    """
+
+    first: LambdaCase | AttentionCase
+    second: LambdaCase | AttentionCase
+    kind: str
+    grads: bool  # both calls with inputs that require grad, and a backward pass from the second
+
+    def label(self) -> str:
+        """What was called, and how, for messages."""
+        how = {
+            "repeat": "called twice with the same tensors",
+            "refill": "called, its inputs overwritten in place (as an optimiser step does), called again",
+            "refill_data": "called, its inputs overwritten in place through .data (their version counters unchanged), called again",
+            "reallocate": "called, its inputs freed, called again with new tensors of the same shapes",
+        }[self.kind]
+        function = "differential_lambda" if isinstance(self.first, LambdaCase) else "differential_attention"
+        return f"{function}({self.second.label()}) {how}" + (", with gradients" if self.grads else "")
 
 
-def identical_branches(case: AttentionCase) -> AttentionCase:
-    """The same case with q2 = q1, k2 = k1 and coefficient 1: the two maps must cancel."""
-    return replace(case, q2=case.q1.copy(), k2=case.k1.copy(), coefficient=1.0, note="q2 = q1 and k2 = k1")
+def cycled_modes(found: list[_AnyCase]) -> list[_AnyCase]:
+    """The cases with their autograd modes cycled through GRAD_MODES (for calls made without gradients)."""
+    return [replace(case, grad_mode=GRAD_MODES[i % len(GRAD_MODES)]) for i, case in enumerate(found)]
+
+
+def redrawn(case: _AnyCase, rng: np.random.Generator) -> _AnyCase:
+    """``case`` with new values of the same shapes (and a tensor coefficient's), everything else kept."""
+    fresh = lambda x: exact(rng.standard_normal(np.shape(x)) * (np.std(x) or 1.0), case.dtype)  # noqa: E731
+    if isinstance(case, LambdaCase):
+        return replace(case, q1=fresh(case.q1), k1=fresh(case.k1), q2=fresh(case.q2), k2=fresh(case.k2))
+    # A Python coefficient is a hyperparameter, the same on every call; a tensor one is trained like the rest.
+    coefficient = float(rng.uniform(-1.0, 2.0)) if case.coefficient_is_tensor else case.coefficient
+    return replace(
+        case, q1=fresh(case.q1), k1=fresh(case.k1), q2=fresh(case.q2), k2=fresh(case.k2), value=fresh(case.value),
+        cotangent=fresh(case.cotangent), coefficient=float(exact(coefficient, case.coefficient_dtype)),
+    )  # fmt: skip
+
+
+def shared_offset(case: AttentionCase, rng: np.random.Generator) -> AttentionCase:
+    """The same case with one random vector c added to every token's value."""
+    row = exact(rng.uniform(1.0, 3.0, case.value.shape[-1]) * rng.choice([-1.0, 1.0], case.value.shape[-1]), case.dtype)
+    return replace(case, value=exact(case.value + row, case.dtype), note="every token's value shifted by one shared vector c")
+
+
+def identical_branches(case: AttentionCase, coefficient: float) -> AttentionCase:
+    """The same case with q2 = q1, k2 = k1 and ``coefficient``: the maps cancel at 1, scale A1·V by 1 - c otherwise."""
+    return replace(case, q2=case.q1.copy(), k2=case.k1.copy(), coefficient=float(exact(coefficient, case.dtype)), note="q2 = q1 and k2 = k1")
 
 
 def with_lambda(case: AttentionCase, lam: LambdaCase) -> AttentionCase:

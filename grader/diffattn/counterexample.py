@@ -39,7 +39,6 @@ MAX_T = 4
 MAX_D = 3
 MAX_LENGTH = 4
 FIRST_STAGE = 3  # cuts in the first request: the three smallest (T·D up to 2; lambda lengths 1 to 3)
-LAMBDA_KEYS = {"q1": 0, "k1": 1, "q2": 2, "k2": 3}
 GAVE_UP = ("counterexample", "gave up")
 """Cache key set once an extra round trip failed: no further search in the run, so a hang costs one timeout."""
 
@@ -326,7 +325,7 @@ def explain_gradients(grading: GradingContext, set_name: str, verdicts: Sequence
     """Attach the counterexample of a failed differential_attention gradient check for ``keys``."""
 
     def judge(case: AttentionCase, outcome: Outcome) -> Judgement:
-        wanted = {name: position for name, position in keys.items() if case.requires_grad(name)}
+        wanted = {name: position for name, position in suite.gradient_positions(case).items() if name in keys}
         return gradient_failure(outcome, expected.attention_grads(case), wanted)
 
     search(grading, set_name, verdicts, judge, grads=True)
@@ -337,7 +336,7 @@ def explain_lambda(grading: GradingContext, verdicts: Sequence[Comparison], grad
 
     def judge(case: LambdaCase, outcome: Outcome) -> Judgement:
         if grads:
-            return gradient_failure(outcome, expected.lambda_grads(case), LAMBDA_KEYS)
+            return gradient_failure(outcome, expected.lambda_grads(case), suite.gradient_positions(case))
         return output_failure(outcome, expected.lambda_value(case))
 
     search(grading, "lambda_values", verdicts, judge, grads)

@@ -57,11 +57,22 @@ def remember(store: Memo, objects: tuple[Any, ...], compute: Callable[[], _Resul
 
 
 def _per_case(function: Callable[[_Case], _Result]) -> Callable[[_Case], _Result]:
-    """Compute a truth once per case object."""
+    """Compute a truth once per case: per set of input arrays (by identity) and numbers that decide it.
+
+    Cases that differ only in what the truth does not depend on (which inputs
+    require grad, how arguments are bound, the autograd mode, the layout) and
+    share their arrays, as ``dataclasses.replace`` makes them, share one truth.
+    """
 
     @functools.wraps(function)
     def cached(case: _Case) -> _Result:
-        return remember(_TRUTHS, (function, case), lambda: function(case))
+        if isinstance(case, LambdaCase):
+            objects: tuple[Any, ...] = case.vectors
+            values: tuple[Any, ...] = (case.dtype, case.effective_init, case.upstream)
+        else:
+            objects = (*case.inputs, case.cotangent, case.lambda_case)
+            values = (case.dtype, case.coefficient, case.is_causal, case.coefficient_kind)
+        return remember(_TRUTHS, (function, *objects), lambda: function(case), values)
 
     return cached
 
@@ -118,6 +129,7 @@ def coefficient_of(case: AttentionCase) -> float:
     return oracle.scalar_lambda(*lam.vectors, lam.effective_init)
 
 
+@_per_case
 def _attention_operations(case: AttentionCase) -> tuple[float, float]:
     """(rounding steps, coefficient magnitude) for an attention case."""
     _, _, t, d = case.q1.shape
@@ -184,9 +196,11 @@ def attention_grads(case: AttentionCase) -> dict[str, Truth]:
     return truths
 
 
-def shared_offset_output(case: AttentionCase) -> Truth:
-    """Every token has the same value vector c, and rows of the signed map sum to 1 - λ: the output is (1 - λ)·c."""
-    return Truth((1.0 - case.coefficient) * case.value, attention_output(case).allowed)
+def shared_offset_difference(plain: AttentionCase, shifted: AttentionCase) -> Truth:
+    """output(shifted) - output(plain), when every token's value in ``shifted`` is shifted by one vector c: (1 - λ)·c in every row."""
+    offset = shifted.value - plain.value
+    allowed = attention_output(plain).allowed + attention_output(shifted).allowed
+    return Truth((1.0 - plain.coefficient) * offset, allowed)
 
 
 def branch_one_output(case: AttentionCase) -> Truth:
@@ -194,6 +208,17 @@ def branch_one_output(case: AttentionCase) -> Truth:
     return Truth(oracle.attention_maps(case.q1, case.k1, case.is_causal) @ case.value, attention_output(case).allowed)
 
 
-def cancelled_output(case: AttentionCase) -> Truth:
-    """Identical maps with λ = 1 cancel exactly: the output is 0."""
-    return Truth(np.zeros_like(case.value), attention_output(case).allowed)
+def identical_maps_output(case: AttentionCase) -> Truth:
+    """Identical maps give (1 - λ)·A1·V: exactly 0 at λ = 1."""
+    values = (1.0 - case.coefficient) * (oracle.attention_maps(case.q1, case.k1, case.is_causal) @ case.value)
+    return Truth(values, attention_output(case).allowed)
+
+
+def case_value(case: AttentionCase | LambdaCase) -> Truth:
+    """The value of either kind of case."""
+    return lambda_value(case) if isinstance(case, LambdaCase) else attention_output(case)
+
+
+def case_grads(case: AttentionCase | LambdaCase) -> dict[str, Truth]:
+    """The gradients of either kind of case."""
+    return lambda_grads(case) if isinstance(case, LambdaCase) else attention_grads(case)

@@ -12,6 +12,12 @@ reference code.
 
 How each public check is replayed is in :data:`RECIPES`; a check missing
 there (or marked hidden) is not in the handout, and the README says so.
+
+The handout's inputs can never be a graded run's: they are drawn with
+:func:`inputs_seed`, the handout's seed moved above every seed the grader
+accepts (``--seed`` is in [0, 2**32 - 1]), so that a table of the public
+calls and their expected values earns nothing, even when the class is graded
+with the very seed the handout was made with. The data file records both.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from typing import Any, Callable
 import numpy as np
 
 from grader.diffattn import expected, suite, toy
-from grader.diffattn.cases import INPUT_NAMES, AttentionCase, LambdaCase
+from grader.diffattn.cases import INPUT_NAMES, AttentionCase, CallSequence, LambdaCase
 from grader.diffattn.expected import Truth
 from grader.invoke import Request, ResultOf, TensorInput
 from grader.plugin import MARKER
@@ -37,6 +43,13 @@ DATA_FORMAT = 1
 CHECK_MODULES = ("test_t1_contract", "test_t2_values", "test_t3_gradients")
 LAMBDA_NAMES = ("q1", "k1", "q2", "k2")
 TOY_SET = "toy_experiment"
+HANDOUT_DOMAIN = 2**32  # handout inputs are drawn with seeds from here on; graded runs use [0, 2**32 - 1]
+HANDOUT_ELEMENTS = 4096  # the largest value tensor a handout call keeps (graded runs also make longer calls)
+
+
+def inputs_seed(seed: int) -> int:
+    """The seed the handout's case sets are drawn with: ``seed`` moved out of the range any graded run can use."""
+    return HANDOUT_DOMAIN + seed
 
 
 @dataclass(frozen=True)
@@ -81,13 +94,16 @@ RECIPES: dict[str, Recipe] = {
         "grads", (("end_to_end", True),), (*(f"lambda_{n}" for n in LAMBDA_NAMES), *INPUT_NAMES)
     ),
     "toy_offset_scaling": Recipe("offset"),
+    "arguments_bind": Recipe("values", (("lambda_bindings", False), ("attention_bindings", False))),
+    "values_with_gradients": Recipe("values", (("lambda_values", True), ("attention_gradients", True), ("end_to_end", True))),
+    "repeated_calls": Recipe("sequence", (("sequences", False),)),
 }
 
 # The truth of a values check on a set, where it is not plain O = (A1 - λA2)V.
 TRUTHS: dict[str, Callable[[AttentionCase], Truth]] = {
-    "row_sums": expected.shared_offset_output,
+    "row_sums": expected.attention_output,
     "lambda_zero": expected.branch_one_output,
-    "identical_maps": expected.cancelled_output,
+    "identical_maps": expected.identical_maps_output,
 }
 
 
@@ -104,7 +120,11 @@ def declared_checks() -> dict[str, dict[str, Any]]:
 
 
 def public_checks(seed: int) -> dict[str, Any]:
-    """The data file's document: every replayable public check and the calls it needs, for ``seed``."""
+    """The data file's document: every replayable public check and the calls it needs, for ``seed``.
+
+    Inputs are drawn with :func:`inputs_seed`, never with ``seed`` itself.
+    """
+    drawn = inputs_seed(seed)
     checks, calls = [], {}
     for check_id, declared in declared_checks().items():
         recipe = RECIPES.get(check_id)
@@ -112,14 +132,17 @@ def public_checks(seed: int) -> dict[str, Any]:
             continue
         entry = {"id": check_id, "tier": declared["tier"], "title": declared["title"], "kind": recipe.kind}
         if recipe.kind == "offset":
-            entry["pairs"] = _offset_pairs(seed, calls)
+            entry["pairs"] = _offset_pairs(drawn, calls)
+        elif recipe.kind == "sequence":
+            entry["calls"] = [_add_sequence(calls, index, sequence) for index, sequence in enumerate(suite.sequences(drawn))]
         else:
             entry["calls"] = [_add_call(calls, set_name, index, case, grads, recipe.kind)
                               for set_name, grads in recipe.sets
-                              for index, case in enumerate(getattr(suite, set_name)(seed))]
+                              for index, case in enumerate(getattr(suite, set_name)(drawn))
+                              if _small(case)]  # fmt: skip
             entry["grads"] = list(recipe.grads)
         checks.append(entry)
-    return {"format": DATA_FORMAT, "seed": seed, "submission": SUBMISSION, "checks": checks, "calls": calls}
+    return {"format": DATA_FORMAT, "seed": seed, "inputs_seed": drawn, "submission": SUBMISSION, "checks": checks, "calls": calls}
 
 
 def _add_call(calls: dict[str, Any], set_name: str, index: int, case: AttentionCase | LambdaCase, grads: bool, kind: str) -> str:
@@ -144,8 +167,26 @@ def _add_call(calls: dict[str, Any], set_name: str, index: int, case: AttentionC
     return key
 
 
+def _small(case: AttentionCase | LambdaCase) -> bool:
+    """Whether a case is small enough for the handout: the data file stays a few megabytes, not tens."""
+    return isinstance(case, LambdaCase) or case.value.size <= HANDOUT_ELEMENTS
+
+
+def _add_sequence(calls: dict[str, Any], index: int, sequence: CallSequence) -> str:
+    """Describe one call sequence with the truths of both of its calls; return its key."""
+    key = f"sequences/{index}"
+    calls[key] = {
+        "label": sequence.label(),
+        "dtype": sequence.second.dtype,
+        "shape": [] if isinstance(sequence.second, LambdaCase) else list(sequence.second.value.shape),
+        "request": _request(suite.sequence_request(sequence), _tensor_names(sequence.second)),
+        "expected": [_truth(expected.case_value(case)) for case in (sequence.first, sequence.second)],
+    }
+    return key
+
+
 def _tensor_names(case: AttentionCase | LambdaCase) -> list[str]:
-    """The names of a request's input tensors, in the order the request makes them (the truths' keys)."""
+    """The names of a request's input tensors, in the order of its ``inputs`` (the truths' keys)."""
     if isinstance(case, LambdaCase):
         return list(LAMBDA_NAMES)
     names = [f"lambda_{n}" for n in LAMBDA_NAMES] if case.lambda_case is not None else []
@@ -155,23 +196,31 @@ def _tensor_names(case: AttentionCase | LambdaCase) -> list[str]:
 def _request(request: Request, names: list[str]) -> dict[str, Any]:
     """A request as plain JSON: calls whose arguments are tensors, earlier results or values."""
     tensors: list[dict[str, Any]] = []
+    name_of = {id(tensor): name for tensor, name in zip(request.inputs, names)}
+    numbered: dict[int, int] = {}  # a tensor passed to several calls is one tensor
 
     def argument(value: Any) -> dict[str, Any]:
         if isinstance(value, TensorInput):
             if value.layout != "contiguous":
                 raise ValueError(f"the handout runner makes contiguous tensors only (got layout {value.layout!r})")
-            tensors.append({"name": names[len(tensors)], "values": _array(value.values), "dtype": value.dtype,
-                            "requires_grad": value.requires_grad})
-            return {"tensor": len(tensors) - 1}
+            if id(value) not in numbered:
+                numbered[id(value)] = len(tensors)
+                tensors.append({"name": name_of.get(id(value), f"input {len(tensors)}"), "values": _array(value.values),
+                                "dtype": value.dtype, "requires_grad": value.requires_grad})  # fmt: skip
+            return {"tensor": numbered[id(value)]}
         if isinstance(value, ResultOf):
             return {"result": value.call}
         return {"value": value}
 
-    calls = [
-        {"function": call.function, "args": [argument(a) for a in call.args],
-         "kwargs": {name: argument(a) for name, a in call.kwargs.items()}}
-        for call in request.calls
-    ]
+    calls = []
+    for call in request.calls:
+        described: dict[str, Any] = {"function": call.function, "args": [argument(a) for a in call.args],
+                                     "kwargs": {name: argument(a) for name, a in call.kwargs.items()}}  # fmt: skip
+        if call.refill:
+            described["refill"] = [[argument(tensor)["tensor"], _array(values)] for tensor, values in call.refill]
+        extras = {"release": call.release, "refill_through_data": call.refill_through_data, "grad_mode": call.grad_mode}
+        described.update({key: value for key, value in extras.items() if value not in (False, "enabled")})
+        calls.append(described)
     described: dict[str, Any] = {"calls": calls, "tensors": tensors}
     if request.backward_from is not None:
         described["backward"] = {"call": request.backward_from, "cotangent": _array(request.cotangent)}
@@ -247,9 +296,10 @@ otherwise.
 
 ## What the public checks cover
 
-Their inputs were drawn once, with seed {seed}, when this handout was made;
-the expected values and the error allowed on each element come from the
-grader's float64 oracle and tolerances.
+Their inputs were drawn once, with seed {seed}, when this handout was made,
+from a stream of their own that no graded run ever draws from; the expected
+values and the error allowed on each element come from the grader's float64
+oracle and tolerances.
 
 | tier | check | what |
 | --- | --- | --- |
@@ -257,8 +307,10 @@ grader's float64 oracle and tolerances.
 
 ## What they do not cover
 
-- The graded run draws fresh random inputs each time, and its checks make
-  more calls than these: passing here is a good sign, not a promise.
+- The graded run draws fresh random inputs each time (never these: a table
+  of these calls' answers earns nothing), and its checks make more calls
+  than these, longer sequences (up to 320 tokens) among them: passing here
+  is a good sign, not a promise.
 - The grader also runs hidden checks that are not in this handout. Everything
   the task statement asks for is graded, including what no public check here
   tries.

@@ -39,6 +39,7 @@ class Outcome:
 
     def __init__(self) -> None:
         self.results: List[Any] = []
+        self.values: List[Optional[torch.Tensor]] = []  # a copy of each tensor result, taken when it was returned
         self.problem: Optional[str] = None  # the first call that raised, or a missing function
         self.grads: Dict[str, Optional[torch.Tensor]] = {}
         self.backward_problem: Optional[str] = None
@@ -74,15 +75,27 @@ def make_tensor(spec: Dict[str, Any]) -> torch.Tensor:
 
 
 def run(entry: Dict[str, Any], module: Any, path: Path) -> Outcome:
-    """Make the calls of one entry, then its backward pass; observe the inputs throughout."""
+    """Make the calls of one entry, then its backward pass; observe the inputs throughout.
+
+    Input tensors are built when a call first uses them. Before a call, "release"
+    drops the inputs the call does not use, and "refill" overwrites
+    inputs in place (through ``.data`` with "refill_through_data"), as a training
+    loop does between steps.
+    """
     request, outcome = entry["request"], Outcome()
-    tensors = [make_tensor(spec) for spec in request["tensors"]]
-    names = [spec["name"] for spec in request["tensors"]]
-    before = [(t.detach().clone(), t._version) for t in tensors]
+    specs = request["tensors"]
+    tensors: List[Optional[torch.Tensor]] = [None] * len(specs)
+    before: List[Any] = [None] * len(specs)
+
+    def tensor(index: int) -> torch.Tensor:
+        if tensors[index] is None:
+            tensors[index] = made = make_tensor(specs[index])
+            before[index] = (made.detach().clone(), made._version)
+        return tensors[index]
 
     def argument(arg: Dict[str, Any]) -> Any:
         if "tensor" in arg:
-            return tensors[arg["tensor"]]
+            return tensor(arg["tensor"])
         return outcome.results[arg["result"]] if "result" in arg else arg["value"]
 
     for call in request["calls"]:
@@ -90,16 +103,30 @@ def run(entry: Dict[str, Any], module: Any, path: Path) -> Outcome:
         if not callable(function):
             outcome.problem = f"your file does not define a function {call['function']}"
             return outcome
+        used = {a["tensor"] for a in [*call["args"], *call["kwargs"].values()] if "tensor" in a}
+        if call.get("release"):
+            for index in set(range(len(specs))) - used:
+                tensors[index] = before[index] = None
+        for index, values in call.get("refill", []):
+            target = tensor(index).data if call.get("refill_through_data") else tensor(index)
+            with torch.no_grad():
+                target.copy_(torch.tensor(values, dtype=torch.float64))
+            before[index] = (tensor(index).detach().clone(), tensor(index)._version)
+        mode = {"no_grad": torch.no_grad, "inference_mode": torch.inference_mode}.get(call.get("grad_mode", ""), torch.enable_grad)
+        args, kwargs = [argument(a) for a in call["args"]], {k: argument(v) for k, v in call["kwargs"].items()}
         try:
-            outcome.results.append(function(*map(argument, call["args"]), **{k: argument(v) for k, v in call["kwargs"].items()}))
+            with mode():  # (the inputs are made outside it: they are the caller's ordinary tensors)
+                outcome.results.append(function(*args, **kwargs))
         except BaseException as exc:  # the student's exception (SystemExit, KeyboardInterrupt included) is the finding
             outcome.problem = f"{call['function']} {raised(exc, path)}"
             return outcome
+        outcome.values.append(outcome.results[-1].detach().clone() if type(outcome.results[-1]) is torch.Tensor else None)
+    names = [spec["name"] for spec in specs]
     outcome.changed = changed(tensors, names, before)
     backward = request.get("backward")
     if backward is not None:
         result = outcome.results[backward["call"]]
-        wanted = [(n, t) for n, t in zip(names, tensors) if t.requires_grad]
+        wanted = [(n, t) for n, t in zip(names, tensors) if t is not None and t.requires_grad]
         try:
             cotangent = torch.tensor(backward["cotangent"], dtype=torch.float64).to(result.dtype)
             grads = torch.autograd.grad(result, [t for _, t in wanted], cotangent, allow_unused=True)
@@ -110,9 +137,9 @@ def run(entry: Dict[str, Any], module: Any, path: Path) -> Outcome:
     return outcome
 
 
-def changed(tensors: List[torch.Tensor], names: List[str], before: List[Any]) -> List[str]:
-    """The inputs whose values or version counters are no longer what they were."""
-    return [n for n, t, (values, version) in zip(names, tensors, before) if t._version != version or not torch.equal(t.detach(), values)]
+def changed(tensors: List[Optional[torch.Tensor]], names: List[str], before: List[Any]) -> List[str]:
+    """The inputs whose values or version counters are no longer what they were (since built or refilled)."""
+    return [n for n, t, b in zip(names, tensors, before) if t is not None and (t._version != b[1] or not torch.equal(t.detach(), b[0]))]
 
 
 def plain_tensor(entry: Dict[str, Any], outcome: Outcome) -> Any:
@@ -207,6 +234,22 @@ def values_problem(entry: Dict[str, Any], outcome: Outcome, check: Dict[str, Any
     return mismatch("output", result.detach().to(torch.float64).cpu().numpy(), entry["expected"])
 
 
+def sequence_problem(entry: Dict[str, Any], outcome: Outcome, check: Dict[str, Any]) -> Optional[str]:
+    """Both calls of a sequence: each result right when it was returned, and still right after the second call."""
+    if outcome.problem is not None:
+        return outcome.problem
+    for position, (result, kept, truth) in enumerate(zip(outcome.results, outcome.values, entry["expected"])):
+        call = ("first", "second")[position]
+        if kept is None:
+            return f"the {call} call returned {type(result).__name__}; expected a torch.Tensor"
+        problem = mismatch(f"the {call} call's output", kept.to(torch.float64).cpu().numpy(), truth)
+        if problem is None and not torch.equal(result.detach(), kept):
+            problem = f"the {call} call's output was overwritten by a later call (a buffer shared between calls?)"
+        if problem is not None:
+            return problem
+    return None
+
+
 def grads_problem(entry: Dict[str, Any], outcome: Outcome, check: Dict[str, Any]) -> Optional[str]:
     """The gradients the check names (those of inputs that require grad in this call)."""
     result = plain_tensor(entry, outcome)
@@ -235,6 +278,7 @@ JUDGES: Dict[str, Callable[[Dict[str, Any], Outcome, Dict[str, Any]], Optional[s
     "graph": graph_problem,
     "values": values_problem,
     "grads": grads_problem,
+    "sequence": sequence_problem,
 }
 
 

@@ -685,16 +685,6 @@ FAMILIES = (
 )
 
 
-def gradient_positions(case: AttentionCase) -> dict[str, int]:
-    """Result name -> input tensor position of every gradient requested for ``case``."""
-    names = ("q1", "k1", "q2", "k2", "value")
-    if case.lambda_case is not None:
-        vectors = {f"lambda_{n}": i for i, n in enumerate(BRANCH_INPUTS)}
-        return vectors | {n: i + 4 for i, n in enumerate(names) if case.requires_grad(n)}
-    found = {n: i for i, n in enumerate(names) if case.requires_grad(n)}
-    return found | ({"coefficient": 5} if case.coefficient_is_tensor else {})
-
-
 def _returned(outcome: Outcome, index: int) -> np.ndarray | None:
     """The values of call ``index`` when it returned a readable tensor."""
     result, _ = tensor_result(outcome, index)
@@ -726,7 +716,7 @@ def observe(family: str, case: Case, outcome: Outcome) -> Observation | None:
         return None
     truth = truth_of(family, case)
     got = {"output": output}
-    for name, position in gradient_positions(case).items():
+    for name, position in suite.gradient_positions(case).items():
         if position in outcome.grads:
             grad = outcome.grads[position]
             got[name] = np.zeros_like(truth[name].values) if grad is None else grad
@@ -817,7 +807,10 @@ def explains(form: Form, observations: Iterable[Observation], keys: Iterable[str
     """(every result agrees with ``form``, some result is far from the truth), over ``keys`` (default: all)."""
     distinct = False
     for seen in observations:
-        predicted = predict(form, seen.case, seen.truth)
+        try:
+            predicted = predict(form, seen.case, seen.truth)
+        except (ArithmeticError, ValueError):  # a formula that cannot be evaluated here (e.g. exp overflows) explains nothing
+            return False, distinct
         for name in seen.got if keys is None else [k for k in keys if k in seen.got]:
             if not agrees(seen.got[name], predicted[name]):
                 return False, distinct

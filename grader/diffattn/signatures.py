@@ -44,3 +44,28 @@ def signature_problem(name: str, parameters: Any) -> str | None:
     if found is None:
         return None
     return f"the signature of {name}({', '.join(names)}) does not match the contract {contract_text(name)}: {found}"
+
+
+def signature_order_problem(name: str, parameters: Any) -> str | None:
+    """Which parameter of ``parameters`` stands where the contract has another, so that a call binds it wrongly, or None.
+
+    Callers may pass every argument by position or by name: the contract's
+    parameters must come first, in its order and with its names (more
+    optional parameters may follow them, or ``*args``/``**kwargs``).
+    """
+    if name not in CONTRACT or not isinstance(parameters, list):
+        return None
+    positional, keyword, default = CONTRACT[name]
+    wanted = [*positional, keyword]
+    described = [p for p in parameters if isinstance(p, dict)]
+    slots = [p for p in described if p.get("kind") in POSITIONAL_KINDS]
+    for place, (expected, got) in enumerate(zip(wanted, slots), start=1):
+        if got.get("name") != expected:
+            where = f"parameter {place} is '{got.get('name')}' where the contract has '{expected}'"
+            return (f"the signature of {name} does not follow the contract {contract_text(name)}: {where}, so a caller "
+                    f"passing {expected} by position sets {got.get('name')}, and one passing {expected} by name fails")  # fmt: skip
+    if len(slots) < len(wanted) and not any(p.get("kind") == "VAR_POSITIONAL" for p in described):
+        missing = wanted[len(slots)]
+        return (f"the signature of {name} does not follow the contract {contract_text(name)}: "
+                f"'{missing}' cannot be passed by position")  # fmt: skip
+    return None

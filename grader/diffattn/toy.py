@@ -119,7 +119,10 @@ def _finite(value: float) -> float | None:
 
 
 def verdict(result: Sweep) -> Comparison:
-    """At every λ, the offset's contribution must equal (1 - λ)·offset in every row."""
+    """At every λ, the offset's contribution must equal (1 - λ)·offset in every row, and the signal's output the oracle's.
+
+    The second half keeps the check from being earned without attention: (1 - λ)·value alone passes the first.
+    """
     outputs, problems = _outputs(result)
     if problems:
         return combine(problems)
@@ -130,6 +133,8 @@ def verdict(result: Sweep) -> Comparison:
     ):
         truth = offset_contribution(lam, shifted_case, plain_case, result.offset)
         found.append(compare(f"toy experiment at λ={lam:g}: offset contribution, output(values + offset) - output(values)", shifted - plain, truth.values, truth.allowed))
+        signal = expected.attention_output(plain_case)
+        found.append(compare(f"toy experiment at λ={lam:g}: output(values), the signal alone", plain, signal.values[0, 0], signal.allowed[0, 0]))
     return combine(found)
 
 

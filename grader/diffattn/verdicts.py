@@ -95,6 +95,9 @@ def values_verdict(outcome: Outcome, index: int, what: str, truth: Truth) -> Com
         return Comparison(False, str(problem), None, what)
     if result.value is None:
         return Comparison(False, unreadable(result), None, what)
+    if result.overwritten:
+        return Comparison(False, "the returned tensor was overwritten by a later call (is it a buffer shared between calls?); "
+                          "return a new tensor from every call", None, what)  # fmt: skip
     return compare(f"{what}, output", result.value, truth.values, truth.allowed)
 
 

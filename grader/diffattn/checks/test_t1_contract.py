@@ -5,10 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from grader.compare import Comparison
-from grader.diffattn import suite
+from grader.compare import Comparison, combine
+from grader.diffattn import expected, suite
+from grader.diffattn.signatures import signature_order_problem
 from grader.diffattn.suite import ATTENTION, LAMBDA
-from grader.diffattn.verdicts import finding, kind_problem, shape_dtype_problem, summarise, tensor_result
+from grader.diffattn.verdicts import finding, kind_problem, shape_dtype_problem, summarise, tensor_result, values_verdict
 from grader.invoke import Outcome, Returned
 from grader.plugin import GradingContext, check
 
@@ -72,7 +73,7 @@ def _shape_and_dtype(item: Observed, result: Returned) -> str | None:
     return shape_dtype_problem(result, item.shape, item.dtype)
 
 
-@check("T1", 3, "differential_lambda returns a 0-dim floating torch.Tensor")
+@check("T1", 2, "differential_lambda returns a 0-dim floating torch.Tensor")
 def test_lambda_returns_0dim_tensor(grading: GradingContext) -> None:
     observed = _lambdas(grading, "lambda_values")
     grading.conclude(_judge(observed, _kind, f"{len(observed)} calls returned a 0-dim floating torch.Tensor."))
@@ -84,7 +85,7 @@ def test_lambda_keeps_dtype(grading: GradingContext) -> None:
     grading.conclude(_judge(_lambdas(grading, "lambda_values"), _shape_and_dtype, success))
 
 
-@check("T1", 3, "differential_attention returns one tensor of shape [B, H, T, 2D]")
+@check("T1", 2, "differential_attention returns one tensor of shape [B, H, T, 2D]")
 def test_attention_returns_one_tensor(grading: GradingContext) -> None:
     observed = _attentions(grading, "attention_causal") + _attentions(grading, "attention_noncausal")
     grading.conclude(_judge(observed, _kind, f"{len(observed)} calls returned one dense torch.Tensor shaped like value."))
@@ -96,10 +97,10 @@ def test_attention_keeps_dtype(grading: GradingContext) -> None:
     grading.conclude(_judge(observed, _shape_and_dtype, "float32 and float64 inputs gave outputs in their own dtype, on the CPU."))
 
 
-@check("T1", 3, "Both functions accept non-contiguous (strided) inputs", visibility="hidden")
+@check("T1", 2, "Both functions accept non-contiguous (strided) inputs and inputs at a storage offset", visibility="hidden")
 def test_strided_inputs_accepted(grading: GradingContext) -> None:
     observed = _attentions(grading, "attention_strided") + _lambdas(grading, "lambda_strided")
-    grading.conclude(_judge(observed, _shape_and_dtype, "Transposed, head-permuted and sliced views were accepted by both functions."))
+    grading.conclude(_judge(observed, _shape_and_dtype, "Transposed, head-permuted, sliced and fused-projection views and tensors at a storage offset were accepted by both functions."))
 
 
 @check("T1", 2, "differential_attention accepts a Python float or a 0-dim tensor coefficient")
@@ -141,3 +142,19 @@ def _graph_problem(item: Observed, result: Returned) -> str | None:
     if result.requires_grad and result.has_grad_fn:
         return None
     return f"the output has no autograd graph (requires_grad={result.requires_grad}); do not detach it or leave autograd"
+
+
+@check("T1", 3, "Every argument binds by position and by name, as the contract's signatures order and name them")
+def test_arguments_bind(grading: GradingContext) -> None:
+    verdicts = []
+    for i, lam in enumerate(suite.lambda_bindings(grading.seed)):
+        outcome = suite.lambda_outcome(grading, "lambda_bindings", i, lam)
+        verdicts.append(values_verdict(outcome, 0, f"{LAMBDA}({lam.label()})", expected.lambda_value(lam)))
+    for i, case in enumerate(suite.attention_bindings(grading.seed)):
+        outcome = suite.attention_outcome(grading, "attention_bindings", i, case)
+        verdicts.append(values_verdict(outcome, 0, f"{ATTENTION}({case.label()})", expected.attention_output(case)))
+    verdict = combine(verdicts)
+    notes = [signature_order_problem(name, grading.functions.get(name, {}).get("parameters")) for name in (LAMBDA, ATTENTION)]
+    if not verdict.ok and any(notes):
+        verdict = Comparison(False, "\n".join(n for n in notes if n) + "\n\n" + verdict.message, verdict.worst_ratio)
+    grading.conclude(verdict)

@@ -1,0 +1,22 @@
+"""BUG: lambda is 'stabilised' as exp(b) * expm1(a - b), which overflows to inf when a - b exceeds ~88 in float32 even though exp(a) and exp(b) are finite."""
+import math
+
+import torch
+
+
+def differential_lambda(q1, k1, q2, k2, lambda_init=0.2):
+    a = torch.dot(q1, k1)
+    b = torch.dot(q2, k2)
+    # exp(a) - exp(b) = exp(b) * (exp(a - b) - 1): avoids cancellation when a ~ b
+    return torch.exp(b) * torch.expm1(a - b) + lambda_init
+
+
+def differential_attention(q1, k1, q2, k2, value, coefficient, causal=True):
+    T, D = q1.shape[-2:]
+    s1 = q1 @ k1.transpose(-1, -2) / math.sqrt(D)
+    s2 = q2 @ k2.transpose(-1, -2) / math.sqrt(D)
+    if causal:
+        fut = torch.ones(T, T, dtype=torch.bool).triu(1)
+        s1 = s1.masked_fill(fut, float("-inf"))
+        s2 = s2.masked_fill(fut, float("-inf"))
+    return (torch.softmax(s1, -1) - coefficient * torch.softmax(s2, -1)) @ value

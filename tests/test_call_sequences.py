@@ -1,0 +1,90 @@
+"""Calls made the way a training loop makes them: refilled inputs, reused memory, autograd modes, kept results."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from grader.invoke import Call, Request, TensorInput, invoke
+from grader.worker.client import ForkServer, Worker, WorkerLimits
+
+FUNCTIONS = ["differential_lambda", "differential_attention"]
+STATEFUL = """
+import torch
+_by_pointer, _by_identity, _buffer = {}, {}, torch.zeros(())
+def differential_lambda(q1, k1, q2, k2, lambda_init=0.2):
+    key = tuple((t.data_ptr(), t._version) for t in (q1, k1, q2, k2))
+    if key not in _by_pointer:
+        _by_pointer[key] = torch.exp(q1 @ k1) - torch.exp(q2 @ k2) + lambda_init
+    return _by_pointer[key]
+def by_identity(q):
+    return _by_identity.setdefault(id(q), q.sum())
+def shared_buffer(q):
+    _buffer.copy_(q.sum().detach())
+    return _buffer
+def mode(q):
+    return torch.tensor(float(torch.is_grad_enabled()) + 2 * float(torch.is_inference_mode_enabled()))
+def reads_version(q):
+    return torch.tensor(float(q._version))
+"""
+
+
+@pytest.fixture(scope="module")
+def worker() -> Worker:
+    """One worker on a file whose functions remember, share and report what a training loop would trip on."""
+    with ForkServer() as forks:
+        running = Worker(STATEFUL, "stateful.py", FUNCTIONS + ["by_identity", "shared_buffer", "mode", "reads_version"],
+                         WorkerLimits(call_timeout_s=10), forks)  # fmt: skip
+        yield running
+        running.close()
+
+
+def _vectors(seed: int) -> tuple[TensorInput, ...]:
+    rng = np.random.default_rng(seed)
+    return tuple(TensorInput(rng.standard_normal(3), "float64") for _ in range(4))
+
+
+def _values(outcome) -> list[float]:
+    assert outcome.failure is None, outcome.failure
+    return [float(result.value) for result in outcome.results]
+
+
+def test_refilled_inputs_reach_the_second_call(worker: Worker) -> None:
+    """A refill overwrites the first call's tensors in place: an id()-keyed cache answers the second call stale."""
+    first, second = _vectors(1), _vectors(2)
+    calls = (Call("by_identity", (first[0],)), Call("by_identity", (first[0],), refill=((first[0], second[0].values),)))
+    got = _values(invoke(worker, Request(calls, inputs=first)))
+    assert got[0] == pytest.approx(first[0].values.sum()) and got[1] == got[0] != pytest.approx(second[0].values.sum())
+
+
+def test_a_refill_through_data_leaves_the_version_counter(worker: Worker) -> None:
+    """copy_ under no_grad moves the version counter by one; a write through .data does not move it."""
+    (q, *_), (new, *_) = _vectors(3), _vectors(4)
+    for through_data, version in ((False, 1.0), (True, 0.0)):
+        calls = (Call("reads_version", (q,)), Call("reads_version", (q,), refill=((q, new.values),), refill_through_data=through_data))
+        assert _values(invoke(worker, Request(calls))) == [0.0, version]
+
+
+def test_released_inputs_free_their_memory_for_the_next_tensors(worker: Worker) -> None:
+    """After a release, new inputs of the same shapes reuse the memory: a (data_ptr, _version) cache answers stale."""
+    first, second = _vectors(5), _vectors(6)
+    calls = (Call("differential_lambda", first), Call("differential_lambda", second, release=True))
+    got = _values(invoke(worker, Request(calls, inputs=second)))
+    truth = [float(np.exp(a.values @ b.values) - np.exp(c.values @ d.values) + 0.2) for a, b, c, d in (first, second)]
+    assert got[0] == pytest.approx(truth[0]) and got[1] == pytest.approx(truth[0]) != pytest.approx(truth[1])
+
+
+def test_calls_are_made_in_the_autograd_mode_asked_for(worker: Worker) -> None:
+    """grad_mode "enabled", "no_grad" and "inference_mode" reach the submission as torch reports them."""
+    q = _vectors(7)[0]
+    calls = tuple(Call("mode", (q,), grad_mode=mode) for mode in ("enabled", "no_grad", "inference_mode"))
+    assert _values(invoke(worker, Request(calls))) == [1.0, 0.0, 2.0]
+
+
+def test_a_result_overwritten_by_a_later_call_is_reported(worker: Worker) -> None:
+    """A result that a later call wrote into comes back flagged; the last one, and honest ones, do not."""
+    a, b = _vectors(8)[:2]
+    outcome = invoke(worker, Request((Call("shared_buffer", (a,)), Call("shared_buffer", (b,)))))
+    assert [r.overwritten for r in outcome.results] == [True, False]
+    honest = invoke(worker, Request((Call("by_identity", (a,)), Call("by_identity", (b,)))))
+    assert [r.overwritten for r in honest.results] == [False, False]
