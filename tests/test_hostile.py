@@ -541,9 +541,12 @@ GRADER_ATTACKS: dict[str, str] = {
     "long_type_name": "name = 'E' * 7_900_000\n"
     "exec(f'class {name}(Exception):\\n    pass\\nraise {name}(\"\\\\x1b[2J\\\\rboom\\\\n::error file=x::forged\")')\n",
 }
+# Peak RSS from VmHWM, which starts afresh at exec: getrusage's ru_maxrss would also count the parent's
+# peak from before the fork (the test process, torch loaded when the whole suite runs).
 MEASURE = (
-    "import resource, sys\nfrom grader import launch\ntry:\n    launch.entry_point()\nexcept SystemExit as done:\n    code = done.code\n"
-    "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024, file=sys.stderr)\nsys.exit(code)\n"
+    "import re, sys\nfrom grader import launch\ntry:\n    launch.entry_point()\nexcept SystemExit as done:\n    code = done.code\n"
+    "status = open('/proc/self/status').read()\n"
+    "print(int(re.search(r'VmHWM:\\s+(\\d+)', status).group(1)) // 1024, file=sys.stderr)\nsys.exit(code)\n"
 )
 
 

@@ -148,9 +148,10 @@ def test_protocol_round_trips_plain_arrays() -> None:
         (["<f8", [1.5]], "array shape must be at most 32 non-negative ints"),
         (["<f8", [1] * 33], "array shape must be at most 32 non-negative ints"),
         (["<f8"], "an array description must be [dtype, shape]"),
-        (["<f8", [2**20, 2**20]], "message exceeds the limit"),
+        (["<f8", [2**24]], "message exceeds the limit"),
+        (["<f8", [2**20, 2**20]], "exceeds any limit"),
     ],
-    ids=["object", "big-endian", "string", "negative", "fraction", "too-many-dims", "no-shape", "oversized"],
+    ids=["object", "big-endian", "string", "negative", "fraction", "too-many-dims", "no-shape", "oversized", "absurd"],
 )
 def test_protocol_refuses_arrays_that_are_not_plain_numbers(description: list, problem: str) -> None:
     """Objects, strings, foreign byte orders, odd shapes and oversized arrays are refused before any byte is read."""
