@@ -19,6 +19,7 @@ no more memory than its own JSON. Notes list a few cells and count the rest.
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import tokenize
@@ -87,8 +88,12 @@ def convert(data: bytes, max_source_bytes: int) -> Converted:
         raise NotebookError(
             f"the notebook has no code to grade ({len(all_cells)} cells, none with Python code): write both functions in a code cell"
         )
-    source, layout = _layout(kept, len(all_cells), max_source_bytes)
+    features, hoisted = _hoist_future_imports(kept)
+    source, layout = _layout(kept, len(all_cells), max_source_bytes, features)
     notes = [layout]
+    if hoisted:
+        notes.append(f"Moved the from __future__ import(s) of {_listing(hoisted)} to the top of the module, each replaced by pass "
+                     "(Jupyter allows them first in any cell; Python, first in the file).")  # fmt: skip
     if escapes:
         notes.append(f"Removed {len(escapes)} IPython line(s) that Python cannot run (magics and shell escapes), "
                      f"each replaced by pass: {_listing(escapes)}.")
@@ -176,26 +181,60 @@ def _escape_lines(lines: list[str]) -> list[int]:
     return found
 
 
-def _layout(cells: list[_Cell], total: int, max_bytes: int) -> tuple[str, str]:
+def _hoist_future_imports(cells: list[_Cell]) -> tuple[list[str], list[str]]:
+    """Take the ``from __future__`` imports that open a cell after the first out of it (each line becomes ``pass``).
+
+    Returns the features imported, in order, and the cells they came from. A
+    cell that is not valid Python is left alone: Python reports its error.
+    """
+    features: list[str] = []
+    hoisted: list[str] = []
+    for cell in cells[1:]:  # the first cell's own are first in the file already
+        try:
+            body = ast.parse("\n".join(cell.lines)).body
+        except (SyntaxError, ValueError):
+            continue
+        if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+            body = body[1:]  # a docstring may come first
+        opening = body[: next((i for i, n in enumerate(body) if not _is_future(n)), len(body))]
+        for node in opening:
+            assert isinstance(node, ast.ImportFrom)
+            features += [alias.name for alias in node.names if alias.name not in features]
+            first, last = node.lineno - 1, (node.end_lineno or node.lineno) - 1
+            indent = cell.lines[first][: len(cell.lines[first]) - len(cell.lines[first].lstrip())]
+            cell.lines[first : last + 1] = [indent + "pass"] + [""] * (last - first)
+        if opening:
+            hoisted.append(f"cell {cell.number}")
+    return features, hoisted
+
+
+def _is_future(node: ast.stmt) -> bool:
+    return isinstance(node, ast.ImportFrom) and node.module == "__future__"
+
+
+def _layout(cells: list[_Cell], total: int, max_bytes: int, features: list[str]) -> tuple[str, str]:
     """The joined source and the note that says where each cell's lines are.
 
-    Each layout's size is computed before its text is built (a newline ends
-    every line, blank ones included).
+    ``features`` become one ``from __future__`` import on line 1 (the blank
+    padding before cell 1, or a line of its own before the cells that follow
+    one another). Each layout's size is computed before its text is built (a
+    newline ends every line, blank ones included).
     """
     shown = ", ".join(str(cell.number) for cell in cells[:LISTED_CELLS])
     numbers = shown if len(cells) <= LISTED_CELLS else f"{shown} and {len(cells) - LISTED_CELLS} more"
     joined = f"Graded the code of the notebook's cells numbered {numbers} (of {total} cells), joined in order"
-    code = sum(_size(line) for cell in cells for line in cell.lines)
+    future = [f"from __future__ import {', '.join(features)}"] if features else []
+    code = sum(_size(line) for cell in cells for line in cell.lines) + sum(_size(line) for line in future)
     if all(len(cell.lines) < LINE_STRIDE for cell in cells):
         last = cells[-1]
         if code + last.number * LINE_STRIDE + len(last.lines) <= max_bytes:
-            source = _joined([(cell.number * LINE_STRIDE + 1, cell.lines) for cell in cells])
+            source = _joined([(1, future)] + [(cell.number * LINE_STRIDE + 1, cell.lines) for cell in cells])
             example = cells[0].number
             return source, (
                 f"{joined}. Line numbers in messages are {LINE_STRIDE} × cell + line in the cell: line "
                 f"{example * LINE_STRIDE + 12} is line 12 of cell {example} (cells are counted from the top, Markdown cells included)."
             )
-    placed, start = [], 1
+    placed, start = [(1, future)], 1 + len(future)
     for cell in cells:
         placed.append((start, cell.lines))
         start += len(cell.lines)
@@ -204,7 +243,7 @@ def _layout(cells: list[_Cell], total: int, max_bytes: int) -> tuple[str, str]:
         raise NotebookError(f"the notebook's code is {size} bytes, over the limit of {max_bytes} bytes for a submission")
     ranges = [
         f"cell {cell.number} is line {s}" if len(cell.lines) == 1 else f"cell {cell.number} is lines {s}-{s + len(cell.lines) - 1}"
-        for (s, _), cell in zip(placed, cells)
+        for (s, _), cell in zip(placed[1:], cells)
     ]
     return _joined(placed), f"{joined}. In messages, {_listing(ranges)}."
 

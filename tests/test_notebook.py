@@ -80,6 +80,28 @@ def test_long_cell_falls_back_to_consecutive_lines() -> None:
     assert converted.notes[0].endswith(f"In messages, cell 1 is line 1; cell 2 is lines 2-{LINE_STRIDE + 1}.")
 
 
+def test_future_imports_of_a_later_cell_move_to_line_one() -> None:
+    """A cell that opens with a docstring and from __future__ imports, after another cell, compiles: the imports lead the module."""
+    data = notebook_bytes(("code", "import math"), ("code", '"""Stub."""\nfrom __future__ import annotations\nx: Later = 1\n'))
+    converted = convert(data, MAX_SUBMISSION_BYTES)
+    assert lines_of(converted.source) == {1: "from __future__ import annotations", 1001: "import math", 2001: '"""Stub."""',
+                                          2002: "pass", 2003: "x: Later = 1"}  # fmt: skip
+    assert converted.notes[1].startswith("Moved the from __future__ import(s) of cell 2 to the top of the module")
+    namespace: dict[str, Any] = {}
+    exec(compile(converted.source, "work.ipynb", "exec"), namespace)  # without the import, Later would be a NameError
+    assert namespace["__annotations__"] == {"x": "Later"}
+
+
+def test_future_imports_lead_the_consecutive_layout_too() -> None:
+    """When cells follow one another, the import takes line 1 and the ranges in the note start at line 2."""
+    long_cell = "from __future__ import annotations\n" + "".join(f"v{i} = {i}\n" for i in range(LINE_STRIDE))
+    converted = convert(notebook_bytes(("code", "a = 1\n"), ("code", long_cell)), MAX_SUBMISSION_BYTES)
+    lines = lines_of(converted.source)
+    assert lines[1] == "from __future__ import annotations" and lines[2] == "a = 1" and lines[3] == "pass"
+    assert converted.notes[0].endswith(f"In messages, cell 1 is line 2; cell 2 is lines 3-{LINE_STRIDE + 3}.")
+    compile(converted.source, "work.ipynb", "exec")
+
+
 # ---- IPython escapes -------------------------------------------------------------
 
 
