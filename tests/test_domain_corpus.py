@@ -1,4 +1,4 @@
-"""The independent corpus: no wrong file earns full marks, every correct one does, and signatures are named."""
+"""The independent corpora: no wrong file earns full marks, every correct one does, and signatures are named."""
 
 from __future__ import annotations
 
@@ -12,34 +12,40 @@ import pytest
 
 from grader.diffattn.signatures import signature_order_problem
 
-DOMAIN = Path(__file__).resolve().parent / "corpus" / "domain"
+CORPORA = Path(__file__).resolve().parent / "corpus"
 SEED = 20261201
 
 
+@pytest.fixture(scope="module", params=["domain", "heldout"])
+def corpus(request: pytest.FixtureRequest) -> Path:
+    """tests/corpus/domain (measured against while the checks were built) and tests/corpus/heldout (graded only at the end)."""
+    return CORPORA / request.param
+
+
 @pytest.fixture(scope="module")
-def scores(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, float]]:
+def scores(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, float]]:
     """Every file of the corpus graded once with ``diffgrade batch``: kind -> student -> score."""
     found = {}
     for kind in ("wrong", "correct"):
         out = tmp_path_factory.mktemp(kind)
-        command = [sys.executable, "-m", "grader", "batch", str(DOMAIN / kind), "--out", str(out), "--seed", str(SEED)]
+        command = [sys.executable, "-m", "grader", "batch", str(corpus / kind), "--out", str(out), "--seed", str(SEED)]
         subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
         with open(out / "grades.csv", newline="", encoding="utf-8") as stream:
             found[kind] = {row["student"]: float(row["score"]) for row in csv.DictReader(stream)}
     return found
 
 
-def test_no_wrong_file_earns_full_marks(scores: dict[str, dict[str, float]]) -> None:
+def test_no_wrong_file_earns_full_marks(corpus: Path, scores: dict[str, dict[str, float]]) -> None:
     """Each of the labelled bugs costs points: none of the wrong files scores 100."""
-    labels = json.loads((DOMAIN / "labels.json").read_text(encoding="utf-8"))
-    assert len(scores["wrong"]) == sum(key.startswith("wrong/") for key in labels) >= 30
+    labels = json.loads((corpus / "labels.json").read_text(encoding="utf-8"))
+    assert len(scores["wrong"]) == sum(key.startswith("wrong/") for key in labels) >= 20
     credited = {name: labels[f"wrong/{name}.py"]["bug"] for name, score in scores["wrong"].items() if score >= 100.0}
     assert credited == {}
 
 
 def test_every_correct_file_earns_full_marks(scores: dict[str, dict[str, float]]) -> None:
     """Each correct style, whatever its layout handling, caching-free state and signature extras, scores 100."""
-    assert len(scores["correct"]) >= 10
+    assert len(scores["correct"]) >= 6
     assert {name: score for name, score in scores["correct"].items() if score < 100.0} == {}
 
 
