@@ -14,6 +14,7 @@ from typing import Any
 from grader.diffattn import cases, expected, verdicts
 from grader.diffattn.signatures import signature_problem
 from grader.diffattn.cases import AttentionCase, CallSequence, LambdaCase, paper_lambda_init
+from grader.compare import Comparison
 from grader.invoke import Call, Outcome, Request, ResultOf, TensorInput, invoke, invoke_each
 from grader.plugin import GradingContext
 
@@ -361,6 +362,22 @@ def attention_outcome(grading: GradingContext, set_name: str, index: int, case: 
     """The outcome of attention case ``index`` of set ``set_name``."""
     prefetch(grading, set_name, grads)
     return outcome(grading, (set_name, index, grads), attention_request(case, grads))
+
+
+def value_verdicts(grading: GradingContext, set_name: str, truth: Any = None, grads: bool = False) -> list[Comparison]:
+    """The verdict on every case of a set: its last call's output against ``truth(case)`` (default: the case's value).
+
+    With ``grads`` the calls are the gradient checks' own, whose inputs require grad.
+    """
+    found = []
+    for i, case in enumerate(globals()[set_name](grading.seed)):
+        if isinstance(case, LambdaCase):
+            function, last, outcome = LAMBDA, 0, lambda_outcome(grading, set_name, i, case, grads)
+        else:
+            function, last, outcome = ATTENTION, int(case.lambda_case is not None), attention_outcome(grading, set_name, i, case, grads)
+        what = f"{function}({case.label()})" + (" with inputs that require grad" if grads else "")
+        found.append(verdicts.values_verdict(outcome, last, what, (truth or expected.case_value)(case)))
+    return found
 
 
 def sequence_outcome(grading: GradingContext, index: int, sequence: CallSequence) -> Outcome:

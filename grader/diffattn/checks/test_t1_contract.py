@@ -6,10 +6,10 @@ from dataclasses import dataclass
 from typing import Callable
 
 from grader.compare import Comparison, combine
-from grader.diffattn import expected, suite
+from grader.diffattn import suite
 from grader.diffattn.signatures import signature_order_problem
 from grader.diffattn.suite import ATTENTION, LAMBDA
-from grader.diffattn.verdicts import finding, kind_problem, shape_dtype_problem, summarise, tensor_result, values_verdict
+from grader.diffattn.verdicts import finding, kind_problem, shape_dtype_problem, summarise, tensor_result
 from grader.invoke import Outcome, Returned
 from grader.plugin import GradingContext, check
 
@@ -146,14 +146,7 @@ def _graph_problem(item: Observed, result: Returned) -> str | None:
 
 @check("T1", 3, "Every argument binds by position and by name, as the contract's signatures order and name them")
 def test_arguments_bind(grading: GradingContext) -> None:
-    verdicts = []
-    for i, lam in enumerate(suite.lambda_bindings(grading.seed)):
-        outcome = suite.lambda_outcome(grading, "lambda_bindings", i, lam)
-        verdicts.append(values_verdict(outcome, 0, f"{LAMBDA}({lam.label()})", expected.lambda_value(lam)))
-    for i, case in enumerate(suite.attention_bindings(grading.seed)):
-        outcome = suite.attention_outcome(grading, "attention_bindings", i, case)
-        verdicts.append(values_verdict(outcome, 0, f"{ATTENTION}({case.label()})", expected.attention_output(case)))
-    verdict = combine(verdicts)
+    verdict = combine(suite.value_verdicts(grading, "lambda_bindings") + suite.value_verdicts(grading, "attention_bindings"))
     notes = [signature_order_problem(name, grading.functions.get(name, {}).get("parameters")) for name in (LAMBDA, ATTENTION)]
     if not verdict.ok and any(notes):
         verdict = Comparison(False, "\n".join(n for n in notes if n) + "\n\n" + verdict.message, verdict.worst_ratio)

@@ -4,16 +4,13 @@ from __future__ import annotations
 
 from grader.compare import Comparison, combine, compare
 from grader.diffattn import counterexample, expected, misconceptions, suite
-from grader.diffattn.suite import ATTENTION, LAMBDA
+from grader.diffattn.suite import ATTENTION
 from grader.diffattn.verdicts import grads_verdict, tensor_result, values_verdict
 from grader.plugin import GradingContext, check
 
 
 def _attention_values(grading: GradingContext, set_name: str, truth=expected.attention_output) -> None:
-    verdicts = []
-    for i, case in enumerate(getattr(suite, set_name)(grading.seed)):
-        outcome = suite.attention_outcome(grading, set_name, i, case)
-        verdicts.append(values_verdict(outcome, 0, f"{ATTENTION}({case.label()})", truth(case)))
+    verdicts = suite.value_verdicts(grading, set_name, truth)
     verdict = combine(verdicts)
     misconceptions.attach_hint(grading, verdict, set_name)
     counterexample.explain_values(grading, set_name, verdicts, truth)
@@ -22,10 +19,7 @@ def _attention_values(grading: GradingContext, set_name: str, truth=expected.att
 
 @check("T2", 5, "differential_lambda matches exp(q1·k1) - exp(q2·k2) + lambda_init (exponents up to the dtype's finite limit)")
 def test_lambda_values(grading: GradingContext) -> None:
-    verdicts = []
-    for i, case in enumerate(suite.lambda_values(grading.seed)):
-        outcome = suite.lambda_outcome(grading, "lambda_values", i, case)
-        verdicts.append(values_verdict(outcome, 0, f"{LAMBDA}({case.label()})", expected.lambda_value(case)))
+    verdicts = suite.value_verdicts(grading, "lambda_values")
     verdict = combine(verdicts)
     misconceptions.attach_hint(grading, verdict, "lambda_values")
     counterexample.explain_lambda(grading, verdicts)
@@ -87,16 +81,8 @@ def test_identical_maps_cancel(grading: GradingContext) -> None:
 
 @check("T2", 3, "Calls that build an autograd graph return the same correct values (no separate training path)")
 def test_values_with_gradients(grading: GradingContext) -> None:
-    verdicts = []
-    for i, case in enumerate(suite.lambda_values(grading.seed)):
-        outcome = suite.lambda_outcome(grading, "lambda_values", i, case, grads=True)
-        verdicts.append(values_verdict(outcome, 0, f"{LAMBDA}({case.label()}) with inputs that require grad", expected.lambda_value(case)))
-    for set_name in ("attention_gradients", "end_to_end"):
-        for i, case in enumerate(getattr(suite, set_name)(grading.seed)):
-            outcome = suite.attention_outcome(grading, set_name, i, case, grads=True)
-            what = f"{ATTENTION}({case.label()}) with inputs that require grad"
-            verdicts.append(values_verdict(outcome, len(outcome.results) - 1, what, expected.attention_output(case)))
-    grading.conclude(combine(verdicts))
+    sets = ("lambda_values", "attention_gradients", "end_to_end")
+    grading.conclude(combine([v for set_name in sets for v in suite.value_verdicts(grading, set_name, grads=True)]))
 
 
 @check("T2", 4, "Repeated calls answer for their current inputs: the same tensors again, inputs updated in place, memory reused")
