@@ -35,6 +35,8 @@ def text(value: str, limit: int = MAX_TEXT) -> str:
     so that no line can overwrite another on a terminal. A lone surrogate
     becomes U+FFFD.
     """
+    if _plain(value, limit):
+        return value
     dropped = max(0, len(value) - 4 * limit)  # bound the work before the expressions run
     value = _ANSI.sub("", value[: 4 * limit]).replace("\r\n", "\n").replace("\r", "\n")
     return _clip(_UNSAFE.sub(_multi_line, value), limit, dropped)
@@ -42,8 +44,15 @@ def text(value: str, limit: int = MAX_TEXT) -> str:
 
 def line(value: str, limit: int = MAX_NAME) -> str:
     """One line: every control character shown as an escape (``\\n``, ``\\x1b``, ``\\u202e``), clipped to ``limit``."""
+    if _plain(value, limit):
+        return value
     dropped = max(0, len(value) - 4 * limit)  # bound the work before the expression runs
     return _clip(_UNSAFE.sub(_escaped, value[: 4 * limit]), limit, dropped)
+
+
+def _plain(value: str, limit: int) -> bool:
+    """Short printable ASCII, which both cleanings leave as it is (most of a reply's strings): skip the expressions."""
+    return len(value) <= limit and value.isascii() and value.isprintable()
 
 
 def _multi_line(match: re.Match[str]) -> str:
