@@ -531,6 +531,22 @@ def test_memory_past_the_limit_in_children_or_shared_memory_fails_cleanly(hog: s
     assert run.check("lambda_values")["status"] == "passed"
 
 
+@CGROUPS
+@pytest.mark.parametrize("hog", list(MEMORY_HOGS))
+def test_a_memory_hog_does_not_cost_a_classmate_points(hog: str, tmp_path: Path) -> None:
+    """A hog graded beside a correct classmate in one batch loses its own check; the classmate keeps 100/100."""
+    room = tmp_path / "class"
+    room.mkdir()
+    attention = textwrap.dedent(CORRECT.split("causal=True):\n", 1)[1])
+    body = textwrap.dedent(MEMORY_HOGS[hog]) + "if not HELD:\n    raise MemoryError('the hoard was stopped')\n" + attention
+    source = with_attention(body).replace("import torch", "import os, time, torch\nHELD = None  # the first call hoards, once", 1)
+    (room / "hog.py").write_text(source)
+    (room / "victim.py").write_text((CORRECT_DIR / "einsum.py").read_text())
+    rows = batch(room, tmp_path / "out", "--jobs", "2", "--memory-limit", "1200")
+    assert rows["victim"]["score"] == "100.0", rows["victim"]
+    assert float(rows["hog"]["score"]) < 100.0, rows["hog"]
+
+
 # ---- the grading process protects itself (issue 10, items 5 and 6) -------------------------
 # Attacks on the grading process rather than on the files around it: a reply far larger than
 # the call needs, and a megabytes-long exception name. Each run measures the grader's own peak RSS.
