@@ -581,7 +581,7 @@ class Run:
             self.results.append(result)
             calls.append({"status": "returned", "seconds": time.perf_counter() - started, **self.observe(result)})
             del result  # a later call may release it, and with it the inputs its graph holds
-        for call, result in zip(calls, self.results):
+        for call, result in zip(calls[:-1], self.results):  # only a later call can have written into a result
             if call["status"] == "returned" and self.overwritten(result, call.get("value")):
                 call["overwritten"] = True
         reply: dict[str, Any] = {"status": "ok", "calls": calls, "inputs_after_forward": self.input_changes()}
