@@ -27,7 +27,6 @@ import numpy as np
 # at a non-zero storage offset.
 NON_CONTIGUOUS = ("transposed", "heads_permuted", "sliced", "fused")
 OFFSET_LAYOUTS = ("fused", "offset")
-VECTOR_LAYOUTS = ("sliced", "fused", "offset")  # what a 1-D vector can be
 INPUT_NAMES = ("q1", "k1", "q2", "k2", "value")
 LAMBDA_NAMES = ("q1", "k1", "q2", "k2")
 # How a call binds its arguments: "keyword" passes the tensors (and the coefficient) by position and

@@ -321,8 +321,8 @@ def explain_values(
     search(grading, set_name, verdicts, judge, grads=False)
 
 
-def explain_gradients(grading: GradingContext, set_name: str, verdicts: Sequence[Comparison], keys: dict[str, int]) -> None:
-    """Attach the counterexample of a failed differential_attention gradient check for ``keys``."""
+def explain_gradients(grading: GradingContext, set_name: str, verdicts: Sequence[Comparison], keys: tuple[str, ...]) -> None:
+    """Attach the counterexample of a failed differential_attention gradient check of the gradients named ``keys``."""
 
     def judge(case: AttentionCase, outcome: Outcome) -> Judgement:
         wanted = {name: position for name, position in suite.gradient_positions(case).items() if name in keys}

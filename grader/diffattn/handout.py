@@ -229,7 +229,7 @@ def _request(request: Request, names: list[str]) -> dict[str, Any]:
 
 def _offset_pairs(seed: int, calls: dict[str, Any]) -> list[dict[str, Any]]:
     """The toy experiment: at each λ, the call with the shared offset, the one without, and their difference."""
-    with_offset, signal_only, offset = toy.sweep_cases(seed)
+    with_offset, signal_only, _ = toy.sweep_cases(seed)
     pairs = []
     for index, (lam, shifted, plain) in enumerate(zip(toy.LAMBDAS, with_offset, signal_only)):
         keys = [_add_call(calls, f"{TOY_SET}/{part}", index, case, False, "offset")
@@ -238,7 +238,7 @@ def _offset_pairs(seed: int, calls: dict[str, Any]) -> list[dict[str, Any]]:
             "label": f"toy experiment at λ={lam:g}: output(values + offset) - output(values), sequence 0, head 0",
             "with_offset": keys[0],
             "values_only": keys[1],
-            "expected": _truth(toy.offset_contribution(lam, shifted, plain, offset)),
+            "expected": _truth(toy.offset_contribution(shifted, plain)),
         })
     return pairs
 

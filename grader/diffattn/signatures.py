@@ -55,7 +55,7 @@ def signature_order_problem(name: str, parameters: Any) -> str | None:
     """
     if name not in CONTRACT or not isinstance(parameters, list):
         return None
-    positional, keyword, default = CONTRACT[name]
+    positional, keyword, _ = CONTRACT[name]
     wanted = [*positional, keyword]
     described = [p for p in parameters if isinstance(p, dict)]
     slots = [p for p in described if p.get("kind") in POSITIONAL_KINDS]

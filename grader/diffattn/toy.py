@@ -60,10 +60,10 @@ def sweep_cases(seed: int) -> tuple[list[AttentionCase], list[AttentionCase], np
     return with_offset, signal_only, offset
 
 
-def offset_contribution(lam: float, shifted: AttentionCase, plain: AttentionCase, offset: np.ndarray) -> Truth:
-    """What output(values + offset) - output(values) must be at ``lam`` for one sequence: (1 - λ)·offset in every row."""
-    allowed = expected.attention_output(shifted).allowed + expected.attention_output(plain).allowed
-    return Truth(np.broadcast_to((1.0 - lam) * offset, (TOKENS, 2 * WIDTH)), allowed[0, 0])
+def offset_contribution(shifted: AttentionCase, plain: AttentionCase) -> Truth:
+    """What output(values + offset) - output(values) must be for the one sequence: (1 - λ)·offset in every row."""
+    truth = expected.shared_offset_difference(plain, shifted)
+    return Truth(truth.values[0, 0], truth.allowed[0, 0])
 
 
 def prepare(seed: int) -> None:
@@ -131,7 +131,7 @@ def verdict(result: Sweep) -> Comparison:
     for lam, shifted_case, plain_case, shifted, plain in zip(
         LAMBDAS, result.with_offset, result.signal_only, outputs[:n], outputs[n:]
     ):
-        truth = offset_contribution(lam, shifted_case, plain_case, result.offset)
+        truth = offset_contribution(shifted_case, plain_case)
         found.append(compare(f"toy experiment at λ={lam:g}: offset contribution, output(values + offset) - output(values)", shifted - plain, truth.values, truth.allowed))
         signal = expected.attention_output(plain_case)
         found.append(compare(f"toy experiment at λ={lam:g}: output(values), the signal alone", plain, signal.values[0, 0], signal.allowed[0, 0]))

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from grader.compare import Comparison, combine
 from grader.diffattn import counterexample, expected, misconceptions, suite, toy
+from grader.diffattn.cases import INPUT_NAMES, LAMBDA_NAMES
 from grader.diffattn.suite import ATTENTION, LAMBDA
 from grader.diffattn.verdicts import function_problem, grads_verdict
 from grader.plugin import GradingContext, check
 
-INPUTS = {"q1": 0, "k1": 1, "q2": 2, "k2": 3, "value": 4}
 
 
-def _attention_grads(grading: GradingContext, set_names: tuple[str, ...], keys: dict[str, int]) -> None:
-    """Judge the gradients ``keys`` over the case sets; hints and counterexamples come from the first set."""
+def _attention_grads(grading: GradingContext, set_names: tuple[str, ...], keys: tuple[str, ...]) -> None:
+    """Judge the gradients named ``keys`` over the case sets; hints and counterexamples come from the first set."""
     verdicts: dict[str, list[Comparison]] = {}
     for set_name in set_names:
         for i, case in enumerate(getattr(suite, set_name)(grading.seed)):
@@ -21,34 +21,34 @@ def _attention_grads(grading: GradingContext, set_names: tuple[str, ...], keys: 
             what = f"{ATTENTION}({case.label()}) with cotangent G"
             verdicts.setdefault(set_name, []).append(grads_verdict(outcome, len(outcome.results) - 1, what, expected.attention_grads(case), wanted))
     verdict = combine([v for found in verdicts.values() for v in found])
-    misconceptions.attach_hint(grading, verdict, set_names[0], grads=True, keys=tuple(keys))
+    misconceptions.attach_hint(grading, verdict, set_names[0], grads=True, keys=keys)
     counterexample.explain_gradients(grading, set_names[0], verdicts[set_names[0]], keys)
     grading.conclude(verdict)
 
 
 @check("T3", 5, "Gradient with respect to value matches Pᵀ G")
 def test_value_gradient(grading: GradingContext) -> None:
-    _attention_grads(grading, ("attention_gradients", "frozen_subsets"), {"value": 4})
+    _attention_grads(grading, ("attention_gradients", "frozen_subsets"), ("value",))
 
 
 @check("T3", 5, "Gradients with respect to q1 and k1 match the softmax VJP of branch 1")
 def test_branch_one_gradients(grading: GradingContext) -> None:
-    _attention_grads(grading, ("attention_gradients", "frozen_subsets"), {"q1": 0, "k1": 1})
+    _attention_grads(grading, ("attention_gradients", "frozen_subsets"), ("q1", "k1"))
 
 
 @check("T3", 5, "Gradients with respect to q2 and k2 match the softmax VJP of branch 2")
 def test_branch_two_gradients(grading: GradingContext) -> None:
-    _attention_grads(grading, ("attention_gradients", "frozen_subsets"), {"q2": 2, "k2": 3})
+    _attention_grads(grading, ("attention_gradients", "frozen_subsets"), ("q2", "k2"))
 
 
 @check("T3", 5, "Gradient with respect to a tensor coefficient matches -Σ A2 ⊙ (G Vᵀ)")
 def test_coefficient_gradient(grading: GradingContext) -> None:
-    _attention_grads(grading, ("attention_gradients", "frozen_subsets"), {"coefficient": 5})
+    _attention_grads(grading, ("attention_gradients", "frozen_subsets"), ("coefficient",))
 
 
 @check("T3", 4, "Gradients are right for strided inputs", visibility="hidden")
 def test_strided_gradients(grading: GradingContext) -> None:
-    _attention_grads(grading, ("attention_strided",), {**INPUTS, "coefficient": 5})
+    _attention_grads(grading, ("attention_strided",), (*INPUT_NAMES, "coefficient"))
 
 
 @check("T3", 5, "differential_lambda's gradients match g·e1·k1, g·e1·q1, -g·e2·k2, -g·e2·q2")
@@ -67,8 +67,7 @@ def test_lambda_gradients(grading: GradingContext) -> None:
 
 @check("T3", 5, "End to end: differential_lambda → differential_attention → loss, gradients to every vector")
 def test_end_to_end_gradients(grading: GradingContext) -> None:
-    keys = {"lambda_q1": 0, "lambda_k1": 1, "lambda_q2": 2, "lambda_k2": 3}
-    _attention_grads(grading, ("end_to_end",), {**keys, **{name: i + 4 for name, i in INPUTS.items()}})
+    _attention_grads(grading, ("end_to_end",), (*(f"lambda_{name}" for name in LAMBDA_NAMES), *INPUT_NAMES))
 
 
 @check("T3", 6, "Toy experiment: a value offset shared by all tokens comes out scaled by exactly 1 - λ")
