@@ -28,7 +28,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from corpus.mutants import CORRECT_DIR, MUTANTS, WRONG_DIR, completed_stub_source, mutant_source  # noqa: E402
+from corpus.mutants import (  # noqa: E402
+    CORRECT_DIR,
+    MUTANTS,
+    WRONG_DIR,
+    completed_stub_source,
+    mutant_source,
+)
 
 CLASS_SIZE = 50
 # Classes of 50 with this many right submissions: the test corpus's mix (mostly

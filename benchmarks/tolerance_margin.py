@@ -18,7 +18,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
 from conftest import grade_many  # noqa: E402
-from corpus.mutants import CORRECT_DIR, MUTANTS, WRONG_DIR, completed_stub_source, mutant_source  # noqa: E402
+from corpus.mutants import (  # noqa: E402
+    CORRECT_DIR,
+    MUTANTS,
+    WRONG_DIR,
+    completed_stub_source,
+    mutant_source,
+)
 
 
 def corpus(folder: Path) -> tuple[dict[str, Path], dict[str, Path]]:

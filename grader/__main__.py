@@ -1,5 +1,5 @@
 """``python -m grader``: the same as the ``diffgrade`` command."""
 
-from grader.launch import entry_point
+from grader.commands.launch import entry_point
 
 entry_point()

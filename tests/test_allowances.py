@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from grader.diffattn import expected, suite
+from grader.exercises.diffattn import expected, suite
 
 # 12 and 19: a case whose Σ|q⊙k| is 170 and 94 (the old bound, exp(|q|·|k|), allowed anything);
 # 1825336751: one of 752 (the old bound overflowed, an internal error for every submission).

@@ -9,16 +9,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from markupsafe import escape
-
-from grader import cli
-from grader.audience import HIDDEN_MESSAGE, for_audience
-from grader.diffattn import exercise
-from grader.diffattn.handout import declared_checks
-from grader.schema import validate
-
 from conftest import ROOT, Graded, grade, run_cli
 from corpus.mutants import MUTANTS, mutant_source
+from markupsafe import escape
+
+from grader.commands import grade_file
+from grader.exercises.diffattn.handout import declared_checks
+from grader.reports.audience import HIDDEN_MESSAGE, for_audience
+from grader.reports.schema import validate
 
 HIDDEN = {"strided_inputs_accepted", "large_logit_values", "strided_values", "strided_gradients"}
 SEED = 4242
@@ -154,8 +152,7 @@ def test_for_audience_refuses_unknown_audiences_and_redacted_input(audience: str
 
 def test_default_audience_is_student() -> None:
     """Without --audience the reports are for a student."""
-    ex = exercise()
-    parser = cli.build_parser(tuple(ex.tiers), ex.default_submission, ex.default_reference)
+    parser = grade_file.build_parser()
     assert parser.parse_args([]).audience == "student"
     assert "instructor shows everything" in " ".join(parser.format_help().split())
 

@@ -10,17 +10,17 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 import textwrap
+import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT, STUB, run_cli
 from corpus.mutants import CORRECT_DIR, WRONG_DIR
-from grader.schema import validate
+
+from grader.reports.schema import validate
 
 SEED = 4242
 COLUMNS = ["student", "score", "max_score", "T1", "T2", "T3", "status", "sha256", "seed", "duration_s"]
@@ -258,7 +258,7 @@ def test_resuming_with_another_seed_is_refused(tmp_path: Path) -> None:
 
 def test_progress_bar_shows_count_rate_and_time_left() -> None:
     """On a terminal the bar is redrawn in place with done/total, a rate and the time left; the last draw ends the line."""
-    from grader.batch import bar_progress
+    from grader.commands.batch import bar_progress
 
     stream = io.StringIO()
     show = bar_progress(stream, width=10)
@@ -273,7 +273,7 @@ def test_progress_bar_shows_count_rate_and_time_left() -> None:
 
 def test_symbolic_links_in_the_class_are_not_followed(tmp_path: Path) -> None:
     """A linked file, or a link inside a student's folder, is never read: the student gets a problem instead."""
-    from grader.submissions import discover
+    from grader.core.submissions import discover
 
     secret = tmp_path / "secret.py"
     secret.write_text("x = 'outside the class'\n")
@@ -327,7 +327,7 @@ def test_settings_must_match_to_resume_and_out_must_not_be_inside_the_class(tmp_
 
 def test_students_with_the_same_name_keep_their_own_rows(tmp_path: Path) -> None:
     """alice.py beside alice/ are two students, each with a distinct name and folder."""
-    from grader.submissions import discover
+    from grader.core.submissions import discover
 
     room = tmp_path / "room"
     (room / "alice").mkdir(parents=True)
@@ -340,7 +340,7 @@ def test_students_with_the_same_name_keep_their_own_rows(tmp_path: Path) -> None
 
 def test_gradebook_names_cannot_run_as_spreadsheet_formulas() -> None:
     """A student name starting with = is written with a leading quote."""
-    from grader.batch import gradebook
+    from grader.commands.batch import gradebook
 
     record = {"student": "=HYPERLINK(1)", "score": 0.0, "max_score": 100.0, "tiers": {}, "status": "failed",
               "sha256": None, "seed": 1, "duration_s": 0.1}  # fmt: skip
@@ -357,10 +357,10 @@ class _LiveForks:
 
 def _schedule(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, behave: dict[str, str], jobs: int = 2) -> tuple[dict[str, dict], list[int]]:
     """Run the batch's scheduler over students named in ``behave`` ("ok", "die" or "hang"); their records and grader pids."""
-    from grader import batch as batch_module
-    from grader.diffattn import exercise
-    from grader.session import Preview, RunOptions
-    from grader.submissions import Entry
+    from grader.commands import batch as batch_module
+    from grader.core.session import Preview, RunOptions
+    from grader.core.submissions import Entry
+    from grader.exercises.diffattn import exercise
     from grader.worker.client import WorkerLimits
 
     for name in behave:
@@ -408,8 +408,8 @@ def test_a_grading_process_past_its_deadline_is_killed_and_replaced(tmp_path: Pa
 
 def test_a_student_sent_to_a_vanished_grading_process_stays_unassigned() -> None:
     """Writing to a grading process that is gone is no error of the batch: the student waits for another process."""
-    from grader.batch import _Grader
-    from grader.submissions import Entry
+    from grader.commands.batch import _Grader
+    from grader.core.submissions import Entry
 
     orders_read, orders_write = os.pipe()
     results_read, results_write = os.pipe()
@@ -448,8 +448,8 @@ def test_a_file_name_cannot_write_its_own_log_line(tmp_path: Path) -> None:
 
 def test_names_in_problems_and_records_are_one_line(tmp_path: Path) -> None:
     """discover() escapes names in students and problems; the gradebook and progress escape whatever record reaches them."""
-    from grader.batch import gradebook, plain_progress
-    from grader.submissions import discover
+    from grader.commands.batch import gradebook, plain_progress
+    from grader.core.submissions import discover
 
     room = tmp_path / "room"
     (room / "eve\u202e").mkdir(parents=True)

@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from grader import batch, classreport
-from grader.submissions import Entry
-
 from conftest import REFERENCE, Graded, grade
 from corpus.mutants import WRONG_DIR
 from headless import Chromium, PageLoad, chromium_executable, load_page
+
+from grader.commands import batch
+from grader.core.submissions import Entry
+from grader.reports import classreport
 
 EXECUTABLE = chromium_executable()
 pytestmark = pytest.mark.skipif(

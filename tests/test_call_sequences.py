@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from grader.invoke import Call, Request, TensorInput, invoke
+from grader.core.invoke import Call, Request, TensorInput, invoke
 from grader.worker.client import ForkServer, Worker, WorkerLimits
 
 FUNCTIONS = ["differential_lambda", "differential_attention"]

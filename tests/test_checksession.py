@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from pytest_jsonreport.plugin import JSONReport
 
-from grader.checksession import CheckSessionError, RunChecks, run_session
-from grader.diffattn import exercise
-from grader.plugin import GradingContext, GradingPlugin
+from grader.core.checksession import CheckSessionError, RunChecks, run_session
+from grader.core.plugin import GradingContext, GradingPlugin
+from grader.exercises.diffattn import exercise
 
 TIERS = {"T1", "T2", "T3"}
 

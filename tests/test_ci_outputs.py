@@ -9,12 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from grader import cli, gradescope, junit, markdown
-from grader.schema import validate
-from grader.scoring import overall_status, tally
-
 from conftest import ROOT, STUB, run_cli
+
+from grader.commands import grade_file
+from grader.commands import launch
+from grader.core.scoring import overall_status, tally
+from grader.reports import gradescope, junit, markdown
+from grader.reports.schema import validate
 
 TIERS = {"T1": "Contract", "T2": "Values", "T3": "Gradients"}
 HIDDEN_MESSAGE = "hidden check: its inputs and expected values are shown to instructors only"
@@ -65,7 +66,7 @@ def _document(load_error: str | None = None, statuses: dict[str, str] | None = N
         check["score"] = check["max_score"] if check["status"] == "passed" else 0.0
     tiers, score, max_score = tally(checks, TIERS)
     document = {
-        "schema_version": 1, "grader_version": "0.1.0", "exercise": "diff_attention", "audience": "student",
+        "schema_version": 1, "grader_version": "0.1.0", "exercise": "diff_attention", "exercise_title": "Differential attention", "exercise_version": "1.0", "audience": "student",
         "submission": {"path": "subs/a|b.py", "sha256": "ab" * 32, "size_bytes": 100, "load_error": load_error, "notes": []},
         "seed": 7, "tiers_selected": ["T1", "T2"], "score": score, "max_score": max_score,
         "status": overall_status(checks), "tiers": tiers, "toy_experiment": None,
@@ -254,7 +255,7 @@ def test_markdown_says_so_when_everything_passed() -> None:
 def test_bad_output_options_are_one_line_usage_errors(args: list[str], fragment: str, capsys: pytest.CaptureFixture[str]) -> None:
     """A bad --fail-under or clashing output paths exit 2 with one line on stderr, before grading."""
     with pytest.raises(SystemExit) as stopped:
-        cli.main([str(STUB), *args])
+        launch.run([str(STUB), *args])
     error = capsys.readouterr().err
     assert stopped.value.code == 2
     assert len(error.strip().splitlines()) == 1 and fragment in error, error
@@ -273,7 +274,7 @@ def test_bad_output_options_are_one_line_usage_errors(args: list[str], fragment:
 )
 def test_exit_code_follows_fail_under(status: str, score: float, fail_under: float | None, code: int) -> None:
     """With --fail-under the score decides 0 or 1; without it any failed check gives 1; an errored check is 3."""
-    assert cli.exit_code({"status": status, "score": score}, fail_under) == code
+    assert grade_file.exit_code({"status": status, "score": score}, fail_under) == code
 
 
 def test_grade_command_writes_every_summary(tmp_path: Path) -> None:
@@ -297,7 +298,6 @@ def test_ci_example_installs_like_the_readme_and_uses_real_options() -> None:
     install = re.search(r"run: (python -m pip install .*)", workflow).group(1)
     assert f"\n{install}\n" in (ROOT / "README.md").read_text()
     command = re.search(r"run: >-\n((?: {10}.*\n)+)", workflow).group(1).split()
-    exercise = cli.diff_attention()
-    args = cli.build_parser(tuple(exercise.tiers), exercise.default_submission, exercise.default_reference).parse_args(command[1:])
+    args = grade_file.build_parser().parse_args(command[1:])
     assert command[0] == "diffgrade"
     assert (args.junit, args.markdown, args.fail_under) == (Path("reports/junit.xml"), Path("reports/summary.md"), 80.0)

@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
-
-from grader import cli
 from conftest import REFERENCE, grade, run_cli
+
+from grader.commands import grade_file, launch
 
 HOSTILE_MESSAGE = '<script>alert("x")</script> & <b>bold</b>'
 
@@ -33,7 +33,7 @@ def _write(path: Path, text: str) -> Path:
 )
 def test_usage_errors_exit_2_with_one_line(args: list[str], fragment: str, tmp_path: Path) -> None:
     """Bad paths and options give exit 2 and exactly one line on stderr, no report."""
-    _write(tmp_path / "x.py", "x = 1\n")
+    _write(tmp_path / "x.py", "def differential_lambda(q1, k1, q2, k2, lambda_init=0.2):\n    pass\n")
     run = run_cli(args, tmp_path)
     assert run.code == 2
     assert len(run.stderr.strip().splitlines()) == 1 and fragment in run.stderr, run.stderr
@@ -45,8 +45,8 @@ def test_internal_error_exits_3_without_traceback(monkeypatch: pytest.MonkeyPatc
     def broken(*_: object, **__: object) -> None:
         raise RuntimeError("simulated grader bug")
 
-    monkeypatch.setattr(cli, "grade", broken)
-    code = cli.main([str(REFERENCE), "--json", str(tmp_path / "r.json"), "--html", str(tmp_path / "r.html")])
+    monkeypatch.setattr(grade_file, "grade", broken)
+    code = launch.run([str(REFERENCE), "--json", str(tmp_path / "r.json"), "--html", str(tmp_path / "r.html")])
     captured = capsys.readouterr()
     assert code == 3
     assert captured.err.strip() == "diffgrade: internal error: RuntimeError: simulated grader bug"
@@ -157,7 +157,7 @@ def test_a_lone_surrogate_in_a_message_is_written_not_fatal(tmp_path: Path) -> N
 
 def test_the_fork_server_starts_first_only_for_a_grading_run() -> None:
     """diffgrade FILE and diffgrade batch start the fork server before their own imports; other commands and --help do not."""
-    from grader.launch import grades
+    from grader.commands.launch import grades
 
     assert grades([]) and grades(["x.py", "--seed", "3"]) and grades(["batch", "class/", "--out", "o"])
     assert not grades(["handout", "out/"]) and not grades(["gradescope-bundle", "a.zip"])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from grader.compare import Comparison, combine, compare
+from grader.toolkit.compare import Comparison, combine, compare
 
 
 def test_match_within_allowance_passes_with_ratio() -> None:

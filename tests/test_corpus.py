@@ -5,9 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from conftest import Graded, grade_many
-from corpus.mutants import CORRECT_DIR, MUTANTS, WRONG_DIR, completed_stub_source, mutant_source
+from corpus.mutants import (
+    CORRECT_DIR,
+    MUTANTS,
+    WRONG_DIR,
+    completed_stub_source,
+    mutant_source,
+)
 
 SEED = 20261129
 CORRECT = sorted(CORRECT_DIR.glob("*.py"))

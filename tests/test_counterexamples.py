@@ -9,18 +9,30 @@ from typing import Any, Callable
 
 import numpy as np
 import pytest
-
-from grader import counterexample_view, heatmap
-from grader.diffattn import cases, counterexample, expected, oracle, suite
-from grader.diffattn.counterexample import Failure, attention_sizes, cut_attention, first_failing
-from grader.diffattn.verdicts import values_verdict
-from grader.invoke import Call, Outcome, Request, ResultOf, Returned, TensorInput, invoke_many
-from grader.plugin import GradingContext
-from grader.schema import _COUNTEREXAMPLE, validate
-from grader.worker.client import WorkerFailure
-
-from conftest import attention_arguments, ROOT, grade, grade_many
+from conftest import ROOT, attention_arguments, grade, grade_many
 from corpus.mutants import MUTANTS, mutant_source
+
+from grader.core.invoke import (
+    Call,
+    Outcome,
+    Request,
+    ResultOf,
+    Returned,
+    TensorInput,
+    invoke_many,
+)
+from grader.core.plugin import GradingContext
+from grader.exercises.diffattn import cases, counterexample, expected, oracle, suite
+from grader.exercises.diffattn.counterexample import (
+    Failure,
+    attention_sizes,
+    cut_attention,
+    first_failing,
+)
+from grader.exercises.diffattn.verdicts import values_verdict
+from grader.reports import counterexample_view, heatmap
+from grader.reports.schema import _COUNTEREXAMPLE, validate
+from grader.worker.client import WorkerFailure
 
 SVG = "{http://www.w3.org/2000/svg}"
 Behaviour = Callable[[list[np.ndarray], float, bool], np.ndarray]

@@ -6,11 +6,11 @@ import ast
 import json
 import re
 
-from grader.schema import validate
-
 from conftest import ROOT
 
-CHECKS_DIR = ROOT / "grader" / "diffattn" / "checks"
+from grader.reports.schema import validate
+
+CHECKS_DIR = ROOT / "grader" / "exercises" / "diffattn" / "checks"
 
 
 def _declared_checks() -> dict[str, tuple[str, float]]:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.diffattn.signatures import signature_order_problem
+from grader.exercises.diffattn.signatures import signature_order_problem
 
 CORPORA = Path(__file__).resolve().parent / "corpus"
 SEED = 20261201

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from grader.schema import validate
-
 from conftest import Graded
+
+from grader.reports.schema import validate
 
 
 def test_reference_gets_full_marks_on_several_seeds(reference_runs: dict[int, Graded]) -> None:

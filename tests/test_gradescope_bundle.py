@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from grader import bundle, cli
-
 from conftest import ROOT
+
+from grader.commands import bundle, launch
+from grader.core import registry
 
 CORRECT = ROOT / "tests" / "corpus" / "correct" / "einsum.py"
 RESULT_KEYS = {"score", "execution_time", "output", "visibility", "stdout_visibility", "tests"}
@@ -25,7 +25,7 @@ TEST_KEYS = {"name", "number", "score", "max_score", "status", "output", "tags",
 def archive(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The bundle of this checkout, made with the real command."""
     out = tmp_path_factory.mktemp("bundle") / "autograder.zip"
-    assert cli.main(["gradescope-bundle", str(out)]) == 0
+    assert launch.run(["gradescope-bundle", str(out)]) == 0
     return out
 
 
@@ -61,8 +61,8 @@ def test_zip_holds_scripts_readme_and_the_source(archive: Path) -> None:
     """setup.sh, run_autograder (executable) and README.md at the root; diffgrade's source, no reference or tests."""
     infos = {info.filename: info for info in zipfile.ZipFile(archive).infolist()}
     assert {name for name in infos if "/" not in name} == {"setup.sh", "run_autograder", "README.md"}
-    assert {"diffgrade/pyproject.toml", "diffgrade/README.md", "diffgrade/grader/cli.py",
-            "diffgrade/templates/report.html.j2", "diffgrade/grader/diffattn/checks/pytest.ini"} <= set(infos)  # fmt: skip
+    assert {"diffgrade/pyproject.toml", "diffgrade/README.md", "diffgrade/grader/commands/grade_file.py",
+            "diffgrade/templates/report.html.j2", "diffgrade/grader/exercises/diffattn/checks/pytest.ini"} <= set(infos)  # fmt: skip
     assert {name.split("/")[1] for name in infos if "/" in name} == {"pyproject.toml", "README.md", "grader", "templates"}
     assert not [name for name in infos if "__pycache__" in name or name.endswith(".pyc")]
     assert [(infos[n].external_attr >> 16) & 0o777 for n in ("setup.sh", "run_autograder", "README.md")] == [0o755, 0o755, 0o644]
@@ -70,7 +70,7 @@ def test_zip_holds_scripts_readme_and_the_source(archive: Path) -> None:
 
 def test_same_source_gives_the_same_zip(archive: Path) -> None:
     """Entries are sorted and dated 1980-01-01, so building again gives identical bytes."""
-    assert bundle.build(bundle.checkout(), "diff_attention.py") == archive.read_bytes()
+    assert bundle.build(bundle.checkout(), registry.named("diff_attention")) == archive.read_bytes()
 
 
 def test_scripts_parse_and_setup_installs_pinned_torch_first(unpacked: Path) -> None:
@@ -85,7 +85,7 @@ def test_submission_runs_unprivileged_and_sees_the_student_view(unpacked: Path) 
     """run_autograder keeps the worker's isolation and asks for the student's view; the README says so."""
     script = (unpacked / "run_autograder").read_text()
     assert "--no-isolation" not in script
-    assert 'diffgrade "${candidates[0]}" --no-preview --audience student' in script
+    assert 'diffgrade "${candidates[0]}" --exercise diff_attention --no-preview --audience student' in script
     readme = (unpacked / "README.md").read_text()
     assert "`nobody`" in readme and "never passes `--no-isolation`" in readme
 
@@ -97,14 +97,14 @@ def test_shipped_source_builds_a_complete_wheel(unpacked: Path, tmp_path: Path) 
         check=True, capture_output=True,
     )  # fmt: skip
     names = set(zipfile.ZipFile(next(tmp_path.glob("diffgrade-*.whl"))).namelist())
-    assert {"grader/cli.py", "grader/templates/report.html.j2", "grader/diffattn/checks/pytest.ini", "grader/worker/child.py"} <= names
+    assert {"grader/commands/grade_file.py", "grader/templates/report.html.j2", "grader/exercises/diffattn/checks/pytest.ini", "grader/worker/child.py"} <= names
 
 
 @pytest.mark.parametrize(("out", "fragment"), [("bundle.tar", "must end in .zip (got 'bundle.tar')"), (".zip", "must end in .zip")])
 def test_bad_output_is_a_one_line_usage_error(out: str, fragment: str, capsys: pytest.CaptureFixture[str]) -> None:
     """An output that is not a .zip file exits 2 with one line on stderr."""
     with pytest.raises(SystemExit) as stopped:
-        cli.main(["gradescope-bundle", out])
+        launch.run(["gradescope-bundle", out])
     error = capsys.readouterr().err
     assert stopped.value.code == 2 and len(error.strip().splitlines()) == 1 and fragment in error, error
 

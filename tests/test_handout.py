@@ -11,12 +11,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from grader import cli
-from grader.diffattn import suite
-from grader.diffattn.handout import DATA_FILE, RUNNER_FILE, declared_checks
-
 from conftest import REFERENCE, ROOT, STUB, grade
+
+from grader.commands import launch
+from grader.commands import options
+from grader.exercises.diffattn import suite
+from grader.exercises.diffattn.handout import DATA_FILE, RUNNER_FILE, declared_checks
 
 SEED = 7
 HIDDEN_SETS = ("attention_strided", "lambda_strided", "attention_large_logits")
@@ -211,10 +211,10 @@ def lookup_table(bundle: Path) -> str:
 
 def test_handout_inputs_are_drawn_outside_every_graded_seed(bundle: Path) -> None:
     """The data file records the seed and the input seed (above 2**32 - 1); no public set's inputs equal the graded ones."""
-    from grader.diffattn.handout import inputs_seed
+    from grader.exercises.diffattn.handout import inputs_seed
 
     data = json.loads((bundle / DATA_FILE).read_text())
-    assert data["seed"] == SEED and data["inputs_seed"] == inputs_seed(SEED) == 2**32 + SEED > cli.MAX_SEED
+    assert data["seed"] == SEED and data["inputs_seed"] == inputs_seed(SEED) == 2**32 + SEED > options.MAX_SEED
     for name in ("lambda_values", "attention_causal", "attention_noncausal", "attention_coefficients", "row_sums", "lambda_zero"):
         drawn, graded = getattr(suite, name)(inputs_seed(SEED)), getattr(suite, name)(SEED)
         assert all(not np.array_equal(a.q1, b.q1) for a, b in zip(drawn, graded)), name
@@ -239,11 +239,11 @@ def test_non_empty_out_dir_needs_force(tmp_path: Path, capsys: pytest.CaptureFix
     """A folder that holds anything is refused with one line (exit 2) unless --force is given."""
     (tmp_path / "notes.txt").write_text("mine")
     with pytest.raises(SystemExit) as stopped:
-        cli.main(["handout", str(tmp_path), "--exercise-dir", str(ROOT / "exercise")])
+        launch.run(["handout", str(tmp_path), "--exercise-dir", str(ROOT / "exercise")])
     assert stopped.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"argument OUT_DIR: {tmp_path} is not empty (pass --force" in err
-    assert cli.main(["handout", str(tmp_path), "--force", "--seed", "3", "--exercise-dir", str(ROOT / "exercise")]) == 0
+    assert launch.run(["handout", str(tmp_path), "--force", "--seed", "3", "--exercise-dir", str(ROOT / "exercise")]) == 0
     assert (tmp_path / "notes.txt").read_text() == "mine" and (tmp_path / RUNNER_FILE).is_file()
 
 
@@ -261,7 +261,7 @@ def test_usage_errors_are_one_line(args: list[str], fragment: str, tmp_path: Pat
     (tmp_path / "file.txt").write_text("")
     values = {"tmp": str(tmp_path), "root": str(ROOT)}
     with pytest.raises(SystemExit) as stopped:
-        cli.main([a.format(**values) for a in args] + (["--exercise-dir", str(ROOT / "exercise")] if "--exercise-dir" not in args else []))
+        launch.run([a.format(**values) for a in args] + (["--exercise-dir", str(ROOT / "exercise")] if "--exercise-dir" not in args else []))
     assert stopped.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and fragment.format(**values) in err
@@ -270,8 +270,8 @@ def test_usage_errors_are_one_line(args: list[str], fragment: str, tmp_path: Pat
 def test_help_explains_the_command(capsys: pytest.CaptureFixture[str]) -> None:
     """diffgrade handout --help describes OUT_DIR, --force and --seed."""
     with pytest.raises(SystemExit) as stopped:
-        cli.main(["handout", "--help"])
+        launch.run(["handout", "--help"])
     assert stopped.value.code == 0
     text = " ".join(capsys.readouterr().out.split())
-    assert text.startswith("usage: diffgrade handout [-h] [--force] [--seed N] [--exercise-dir DIR] OUT_DIR")
+    assert text.startswith("usage: diffgrade handout [-h] [--force] [--seed N] [--exercise NAME] [--exercise-dir DIR] OUT_DIR")
     assert "No reference code, no grader, no hidden check." in text

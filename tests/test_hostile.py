@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
 from conftest import REFERENCE, ROOT, Graded, run_cli
 from corpus.mutants import CORRECT_DIR
+
 from grader.worker import isolation
 
 MARKER = "diffgrade-hostile-marker"
@@ -230,7 +230,7 @@ HARMLESS_TO_THE_SCORE = {"print_flood", "vandal", "detached_processes"}
 @pytest.mark.parametrize("name", list(CASES))
 def test_graded_to_the_end_and_nothing_outside_changed(name: str, hostile_runs) -> None:
     """Exit 1 (0 for the correct one that only floods its output) with a valid report; sentinels intact; no process left."""
-    from grader.schema import validate
+    from grader.reports.schema import validate
 
     room, before, run, leftovers = hostile_runs[name]
     assert run.code == (0 if name in HARMLESS_TO_THE_SCORE else 1), (run.stderr, run.stdout[-2000:])
@@ -349,8 +349,8 @@ def test_no_cgroup_is_left_behind(hostile_runs) -> None:
 def answers_on_disk() -> dict[str, Path]:
     """World-readable answers where a deny list never looked: /tmp, a home folder, a build/lib/grader copy, the checkout."""
     base = Path(tempfile.mkdtemp(prefix="diffgrade-answers-"))
-    copies = {"tmp_solution": base / "solution.py", "build_oracle": base / "checkout" / "build" / "lib" / "grader" / "diffattn" / "oracle.py",
-              "checkout_reference": REFERENCE, "checkout_oracle": ROOT / "grader" / "diffattn" / "oracle.py"}  # fmt: skip
+    copies = {"tmp_solution": base / "solution.py", "build_oracle": base / "checkout" / "build" / "lib" / "grader" / "exercises" / "diffattn" / "oracle.py",
+              "checkout_reference": REFERENCE, "checkout_oracle": ROOT / "grader" / "exercises" / "diffattn" / "oracle.py"}  # fmt: skip
     shutil.copy(REFERENCE, copies["tmp_solution"])
     shutil.copytree(ROOT / "grader", base / "checkout" / "build" / "lib" / "grader", ignore=shutil.ignore_patterns("__pycache__"))
     home = None
@@ -560,7 +560,7 @@ GRADER_ATTACKS: dict[str, str] = {
 # Peak RSS from VmHWM, which starts afresh at exec: getrusage's ru_maxrss would also count the parent's
 # peak from before the fork (the test process, torch loaded when the whole suite runs).
 MEASURE = (
-    "import re, sys\nfrom grader import launch\ntry:\n    launch.entry_point()\nexcept SystemExit as done:\n    code = done.code\n"
+    "import re, sys\nfrom grader.commands import launch\ntry:\n    launch.entry_point()\nexcept SystemExit as done:\n    code = done.code\n"
     "status = open('/proc/self/status').read()\n"
     "print(int(re.search(r'VmHWM:\\s+(\\d+)', status).group(1)) // 1024, file=sys.stderr)\nsys.exit(code)\n"
 )

@@ -19,8 +19,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT
+
 from grader.worker import isolation
 from grader.worker.client import ForkServer, Worker, WorkerLimits
 
@@ -152,9 +152,9 @@ def test_an_installed_grader_and_its_unpacked_bundle_are_unreadable(tmp_path: Pa
         folder.chmod(0o755 if folder.is_dir() else 0o644)
     facts = _probe(tmp_path, refuse=False, paths=(site / "grader" / "worker", site), readable={
         "package": str(site / "somepackage" / "__init__.py"),
-        "installed_oracle": str(site / "grader" / "diffattn" / "oracle.py"),
+        "installed_oracle": str(site / "grader" / "exercises" / "diffattn" / "oracle.py"),
         "bundle_reference": str(bundle / "reference" / "diff_attention.py"),
-        "bundle_oracle": str(bundle / "grader" / "diffattn" / "oracle.py"),
+        "bundle_oracle": str(bundle / "grader" / "exercises" / "diffattn" / "oracle.py"),
         "checkout_reference": str(ROOT / "reference" / "diff_attention.py"),
     })  # fmt: skip
     assert facts["protections"]["allow_list"]

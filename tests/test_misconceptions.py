@@ -6,14 +6,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import Graded, grade_many
 from corpus.mutants import CORRECT_DIR, MUTANTS, mutant_source
-from grader.compare import Comparison
-from grader.diffattn import misconceptions as mc
-from grader.diffattn import suite
-from grader.diffattn.expected import Truth
-from grader.plugin import GradingContext
+
+from grader.core.plugin import GradingContext
+from grader.exercises.diffattn import misconceptions as mc
+from grader.exercises.diffattn import suite
+from grader.exercises.diffattn.expected import Truth
+from grader.toolkit.compare import Comparison
 
 SEED = 7
 VARIANTS = [(family, variant) for family in mc.FAMILIES for variant in family.variants]

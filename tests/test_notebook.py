@@ -9,12 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from grader import notebook
-from grader.notebook import LINE_STRIDE, NotebookError, convert
-from grader.session import MAX_SUBMISSION_BYTES, read_submission
-
 from conftest import ROOT, Graded, grade
+
+from grader.core import notebook
+from grader.core.notebook import LINE_STRIDE, NotebookError, convert
+from grader.core.session import MAX_SUBMISSION_BYTES, read_submission
 
 EINSUM = (ROOT / "tests" / "corpus" / "correct" / "einsum.py").read_text()
 

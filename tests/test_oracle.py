@@ -1,4 +1,4 @@
-"""Tests for grader.diffattn.oracle, the grader's float64 truth.
+"""Tests for grader.exercises.diffattn.oracle, the grader's float64 truth.
 
 The oracle is checked against straightforward torch float64 implementations,
 against torch autograd, and (through gradcheck) against finite differences of
@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 
-from grader.diffattn import oracle
+from grader.exercises.diffattn import oracle
 
 SHAPES = [(1, 1, 1, 3), (2, 3, 5, 4), (1, 2, 8, 1), (2, 1, 6, 5)]
 COEFFICIENTS = [-0.7, 0.0, 0.35, 1.8]
@@ -389,7 +389,7 @@ def test_importing_oracle_does_not_load_torch():
     root = str(Path(__file__).resolve().parents[1])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
     code = (
-        "import sys, grader.diffattn.oracle\n"
+        "import sys, grader.exercises.diffattn.oracle\n"
         "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))"
     )
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)

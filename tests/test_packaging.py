@@ -10,7 +10,6 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
 from conftest import REFERENCE, ROOT
 
 
@@ -29,7 +28,7 @@ def test_wheel_contains_templates_and_check_config(wheel: Path) -> None:
     """Templates ship as grader/templates, the checks' pytest.ini ships with the checks."""
     names = set(zipfile.ZipFile(wheel).namelist())
     assert {"grader/templates/report.html.j2", "grader/templates/summary.txt.j2"} <= names
-    assert "grader/diffattn/checks/pytest.ini" in names
+    assert "grader/exercises/diffattn/checks/pytest.ini" in names
     assert "grader/worker/child.py" in names
 
 

@@ -6,12 +6,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-
 from conftest import attention_arguments
 
-from grader.diffattn import expected, oracle, suite
-from grader.invoke import Outcome, invoke
-from grader.plugin import GradingContext
+from grader.core.invoke import Outcome, invoke
+from grader.core.plugin import GradingContext
+from grader.exercises.diffattn import expected, oracle, suite
 from grader.worker.client import ForkServer, Worker, WorkerLimits
 
 SEED = 3

@@ -8,9 +8,9 @@ from html.parser import HTMLParser
 from typing import Any
 
 import pytest
-
-from grader.report import render_html
 from test_templates import sample_report
+
+from grader.reports.report import render_html
 
 STATUS_TEXT = {"passed": "✓ passed", "failed": "✗ failed", "error": "! error", "skipped": "– skipped"}
 
@@ -167,7 +167,7 @@ def test_page_is_responsive_and_self_contained() -> None:
 
 def test_a_report_over_the_cap_has_its_longest_strings_cut_with_a_note() -> None:
     """25 messages of 9 million characters: the JSON fits in 8 MiB, each long message is cut with a note, short strings are kept."""
-    from grader import report
+    from grader.reports import report
 
     document = {"tiers": [{"checks": [{"id": f"c{i}", "message": "x" * 9_000_000} for i in range(25)]}], "status": "failed"}
     bounded = report.bounded(document)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import copy
 
-from grader.schema import validate
-
 from conftest import Graded
+
+from grader.reports.schema import validate
 
 
 def test_validator_flags_missing_wrong_and_extra_fields(reference_runs: dict[int, Graded]) -> None:

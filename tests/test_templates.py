@@ -11,7 +11,7 @@ from typing import Any
 import jinja2
 import pytest
 
-from grader import svgchart
+from grader.reports import svgchart
 
 TEMPLATES = Path(__file__).parents[1] / "templates"
 HOSTILE = '<script>alert("x")</script> & more'
@@ -26,7 +26,7 @@ CHECK_IDS = [
 
 
 def html_env() -> jinja2.Environment:
-    """The HTML environment as grader/report.py builds it (strict, like the text one)."""
+    """The HTML environment as grader/reports/report.py builds it (strict, like the text one)."""
     return jinja2.Environment(
         loader=jinja2.FileSystemLoader(TEMPLATES),
         autoescape=jinja2.select_autoescape(["html", "j2"]),
@@ -35,7 +35,7 @@ def html_env() -> jinja2.Environment:
 
 
 def text_env() -> jinja2.Environment:
-    """The plain-text environment as grader/report.py builds it."""
+    """The plain-text environment as grader/reports/report.py builds it."""
     return jinja2.Environment(
         loader=jinja2.FileSystemLoader(TEMPLATES),
         autoescape=False,

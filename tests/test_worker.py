@@ -12,11 +12,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import grade
 
-from grader.invoke import Call, Request, TensorInput, invoke
+from grader.core.invoke import Call, Request, TensorInput, invoke
 from grader.worker import protocol
 from grader.worker.client import ForkServer, Worker, WorkerLimits
-from conftest import grade
 
 FUNCTIONS = ["differential_lambda", "differential_attention"]
 MISBEHAVING = """
@@ -349,7 +349,7 @@ def test_an_honest_wrong_shape_is_still_read(hostile: Worker) -> None:
 
 def test_a_gradient_or_stray_array_over_its_cap_is_refused() -> None:
     """The limit names the gradient, or the array sent as nothing, with expected versus got."""
-    from grader.invoke import reply_limit
+    from grader.core.invoke import reply_limit
 
     tensor = TensorInput(np.zeros((2, 3)), "float64", requires_grad=True)
     judge = reply_limit([Request((Call("f", (tensor,)),), backward_from=0, cotangent=np.zeros((2, 3)))])
@@ -407,7 +407,7 @@ def test_strings_from_the_worker_are_clipped_and_cleaned(hostile: Worker) -> Non
 )
 def test_safetext_escapes_names_and_strips_text(raw: str, one_line: str, multi_line: str) -> None:
     """line() shows every control character as an escape on one line; text() drops them but keeps newlines and tabs."""
-    from grader import safetext
+    from grader.toolkit import safetext
 
     assert safetext.line(raw) == one_line
     assert safetext.text(raw) == multi_line

@@ -9,7 +9,7 @@ fresh one, until a restart cap or the time budget says stop. Nothing the
 worker sends is trusted beyond its shape: :mod:`protocol` loads arrays
 without pickle (and, given a limit, refuses arrays larger than the request
 can need before reading them), every string of a reply is clipped and
-cleaned of control characters here (:func:`grader.safetext.reply`), and
+cleaned of control characters here (:func:`grader.toolkit.safetext.reply`), and
 callers validate every field they use.
 """
 
@@ -30,9 +30,14 @@ from typing import Any
 
 import numpy as np
 
-from grader import safetext
+from grader.toolkit import safetext
 from grader.worker import protocol
-from grader.worker.forks import ForkedProcess, ForkServer, WorkerFailure, WorkerStartFailure
+from grader.worker.forks import (
+    ForkedProcess,
+    ForkServer,
+    WorkerFailure,
+    WorkerStartFailure,
+)
 
 MiB = 1024 * 1024
 
@@ -125,9 +130,10 @@ class Worker:
 
     def __init__(
         self, source: str, filename: str, functions: list[str], limits: WorkerLimits, forks: ForkServer,
-        *, isolate: bool = True, hide: tuple[str, ...] = (),
+        *, isolate: bool = True, hide: tuple[str, ...] = (), warm_up: str | None = None,
     ) -> None:  # fmt: skip
         self.forks = forks
+        self.warm_up = warm_up  # a file whose warm_up(torch) the fork server runs once before forking
         self.isolate = isolate
         self.hide = hide
         self.source = source
@@ -161,7 +167,7 @@ class Worker:
                 "workdir_bytes": self.limits.workdir_bytes,
                 "max_processes": self.limits.max_processes,
             }
-        config = {"limits": self.limits.rlimits(), "isolation": isolation, "workdir": self._workdir}
+        config = {"limits": self.limits.rlimits(), "isolation": isolation, "workdir": self._workdir, "warm_up": self.warm_up}
         theirs = [request_read, response_write, stdout_write, stderr_write, status_write]
         try:
             self._process = self.forks.fork(config, theirs, status_read, self.limits.startup_timeout_s)

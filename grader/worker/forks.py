@@ -2,7 +2,7 @@
 
 Only the standard library is imported here, so that the ``diffgrade``
 command can start the server (whose torch import is the longest step of a
-run) before it imports anything heavy itself (:mod:`grader.launch`).
+run) before it imports anything heavy itself (:mod:`grader.commands.launch`).
 """
 
 from __future__ import annotations
@@ -97,7 +97,9 @@ class ForkServer:
 
     def close(self) -> None:
         """Stop the server; its workers die with it (parent-death signal), and their cgroups are removed."""
-        from grader.worker.isolation import remove_server_groups  # ctypes: not needed before the server runs
+        from grader.worker.isolation import (
+            remove_server_groups,  # ctypes: not needed before the server runs
+        )
 
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self._process.pid, signal.SIGKILL)

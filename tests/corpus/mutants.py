@@ -35,7 +35,7 @@ class Mutant:
     new: str  # replacement
     tier: str  # "T1", "T2" or "T3": the tier that must lose points
     bug: str  # one sentence: what a student did wrong
-    misconception: str | None = None  # the hint id (grader/diffattn/misconceptions.py) naming this bug, if any
+    misconception: str | None = None  # the hint id (grader/exercises/diffattn/misconceptions.py) naming this bug, if any
 
 
 _MASK_LINES = (

@@ -1,0 +1,1 @@
+"""The core run: exercises and their registry, reading a submission, the check session, scoring."""

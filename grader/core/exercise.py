@@ -1,0 +1,59 @@
+"""What the harness needs to know about an exercise, and nothing more.
+
+An exercise is a package that provides an :class:`Exercise` (see
+docs/authoring.md): the functions a submission must define, the folder of its
+pytest checks, the titles of its tiers, where its stub, task statement and
+reference live, an optional experiment run on both the submission and the
+reference, and what its workers should warm up. The harness (worker, session,
+scoring, reports, commands) knows only this; :mod:`grader.core.registry`
+finds the installed exercises.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from grader.worker.client import Worker
+
+# An experiment takes a loaded worker and the run's seed and returns the JSON-ready
+# section the report shows (docs/report-schema.md, "experiment"), or raises
+# ExperimentUnavailable with a sentence saying why not. Its frame gives, for a
+# seed, the fields shared by every run of it (axes, truth).
+Experiment = Callable[[Worker, int], dict[str, Any]]
+ExperimentFrame = Callable[[int], dict[str, Any]]
+# A handout builder takes a seed and returns the files it adds to the student
+# handout beside the stub and the task statement: relative path -> text.
+HandoutBuilder = Callable[[int], dict[str, str]]
+
+
+class ExperimentUnavailable(Exception):
+    """An experiment could not produce its curves; the message says why."""
+
+
+@dataclass(frozen=True)
+class Exercise:
+    """The exercise-specific half of a grading run."""
+
+    name: str  # how --exercise names it: lowercase letters, digits and underscores
+    title: str  # one line, for listings and reports
+    version: str  # recorded in every report: a change of checks or oracle changes it
+    functions: tuple[str, ...]
+    checks_dir: Path
+    tiers: dict[str, str]  # tier name -> title, in grading order
+    default_submission: str  # the stub, relative to the repository's root
+    statement: str  # the task statement the handout copies, relative to the repository's root
+    default_reference: str
+    experiment: Experiment | None = None
+    experiment_frame: ExperimentFrame | None = None
+    # Computes, for a seed, whatever every submission's checks share (the
+    # oracle's expected values), so that a batch's forked graders inherit it.
+    prepare: Callable[[int], None] | None = None
+    # Computes, for a seed, the expected values alone: a single run does it while its worker starts.
+    expect: Callable[[int], None] | None = None
+    handout: HandoutBuilder | None = None  # `diffgrade handout`: the public checks, runnable without the grader
+    # A Python file with a function ``warm_up(torch)`` that the fork server runs once, before any
+    # worker is forked, with the operations solutions commonly use: whatever they import lazily
+    # is then loaded while the disk can still be read (workers cannot read the package folders).
+    warm_up: Path | None = None

@@ -1,0 +1,159 @@
+"""T1, the contract: types, shapes, dtypes, strided inputs, no mutation, a graph."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from grader.core.invoke import Outcome, Returned
+from grader.core.plugin import GradingContext, check
+from grader.exercises.diffattn import suite
+from grader.exercises.diffattn.signatures import signature_order_problem
+from grader.exercises.diffattn.suite import ATTENTION, LAMBDA
+from grader.exercises.diffattn.verdicts import (
+    finding,
+    kind_problem,
+    shape_dtype_problem,
+    summarise,
+    tensor_result,
+)
+from grader.toolkit.compare import Comparison, combine
+
+FLOATING = ("float16", "bfloat16", "float32", "float64")
+
+
+@dataclass(frozen=True)
+class Observed:
+    """One call of a case set: its description, outcome, expected shape and dtype, input names."""
+
+    what: str
+    outcome: Outcome
+    function: str
+    shape: tuple[int, ...]
+    dtype: str
+
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        """Names of the input tensors in the order the request sent them."""
+        names = ("q1", "k1", "q2", "k2")
+        return names + ("value", "coefficient") if self.function == ATTENTION else names
+
+    def result(self) -> tuple[Returned | None, Comparison | None]:
+        """The returned tensor, or a finding saying why there is none."""
+        result, problem = tensor_result(self.outcome, 0)
+        return result, finding(self.what, problem)
+
+
+def _lambdas(grading: GradingContext, set_name: str, grads: bool = False) -> list[Observed]:
+    return [
+        Observed(f"{LAMBDA}({case.label()})", suite.lambda_outcome(grading, set_name, i, case, grads), LAMBDA, (), case.dtype)
+        for i, case in enumerate(getattr(suite, set_name)(grading.seed))
+    ]
+
+
+def _attentions(grading: GradingContext, set_name: str, grads: bool = False) -> list[Observed]:
+    observed = []
+    for i, case in enumerate(getattr(suite, set_name)(grading.seed)):
+        b, h, t, d = case.q1.shape
+        outcome = suite.attention_outcome(grading, set_name, i, case, grads)
+        observed.append(Observed(f"{ATTENTION}({case.label()})", outcome, ATTENTION, (b, h, t, 2 * d), case.dtype))
+    return observed
+
+
+def _judge(observed: list[Observed], problem_of: Callable[[Observed, Returned], str | None], success: str) -> Comparison:
+    """One verdict: each call must return a plain tensor about which ``problem_of`` finds nothing."""
+    findings = []
+    for item in observed:
+        result, problem = item.result()
+        findings.append(problem or finding(item.what, problem_of(item, result)))
+    return summarise(findings, success)
+
+
+def _kind(item: Observed, result: Returned) -> str | None:
+    """One dense floating tensor of the expected shape."""
+    return kind_problem(result, item.shape, FLOATING)
+
+
+def _shape_and_dtype(item: Observed, result: Returned) -> str | None:
+    """The expected shape, the inputs' dtype, the CPU."""
+    return shape_dtype_problem(result, item.shape, item.dtype)
+
+
+@check("T1", 2, "differential_lambda returns a 0-dim floating torch.Tensor")
+def test_lambda_returns_0dim_tensor(grading: GradingContext) -> None:
+    observed = _lambdas(grading, "lambda_values")
+    grading.conclude(_judge(observed, _kind, f"{len(observed)} calls returned a 0-dim floating torch.Tensor."))
+
+
+@check("T1", 2, "differential_lambda keeps the dtype and device of its inputs")
+def test_lambda_keeps_dtype(grading: GradingContext) -> None:
+    success = "float32 and float64 vectors gave lambda in their own dtype, on the CPU."
+    grading.conclude(_judge(_lambdas(grading, "lambda_values"), _shape_and_dtype, success))
+
+
+@check("T1", 2, "differential_attention returns one tensor of shape [B, H, T, 2D]")
+def test_attention_returns_one_tensor(grading: GradingContext) -> None:
+    observed = _attentions(grading, "attention_causal") + _attentions(grading, "attention_noncausal")
+    grading.conclude(_judge(observed, _kind, f"{len(observed)} calls returned one dense torch.Tensor shaped like value."))
+
+
+@check("T1", 2, "differential_attention keeps the dtype and device of its inputs")
+def test_attention_keeps_dtype(grading: GradingContext) -> None:
+    observed = _attentions(grading, "attention_causal") + _attentions(grading, "attention_noncausal")
+    grading.conclude(_judge(observed, _shape_and_dtype, "float32 and float64 inputs gave outputs in their own dtype, on the CPU."))
+
+
+@check("T1", 2, "Both functions accept non-contiguous (strided) inputs and inputs at a storage offset", visibility="hidden")
+def test_strided_inputs_accepted(grading: GradingContext) -> None:
+    observed = _attentions(grading, "attention_strided") + _lambdas(grading, "lambda_strided")
+    grading.conclude(_judge(observed, _shape_and_dtype, "Transposed, head-permuted, sliced and fused-projection views and tensors at a storage offset were accepted by both functions."))
+
+
+@check("T1", 2, "differential_attention accepts a Python float or a 0-dim tensor coefficient")
+def test_coefficient_kinds_accepted(grading: GradingContext) -> None:
+    observed = _attentions(grading, "attention_coefficients") + _attentions(grading, "attention_gradients", grads=True)
+    success = "Python-float and 0-dim tensor coefficients, with and without requires_grad, were accepted."
+    grading.conclude(_judge(observed, _shape_and_dtype, success))
+
+
+@check("T1", 3, "Inputs are never modified (values and version counters)")
+def test_inputs_not_modified(grading: GradingContext) -> None:
+    observed = (
+        _attentions(grading, "attention_coefficients")
+        + _attentions(grading, "attention_strided")
+        + _attentions(grading, "attention_gradients", grads=True)
+        + _lambdas(grading, "lambda_values")
+        + _lambdas(grading, "lambda_values", grads=True)
+    )
+    findings = []
+    for item in observed:
+        result, problem = item.result()
+        if problem is not None:
+            problem = finding(item.what, f"could not be checked: {problem.message}")
+        elif item.outcome.changed_inputs:
+            changed = ", ".join(item.input_names[i] for i in item.outcome.changed_inputs)
+            problem = finding(item.what, f"modified its input(s) {changed} (values or version counter changed); compute on new tensors instead")
+        findings.append(problem)
+    grading.conclude(summarise(findings, f"{len(observed)} calls, forward and backward, left every input unchanged."))
+
+
+@check("T1", 2, "Outputs carry an autograd graph when inputs require grad")
+def test_graph_attached(grading: GradingContext) -> None:
+    observed = _attentions(grading, "attention_gradients", grads=True) + _lambdas(grading, "lambda_values", grads=True)
+    grading.conclude(_judge(observed, _graph_problem, "Outputs of inputs that require grad are attached to the autograd graph."))
+
+
+def _graph_problem(item: Observed, result: Returned) -> str | None:
+    """An output detached from autograd."""
+    if result.requires_grad and result.has_grad_fn:
+        return None
+    return f"the output has no autograd graph (requires_grad={result.requires_grad}); do not detach it or leave autograd"
+
+
+@check("T1", 3, "Every argument binds by position and by name, as the contract's signatures order and name them")
+def test_arguments_bind(grading: GradingContext) -> None:
+    verdict = combine(suite.value_verdicts(grading, "lambda_bindings") + suite.value_verdicts(grading, "attention_bindings"))
+    notes = [signature_order_problem(name, grading.functions.get(name, {}).get("parameters")) for name in (LAMBDA, ATTENTION)]
+    if not verdict.ok and any(notes):
+        verdict = Comparison(False, "\n".join(n for n in notes if n) + "\n\n" + verdict.message, verdict.worst_ratio)
+    grading.conclude(verdict)

@@ -1,0 +1,111 @@
+"""T2, the values: both functions against the scalar softmax oracle, and three properties."""
+
+from __future__ import annotations
+
+from grader.core.plugin import GradingContext, check
+from grader.exercises.diffattn import counterexample, expected, misconceptions, suite
+from grader.exercises.diffattn.suite import ATTENTION
+from grader.exercises.diffattn.verdicts import (
+    grads_verdict,
+    tensor_result,
+    values_verdict,
+)
+from grader.toolkit.compare import Comparison, combine, compare
+
+
+def _attention_values(grading: GradingContext, set_name: str, truth=expected.attention_output) -> None:
+    verdicts = suite.value_verdicts(grading, set_name, truth)
+    verdict = combine(verdicts)
+    misconceptions.attach_hint(grading, verdict, set_name)
+    counterexample.explain_values(grading, set_name, verdicts, truth)
+    grading.conclude(verdict)
+
+
+@check("T2", 5, "differential_lambda matches exp(q1·k1) - exp(q2·k2) + lambda_init (exponents up to the dtype's finite limit)")
+def test_lambda_values(grading: GradingContext) -> None:
+    verdicts = suite.value_verdicts(grading, "lambda_values")
+    verdict = combine(verdicts)
+    misconceptions.attach_hint(grading, verdict, "lambda_values")
+    counterexample.explain_lambda(grading, verdicts)
+    grading.conclude(verdict)
+
+
+@check("T2", 5, "Causal outputs match the softmax oracle (T from 1 to 320, D from 1 to 64, the default causal=True)")
+def test_causal_values(grading: GradingContext) -> None:
+    _attention_values(grading, "attention_causal")
+
+
+@check("T2", 4, "Outputs with causal=False match the oracle (no mask on either branch)")
+def test_noncausal_values(grading: GradingContext) -> None:
+    _attention_values(grading, "attention_noncausal")
+
+
+@check("T2", 4, "Negative, zero, greater-than-one and tensor coefficients give the right outputs")
+def test_coefficient_values(grading: GradingContext) -> None:
+    _attention_values(grading, "attention_coefficients")
+
+
+@check("T2", 4, "float32 inputs with scaled logits of 100 to 1000 give finite, correct outputs", visibility="hidden")
+def test_large_logit_values(grading: GradingContext) -> None:
+    _attention_values(grading, "attention_large_logits")
+
+
+@check("T2", 3, "Strided inputs and inputs at a storage offset give the same values as contiguous ones", visibility="hidden")
+def test_strided_values(grading: GradingContext) -> None:
+    _attention_values(grading, "attention_strided")
+
+
+@check("T2", 3, "Rows of the signed map sum to 1 - λ: a value offset shared by every token adds (1 - λ) times it to every output")
+def test_row_sums(grading: GradingContext) -> None:
+    found = suite.row_sums(grading.seed)
+    verdicts = []
+    for i in range(0, len(found), 2):
+        plain, shifted = found[i], found[i + 1]
+        outcomes = [suite.attention_outcome(grading, "row_sums", i + j, case) for j, case in enumerate((plain, shifted))]
+        verdicts += [values_verdict(o, 0, f"{ATTENTION}({c.label()})", expected.attention_output(c)) for o, c in zip(outcomes, (plain, shifted))]
+        results = [tensor_result(o, 0)[0] for o in outcomes]
+        if all(r is not None and r.value is not None and r.value.shape == plain.value.shape for r in results):
+            truth = expected.shared_offset_difference(plain, shifted)
+            what = f"{ATTENTION}({shifted.label()}) minus the same call without the offset"
+            verdicts.append(compare(what, results[1].value - results[0].value, truth.values, truth.allowed))  # type: ignore[union-attr]
+    verdict = combine(verdicts)
+    misconceptions.attach_hint(grading, verdict, "row_sums")
+    grading.conclude(verdict)
+
+
+@check("T2", 3, "λ = 0 gives ordinary softmax attention")
+def test_lambda_zero_is_attention(grading: GradingContext) -> None:
+    _attention_values(grading, "lambda_zero", expected.branch_one_output)
+
+
+@check("T2", 2, "Identical maps cancel at λ = 1 and scale A1·V by 1 - λ otherwise")
+def test_identical_maps_cancel(grading: GradingContext) -> None:
+    _attention_values(grading, "identical_maps", expected.identical_maps_output)
+
+
+@check("T2", 3, "Calls that build an autograd graph return the same correct values (no separate training path)")
+def test_values_with_gradients(grading: GradingContext) -> None:
+    sets = ("lambda_values", "attention_gradients", "end_to_end")
+    grading.conclude(combine([v for set_name in sets for v in suite.value_verdicts(grading, set_name, grads=True)]))
+
+
+@check("T2", 4, "Repeated calls answer for their current inputs: the same tensors again, inputs updated in place, memory reused")
+def test_repeated_calls(grading: GradingContext) -> None:
+    verdicts = []
+    for i, sequence in enumerate(suite.sequences(grading.seed)):
+        outcome = suite.sequence_outcome(grading, i, sequence)
+        for position, case in enumerate((sequence.first, sequence.second)):
+            call = ("first", "second")[position]
+            what = f"{sequence.label()}: the {call} call"
+            verdict = values_verdict(outcome, position, what, expected.case_value(case))
+            if not verdict.ok and position == 1 and values_verdict(outcome, 0, what, expected.case_value(sequence.first)).ok:
+                stale = values_verdict(outcome, 1, what, expected.case_value(sequence.first))
+                if stale.ok and sequence.kind != "repeat":
+                    verdict = Comparison(False, "the second call returned the first call's result: the answer is stale "
+                                         "(cached by id(), data_ptr(), shape or a global?)", verdict.worst_ratio, what)  # fmt: skip
+            verdicts.append(verdict)
+        if sequence.grads:
+            what = f"{sequence.label()}: the second call"
+            wanted = suite.gradient_positions(sequence.second)
+            verdicts.append(grads_verdict(outcome, 1, what, expected.case_grads(sequence.second), wanted))
+    grading.conclude(combine(verdicts))

@@ -1,0 +1,224 @@
+"""What each case must produce, and how far a correct answer may stray from it.
+
+Truth comes from :mod:`oracle` (float64, no torch). The allowance per element
+follows the usual rounding-error model: a result computed in a format with
+unit roundoff ``u`` from ``n`` rounded operations is within ``n·u`` times its
+absolute-value evaluation (the same formula with every operand replaced by its
+magnitude). Logits enter through ``exp``, so an absolute logit error of
+``L·u`` becomes a relative error of the same size: ``L``, the largest
+``Σ|q_d k_d|/√D``, joins ``n``. A safety factor covers the constants the
+model leaves out. See docs/tolerances.md for the derivation and the measured
+margins.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any, Callable, TypeVar
+
+import numpy as np
+
+from grader.exercises.diffattn import oracle
+from grader.exercises.diffattn.cases import AttentionCase, LambdaCase
+
+SAFETY = 16.0
+UNIT_ROUNDOFF = {"float32": 2.0**-24, "float64": 2.0**-53}
+ATTENTION_INPUTS = ("q1", "k1", "q2", "k2", "value")
+LAMBDA_INPUTS = ("q1", "k1", "q2", "k2")
+
+
+@dataclass(frozen=True)
+class Truth:
+    """The exact value of a result and the absolute error allowed per element."""
+
+    values: np.ndarray
+    allowed: np.ndarray
+
+
+_Case = TypeVar("_Case", AttentionCase, LambdaCase)
+_Result = TypeVar("_Result")
+Memo = dict[tuple[Any, ...], tuple[tuple[Any, ...], Any]]
+_TRUTHS: Memo = {}
+
+
+def remember(store: Memo, objects: tuple[Any, ...], compute: Callable[[], _Result], values: tuple[Any, ...] = ()) -> _Result:
+    """``compute()`` once per tuple of ``objects`` (by identity) and of hashable ``values`` (by value) in ``store``.
+
+    The objects are kept in the store with the result, so that their ids stay
+    theirs. Case sets are drawn once per seed (suite.py), so one case object
+    stands for one case for the whole process: a batch fills the stores once.
+    """
+    key = (*map(id, objects), *values)
+    found = store.get(key)
+    if found is None or any(kept is not given for kept, given in zip(found[0], objects)):
+        found = store[key] = (objects, compute())
+    return found[1]
+
+
+def _per_case(function: Callable[[_Case], _Result]) -> Callable[[_Case], _Result]:
+    """Compute a truth once per case: per set of input arrays (by identity) and numbers that decide it.
+
+    Cases that differ only in what the truth does not depend on (which inputs
+    require grad, how arguments are bound, the autograd mode, the layout) and
+    share their arrays, as ``dataclasses.replace`` makes them, share one truth.
+    """
+
+    @functools.wraps(function)
+    def cached(case: _Case) -> _Result:
+        if isinstance(case, LambdaCase):
+            objects: tuple[Any, ...] = case.vectors
+            values: tuple[Any, ...] = (case.dtype, case.effective_init, case.upstream)
+        else:
+            objects = (*case.inputs, case.cotangent, case.lambda_case)
+            values = (case.dtype, case.coefficient, case.is_causal, case.coefficient_kind)
+        return remember(_TRUTHS, (function, *objects), lambda: function(case), values)
+
+    return cached
+
+
+def _allowance(dtype: str, operations: float, magnitude: np.ndarray | float) -> np.ndarray:
+    """SAFETY·u·n·magnitude per element, never below u times that bound's largest value.
+
+    The floor covers elements whose every term underflowed (a softmax weight
+    below the format's smallest normal number is flushed towards zero).
+    """
+    unit = UNIT_ROUNDOFF[dtype]
+    bound = SAFETY * unit * operations * np.asarray(magnitude, dtype=np.float64)
+    return np.maximum(bound, unit * bound.max(initial=0.0))
+
+
+def _lambda_operations(case: LambdaCase) -> float:
+    """Rounding steps in lambda: the dot products, the exponentials (amplified by |exponent|)."""
+    spread = sum(float(np.abs(q * k).sum()) for q, k in ((case.q1, case.k1), (case.q2, case.k2)))
+    return case.q1.size + 4.0 + spread
+
+
+@_per_case
+def lambda_value(case: LambdaCase) -> Truth:
+    """lambda for ``case`` and its allowance."""
+    value = oracle.scalar_lambda(*case.vectors, case.effective_init)
+    magnitude = oracle.lambda_magnitude(*case.vectors, case.effective_init)
+    return Truth(np.float64(value), _allowance(case.dtype, _lambda_operations(case), magnitude))
+
+
+def _lambda_vector_grads(case: LambdaCase, upstream: float, upstream_magnitude: float, operations: float) -> dict[str, Truth]:
+    # The magnitude is |g|·exp(q·k)·|k| (exp of the exact exponent, as for the value); the
+    # rounding of q·k, amplified by exp, is in the operations (Σ|q⊙k|). exp(|q|·|k|) was no
+    # bound at all: vacuous when Σ|q⊙k| is large, and past 709 an overflow in the grader.
+    exact_grads = oracle.lambda_vjp(*case.vectors, upstream)
+    bounds = oracle.lambda_vjp(*case.vectors, upstream_magnitude)
+    operations += _lambda_operations(case)
+    return {
+        name: Truth(exact_grads[name], _allowance(case.dtype, operations, np.abs(bounds[name])))
+        for name in LAMBDA_INPUTS
+    }
+
+
+@_per_case
+def lambda_grads(case: LambdaCase) -> dict[str, Truth]:
+    """Gradients of upstream·lambda with respect to q1, k1, q2, k2."""
+    return _lambda_vector_grads(case, case.upstream, abs(case.upstream), 0.0)
+
+
+def coefficient_of(case: AttentionCase) -> float:
+    """The exact coefficient: the case's own, or lambda computed from its vectors."""
+    lam = case.lambda_case
+    if lam is None:
+        return case.coefficient
+    return oracle.scalar_lambda(*lam.vectors, lam.effective_init)
+
+
+@_per_case
+def _attention_operations(case: AttentionCase) -> tuple[float, float]:
+    """(rounding steps, coefficient magnitude) for an attention case."""
+    _, _, t, d = case.q1.shape
+    logits = max(float(oracle.logit_magnitude(q, k).max()) for q, k in ((case.q1, case.k1), (case.q2, case.k2)))
+    operations = t + 2.0 * d + logits
+    magnitude = abs(case.coefficient)
+    lam = case.lambda_case
+    if lam is not None:
+        operations += _lambda_operations(lam)
+        magnitude = oracle.lambda_magnitude(*lam.vectors, lam.effective_init)
+    return operations, magnitude
+
+
+def allowance(case: AttentionCase | LambdaCase, magnitude: np.ndarray | float, growth: float = 1.0) -> np.ndarray:
+    """The allowance of any result of ``case`` whose absolute-value evaluation is ``magnitude``.
+
+    The same rule as the checks' own; ``growth`` multiplies the operation count
+    (for a formula whose logits are larger than the true ones).
+    """
+    operations = _lambda_operations(case) if isinstance(case, LambdaCase) else _attention_operations(case)[0]
+    return _allowance(case.dtype, growth * operations, magnitude)
+
+
+def coefficient_bound(case: AttentionCase) -> float:
+    """|coefficient|, or lambda's absolute-value evaluation when differential_lambda computes it."""
+    return _attention_operations(case)[1]
+
+
+@_per_case
+def attention_output(case: AttentionCase) -> Truth:
+    """The output O = (A1 - λA2)V for ``case`` and its allowance."""
+    operations, magnitude = _attention_operations(case)
+    values = oracle.differential_attention(*case.inputs, coefficient_of(case), case.is_causal)
+    bound = oracle.attention_output_magnitude(*case.inputs, magnitude, case.is_causal)
+    return Truth(values, _allowance(case.dtype, operations, bound))
+
+
+@_per_case
+def attention_grads(case: AttentionCase) -> dict[str, Truth]:
+    """Gradients of <cotangent, O> for every input; for a tensor or computed coefficient too.
+
+    Keys: q1, k1, q2, k2, value, and "coefficient" when the coefficient is a
+    tensor, or "lambda_q1" ... "lambda_k2" when it comes from differential_lambda.
+    """
+    operations, magnitude = _attention_operations(case)
+    coefficient = coefficient_of(case)
+    exact_grads = oracle.attention_vjp(*case.inputs, coefficient, case.is_causal, case.cotangent)
+    bounds = oracle.attention_vjp(*case.inputs, magnitude, case.is_causal, np.abs(case.cotangent), absolute=True)
+    truths = {
+        name: Truth(np.asarray(exact_grads[name]), _allowance(case.dtype, operations, bounds[name]))
+        for name in ATTENTION_INPUTS
+    }
+    b, h, t, _ = case.q1.shape
+    summed = operations + b * h * t * t  # the coefficient's gradient sums B·H·T² products
+    if case.lambda_case is not None:
+        vector_grads = _lambda_vector_grads(
+            case.lambda_case, float(exact_grads["coefficient"]), float(bounds["coefficient"]), summed
+        )
+        truths.update({f"lambda_{name}": truth for name, truth in vector_grads.items()})
+    elif case.coefficient_is_tensor:
+        truths["coefficient"] = Truth(
+            np.float64(exact_grads["coefficient"]), _allowance(case.dtype, summed, bounds["coefficient"])
+        )
+    return truths
+
+
+def shared_offset_difference(plain: AttentionCase, shifted: AttentionCase) -> Truth:
+    """output(shifted) - output(plain), when every token's value in ``shifted`` is shifted by one vector c: (1 - λ)·c in every row."""
+    offset = shifted.value - plain.value
+    allowed = attention_output(plain).allowed + attention_output(shifted).allowed
+    return Truth((1.0 - plain.coefficient) * offset, allowed)
+
+
+def branch_one_output(case: AttentionCase) -> Truth:
+    """With λ = 0 the result is ordinary softmax attention of the first branch."""
+    return Truth(oracle.attention_maps(case.q1, case.k1, case.is_causal) @ case.value, attention_output(case).allowed)
+
+
+def identical_maps_output(case: AttentionCase) -> Truth:
+    """Identical maps give (1 - λ)·A1·V: exactly 0 at λ = 1."""
+    values = (1.0 - case.coefficient) * (oracle.attention_maps(case.q1, case.k1, case.is_causal) @ case.value)
+    return Truth(values, attention_output(case).allowed)
+
+
+def case_value(case: AttentionCase | LambdaCase) -> Truth:
+    """The value of either kind of case."""
+    return lambda_value(case) if isinstance(case, LambdaCase) else attention_output(case)
+
+
+def case_grads(case: AttentionCase | LambdaCase) -> dict[str, Truth]:
+    """The gradients of either kind of case."""
+    return lambda_grads(case) if isinstance(case, LambdaCase) else attention_grads(case)

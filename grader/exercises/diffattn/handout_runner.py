@@ -1,0 +1,359 @@
+"""Run the public checks of the differential-attention exercise on your file.
+
+    python run_checks.py [SUBMISSION]
+
+SUBMISSION defaults to the exercise file named in public_checks.json, relative
+to this script's folder. The inputs of every call, the expected results and
+the error allowed on each element were computed by the grader when the
+handout was made; this script only calls your functions and compares. It
+needs Python 3.9 or later, torch and numpy. Exit code: 0 when every check
+passes, 1 when one fails or the file cannot be imported, 2 when the file or
+the data cannot be found.
+
+(In the grader's source this file is grader/exercises/diffattn/handout_runner.py: it is
+copied into each handout and never imported by the grader.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.machinery
+import importlib.util
+import json
+import sys
+import traceback
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional
+
+import numpy as np
+import torch
+
+HERE = Path(__file__).resolve().parent
+DATA = HERE / "public_checks.json"
+FLOATING = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+MORE = "  (and {} more call(s) with problems)"
+
+
+class Outcome:
+    """What one call (and its backward pass) did: results or the exception, gradients, changed inputs."""
+
+    def __init__(self) -> None:
+        self.results: List[Any] = []
+        self.values: List[Optional[torch.Tensor]] = []  # a copy of each tensor result, taken when it was returned
+        self.problem: Optional[str] = None  # the first call that raised, or a missing function
+        self.grads: Dict[str, Optional[torch.Tensor]] = {}
+        self.backward_problem: Optional[str] = None
+        self.changed: List[str] = []
+
+
+def load(path: Path) -> Any:
+    """Import the submission from its file (whatever its suffix); exit 1 with one clear line when it cannot be."""
+    loader = importlib.machinery.SourceFileLoader("submission", str(path))
+    module = importlib.util.module_from_spec(importlib.util.spec_from_loader("submission", loader))
+    try:
+        loader.exec_module(module)
+    except SyntaxError as exc:
+        stop(1, f"{path.name} could not be imported: {type(exc).__name__} at line {exc.lineno}: {exc.msg}")
+    except BaseException as exc:  # any error in the student's file (SystemExit included) is reported, never raised
+        stop(1, f"importing {path.name} {raised(exc, path)}")
+    return module
+
+
+def raised(exc: BaseException, path: Path) -> str:
+    """What an exception says, in one line, with the last place in the submission it passed through."""
+    if isinstance(exc, NotImplementedError):
+        return "is not implemented yet (it raised NotImplementedError)"
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if Path(f.filename).resolve() == path]
+    where = f" (at line {frames[-1].lineno} of {path.name}, in {frames[-1].name})" if frames else ""
+    return f"raised {type(exc).__name__}: {exc}{where}"
+
+
+def make_tensor(spec: Dict[str, Any]) -> torch.Tensor:
+    """An input tensor: the float64 values cast to its dtype, a leaf that requires grad when asked."""
+    values = torch.from_numpy(np.asarray(spec["values"], dtype=np.float64))
+    return values.to(getattr(torch, spec["dtype"])).requires_grad_(spec["requires_grad"])
+
+
+def run(entry: Dict[str, Any], module: Any, path: Path) -> Outcome:
+    """Make the calls of one entry, then its backward pass; observe the inputs throughout.
+
+    Input tensors are built when a call first uses them. Before a call, "release"
+    drops the inputs the call does not use, and "refill" overwrites
+    inputs in place (through ``.data`` with "refill_through_data"), as a training
+    loop does between steps.
+    """
+    request, outcome = entry["request"], Outcome()
+    specs = request["tensors"]
+    tensors: List[Optional[torch.Tensor]] = [None] * len(specs)
+    before: List[Any] = [None] * len(specs)
+
+    def tensor(index: int) -> torch.Tensor:
+        if tensors[index] is None:
+            tensors[index] = made = make_tensor(specs[index])
+            before[index] = (made.detach().clone(), made._version)
+        return tensors[index]
+
+    def argument(arg: Dict[str, Any]) -> Any:
+        if "tensor" in arg:
+            return tensor(arg["tensor"])
+        return outcome.results[arg["result"]] if "result" in arg else arg["value"]
+
+    for call in request["calls"]:
+        function = getattr(module, call["function"], None)
+        if not callable(function):
+            outcome.problem = f"your file does not define a function {call['function']}"
+            return outcome
+        used = {a["tensor"] for a in [*call["args"], *call["kwargs"].values()] if "tensor" in a}
+        if call.get("release"):
+            for index in set(range(len(specs))) - used:
+                tensors[index] = before[index] = None
+        for index, values in call.get("refill", []):
+            target = tensor(index).data if call.get("refill_through_data") else tensor(index)
+            with torch.no_grad():
+                target.copy_(torch.tensor(values, dtype=torch.float64))
+            before[index] = (tensor(index).detach().clone(), tensor(index)._version)
+        mode = {"no_grad": torch.no_grad, "inference_mode": torch.inference_mode}.get(call.get("grad_mode", ""), torch.enable_grad)
+        args, kwargs = [argument(a) for a in call["args"]], {k: argument(v) for k, v in call["kwargs"].items()}
+        try:
+            with mode():  # (the inputs are made outside it: they are the caller's ordinary tensors)
+                outcome.results.append(function(*args, **kwargs))
+        except BaseException as exc:  # the student's exception (SystemExit, KeyboardInterrupt included) is the finding
+            outcome.problem = f"{call['function']} {raised(exc, path)}"
+            return outcome
+        outcome.values.append(outcome.results[-1].detach().clone() if type(outcome.results[-1]) is torch.Tensor else None)
+    names = [spec["name"] for spec in specs]
+    outcome.changed = changed(tensors, names, before)
+    backward = request.get("backward")
+    if backward is not None:
+        result = outcome.results[backward["call"]]
+        wanted = [(n, t) for n, t in zip(names, tensors) if t is not None and t.requires_grad]
+        try:
+            cotangent = torch.tensor(backward["cotangent"], dtype=torch.float64).to(result.dtype)
+            grads = torch.autograd.grad(result, [t for _, t in wanted], cotangent, allow_unused=True)
+            outcome.grads = {n: g for (n, _), g in zip(wanted, grads)}
+        except BaseException as exc:  # a broken graph is a finding too
+            outcome.backward_problem = f"the backward pass {raised(exc, path)}"
+        outcome.changed += [n for n in changed(tensors, names, before) if n not in outcome.changed]
+    return outcome
+
+
+def changed(tensors: List[Optional[torch.Tensor]], names: List[str], before: List[Any]) -> List[str]:
+    """The inputs whose values or version counters are no longer what they were (since built or refilled)."""
+    return [n for n, t, b in zip(names, tensors, before) if t is not None and (t._version != b[1] or not torch.equal(t.detach(), b[0]))]
+
+
+def plain_tensor(entry: Dict[str, Any], outcome: Outcome) -> Any:
+    """The last call's result when it is one plain torch.Tensor, else the problem as a string."""
+    if outcome.problem is not None:
+        return outcome.problem
+    result = outcome.results[-1]
+    if type(result) is torch.Tensor:
+        return result
+    if isinstance(result, torch.Tensor):
+        return f"returned a {type(result).__name__}, a subclass of torch.Tensor; return a plain torch.Tensor"
+    if isinstance(result, (tuple, list)):
+        return f"returned a {type(result).__name__} of {len(result)} item(s); expected one torch.Tensor"
+    return f"returned {type(result).__name__} {str(result)[:80]}; expected a torch.Tensor"
+
+
+def shaped_tensor(entry: Dict[str, Any], outcome: Outcome) -> Any:
+    """The plain tensor the call returned, if it has the expected shape; else the problem, as a string."""
+    result = plain_tensor(entry, outcome)
+    if isinstance(result, str):
+        return result
+    if list(result.shape) != entry["shape"]:
+        return f"expected shape {entry['shape']}, got {list(result.shape)}"
+    return result
+
+
+def kind_problem(entry: Dict[str, Any], outcome: Outcome, check: Dict[str, Any]) -> Optional[str]:
+    """One dense floating tensor of the expected shape."""
+    result = shaped_tensor(entry, outcome)
+    if isinstance(result, str):
+        return result
+    if result.layout != torch.strided or result.dtype not in FLOATING:
+        return f"expected a dense floating-point tensor, got layout {result.layout}, dtype {result.dtype}"
+    return None
+
+
+def dtype_problem(entry: Dict[str, Any], outcome: Outcome, check: Dict[str, Any]) -> Optional[str]:
+    """The expected shape, the inputs' dtype, the CPU."""
+    result = shaped_tensor(entry, outcome)
+    if isinstance(result, str):
+        return result
+    if str(result.dtype) != f"torch.{entry['dtype']}":
+        return f"expected dtype torch.{entry['dtype']} (the inputs' dtype), got {result.dtype}"
+    if result.device.type != "cpu":
+        return f"expected device cpu (the inputs' device), got {result.device}"
+    return None
+
+
+def unchanged_problem(entry: Dict[str, Any], outcome: Outcome, check: Dict[str, Any]) -> Optional[str]:
+    """No input modified by the forward or the backward pass."""
+    result = plain_tensor(entry, outcome)
+    if isinstance(result, str):
+        return f"could not be checked: {result}"
+    if outcome.changed:
+        return f"modified its input(s) {', '.join(outcome.changed)} (values or version counter); compute on new tensors instead"
+    return None
+
+
+def graph_problem(entry: Dict[str, Any], outcome: Outcome, check: Dict[str, Any]) -> Optional[str]:
+    """An output attached to the autograd graph."""
+    result = plain_tensor(entry, outcome)
+    if isinstance(result, str):
+        return result
+    if result.requires_grad and result.grad_fn is not None:
+        return None
+    return f"the output has no autograd graph (requires_grad={result.requires_grad}); do not detach it or leave autograd"
+
+
+def mismatch(what: str, got: Any, truth: Dict[str, Any]) -> Optional[str]:
+    """Whether ``got`` is within the allowed error of the expected values, element by element."""
+    wanted = np.asarray(truth["values"], dtype=np.float64)
+    allowed = np.asarray(truth["allowed"], dtype=np.float64)
+    got = np.asarray(got, dtype=np.float64)
+    if got.shape != wanted.shape:
+        return f"{what}: expected shape {list(wanted.shape)}, got {list(got.shape)}"
+    with np.errstate(all="ignore"):  # infinities and NaNs are findings, not warnings
+        error = np.array(np.abs(got - wanted))  # an array even for a 0-dim result
+        error[~np.isfinite(got)] = np.inf
+        bad = ~(error <= allowed)
+        if not bad.any():
+            return None
+        worst = np.unravel_index(int(np.argmax(np.where(bad, error / np.maximum(allowed, 1e-300), -1.0))), bad.shape)
+    return (f"{what}: {int(bad.sum())} of {bad.size} elements are off; at index {tuple(int(i) for i in worst)} "
+            f"got {got[worst]:.9g}, expected {wanted[worst]:.9g} (allowed error {allowed[worst]:.3g})")
+
+
+def values_problem(entry: Dict[str, Any], outcome: Outcome, check: Dict[str, Any]) -> Optional[str]:
+    """The output's values."""
+    result = plain_tensor(entry, outcome)
+    if isinstance(result, str):
+        return result
+    return mismatch("output", result.detach().to(torch.float64).cpu().numpy(), entry["expected"])
+
+
+def sequence_problem(entry: Dict[str, Any], outcome: Outcome, check: Dict[str, Any]) -> Optional[str]:
+    """Both calls of a sequence: each result right when it was returned, and still right after the second call."""
+    if outcome.problem is not None:
+        return outcome.problem
+    for position, (result, kept, truth) in enumerate(zip(outcome.results, outcome.values, entry["expected"])):
+        call = ("first", "second")[position]
+        if kept is None:
+            return f"the {call} call returned {type(result).__name__}; expected a torch.Tensor"
+        problem = mismatch(f"the {call} call's output", kept.to(torch.float64).cpu().numpy(), truth)
+        if problem is None and not torch.equal(result.detach(), kept):
+            problem = f"the {call} call's output was overwritten by a later call (a buffer shared between calls?)"
+        if problem is not None:
+            return problem
+    return None
+
+
+def grads_problem(entry: Dict[str, Any], outcome: Outcome, check: Dict[str, Any]) -> Optional[str]:
+    """The gradients the check names (those of inputs that require grad in this call)."""
+    result = plain_tensor(entry, outcome)
+    if isinstance(result, str):
+        return result
+    if outcome.backward_problem is not None:
+        return outcome.backward_problem
+    for name in check["grads"]:
+        truth = entry["grads"].get(name)
+        if truth is None:
+            continue
+        grad = outcome.grads.get(name)
+        if grad is None and np.any(np.asarray(truth["values"]) != 0):
+            return f"no gradient reached {name} (is it detached, turned into a Python number, or unused?)"
+        got = np.zeros_like(np.asarray(truth["values"])) if grad is None else grad.detach().to(torch.float64).numpy()
+        problem = mismatch(f"gradient with respect to {name}", got, truth)
+        if problem is not None:
+            return problem
+    return None
+
+
+JUDGES: Dict[str, Callable[[Dict[str, Any], Outcome, Dict[str, Any]], Optional[str]]] = {
+    "kind": kind_problem,
+    "dtype": dtype_problem,
+    "unchanged": unchanged_problem,
+    "graph": graph_problem,
+    "values": values_problem,
+    "grads": grads_problem,
+    "sequence": sequence_problem,
+}
+
+
+def offset_problem(pair: Dict[str, Any], calls: Dict[str, Any], outcome_of: Callable[[str], Outcome]) -> Optional[str]:
+    """The toy experiment at one λ: output(values + offset) - output(values) must be (1 - λ)·offset in every row."""
+    keys = (pair["with_offset"], pair["values_only"])
+    found = [dtype_problem(calls[k], outcome_of(k), {}) for k in keys]
+    problem = next((p for p in found if p is not None), None)
+    if problem is not None:
+        return problem
+    shifted, plain = (outcome_of(k).results[-1].detach().to(torch.float64) for k in keys)
+    return mismatch("difference", (shifted - plain)[0, 0].numpy(), pair["expected"])
+
+
+def judge(check: Dict[str, Any], calls: Dict[str, Any], outcome_of: Callable[[str], Outcome]) -> List[str]:
+    """The problems one check finds, each naming its call."""
+    if check["kind"] == "offset":
+        found = [(pair["label"], lambda pair=pair: offset_problem(pair, calls, outcome_of)) for pair in check["pairs"]]
+    else:
+        judged = JUDGES[check["kind"]]
+        found = [(calls[key]["label"], lambda key=key: judged(calls[key], outcome_of(key), check)) for key in check["calls"]]
+    problems = []
+    for label, problem_of in found:
+        try:
+            problem = problem_of()
+        except Exception as exc:  # a result too odd to read (sparse, complex, ...) is a finding, not a crash
+            problem = f"the result could not be checked ({type(exc).__name__}: {exc})"
+        if problem is not None:
+            problems.append(f"{label}: {problem}")
+    return problems
+
+
+def stop(code: int, message: str) -> None:
+    """Print one line on standard error and exit."""
+    print(f"run_checks: {message}", file=sys.stderr)
+    sys.exit(code)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Run every public check on the submission and print one line per check."""
+    sys.stdout.reconfigure(errors="replace")  # titles hold λ and Σ; a terminal that cannot show them gets "?"
+    if not DATA.is_file():
+        stop(2, f"the data file {DATA.name} is missing; it must sit beside this script")
+    data = json.loads(DATA.read_text(encoding="utf-8"))
+    parser = argparse.ArgumentParser(prog="run_checks.py", description="Run the public checks on your file.")
+    parser.add_argument("submission", nargs="?", default=str(HERE / data["submission"]),
+                        help=f"the file to check (default: {data['submission']} beside this script)")
+    path = Path(parser.parse_args(argv).submission).resolve()
+    if not path.is_file():
+        stop(2, f"no such file: {path}")
+    module = load(path)
+    calls, outcomes = data["calls"], {}
+
+    def outcome_of(key: str) -> Outcome:
+        if key not in outcomes:
+            outcomes[key] = run(calls[key], module, path)
+        return outcomes[key]
+
+    print(f"Public checks of {path.name} (inputs drawn with seed {data['seed']} when the handout was made)")
+    passed, tier = 0, None
+    for check in data["checks"]:
+        if check["tier"] != tier:
+            tier = check["tier"]
+            print(f"\n{tier}")
+        problems = judge(check, calls, outcome_of)
+        passed += not problems
+        print(f"  {'FAIL' if problems else 'PASS'}  {check['id']}: {check['title']}")
+        if problems:
+            print(f"        {problems[0]}")
+            if len(problems) > 1:
+                print("      " + MORE.format(len(problems) - 1))
+    total = len(data["checks"])
+    print(f"\n{passed} of {total} public checks passed.")
+    return 0 if passed == total else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,480 @@
+"""The case sets of the checks, and the worker requests that evaluate them.
+
+Several checks read the same calls (T1 looks at the types of the outputs whose
+values T2 compares), so a case set is drawn once per seed and every request is
+made once per run, through :meth:`GradingContext.memo`.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import replace
+from typing import Any
+
+from grader.core.invoke import (
+    Call,
+    Outcome,
+    Request,
+    ResultOf,
+    TensorInput,
+    invoke,
+    invoke_each,
+)
+from grader.core.plugin import GradingContext
+from grader.exercises.diffattn import cases, expected, verdicts
+from grader.exercises.diffattn.cases import (
+    AttentionCase,
+    CallSequence,
+    LambdaCase,
+    paper_lambda_init,
+)
+from grader.exercises.diffattn.signatures import signature_problem
+from grader.toolkit.compare import Comparison
+
+LAMBDA = "differential_lambda"
+ATTENTION = "differential_attention"
+# Each case set is drawn once per seed and process: the same case objects then
+# key the oracle's cached truths (expected.py), which a batch computes once.
+_per_seed = functools.lru_cache(maxsize=4)
+
+
+@_per_seed
+def lambda_values(seed: int) -> list[LambdaCase]:
+    """Lengths from 1 to 256, both dtypes, the default, the paper's and out-of-[0, 1] lambda_init, exponents up to the dtype's finite limit, every binding."""
+    rng = cases.generator(seed, "lambda_values")
+    long_length = cases.sequence_length(rng, 60)
+    return cases.cycled_modes([
+        cases.lambda_case(rng, 4, "float32", None),
+        cases.lambda_case(rng, 1, "float64", None, binding="positional"),
+        cases.lambda_case(rng, 8, "float32", paper_lambda_init(1), binding="positional", frozen=("q1",)),
+        cases.lambda_case(rng, 16, "float64", paper_lambda_init(int(rng.integers(2, 7))), binding="names", frozen=("k2",)),
+        cases.lambda_case(rng, long_length, "float32", paper_lambda_init(int(rng.integers(7, 25)))),
+        cases.lambda_case(rng, 6, "float64", 0.2, exponents=(float(rng.uniform(-1.8, -1.3)), float(rng.uniform(1.3, 1.8)))),
+        cases.lambda_case(rng, int(rng.integers(2, 9)), "float32", float(rng.uniform(1.1, 2.0)),
+                          exponents=cases.large_exponents(rng, "float32"), binding="positional", frozen=("q2",)),  # fmt: skip
+        cases.lambda_case(rng, int(rng.integers(1, 65)), "float64", float(rng.uniform(-1.0, -0.1)),
+                          exponents=cases.large_exponents(rng, "float64"), frozen=("k1",)),  # fmt: skip
+        cases.lambda_case(rng, int(rng.integers(1, 9)), "float32", None, exponents=cases.large_exponents(rng, "float32"), binding="names"),
+        cases.lambda_case(rng, 3, "float64", 0.2, exponents=(float(rng.uniform(5, 40)), float(rng.uniform(5, 40))), binding="positional"),
+    ])
+
+
+@_per_seed
+def lambda_strided(seed: int) -> list[LambdaCase]:
+    """Sliced vectors, slices of a fused buffer and vectors at a storage offset, both dtypes."""
+    rng = cases.generator(seed, "lambda_strided")
+    return cases.cycled_modes([
+        cases.lambda_case(rng, int(rng.integers(1, 33)), dtype, 0.2, layout=layout, binding=binding)
+        for dtype, layout, binding in (("float32", "sliced", "keyword"), ("float64", "fused", "positional"),
+                                       ("float32", "offset", "names"), ("float64", "sliced", "keyword"))  # fmt: skip
+    ])
+
+
+@_per_seed
+def attention_causal(seed: int) -> list[AttentionCase]:
+    """Causal cases: T from 1 to 320 (next to block sizes half the time, once past 256), D from 1 to 64, both dtypes, causal omitted, by name and by position."""
+    rng = cases.generator(seed, "attention_causal")
+    return cases.cycled_modes([
+        cases.attention_case(rng, (2, 2, 5, 4), "float32", True),
+        cases.attention_case(rng, (1, 2, 1, cases.head_width(rng)), "float32", True, binding="positional"),
+        cases.attention_case(rng, cases.domain_shape(rng, 2, 40), "float64", None),
+        cases.attention_case(rng, cases.domain_shape(rng, 2, 40), "float32", True, binding="positional"),
+        cases.attention_case(rng, cases.domain_shape(rng, 60, 140), "float32", None),
+        cases.attention_case(rng, cases.domain_shape(rng, 120), "float32", True, binding="positional"),
+        cases.attention_case(rng, (1, 1, int(rng.integers(257, cases.LONGEST + 1)), int(rng.integers(1, 9))), "float64", True),
+    ])
+
+
+@_per_seed
+def attention_noncausal(seed: int) -> list[AttentionCase]:
+    """causal=False cases: T from 1 to 320 (once past 256), D from 1 to 64, both dtypes, by name and by position."""
+    rng = cases.generator(seed, "attention_noncausal")
+    return cases.cycled_modes([
+        cases.attention_case(rng, (2, 2, 6, 4), "float32", False),
+        cases.attention_case(rng, (1, 1, 1, 2), "float64", False, binding="positional"),
+        cases.attention_case(rng, cases.domain_shape(rng, 2, 40), "float32", False, binding="positional"),
+        cases.attention_case(rng, cases.domain_shape(rng, 60, 140), "float64", False, binding="positional"),
+        cases.attention_case(rng, cases.domain_shape(rng, 100), "float32", False),
+        cases.attention_case(rng, (1, 1, int(rng.integers(257, cases.LONGEST + 1)), int(rng.integers(1, 9))), "float32", False),
+    ])
+
+
+@_per_seed
+def attention_coefficients(seed: int) -> list[AttentionCase]:
+    """Negative, zero, exactly one, greater-than-one, int and 0-dim tensor (also float64 with float32 inputs) coefficients."""
+    rng = cases.generator(seed, "attention_coefficients")
+    shape = functools.partial(cases.domain_shape, rng, 2, 70)
+    return cases.cycled_modes([
+        cases.attention_case(rng, shape(), "float32", True, float(rng.uniform(-1.5, -0.2))),
+        cases.attention_case(rng, shape(), "float64", False, 0.0, binding="positional"),
+        cases.attention_case(rng, shape(), "float64", True, float(rng.uniform(1.1, 2.5)), binding="positional"),
+        cases.attention_case(rng, shape(), "float32", True, coefficient_kind="tensor"),
+        cases.attention_case(rng, shape(), "float64", False, coefficient_kind="tensor", binding="positional"),
+        cases.attention_case(rng, shape(), "float64", None, 1.0),
+        cases.attention_case(rng, shape(), "float32", False, float(rng.choice([-1, 2, 3])), coefficient_kind="int"),
+        cases.attention_case(rng, shape(), "float32", True, coefficient_kind="float64 tensor"),
+    ])
+
+
+@_per_seed
+def attention_large_logits(seed: int) -> list[AttentionCase]:
+    """float32 inputs whose scaled logits reach 100 to 1000 in magnitude (a naive exp overflows), T up to 256."""
+    rng = cases.generator(seed, "attention_large_logits")
+    return cases.cycled_modes([
+        cases.attention_case(rng, (1, 2, 6, 8), "float32", True, max_logit=float(rng.uniform(100, 250))),
+        cases.attention_case(rng, (1, 2, 6, 8), "float32", False, max_logit=float(rng.uniform(100, 250)), binding="positional"),
+        cases.attention_case(rng, cases.domain_shape(rng, 2, 140), "float32", True, max_logit=float(rng.uniform(250, 1000))),
+        cases.attention_case(rng, cases.domain_shape(rng, 60), "float32", None, max_logit=float(rng.uniform(100, 1000))),
+    ])
+
+
+@_per_seed
+def attention_strided(seed: int) -> list[AttentionCase]:
+    """Transposed, head-permuted, sliced, fused-projection and offset views as inputs, both dtypes, tensor coefficient."""
+    rng = cases.generator(seed, "attention_strided")
+    return cases.cycled_modes([
+        cases.attention_case(rng, (2, 3, cases.sequence_length(rng, 2, 40), cases.head_width(rng, 16)), "float32", True,
+                             coefficient_kind="tensor", layouts=cases.every_layout(rng)),  # fmt: skip
+        cases.attention_case(rng, cases.domain_shape(rng, 2, 40), "float64", False, layouts=cases.strided_layouts(rng), binding="positional"),
+        cases.attention_case(rng, cases.domain_shape(rng, 60, 140), "float32", None, coefficient_kind="tensor",
+                             layouts=cases.strided_layouts(rng, choices=cases.OFFSET_LAYOUTS)),  # fmt: skip
+    ])
+
+
+# Which inputs a caller leaves without requires_grad: each alone, pairs, and none.
+FROZEN_PATTERNS = ((), ("q1",), ("k1",), ("q2",), ("k2",), ("value",), ("coefficient",), ("q1", "k1"), ("q2", "k2", "value"), ())
+
+
+@_per_seed
+def attention_gradients(seed: int) -> list[AttentionCase]:
+    """Gradient cases: every input frozen alone and in groups, tensor (also exactly 0 and 1), int and Python-float coefficients, T up to 320, logits up to 1000."""
+    rng = cases.generator(seed, "attention_gradients")
+    kinds = ("tensor", "tensor", "float", "tensor", "int", "float64 tensor", "tensor", "float", "tensor", "tensor")
+    found = []
+    for i, (frozen, kind) in enumerate(zip(FROZEN_PATTERNS, kinds)):
+        dtype = ("float64", "float32")[i % 2]
+        shape = (1, 1, 1, 4) if i == 4 else cases.domain_shape(rng, 2, 140 if i < 8 else cases.LONGEST, 32)
+        coefficient = float(rng.choice([-1, 2])) if kind == "int" else float(rng.uniform(-1.0, 2.0))
+        coefficient = {0: 0.0, 3: 1.0}.get(i, coefficient)  # the coefficient's boundaries, as tensors that require grad
+        causal = (True, False, None)[i % 3]
+        found.append(cases.attention_case(
+            rng, shape, dtype, causal, coefficient, coefficient_kind=kind, frozen=frozen,
+            max_logit=120.0 if i == 5 else None, binding=("keyword", "positional")[i % 2],
+        ))  # fmt: skip
+    # float32 logits of hundreds: masked future logits far above the visible ones overflow any exp taken before masking
+    found.append(cases.attention_case(rng, cases.domain_shape(rng, 8, 70, 16), "float32", True, coefficient_kind="tensor",
+                                      max_logit=float(rng.uniform(300, 1000))))  # fmt: skip
+    return found
+
+
+@_per_seed
+def frozen_subsets(seed: int) -> list[AttentionCase]:
+    """One small case per subset of q1, k1, q2, k2, value and a tensor coefficient that requires grad (every one but the empty set)."""
+    rng = cases.generator(seed, "frozen_subsets")
+    names = (*cases.INPUT_NAMES, "coefficient")
+    bases = [cases.attention_case(rng, cases.domain_shape(rng, 2, 12, 4), dtype, causal, coefficient_kind="tensor")
+             for dtype, causal in (("float64", True), ("float32", False))]  # fmt: skip
+    return [
+        replace(bases[mask % 2], frozen=tuple(n for bit, n in enumerate(names) if not mask >> bit & 1))
+        for mask in range(1, 2 ** len(names))
+    ]
+
+
+@_per_seed
+def lambda_frozen_subsets(seed: int) -> list[LambdaCase]:
+    """One case per subset of q1, k1, q2, k2 that requires grad (every one but the empty set)."""
+    rng = cases.generator(seed, "lambda_frozen_subsets")
+    bases = [cases.lambda_case(rng, int(rng.integers(1, 9)), dtype, 0.2) for dtype in ("float64", "float32")]
+    return [
+        replace(bases[mask % 2], frozen=tuple(n for bit, n in enumerate(cases.LAMBDA_NAMES) if not mask >> bit & 1))
+        for mask in range(1, 2 ** len(cases.LAMBDA_NAMES))
+    ]
+
+
+@_per_seed
+def end_to_end(seed: int) -> list[AttentionCase]:
+    """differential_lambda feeding differential_attention, with the paper's lambda_init."""
+    rng = cases.generator(seed, "end_to_end")
+    found = []
+    for dtype, causal, binding in (("float64", True, "keyword"), ("float32", False, "positional")):
+        lam = cases.lambda_case(rng, int(rng.integers(1, 17)), dtype, paper_lambda_init(int(rng.integers(1, 13))), binding=binding)
+        found.append(cases.with_lambda(cases.attention_case(rng, cases.domain_shape(rng, 2, 70, 16), dtype, causal, binding=binding), lam))
+    return found
+
+
+@_per_seed
+def lambda_bindings(seed: int) -> list[LambdaCase]:
+    """differential_lambda with every argument by name (in a shuffled order) and by position, lambda_init given and omitted."""
+    rng = cases.generator(seed, "lambda_bindings")
+    return cases.cycled_modes([
+        cases.lambda_case(rng, int(rng.integers(2, 9)), dtype, init, binding=binding)
+        for binding in ("names", "positional")
+        for dtype, init in (("float64", float(rng.uniform(0.3, 0.9))), ("float32", None))
+    ])
+
+
+@_per_seed
+def attention_bindings(seed: int) -> list[AttentionCase]:
+    """differential_attention with every argument by name (in a shuffled order) and by position, causal True, False and omitted."""
+    rng = cases.generator(seed, "attention_bindings")
+    return cases.cycled_modes([
+        cases.attention_case(rng, cases.domain_shape(rng, 3, 24, 8), "float64", causal, binding=binding)
+        for binding in ("names", "positional")
+        for causal in (True, False, None)
+    ])
+
+
+SEQUENCE_KINDS = ("repeat", "refill", "refill_data", "reallocate")
+
+
+@_per_seed
+def sequences(seed: int) -> list[CallSequence]:
+    """Each function called twice (same tensors, refilled in place, refilled through .data, reallocated), with grad enabled, under no_grad and with gradients."""
+    rng = cases.generator(seed, "sequences")
+    found = []
+    for kind in SEQUENCE_KINDS:
+        for mode in ("enabled", "no_grad", "grads"):
+            grads, grad_mode = mode == "grads", "enabled" if mode == "grads" else mode
+            dtype = str(rng.choice(["float32", "float64"]))
+            lam = cases.lambda_case(rng, int(rng.integers(1, 17)), dtype, float(rng.uniform(0.1, 0.9)), grad_mode=grad_mode)
+            found.append(CallSequence(lam, lam if kind == "repeat" else cases.redrawn(lam, rng), kind, grads))
+            kind_of_coefficient = ("float", "tensor")[len(found) // 2 % 2]
+            first = cases.attention_case(rng, cases.domain_shape(rng, 2, 24, 8), dtype, bool(rng.integers(2)),
+                                         coefficient_kind=kind_of_coefficient, grad_mode=grad_mode)  # fmt: skip
+            found.append(CallSequence(first, first if kind == "repeat" else cases.redrawn(first, rng), kind, grads))
+    return found
+
+
+def sequence_request(sequence: CallSequence) -> Request:
+    """The two calls of ``sequence`` in one request; with gradients, a backward pass from the second."""
+    first, second = (case_request(case, sequence.grads) for case in (sequence.first, sequence.second))
+    call = first.calls[-1]
+    if sequence.kind in ("refill", "refill_data"):
+        inputs = [a for a in (*call.args, *call.kwargs.values()) if isinstance(a, TensorInput)]
+        again = [a for a in (*second.calls[-1].args, *second.calls[-1].kwargs.values()) if isinstance(a, TensorInput)]
+        swap = {id(new): old for new, old in zip(again, inputs)}
+        later = second.calls[-1]
+        call = replace(
+            later,
+            args=tuple(swap.get(id(a), a) for a in later.args),
+            kwargs={name: swap.get(id(a), a) for name, a in later.kwargs.items()},
+            refill=tuple((old, new.values) for new, old in zip(again, inputs)),
+            refill_through_data=sequence.kind == "refill_data",
+        )
+    elif sequence.kind == "reallocate":
+        call = replace(second.calls[-1], release=True)
+    numbered = second.inputs if sequence.kind == "reallocate" else first.inputs
+    return replace(second, calls=(*first.calls, call), backward_from=None if second.backward_from is None else 1, inputs=numbered)
+
+
+def _bound(function: str, names: tuple[str, ...], values: tuple[Any, ...], last: str, given: Any, binding: str,
+           order: tuple[str, ...]) -> Call:  # fmt: skip
+    """A call of ``function`` with ``values`` for ``names`` and ``given`` for ``last`` (None: omitted), bound as ``binding`` says."""
+    arguments = dict(zip(names, values))
+    if given is not None:
+        arguments[last] = given
+    if binding == "names":
+        return Call(function, (), {name: arguments[name] for name in order if name in arguments})
+    if binding == "positional":
+        return Call(function, tuple(arguments.values()))
+    return Call(function, tuple(values), {} if given is None else {last: given})
+
+
+def lambda_request(case: LambdaCase, requires_grad: bool = False) -> Request:
+    """One differential_lambda call; with gradients, a backward pass with the case's upstream value."""
+    vectors = tuple(
+        TensorInput(v, case.dtype, requires_grad and case.requires_grad(name), case.layout)
+        for v, name in zip(case.vectors, cases.LAMBDA_NAMES)
+    )
+    call = _bound(LAMBDA, cases.LAMBDA_NAMES, vectors, "lambda_init", case.lambda_init, case.binding, case.keyword_order)
+    if not requires_grad:
+        return Request((replace(call, grad_mode=case.grad_mode),), inputs=vectors)
+    return Request((call,), backward_from=0, cotangent=cases.exact(case.upstream, case.dtype), inputs=vectors)
+
+
+def attention_request(case: AttentionCase, requires_grad: bool = False) -> Request:
+    """One differential_attention call (after differential_lambda for a composed case)."""
+    inputs = tuple(
+        TensorInput(x, case.dtype, requires_grad and case.requires_grad(name), layout)
+        for x, layout, name in zip(case.inputs, case.layouts, cases.INPUT_NAMES)
+    )
+    calls: tuple[Call, ...] = ()
+    numbered: tuple[TensorInput, ...] = inputs
+    coefficient: Any = case.coefficient
+    if case.lambda_case is not None:
+        composed = lambda_request(case.lambda_case, requires_grad)
+        calls, numbered = composed.calls, composed.inputs + inputs
+        coefficient = ResultOf(0)
+    elif case.coefficient_is_tensor:
+        grad = requires_grad and case.requires_grad("coefficient")
+        coefficient = TensorInput(cases.exact(case.coefficient, case.coefficient_dtype), case.coefficient_dtype, grad)
+        numbered += (coefficient,)
+    elif case.coefficient_kind == "int":
+        coefficient = int(case.coefficient)
+    names = (*cases.INPUT_NAMES, "coefficient")
+    calls += (_bound(ATTENTION, names, (*inputs, coefficient), "causal", case.causal, case.binding, case.keyword_order),)
+    if not requires_grad:
+        return Request(tuple(replace(call, grad_mode=case.grad_mode) for call in calls), inputs=numbered)
+    return Request(calls, backward_from=len(calls) - 1, cotangent=case.cotangent, inputs=numbered)
+
+
+def outcome(grading: GradingContext, key: tuple[Any, ...], request: Request) -> Outcome:
+    """The outcome of ``request`` in the submission's worker, made once per run for ``key``.
+
+    A request that needs a function the submission lacks is not sent at all.
+    """
+    notes = {}
+    for call in request.calls:
+        problem = verdicts.function_problem(grading, call.function)
+        if problem is not None:
+            return Outcome(failure=problem)
+        parameters = grading.functions.get(call.function, {}).get("parameters")
+        note = grading.memo(("signature", call.function), lambda: signature_problem(call.function, parameters))
+        if note is not None:
+            notes[call.function] = note
+    found = grading.memo(key, lambda: invoke(grading.worker, request))
+    found.notes = notes
+    return found
+
+
+def case_request(case: LambdaCase | AttentionCase, grads: bool) -> Request:
+    """The request that evaluates one case of any set."""
+    return lambda_request(case, grads) if isinstance(case, LambdaCase) else attention_request(case, grads)
+
+
+def prefetch(grading: GradingContext, set_name: str, grads: bool) -> None:
+    """Ask for every case of a set in one worker round trip, once per run.
+
+    A round trip costs both processes about 0.6 ms, and a run made about 60
+    of them one case at a time. Each case is still its own request, made, timed,
+    differentiated and counted exactly as if it were sent alone
+    (:func:`invoke_each`): the outcomes are the ones the cases would get one
+    by one. After a failed round trip (a crash, a hang) the cases not run yet
+    are asked for alone, as they would have been anyway.
+    """
+    done = ("prefetched", set_name, grads)
+    if done in grading.cache or grading.worker is None:
+        return
+    grading.cache[done] = True
+    wanted = [(i, case_request(case, grads)) for i, case in enumerate(globals()[set_name](grading.seed))]
+    wanted = [(i, r) for i, r in wanted if (set_name, i, grads) not in grading.cache]
+    functions = {tuple(sorted({c.function for c in r.calls})) for _, r in wanted}
+    if len(wanted) < 2 or len(functions) != 1 or any(verdicts.function_problem(grading, f) for f in functions.pop()):
+        return  # (one round trip is for requests that call the same functions; see Worker.run_each)
+    for (i, _), found in zip(wanted, invoke_each(grading.worker, [r for _, r in wanted])):
+        grading.cache[(set_name, i, grads)] = found
+
+
+def lambda_outcome(grading: GradingContext, set_name: str, index: int, case: LambdaCase, grads: bool = False) -> Outcome:
+    """The outcome of lambda case ``index`` of set ``set_name``."""
+    prefetch(grading, set_name, grads)
+    return outcome(grading, (set_name, index, grads), lambda_request(case, grads))
+
+
+def attention_outcome(grading: GradingContext, set_name: str, index: int, case: AttentionCase, grads: bool = False) -> Outcome:
+    """The outcome of attention case ``index`` of set ``set_name``."""
+    prefetch(grading, set_name, grads)
+    return outcome(grading, (set_name, index, grads), attention_request(case, grads))
+
+
+def value_verdicts(grading: GradingContext, set_name: str, truth: Any = None, grads: bool = False) -> list[Comparison]:
+    """The verdict on every case of a set: its last call's output against ``truth(case)`` (default: the case's value).
+
+    With ``grads`` the calls are the gradient checks' own, whose inputs require grad.
+    """
+    found = []
+    for i, case in enumerate(globals()[set_name](grading.seed)):
+        if isinstance(case, LambdaCase):
+            function, last, outcome = LAMBDA, 0, lambda_outcome(grading, set_name, i, case, grads)
+        else:
+            function, last, outcome = ATTENTION, int(case.lambda_case is not None), attention_outcome(grading, set_name, i, case, grads)
+        what = f"{function}({case.label()})" + (" with inputs that require grad" if grads else "")
+        found.append(verdicts.values_verdict(outcome, last, what, (truth or expected.case_value)(case)))
+    return found
+
+
+def sequence_outcome(grading: GradingContext, index: int, sequence: CallSequence) -> Outcome:
+    """The outcome of call sequence ``index`` of :func:`sequences` (those of one function asked for in one round trip)."""
+    done = ("prefetched", "sequences")
+    if done not in grading.cache and grading.worker is not None:
+        grading.cache[done] = True
+        everything = list(enumerate(sequences(grading.seed)))
+        for function in (LAMBDA, ATTENTION):
+            if verdicts.function_problem(grading, function) is None:
+                wanted = [(i, sequence_request(s)) for i, s in everything if case_request(s.first, False).calls[-1].function == function]
+                for (i, _), found in zip(wanted, invoke_each(grading.worker, [r for _, r in wanted])):
+                    grading.cache[("sequences", i)] = found
+    return outcome(grading, ("sequences", index), sequence_request(sequence))
+
+
+def gradient_positions(case: LambdaCase | AttentionCase) -> dict[str, int]:
+    """Input name -> tensor number in the case's request, for the inputs whose gradients are requested."""
+    if isinstance(case, LambdaCase):
+        return {name: i for i, name in enumerate(cases.LAMBDA_NAMES) if case.requires_grad(name)}
+    if case.lambda_case is not None:
+        vectors = {f"lambda_{n}": i for i, n in enumerate(cases.LAMBDA_NAMES) if case.lambda_case.requires_grad(n)}
+        return {**vectors, **{n: i + 4 for i, n in enumerate(cases.INPUT_NAMES) if case.requires_grad(n)}}
+    return {name: i for i, name in enumerate((*cases.INPUT_NAMES, "coefficient")) if case.requires_grad(name)}
+
+
+@_per_seed
+def row_sums(seed: int) -> list[AttentionCase]:
+    """Pairs: a case, then the same with one vector c added to every token's value; the outputs must differ by (1 - λ)·c in every row."""
+    rng = cases.generator(seed, "row_sums")
+    found = []
+    for case in (
+        cases.attention_case(rng, (2, 2, 6, 4), "float64", True, float(rng.uniform(-1.0, 2.0))),
+        cases.attention_case(rng, cases.domain_shape(rng, 2, 70, 16), "float32", False, coefficient_kind="tensor"),
+    ):
+        found += [case, cases.shared_offset(case, rng)]
+    return cases.cycled_modes(found)
+
+
+@_per_seed
+def lambda_zero(seed: int) -> list[AttentionCase]:
+    """coefficient 0: the result must be ordinary causal (or full) softmax attention of branch 1."""
+    rng = cases.generator(seed, "lambda_zero")
+    return cases.cycled_modes([
+        cases.attention_case(rng, cases.domain_shape(rng, 2, 70, 16), dtype, causal, 0.0)
+        for dtype, causal in (("float64", True), ("float32", False))
+    ])
+
+
+@_per_seed
+def identical_maps(seed: int) -> list[AttentionCase]:
+    """q2 = q1 and k2 = k1: at coefficient 1 the maps cancel and the output is 0; at any other c it is (1 - c)·A1·V."""
+    rng = cases.generator(seed, "identical_maps")
+    return cases.cycled_modes([
+        cases.identical_branches(cases.attention_case(rng, (1, 2, 6, 4), "float64", True), 1.0),
+        cases.identical_branches(cases.attention_case(rng, cases.domain_shape(rng, 2, 40, 8), "float32", True), 1.0),
+        cases.identical_branches(cases.attention_case(rng, cases.domain_shape(rng, 2, 40, 8), "float64", False), float(rng.uniform(-1.0, 0.6))),
+    ])
+
+
+VALUE_SETS = ("attention_causal", "attention_noncausal", "attention_coefficients", "attention_large_logits",
+              "attention_strided", "row_sums", "lambda_zero", "identical_maps", "attention_bindings",
+              "attention_gradients", "end_to_end")  # fmt: skip
+GRADIENT_SETS = ("attention_gradients", "frozen_subsets", "attention_strided", "end_to_end")
+
+
+def prepare(seed: int) -> None:
+    """Draw every case set for ``seed`` and compute the oracle's truths for them, once.
+
+    A batch calls this before it forks its grading processes, so
+    that each of them inherits the expected values instead of computing them.
+    """
+    for case in lambda_values(seed) + lambda_frozen_subsets(seed):
+        expected.lambda_value(case)
+        expected.lambda_grads(case)
+    for case in lambda_strided(seed) + lambda_bindings(seed):
+        expected.lambda_value(case)
+    for sequence in sequences(seed):
+        for case in (sequence.first, sequence.second):
+            expected.case_value(case)
+            if sequence.grads:
+                expected.case_grads(case)
+    for name in VALUE_SETS + GRADIENT_SETS:  # a case's value and gradients one after the other: they share its maps
+        for case in globals()[name](seed):
+            expected.attention_output(case)
+            if name in GRADIENT_SETS:
+                expected.attention_grads(case)

@@ -1,0 +1,39 @@
+"""Who a report is for, and what of it they may see.
+
+A report is built whole (``"audience": "instructor"``). For a student, every
+check marked ``hidden`` (``@check(..., visibility="hidden")``) keeps its id,
+title, tier, status, points, duration and visibility, but its message becomes
+:data:`HIDDEN_MESSAGE` and its worst ratio, hint and counterexample become
+null: those would tell the inputs and the expected values of the probe. The
+policy and the list of hidden checks are in docs/scoring.md.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+AUDIENCES = ("student", "instructor")
+HIDDEN_MESSAGE = "hidden check: its inputs and expected values are shown to instructors only"
+WITHHELD = ("worst_ratio", "hint", "counterexample")
+
+
+def for_audience(document: dict[str, Any], audience: str) -> dict[str, Any]:
+    """A copy of the report ``document`` that ``audience`` may see, with ``"audience"`` set.
+
+    ``document`` itself is left unchanged (the copy shares the parts it does
+    not change); it must be a whole report (as :func:`grader.reports.report.build`
+    makes it), not one already redacted.
+    """
+    if audience not in AUDIENCES:
+        raise ValueError(f"'audience' must be one of {AUDIENCES} (got {audience!r})")
+    if document.get("audience") != "instructor":
+        raise ValueError(f"only a whole report can be shown to an audience (got one for {document.get('audience')!r})")
+    tiers = [{**tier, "checks": [dict(check) for check in tier["checks"]]} for tier in document["tiers"]]
+    shown = {**document, "tiers": tiers, "audience": audience}
+    if audience == "student":
+        for tier in shown["tiers"]:
+            for check in tier["checks"]:
+                if check["visibility"] == "hidden":
+                    check["message"] = HIDDEN_MESSAGE
+                    check.update(dict.fromkeys(WITHHELD))
+    return shown

@@ -1,0 +1,1 @@
+"""Generic tools for exercises that grade tensor functions: comparison, tolerances, cases, shrinking, diagnosis."""
