@@ -1,0 +1,21 @@
+"""BUG: the causal mask hides s >= t (strict past only), so a token cannot see itself and the first row is all -inf (NaN)."""
+import math
+
+import torch
+
+
+def gqa_attention(q, k, v, causal=True):
+    b, t, hq, d = q.shape
+    group = hq // k.shape[2]
+    kr = k.repeat_interleave(group, dim=2)
+    vr = v.repeat_interleave(group, dim=2)
+    s = torch.einsum("bthd,bshd->bhts", q, kr) / math.sqrt(d)
+    if causal:
+        pos = torch.arange(t)
+        s = s.masked_fill(pos[None, :] >= pos[:, None], float("-inf"))
+    return torch.einsum("bhts,bshd->bthd", torch.softmax(s, dim=-1), vr)
+
+
+def diff_v2_attention(q, k, v, lambda_logits, causal=True):
+    a = gqa_attention(q, k, v, causal)
+    return a[:, :, 0::2] - torch.sigmoid(lambda_logits)[..., None] * a[:, :, 1::2]

@@ -1,0 +1,23 @@
+"""BUG: the roles in a pair are swapped: the gated odd head is kept and the even head is subtracted (A[1::2] - lam * A[0::2])."""
+import math
+
+import torch
+
+
+def gqa_attention(q, k, v, causal=True):
+    group = q.shape[2] // k.shape[2]
+    qh = q.transpose(1, 2)
+    kh = k.transpose(1, 2).repeat_interleave(group, dim=1)
+    vh = v.transpose(1, 2).repeat_interleave(group, dim=1)
+    scores = qh @ kh.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    if causal:
+        n = q.shape[1]
+        scores = scores.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+    return (torch.softmax(scores, dim=-1) @ vh).transpose(1, 2)
+
+
+def diff_v2_attention(q, k, v, lambda_logits, causal=True):
+    a = gqa_attention(q, k, v, causal)
+    b, t, hq, d = a.shape
+    pair = a.reshape(b, t, hq // 2, 2, d)
+    return pair[..., 1, :] - torch.sigmoid(lambda_logits)[..., None] * pair[..., 0, :]

@@ -1,0 +1,22 @@
+"""BUG: gqa_attention returns (output, attention weights) like many attention modules, instead of one tensor."""
+import math
+
+import torch
+
+
+def gqa_attention(q, k, v, causal=True):
+    group = q.shape[2] // k.shape[2]
+    qh = q.transpose(1, 2)
+    kh = k.transpose(1, 2).repeat_interleave(group, dim=1)
+    vh = v.transpose(1, 2).repeat_interleave(group, dim=1)
+    scores = qh @ kh.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    if causal:
+        n = q.shape[1]
+        scores = scores.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    return (weights @ vh).transpose(1, 2), weights
+
+
+def diff_v2_attention(q, k, v, lambda_logits, causal=True):
+    a, _ = gqa_attention(q, k, v, causal)
+    return a[:, :, 0::2] - torch.sigmoid(lambda_logits)[..., None] * a[:, :, 1::2]

@@ -1,0 +1,23 @@
+"""BUG: the gate is written as exp(l) / (1 + exp(l)), which is inf / inf = NaN once exp(l) overflows (l >= 89 in float32)."""
+import math
+
+import torch
+
+
+def gqa_attention(q, k, v, causal=True):
+    group = q.shape[2] // k.shape[2]
+    qh = q.transpose(1, 2)
+    kh = k.transpose(1, 2).repeat_interleave(group, dim=1)
+    vh = v.transpose(1, 2).repeat_interleave(group, dim=1)
+    scores = qh @ kh.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    if causal:
+        n = q.shape[1]
+        scores = scores.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+    return (torch.softmax(scores, dim=-1) @ vh).transpose(1, 2)
+
+
+def diff_v2_attention(q, k, v, lambda_logits, causal=True):
+    a = gqa_attention(q, k, v, causal)
+    e = torch.exp(lambda_logits)
+    lam = e / (1.0 + e)
+    return a[:, :, 0::2] - lam[..., None] * a[:, :, 1::2]
