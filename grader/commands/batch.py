@@ -350,7 +350,7 @@ def _grade_all(
                 grader.received += chunk
                 while b"\n" in grader.received and grader.entry is not None:
                     line, _, grader.received = grader.received.partition(b"\n")
-                    done(grader.entry, _record_from(line, grader.entry, seed, time.monotonic() - grader.started))
+                    done(grader.entry, _record_from(bytes(line), grader.entry, seed, time.monotonic() - grader.started))
                     grader.entry = None
             for grader in [g for g in graders.values() if g.entry is not None and time.monotonic() > g.deadline]:
                 grader.stop(kill=True)

@@ -21,6 +21,7 @@ from grader.worker.client import MiB, WorkerLimits
 
 EXIT_PASSED, EXIT_FAILED, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 MAX_SEED = 2**32 - 1
+DEFAULT_MEMORY_MIB = (WorkerLimits.address_space_bytes or 0) // MiB
 
 
 class Parser(argparse.ArgumentParser):
@@ -115,8 +116,8 @@ def add_grading_options(parser: argparse.ArgumentParser, audience: str = "studen
                         help=f"wall-clock limit for each call (default: {WorkerLimits.call_timeout_s:g})")
     limits.add_argument("--time-budget", type=positive, default=WorkerLimits.budget_s, metavar="SECONDS",
                         help=f"wall-clock budget for the whole submission (default: {WorkerLimits.budget_s:g})")
-    limits.add_argument("--memory-limit", type=positive, default=WorkerLimits.address_space_bytes / MiB, metavar="MIB",
-                        help=f"address-space limit of the worker (default: {WorkerLimits.address_space_bytes // MiB})")
+    limits.add_argument("--memory-limit", type=positive, default=float(DEFAULT_MEMORY_MIB), metavar="MIB",
+                        help=f"address-space limit of the worker (default: {DEFAULT_MEMORY_MIB})")
     limits.add_argument("--cpu-limit", type=whole, default=WorkerLimits.cpu_seconds, metavar="SECONDS",
                         help=f"CPU-time limit of each worker process (default: {WorkerLimits.cpu_seconds})")
     limits.add_argument("--process-limit", type=whole, default=WorkerLimits.max_processes, metavar="N",

@@ -100,8 +100,8 @@ def discover(root: Path) -> list[Entry]:
     for child in children:
         if child.is_symlink():
             student = child.stem if child.suffix.lower() in SUFFIXES else child.name
-            problem = f"{safetext.line(child.name)} is a symbolic link, which is not followed: put the file itself in the class folder"
-            found.append((student, child, None, problem))
+            link = f"{safetext.line(child.name)} is a symbolic link, which is not followed: put the file itself in the class folder"
+            found.append((student, child, None, link))
         elif child.is_dir():
             found.append((child.name, child, *_folder_entry(child.name, child)))
         elif _candidate(child):

@@ -128,8 +128,8 @@ def _legend(root: ET.Element, x: float, y: float, limit: float, outlined: bool, 
     for k in range(LEGEND_STEPS):
         value = limit * (middle - k) / middle
         ET.SubElement(legend, "rect", _rect(x, y + k * LEGEND_STEP, LEGEND_BAR, LEGEND_STEP, colour(value, limit)))
-    for k, value in ((0, limit), (middle, 0.0), (LEGEND_STEPS - 1, -limit)):
-        _text(legend, x + LEGEND_BAR + 6, y + k * LEGEND_STEP + LEGEND_STEP / 2 + 4, short(value), "start")
+    for row, value in ((0.0, limit), (middle, 0.0), (LEGEND_STEPS - 1.0, -limit)):
+        _text(legend, x + LEGEND_BAR + 6, y + row * LEGEND_STEP + LEGEND_STEP / 2 + 4, short(value), "start")
     below = y + LEGEND_STEPS * LEGEND_STEP + 8
     if outlined:
         ET.SubElement(legend, "rect", _rect(x, below, LEGEND_BAR, LEGEND_BAR, "none", "#000000", 3))

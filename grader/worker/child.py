@@ -369,8 +369,9 @@ class Server:
         """Run the operations solutions commonly use, so that every module they
         load lazily is imported while the worker can still read the disk."""
         torch = self.torch
+        function: Any = torch.autograd.Function
 
-        class Square(torch.autograd.Function):
+        class Square(function):
             @staticmethod
             def forward(ctx: Any, x: Any) -> Any:
                 ctx.save_for_backward(x)
@@ -585,7 +586,7 @@ class Run:
                 calls.append({"status": "skipped"})
                 continue
             self.prepare(call)
-            function = getattr(self.server.module, call["fn"], None)
+            function: Any = getattr(self.server.module, call["fn"], None)
             args = [self.argument(a) for a in call.get("args", [])]
             kwargs = {k: self.argument(a) for k, a in call.get("kwargs", {}).items()}
             started = time.perf_counter()

@@ -107,7 +107,7 @@ class _Deadline:
 
     def _wait(self, readable: bool) -> None:
         remaining = self.deadline - time.monotonic()
-        waiting = ([self.fd], [], []) if readable else ([], [self.fd], [])
+        waiting: tuple[list[int], list[int], list[int]] = ([self.fd], [], []) if readable else ([], [self.fd], [])
         if remaining <= 0 or not any(select.select(*waiting, remaining)):
             raise TimeoutError
 

@@ -738,8 +738,8 @@ def _expose_import_paths(libc: _Libc, workdir: str) -> None:
         return path
 
     sys.path[:] = [relocate(os.path.abspath(p)) if p else p for p in sys.path]
-    for module, path in _prepared.packages:
-        module.__path__ = [relocate(p) for p in path]
+    for module, paths in _prepared.packages:
+        module.__path__ = [relocate(p) for p in paths]
     sys.path_importer_cache.clear()
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import math
 import struct
-from typing import Any, BinaryIO, Callable
+from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 
@@ -49,7 +49,17 @@ Description = tuple[np.dtype, tuple[int, ...]]
 Limit = Callable[[dict[str, Any], list[Description]], str | None]
 
 
-def write_message(stream: BinaryIO, header: dict[str, Any], arrays: list[np.ndarray] = ()) -> None:
+class Stream(Protocol):
+    """What the messages are read from and written to: a binary file, or a pipe with a deadline."""
+
+    def read(self, size: int, /) -> bytes: ...
+
+    def write(self, data: bytes, /) -> object: ...
+
+    def flush(self) -> None: ...
+
+
+def write_message(stream: Stream, header: dict[str, Any], arrays: Sequence[np.ndarray] = ()) -> None:
     """Write one message: ``header`` as JSON, with each array's dtype and shape, then the arrays' bytes."""
     plain = [np.asarray(array) for array in arrays]  # tobytes() writes C order from any layout
     described = []
@@ -62,7 +72,7 @@ def write_message(stream: BinaryIO, header: dict[str, Any], arrays: list[np.ndar
     stream.flush()
 
 
-def read_message(stream: BinaryIO, limit: Limit | None = None) -> tuple[dict[str, Any], list[np.ndarray]]:
+def read_message(stream: Stream, limit: Limit | None = None) -> tuple[dict[str, Any], list[np.ndarray]]:
     """Read one message; raise ProtocolError on anything malformed or oversized.
 
     Every array description is checked before a byte of data is read. When
@@ -111,7 +121,7 @@ def _array_description(description: Any) -> tuple[np.dtype, tuple[int, ...]]:
     return DTYPES[name], tuple(shape)
 
 
-def _read_exact(stream: BinaryIO, size: int) -> bytearray:
+def _read_exact(stream: Stream, size: int) -> bytearray:
     """Exactly ``size`` bytes, read into one buffer (an array made from it needs no copy)."""
     buffer = bytearray(size)
     view = memoryview(buffer)
@@ -125,7 +135,7 @@ def _read_exact(stream: BinaryIO, size: int) -> bytearray:
     return buffer
 
 
-def _skip(stream: BinaryIO, size: int) -> None:
+def _skip(stream: Stream, size: int) -> None:
     """Read ``size`` bytes and drop them, a chunk at a time."""
     while size:
         chunk = stream.read(min(size, CHUNK_BYTES))
