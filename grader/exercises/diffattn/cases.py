@@ -1,43 +1,34 @@
 """Seeded inputs for every check of the differential-attention exercise.
 
-Each check draws from its own generator, derived from the run's seed and the
-check's name, so adding a check never changes another check's inputs. Values
-are drawn in float64 and rounded to the case's dtype at once: the oracle then
-sees exactly the numbers the submission sees. No input is ever all zeros.
+The draws themselves (a generator per case set, values exact in the case's
+dtype, lengths around block sizes, memory layouts, argument bindings,
+autograd modes, call sequences) are the toolkit's (:mod:`grader.toolkit.domain`);
+this module knows the two functions' inputs: four lambda vectors, and the
+queries, keys, values and coefficient of differential attention. No input is
+ever all zeros.
 
 Shapes, magnitudes, memory layouts and the way arguments are bound are drawn
 from the whole domain the contract allows, with extra weight where bugs live
-(lengths around the block sizes of tiled kernels, widths of 1 and odd widths,
-exponents near the largest finite ones); docs/domain.md describes the domain
-and how each case set samples it.
+(widths of 1 and odd widths, exponents near the largest finite ones);
+docs/domain.md describes the domain and how each case set samples it.
 """
 
 from __future__ import annotations
 
 import math
-import zlib
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 import numpy as np
 
-# Memory layouts the worker can give an input (grader/worker/child.py builds them): views of a
-# transposed or head-permuted buffer, every other column of a wider buffer, the middle third of a
-# fused [..., 3·width] projection (a non-zero storage offset), and a contiguous tensor that starts
-# at a non-zero storage offset.
-NON_CONTIGUOUS = ("transposed", "heads_permuted", "sliced", "fused")
-OFFSET_LAYOUTS = ("fused", "offset")
+from grader.toolkit import domain
+from grader.toolkit.domain import exact
+from grader.toolkit.domain import generator as generator  # toy.py draws with cases.generator
+
+LAMBDA = "differential_lambda"
+ATTENTION = "differential_attention"
 INPUT_NAMES = ("q1", "k1", "q2", "k2", "value")
 LAMBDA_NAMES = ("q1", "k1", "q2", "k2")
-# How a call binds its arguments: "keyword" passes the tensors (and the coefficient) by position and
-# the last parameter (causal, lambda_init) by name; "positional" passes every argument by position;
-# "names" passes every argument by name, in an order of the generator's choosing.
-BINDINGS = ("keyword", "positional", "names")
-# The autograd mode a call without gradients is made in: submissions may branch on torch.is_grad_enabled().
-GRAD_MODES = ("enabled", "no_grad", "inference_mode")
-BLOCK_SIZES = (16, 32, 64, 128, 256)
-LONGEST = 320  # the longest sequence drawn: past every block size and fixed-size buffer of 256
-WIDEST = 64  # the widest head (D)
 LARGEST_EXPONENT = {"float32": 80.0, "float64": 600.0}  # exp stays finite, with room for the gradients' factors
 COEFFICIENT_KINDS = {
     "float": "Python float",
@@ -48,16 +39,6 @@ COEFFICIENT_KINDS = {
 
 
 _AnyCase = TypeVar("_AnyCase", "LambdaCase", "AttentionCase")
-
-
-def generator(seed: int, name: str) -> np.random.Generator:
-    """The generator for one check: a function of the run's seed and the check's name."""
-    return np.random.default_rng([seed, zlib.crc32(name.encode())])
-
-
-def exact(values: np.ndarray, dtype: str) -> np.ndarray:
-    """Round float64 values to ``dtype`` and back, so both sides see the same numbers."""
-    return np.asarray(values, dtype=dtype).astype(np.float64)
 
 
 def paper_lambda_init(layer: int) -> float:
@@ -77,10 +58,15 @@ class LambdaCase:
     lambda_init: float | None
     upstream: float
     layout: str = "contiguous"
-    binding: str = "keyword"  # a member of BINDINGS; lambda_init None is omitted whatever the binding
+    binding: str = "keyword"  # a member of domain.BINDINGS; lambda_init None is omitted whatever the binding
     frozen: tuple[str, ...] = ()  # vectors that do not require grad in gradient checks
     keyword_order: tuple[str, ...] = ()  # with binding "names": the order of the keyword arguments
-    grad_mode: str = "enabled"  # a member of GRAD_MODES: the autograd mode of a call without gradients
+    grad_mode: str = "enabled"  # a member of domain.GRAD_MODES: the autograd mode of a call without gradients
+
+    @property
+    def function(self) -> str:
+        """The function the case calls."""
+        return LAMBDA
 
     def requires_grad(self, name: str) -> bool:
         """Whether the gradient with respect to vector ``name`` is requested in gradient checks."""
@@ -132,9 +118,14 @@ class AttentionCase:
     note: str = ""
     lambda_case: LambdaCase | None = field(default=None)  # set when the coefficient comes from differential_lambda
     frozen: tuple[str, ...] = ()  # inputs (or "coefficient") that do not require grad in gradient checks
-    binding: str = "keyword"  # a member of BINDINGS; causal None is omitted whatever the binding
+    binding: str = "keyword"  # a member of domain.BINDINGS; causal None is omitted whatever the binding
     keyword_order: tuple[str, ...] = ()  # with binding "names": the order of the keyword arguments
-    grad_mode: str = "enabled"  # a member of GRAD_MODES: the autograd mode of a call without gradients
+    grad_mode: str = "enabled"  # a member of domain.GRAD_MODES: the autograd mode of a call without gradients
+
+    @property
+    def function(self) -> str:
+        """The function the case's last call calls (differential_lambda computes a composed case's coefficient first)."""
+        return ATTENTION
 
     @property
     def coefficient_is_tensor(self) -> bool:
@@ -169,7 +160,7 @@ class AttentionCase:
         if self.causal is not None and self.binding != "keyword":
             causal += " (by position)" if self.binding == "positional" else " (every argument by name)"
         if self.lambda_case is not None:
-            coefficient = f"coefficient from differential_lambda ({self.lambda_case.label()})"
+            coefficient = f"coefficient from {LAMBDA} ({self.lambda_case.label()})"
         else:
             coefficient = f"coefficient={self.coefficient:.6g} ({COEFFICIENT_KINDS[self.coefficient_kind]})"
         parts = [f"B={b} H={h} T={t} D={d}", self.dtype, causal, coefficient]
@@ -213,10 +204,10 @@ def lambda_case(
             factor = math.sqrt(target / float(aligned @ vectors[k]))
             vectors[q], vectors[k] = aligned * factor, vectors[k] * factor
     q1, k1, q2, k2 = (exact(v, dtype) for v in vectors)
-    upstream = float(exact(rng.uniform(0.5, 2.0) * rng.choice([-1.0, 1.0]), dtype))
+    upstream = float(exact(domain.signed_uniform(rng, 0.5, 2.0), dtype))
     return LambdaCase(
         q1, k1, q2, k2, dtype=dtype, lambda_init=lambda_init, upstream=upstream, layout=layout,
-        binding=binding, frozen=frozen, keyword_order=_keyword_order(rng, LAMBDA_NAMES + ("lambda_init",), binding),
+        binding=binding, frozen=frozen, keyword_order=domain.keyword_order(rng, LAMBDA_NAMES + ("lambda_init",), binding),
         grad_mode=grad_mode,
     )  # fmt: skip
 
@@ -259,65 +250,17 @@ def attention_case(
         layouts=layouts,
         frozen=frozen,
         binding=binding,
-        keyword_order=_keyword_order(rng, names, binding),
+        keyword_order=domain.keyword_order(rng, names, binding),
         grad_mode=grad_mode,
         note=note,
     )
 
 
-def _keyword_order(rng: np.random.Generator, names: tuple[str, ...], binding: str) -> tuple[str, ...]:
-    """A shuffled order of ``names`` for a call that passes every argument by name."""
-    return tuple(str(n) for n in rng.permutation(names)) if binding == "names" else ()
-
-
-def sequence_length(rng: np.random.Generator, shortest: int = 1, longest: int = LONGEST) -> int:
-    """A length in [shortest, longest]: half the time next to a block size (b - 1, b, b + 1), else log-uniform."""
-    edges = [b + o for b in BLOCK_SIZES for o in (-1, 0, 1) if shortest <= b + o <= longest]
-    if edges and rng.random() < 0.5:
-        return int(rng.choice(edges))
-    return int(min(longest, max(shortest, round(math.exp(rng.uniform(math.log(shortest), math.log(longest + 1)))))))
-
-
-def head_width(rng: np.random.Generator, widest: int = WIDEST) -> int:
-    """A head width D in [1, widest]: often 1, a power of two or one past it, else uniform."""
-    special = [d for d in (1, 2, 3, 8, 16, 17, 32, 64) if d <= widest]
-    return int(rng.choice(special)) if rng.random() < 0.6 else int(rng.integers(1, widest + 1))
-
-
-def batch_and_heads(rng: np.random.Generator, length: int, width: int, budget: int = 2**16) -> tuple[int, int]:
-    """B and H in [1, 3], fewer for long problems, so that B·H·T·max(T, D) stays within ``budget``.
-
-    Each (batch, head) pair is its own attention problem: more of them add
-    little that one long sequence does not already test, and cost the oracle.
-    """
-    room = max(1, budget // (length * max(length, width)))
-    return int(rng.integers(1, min(3, room) + 1)), int(rng.integers(1, min(3, max(1, room // 2)) + 1))
-
-
-def domain_shape(rng: np.random.Generator, shortest: int = 1, longest: int = LONGEST, widest: int = WIDEST) -> tuple[int, int, int, int]:
-    """(B, H, T, D) drawn from the contract's domain (see :func:`sequence_length`, :func:`head_width`)."""
-    t, d = sequence_length(rng, shortest, longest), head_width(rng, widest)
-    return (*batch_and_heads(rng, t, d), t, d)
-
-
-def strided_layouts(rng: np.random.Generator, count: int = 5, choices: tuple[str, ...] = NON_CONTIGUOUS + ("offset",)) -> tuple[str, ...]:
-    """A layout per input, at least one of them with a non-zero storage offset."""
-    drawn = [str(rng.choice(choices)) for _ in range(count)]
-    if not set(drawn) & set(OFFSET_LAYOUTS):
-        drawn[int(rng.integers(count))] = str(rng.choice(OFFSET_LAYOUTS))
-    return tuple(drawn)
-
-
-def every_layout(rng: np.random.Generator) -> tuple[str, ...]:
-    """One layout per input, each of the non-contiguous layouts and the storage offset once, in a random order."""
-    return tuple(str(layout) for layout in rng.permutation(NON_CONTIGUOUS + ("offset",)))
-
-
 def large_exponents(rng: np.random.Generator, dtype: str) -> tuple[float, float]:
     """Exponents (q1·k1, q2·k2) far beyond ±2: one near the largest finite one for ``dtype``, signs drawn."""
     top = LARGEST_EXPONENT[dtype]
-    first = rng.uniform(0.5, 1.0) * top * rng.choice([-1.0, 1.0])
-    second = rng.uniform(5.0, top) * rng.choice([-1.0, 1.0])
+    first = domain.signed_uniform(rng, 0.5, 1.0) * top
+    second = domain.signed_uniform(rng, 5.0, top)
     return (float(first), float(second)) if rng.random() < 0.5 else (float(second), float(first))
 
 
@@ -325,43 +268,12 @@ def _largest_logit(q: np.ndarray, k: np.ndarray) -> float:
     return float(np.abs(q @ np.swapaxes(k, -1, -2)).max() / math.sqrt(q.shape[-1]))
 
 
-@dataclass(frozen=True)
-class CallSequence:
-    """Two calls of one function with inputs of the same shapes, layouts and dtype.
-
-    ``kind`` says how the second call's inputs come about: "repeat" passes the
-    first call's tensors again (``second`` is ``first``), "refill" overwrites
-    them in place with the second case's values (as an optimiser step does),
-    "refill_data" does so through ``.data`` (as older training code does: the
-    version counters do not move), "reallocate" frees them and passes new
-    tensors, which the allocator is free to put in the same memory.
-    """
-
-    first: LambdaCase | AttentionCase
-    second: LambdaCase | AttentionCase
-    kind: str
-    grads: bool  # both calls with inputs that require grad, and a backward pass from the second
-
-    def label(self) -> str:
-        """What was called, and how, for messages."""
-        how = {
-            "repeat": "called twice with the same tensors",
-            "refill": "called, its inputs overwritten in place (as an optimiser step does), called again",
-            "refill_data": "called, its inputs overwritten in place through .data (their version counters unchanged), called again",
-            "reallocate": "called, its inputs freed, called again with new tensors of the same shapes",
-        }[self.kind]
-        function = "differential_lambda" if isinstance(self.first, LambdaCase) else "differential_attention"
-        return f"{function}({self.second.label()}) {how}" + (", with gradients" if self.grads else "")
-
-
-def cycled_modes(found: list[_AnyCase]) -> list[_AnyCase]:
-    """The cases with their autograd modes cycled through GRAD_MODES (for calls made without gradients)."""
-    return [replace(case, grad_mode=GRAD_MODES[i % len(GRAD_MODES)]) for i, case in enumerate(found)]
-
-
 def redrawn(case: _AnyCase, rng: np.random.Generator) -> _AnyCase:
     """``case`` with new values of the same shapes (and a tensor coefficient's), everything else kept."""
-    fresh = lambda x: exact(rng.standard_normal(np.shape(x)) * (np.std(x) or 1.0), case.dtype)  # noqa: E731
+
+    def fresh(x: np.ndarray) -> np.ndarray:
+        return domain.fresh_like(rng, x, case.dtype)
+
     if isinstance(case, LambdaCase):
         return replace(case, q1=fresh(case.q1), k1=fresh(case.k1), q2=fresh(case.q2), k2=fresh(case.k2))
     # A Python coefficient is a hyperparameter, the same on every call; a tensor one is trained like the rest.
@@ -374,7 +286,7 @@ def redrawn(case: _AnyCase, rng: np.random.Generator) -> _AnyCase:
 
 def shared_offset(case: AttentionCase, rng: np.random.Generator) -> AttentionCase:
     """The same case with one random vector c added to every token's value."""
-    row = exact(rng.uniform(1.0, 3.0, case.value.shape[-1]) * rng.choice([-1.0, 1.0], case.value.shape[-1]), case.dtype)
+    row = exact(domain.signed_uniform(rng, 1.0, 3.0, case.value.shape[-1]), case.dtype)
     return replace(case, value=exact(case.value + row, case.dtype), note="every token's value shifted by one shared vector c")
 
 

@@ -33,6 +33,7 @@ from grader.exercises.diffattn.cases import AttentionCase, LambdaCase
 from grader.exercises.diffattn.expected import Truth
 from grader.exercises.diffattn.signatures import CONTRACT
 from grader.exercises.diffattn.verdicts import tensor_result
+from grader.toolkit import tolerance
 from grader.toolkit.compare import Comparison, error_ratios
 
 MAX_T = 4
@@ -80,7 +81,7 @@ def cut_lambda(case: LambdaCase, n: int) -> LambdaCase:
     return replace(case, q1=case.q1[:n].copy(), k1=case.k1[:n].copy(), q2=case.q2[:n].copy(), k2=case.k2[:n].copy())
 
 
-_CUTS: expected.Memo = {}
+_CUTS: tolerance.Memo = {}
 
 
 def cuts(case: Case, head: tuple[int, int]) -> list[tuple[dict[str, int], Case]]:
@@ -89,7 +90,7 @@ def cuts(case: Case, head: tuple[int, int]) -> list[tuple[dict[str, int], Case]]
     The same case objects for the same case and head, for the whole process:
     their truths are then computed once, however many students need them.
     """
-    return expected.remember(_CUTS, (case,), lambda: _cuts(case, head), values=head)
+    return tolerance.remember(_CUTS, (case,), lambda: _cuts(case, head), values=head)
 
 
 def _cuts(case: Case, head: tuple[int, int]) -> list[tuple[dict[str, int], Case]]:

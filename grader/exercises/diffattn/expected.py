@@ -1,91 +1,37 @@
 """What each case must produce, and how far a correct answer may stray from it.
 
 Truth comes from :mod:`oracle` (float64, no torch). The allowance per element
-follows the usual rounding-error model: a result computed in a format with
-unit roundoff ``u`` from ``n`` rounded operations is within ``n·u`` times its
-absolute-value evaluation (the same formula with every operand replaced by its
-magnitude). Logits enter through ``exp``, so an absolute logit error of
-``L·u`` becomes a relative error of the same size: ``L``, the largest
-``Σ|q_d k_d|/√D``, joins ``n``. A safety factor covers the constants the
-model leaves out. See docs/tolerances.md for the derivation and the measured
-margins.
+follows the toolkit's rounding-error model (:mod:`grader.toolkit.tolerance`):
+``SAFETY·u·n`` times the result's absolute-value evaluation. This module
+counts the rounded operations ``n`` of each result: logits enter through
+``exp``, so an absolute logit error of ``L·u`` becomes a relative error of the
+same size, and ``L``, the largest ``Σ|q_d k_d|/√D``, joins ``n``. See
+docs/tolerances.md for the derivation and the measured margins.
 """
 
 from __future__ import annotations
 
-import functools
-from dataclasses import dataclass
-from typing import Any, Callable, TypeVar
+from typing import Any
 
 import numpy as np
 
 from grader.exercises.diffattn import oracle
 from grader.exercises.diffattn.cases import AttentionCase, LambdaCase
+from grader.toolkit import tolerance
+from grader.toolkit.tolerance import Truth
 
-SAFETY = 16.0
-UNIT_ROUNDOFF = {"float32": 2.0**-24, "float64": 2.0**-53}
 ATTENTION_INPUTS = ("q1", "k1", "q2", "k2", "value")
 LAMBDA_INPUTS = ("q1", "k1", "q2", "k2")
 
 
-@dataclass(frozen=True)
-class Truth:
-    """The exact value of a result and the absolute error allowed per element."""
-
-    values: np.ndarray
-    allowed: np.ndarray
-
-
-_Case = TypeVar("_Case", AttentionCase, LambdaCase)
-_Result = TypeVar("_Result")
-Memo = dict[tuple[Any, ...], tuple[tuple[Any, ...], Any]]
-_TRUTHS: Memo = {}
+def _identify(case: AttentionCase | LambdaCase) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    """What a truth depends on: the input arrays (by identity) and the numbers that decide it."""
+    if isinstance(case, LambdaCase):
+        return case.vectors, (case.dtype, case.effective_init, case.upstream)
+    return (*case.inputs, case.cotangent, case.lambda_case), (case.dtype, case.coefficient, case.is_causal, case.coefficient_kind)
 
 
-def remember(store: Memo, objects: tuple[Any, ...], compute: Callable[[], _Result], values: tuple[Any, ...] = ()) -> _Result:
-    """``compute()`` once per tuple of ``objects`` (by identity) and of hashable ``values`` (by value) in ``store``.
-
-    The objects are kept in the store with the result, so that their ids stay
-    theirs. Case sets are drawn once per seed (suite.py), so one case object
-    stands for one case for the whole process: a batch fills the stores once.
-    """
-    key = (*map(id, objects), *values)
-    found = store.get(key)
-    if found is None or any(kept is not given for kept, given in zip(found[0], objects)):
-        found = store[key] = (objects, compute())
-    return found[1]
-
-
-def _per_case(function: Callable[[_Case], _Result]) -> Callable[[_Case], _Result]:
-    """Compute a truth once per case: per set of input arrays (by identity) and numbers that decide it.
-
-    Cases that differ only in what the truth does not depend on (which inputs
-    require grad, how arguments are bound, the autograd mode, the layout) and
-    share their arrays, as ``dataclasses.replace`` makes them, share one truth.
-    """
-
-    @functools.wraps(function)
-    def cached(case: _Case) -> _Result:
-        if isinstance(case, LambdaCase):
-            objects: tuple[Any, ...] = case.vectors
-            values: tuple[Any, ...] = (case.dtype, case.effective_init, case.upstream)
-        else:
-            objects = (*case.inputs, case.cotangent, case.lambda_case)
-            values = (case.dtype, case.coefficient, case.is_causal, case.coefficient_kind)
-        return remember(_TRUTHS, (function, *objects), lambda: function(case), values)
-
-    return cached
-
-
-def _allowance(dtype: str, operations: float, magnitude: np.ndarray | float) -> np.ndarray:
-    """SAFETY·u·n·magnitude per element, never below u times that bound's largest value.
-
-    The floor covers elements whose every term underflowed (a softmax weight
-    below the format's smallest normal number is flushed towards zero).
-    """
-    unit = UNIT_ROUNDOFF[dtype]
-    bound = SAFETY * unit * operations * np.asarray(magnitude, dtype=np.float64)
-    return np.maximum(bound, unit * bound.max(initial=0.0))
+_per_case = tolerance.per_case(_identify)
 
 
 def _lambda_operations(case: LambdaCase) -> float:
@@ -99,7 +45,7 @@ def lambda_value(case: LambdaCase) -> Truth:
     """lambda for ``case`` and its allowance."""
     value = oracle.scalar_lambda(*case.vectors, case.effective_init)
     magnitude = oracle.lambda_magnitude(*case.vectors, case.effective_init)
-    return Truth(np.float64(value), _allowance(case.dtype, _lambda_operations(case), magnitude))
+    return Truth(np.float64(value), tolerance.allowance(case.dtype, _lambda_operations(case), magnitude))
 
 
 def _lambda_vector_grads(case: LambdaCase, upstream: float, upstream_magnitude: float, operations: float) -> dict[str, Truth]:
@@ -110,7 +56,7 @@ def _lambda_vector_grads(case: LambdaCase, upstream: float, upstream_magnitude: 
     bounds = oracle.lambda_vjp(*case.vectors, upstream_magnitude)
     operations += _lambda_operations(case)
     return {
-        name: Truth(exact_grads[name], _allowance(case.dtype, operations, np.abs(bounds[name])))
+        name: Truth(exact_grads[name], tolerance.allowance(case.dtype, operations, np.abs(bounds[name])))
         for name in LAMBDA_INPUTS
     }
 
@@ -150,7 +96,7 @@ def allowance(case: AttentionCase | LambdaCase, magnitude: np.ndarray | float, g
     (for a formula whose logits are larger than the true ones).
     """
     operations = _lambda_operations(case) if isinstance(case, LambdaCase) else _attention_operations(case)[0]
-    return _allowance(case.dtype, growth * operations, magnitude)
+    return tolerance.allowance(case.dtype, growth * operations, magnitude)
 
 
 def coefficient_bound(case: AttentionCase) -> float:
@@ -164,7 +110,7 @@ def attention_output(case: AttentionCase) -> Truth:
     operations, magnitude = _attention_operations(case)
     values = oracle.differential_attention(*case.inputs, coefficient_of(case), case.is_causal)
     bound = oracle.attention_output_magnitude(*case.inputs, magnitude, case.is_causal)
-    return Truth(values, _allowance(case.dtype, operations, bound))
+    return Truth(values, tolerance.allowance(case.dtype, operations, bound))
 
 
 @_per_case
@@ -179,7 +125,7 @@ def attention_grads(case: AttentionCase) -> dict[str, Truth]:
     exact_grads = oracle.attention_vjp(*case.inputs, coefficient, case.is_causal, case.cotangent)
     bounds = oracle.attention_vjp(*case.inputs, magnitude, case.is_causal, np.abs(case.cotangent), absolute=True)
     truths = {
-        name: Truth(np.asarray(exact_grads[name]), _allowance(case.dtype, operations, bounds[name]))
+        name: Truth(np.asarray(exact_grads[name]), tolerance.allowance(case.dtype, operations, bounds[name]))
         for name in ATTENTION_INPUTS
     }
     b, h, t, _ = case.q1.shape
@@ -191,7 +137,7 @@ def attention_grads(case: AttentionCase) -> dict[str, Truth]:
         truths.update({f"lambda_{name}": truth for name, truth in vector_grads.items()})
     elif case.coefficient_is_tensor:
         truths["coefficient"] = Truth(
-            np.float64(exact_grads["coefficient"]), _allowance(case.dtype, summed, bounds["coefficient"])
+            np.float64(exact_grads["coefficient"]), tolerance.allowance(case.dtype, summed, bounds["coefficient"])
         )
     return truths
 

@@ -36,10 +36,10 @@ from grader.exercises.diffattn import expected, suite, toy
 from grader.exercises.diffattn.cases import (
     INPUT_NAMES,
     AttentionCase,
-    CallSequence,
     LambdaCase,
 )
 from grader.exercises.diffattn.expected import Truth
+from grader.toolkit.domain import CallSequence
 
 SUBMISSION = "exercise/diff_attention.py"  # where the handout puts the stub (the exercise's default submission)
 DATA_FILE = "public_checks.json"

@@ -39,6 +39,7 @@ from grader.exercises.diffattn import expected, oracle, suite
 from grader.exercises.diffattn.cases import AttentionCase, LambdaCase
 from grader.exercises.diffattn.expected import Truth
 from grader.exercises.diffattn.verdicts import tensor_result
+from grader.toolkit import tolerance
 from grader.toolkit.compare import Comparison
 
 FAR = 1000.0  # how far (in allowances) a variant must be from the truth to be worth a hint
@@ -776,7 +777,7 @@ def predict(form: Form, case: Case, truth: Prediction) -> Prediction:
 
     A form belongs to one family, and the family fixes which results ``truth`` holds.
     """
-    return expected.remember(_PREDICTIONS, (form, case), lambda: form(case, truth))
+    return tolerance.remember(_PREDICTIONS, (form, case), lambda: form(case, truth))
 
 
 def prepare(seed: int) -> None:

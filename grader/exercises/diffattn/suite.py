@@ -23,16 +23,16 @@ from grader.core.invoke import (
 from grader.core.plugin import GradingContext
 from grader.exercises.diffattn import cases, expected, verdicts
 from grader.exercises.diffattn.cases import (
+    ATTENTION,
+    LAMBDA,
     AttentionCase,
-    CallSequence,
     LambdaCase,
     paper_lambda_init,
 )
 from grader.exercises.diffattn.signatures import signature_problem
+from grader.toolkit import domain
 from grader.toolkit.compare import Comparison
-
-LAMBDA = "differential_lambda"
-ATTENTION = "differential_attention"
+from grader.toolkit.domain import CallSequence
 # Each case set is drawn once per seed and process: the same case objects then
 # key the oracle's cached truths (expected.py), which a batch computes once.
 _per_seed = functools.lru_cache(maxsize=4)
@@ -41,9 +41,9 @@ _per_seed = functools.lru_cache(maxsize=4)
 @_per_seed
 def lambda_values(seed: int) -> list[LambdaCase]:
     """Lengths from 1 to 256, both dtypes, the default, the paper's and out-of-[0, 1] lambda_init, exponents up to the dtype's finite limit, every binding."""
-    rng = cases.generator(seed, "lambda_values")
-    long_length = cases.sequence_length(rng, 60)
-    return cases.cycled_modes([
+    rng = domain.generator(seed, "lambda_values")
+    long_length = domain.sequence_length(rng, 60)
+    return domain.cycled_modes([
         cases.lambda_case(rng, 4, "float32", None),
         cases.lambda_case(rng, 1, "float64", None, binding="positional"),
         cases.lambda_case(rng, 8, "float32", paper_lambda_init(1), binding="positional", frozen=("q1",)),
@@ -62,8 +62,8 @@ def lambda_values(seed: int) -> list[LambdaCase]:
 @_per_seed
 def lambda_strided(seed: int) -> list[LambdaCase]:
     """Sliced vectors, slices of a fused buffer and vectors at a storage offset, both dtypes."""
-    rng = cases.generator(seed, "lambda_strided")
-    return cases.cycled_modes([
+    rng = domain.generator(seed, "lambda_strided")
+    return domain.cycled_modes([
         cases.lambda_case(rng, int(rng.integers(1, 33)), dtype, 0.2, layout=layout, binding=binding)
         for dtype, layout, binding in (("float32", "sliced", "keyword"), ("float64", "fused", "positional"),
                                        ("float32", "offset", "names"), ("float64", "sliced", "keyword"))  # fmt: skip
@@ -73,38 +73,38 @@ def lambda_strided(seed: int) -> list[LambdaCase]:
 @_per_seed
 def attention_causal(seed: int) -> list[AttentionCase]:
     """Causal cases: T from 1 to 320 (next to block sizes half the time, once past 256), D from 1 to 64, both dtypes, causal omitted, by name and by position."""
-    rng = cases.generator(seed, "attention_causal")
-    return cases.cycled_modes([
+    rng = domain.generator(seed, "attention_causal")
+    return domain.cycled_modes([
         cases.attention_case(rng, (2, 2, 5, 4), "float32", True),
-        cases.attention_case(rng, (1, 2, 1, cases.head_width(rng)), "float32", True, binding="positional"),
-        cases.attention_case(rng, cases.domain_shape(rng, 2, 40), "float64", None),
-        cases.attention_case(rng, cases.domain_shape(rng, 2, 40), "float32", True, binding="positional"),
-        cases.attention_case(rng, cases.domain_shape(rng, 60, 140), "float32", None),
-        cases.attention_case(rng, cases.domain_shape(rng, 120), "float32", True, binding="positional"),
-        cases.attention_case(rng, (1, 1, int(rng.integers(257, cases.LONGEST + 1)), int(rng.integers(1, 9))), "float64", True),
+        cases.attention_case(rng, (1, 2, 1, domain.head_width(rng)), "float32", True, binding="positional"),
+        cases.attention_case(rng, domain.domain_shape(rng, 2, 40), "float64", None),
+        cases.attention_case(rng, domain.domain_shape(rng, 2, 40), "float32", True, binding="positional"),
+        cases.attention_case(rng, domain.domain_shape(rng, 60, 140), "float32", None),
+        cases.attention_case(rng, domain.domain_shape(rng, 120), "float32", True, binding="positional"),
+        cases.attention_case(rng, (1, 1, int(rng.integers(257, domain.LONGEST + 1)), int(rng.integers(1, 9))), "float64", True),
     ])
 
 
 @_per_seed
 def attention_noncausal(seed: int) -> list[AttentionCase]:
     """causal=False cases: T from 1 to 320 (once past 256), D from 1 to 64, both dtypes, by name and by position."""
-    rng = cases.generator(seed, "attention_noncausal")
-    return cases.cycled_modes([
+    rng = domain.generator(seed, "attention_noncausal")
+    return domain.cycled_modes([
         cases.attention_case(rng, (2, 2, 6, 4), "float32", False),
         cases.attention_case(rng, (1, 1, 1, 2), "float64", False, binding="positional"),
-        cases.attention_case(rng, cases.domain_shape(rng, 2, 40), "float32", False, binding="positional"),
-        cases.attention_case(rng, cases.domain_shape(rng, 60, 140), "float64", False, binding="positional"),
-        cases.attention_case(rng, cases.domain_shape(rng, 100), "float32", False),
-        cases.attention_case(rng, (1, 1, int(rng.integers(257, cases.LONGEST + 1)), int(rng.integers(1, 9))), "float32", False),
+        cases.attention_case(rng, domain.domain_shape(rng, 2, 40), "float32", False, binding="positional"),
+        cases.attention_case(rng, domain.domain_shape(rng, 60, 140), "float64", False, binding="positional"),
+        cases.attention_case(rng, domain.domain_shape(rng, 100), "float32", False),
+        cases.attention_case(rng, (1, 1, int(rng.integers(257, domain.LONGEST + 1)), int(rng.integers(1, 9))), "float32", False),
     ])
 
 
 @_per_seed
 def attention_coefficients(seed: int) -> list[AttentionCase]:
     """Negative, zero, exactly one, greater-than-one, int and 0-dim tensor (also float64 with float32 inputs) coefficients."""
-    rng = cases.generator(seed, "attention_coefficients")
-    shape = functools.partial(cases.domain_shape, rng, 2, 70)
-    return cases.cycled_modes([
+    rng = domain.generator(seed, "attention_coefficients")
+    shape = functools.partial(domain.domain_shape, rng, 2, 70)
+    return domain.cycled_modes([
         cases.attention_case(rng, shape(), "float32", True, float(rng.uniform(-1.5, -0.2))),
         cases.attention_case(rng, shape(), "float64", False, 0.0, binding="positional"),
         cases.attention_case(rng, shape(), "float64", True, float(rng.uniform(1.1, 2.5)), binding="positional"),
@@ -119,25 +119,25 @@ def attention_coefficients(seed: int) -> list[AttentionCase]:
 @_per_seed
 def attention_large_logits(seed: int) -> list[AttentionCase]:
     """float32 inputs whose scaled logits reach 100 to 1000 in magnitude (a naive exp overflows), T up to 256."""
-    rng = cases.generator(seed, "attention_large_logits")
-    return cases.cycled_modes([
+    rng = domain.generator(seed, "attention_large_logits")
+    return domain.cycled_modes([
         cases.attention_case(rng, (1, 2, 6, 8), "float32", True, max_logit=float(rng.uniform(100, 250))),
         cases.attention_case(rng, (1, 2, 6, 8), "float32", False, max_logit=float(rng.uniform(100, 250)), binding="positional"),
-        cases.attention_case(rng, cases.domain_shape(rng, 2, 140), "float32", True, max_logit=float(rng.uniform(250, 1000))),
-        cases.attention_case(rng, cases.domain_shape(rng, 60), "float32", None, max_logit=float(rng.uniform(100, 1000))),
+        cases.attention_case(rng, domain.domain_shape(rng, 2, 140), "float32", True, max_logit=float(rng.uniform(250, 1000))),
+        cases.attention_case(rng, domain.domain_shape(rng, 60), "float32", None, max_logit=float(rng.uniform(100, 1000))),
     ])
 
 
 @_per_seed
 def attention_strided(seed: int) -> list[AttentionCase]:
     """Transposed, head-permuted, sliced, fused-projection and offset views as inputs, both dtypes, tensor coefficient."""
-    rng = cases.generator(seed, "attention_strided")
-    return cases.cycled_modes([
-        cases.attention_case(rng, (2, 3, cases.sequence_length(rng, 2, 40), cases.head_width(rng, 16)), "float32", True,
-                             coefficient_kind="tensor", layouts=cases.every_layout(rng)),  # fmt: skip
-        cases.attention_case(rng, cases.domain_shape(rng, 2, 40), "float64", False, layouts=cases.strided_layouts(rng), binding="positional"),
-        cases.attention_case(rng, cases.domain_shape(rng, 60, 140), "float32", None, coefficient_kind="tensor",
-                             layouts=cases.strided_layouts(rng, choices=cases.OFFSET_LAYOUTS)),  # fmt: skip
+    rng = domain.generator(seed, "attention_strided")
+    return domain.cycled_modes([
+        cases.attention_case(rng, (2, 3, domain.sequence_length(rng, 2, 40), domain.head_width(rng, 16)), "float32", True,
+                             coefficient_kind="tensor", layouts=domain.every_layout(rng)),  # fmt: skip
+        cases.attention_case(rng, domain.domain_shape(rng, 2, 40), "float64", False, layouts=domain.strided_layouts(rng), binding="positional"),
+        cases.attention_case(rng, domain.domain_shape(rng, 60, 140), "float32", None, coefficient_kind="tensor",
+                             layouts=domain.strided_layouts(rng, choices=domain.OFFSET_LAYOUTS)),  # fmt: skip
     ])
 
 
@@ -148,12 +148,12 @@ FROZEN_PATTERNS = ((), ("q1",), ("k1",), ("q2",), ("k2",), ("value",), ("coeffic
 @_per_seed
 def attention_gradients(seed: int) -> list[AttentionCase]:
     """Gradient cases: every input frozen alone and in groups, tensor (also exactly 0 and 1), int and Python-float coefficients, T up to 320, logits up to 1000."""
-    rng = cases.generator(seed, "attention_gradients")
+    rng = domain.generator(seed, "attention_gradients")
     kinds = ("tensor", "tensor", "float", "tensor", "int", "float64 tensor", "tensor", "float", "tensor", "tensor")
     found = []
     for i, (frozen, kind) in enumerate(zip(FROZEN_PATTERNS, kinds)):
         dtype = ("float64", "float32")[i % 2]
-        shape = (1, 1, 1, 4) if i == 4 else cases.domain_shape(rng, 2, 140 if i < 8 else cases.LONGEST, 32)
+        shape = (1, 1, 1, 4) if i == 4 else domain.domain_shape(rng, 2, 140 if i < 8 else domain.LONGEST, 32)
         coefficient = float(rng.choice([-1, 2])) if kind == "int" else float(rng.uniform(-1.0, 2.0))
         coefficient = {0: 0.0, 3: 1.0}.get(i, coefficient)  # the coefficient's boundaries, as tensors that require grad
         causal = (True, False, None)[i % 3]
@@ -162,7 +162,7 @@ def attention_gradients(seed: int) -> list[AttentionCase]:
             max_logit=120.0 if i == 5 else None, binding=("keyword", "positional")[i % 2],
         ))  # fmt: skip
     # float32 logits of hundreds: masked future logits far above the visible ones overflow any exp taken before masking
-    found.append(cases.attention_case(rng, cases.domain_shape(rng, 8, 70, 16), "float32", True, coefficient_kind="tensor",
+    found.append(cases.attention_case(rng, domain.domain_shape(rng, 8, 70, 16), "float32", True, coefficient_kind="tensor",
                                       max_logit=float(rng.uniform(300, 1000))))  # fmt: skip
     return found
 
@@ -170,9 +170,9 @@ def attention_gradients(seed: int) -> list[AttentionCase]:
 @_per_seed
 def frozen_subsets(seed: int) -> list[AttentionCase]:
     """One small case per subset of q1, k1, q2, k2, value and a tensor coefficient that requires grad (every one but the empty set)."""
-    rng = cases.generator(seed, "frozen_subsets")
+    rng = domain.generator(seed, "frozen_subsets")
     names = (*cases.INPUT_NAMES, "coefficient")
-    bases = [cases.attention_case(rng, cases.domain_shape(rng, 2, 12, 4), dtype, causal, coefficient_kind="tensor")
+    bases = [cases.attention_case(rng, domain.domain_shape(rng, 2, 12, 4), dtype, causal, coefficient_kind="tensor")
              for dtype, causal in (("float64", True), ("float32", False))]  # fmt: skip
     return [
         replace(bases[mask % 2], frozen=tuple(n for bit, n in enumerate(names) if not mask >> bit & 1))
@@ -183,7 +183,7 @@ def frozen_subsets(seed: int) -> list[AttentionCase]:
 @_per_seed
 def lambda_frozen_subsets(seed: int) -> list[LambdaCase]:
     """One case per subset of q1, k1, q2, k2 that requires grad (every one but the empty set)."""
-    rng = cases.generator(seed, "lambda_frozen_subsets")
+    rng = domain.generator(seed, "lambda_frozen_subsets")
     bases = [cases.lambda_case(rng, int(rng.integers(1, 9)), dtype, 0.2) for dtype in ("float64", "float32")]
     return [
         replace(bases[mask % 2], frozen=tuple(n for bit, n in enumerate(cases.LAMBDA_NAMES) if not mask >> bit & 1))
@@ -194,19 +194,19 @@ def lambda_frozen_subsets(seed: int) -> list[LambdaCase]:
 @_per_seed
 def end_to_end(seed: int) -> list[AttentionCase]:
     """differential_lambda feeding differential_attention, with the paper's lambda_init."""
-    rng = cases.generator(seed, "end_to_end")
+    rng = domain.generator(seed, "end_to_end")
     found = []
     for dtype, causal, binding in (("float64", True, "keyword"), ("float32", False, "positional")):
         lam = cases.lambda_case(rng, int(rng.integers(1, 17)), dtype, paper_lambda_init(int(rng.integers(1, 13))), binding=binding)
-        found.append(cases.with_lambda(cases.attention_case(rng, cases.domain_shape(rng, 2, 70, 16), dtype, causal, binding=binding), lam))
+        found.append(cases.with_lambda(cases.attention_case(rng, domain.domain_shape(rng, 2, 70, 16), dtype, causal, binding=binding), lam))
     return found
 
 
 @_per_seed
 def lambda_bindings(seed: int) -> list[LambdaCase]:
     """differential_lambda with every argument by name (in a shuffled order) and by position, lambda_init given and omitted."""
-    rng = cases.generator(seed, "lambda_bindings")
-    return cases.cycled_modes([
+    rng = domain.generator(seed, "lambda_bindings")
+    return domain.cycled_modes([
         cases.lambda_case(rng, int(rng.integers(2, 9)), dtype, init, binding=binding)
         for binding in ("names", "positional")
         for dtype, init in (("float64", float(rng.uniform(0.3, 0.9))), ("float32", None))
@@ -216,30 +216,27 @@ def lambda_bindings(seed: int) -> list[LambdaCase]:
 @_per_seed
 def attention_bindings(seed: int) -> list[AttentionCase]:
     """differential_attention with every argument by name (in a shuffled order) and by position, causal True, False and omitted."""
-    rng = cases.generator(seed, "attention_bindings")
-    return cases.cycled_modes([
-        cases.attention_case(rng, cases.domain_shape(rng, 3, 24, 8), "float64", causal, binding=binding)
+    rng = domain.generator(seed, "attention_bindings")
+    return domain.cycled_modes([
+        cases.attention_case(rng, domain.domain_shape(rng, 3, 24, 8), "float64", causal, binding=binding)
         for binding in ("names", "positional")
         for causal in (True, False, None)
     ])
 
 
-SEQUENCE_KINDS = ("repeat", "refill", "refill_data", "reallocate")
-
-
 @_per_seed
 def sequences(seed: int) -> list[CallSequence]:
     """Each function called twice (same tensors, refilled in place, refilled through .data, reallocated), with grad enabled, under no_grad and with gradients."""
-    rng = cases.generator(seed, "sequences")
+    rng = domain.generator(seed, "sequences")
     found = []
-    for kind in SEQUENCE_KINDS:
+    for kind in domain.SEQUENCE_KINDS:
         for mode in ("enabled", "no_grad", "grads"):
             grads, grad_mode = mode == "grads", "enabled" if mode == "grads" else mode
             dtype = str(rng.choice(["float32", "float64"]))
             lam = cases.lambda_case(rng, int(rng.integers(1, 17)), dtype, float(rng.uniform(0.1, 0.9)), grad_mode=grad_mode)
             found.append(CallSequence(lam, lam if kind == "repeat" else cases.redrawn(lam, rng), kind, grads))
             kind_of_coefficient = ("float", "tensor")[len(found) // 2 % 2]
-            first = cases.attention_case(rng, cases.domain_shape(rng, 2, 24, 8), dtype, bool(rng.integers(2)),
+            first = cases.attention_case(rng, domain.domain_shape(rng, 2, 24, 8), dtype, bool(rng.integers(2)),
                                          coefficient_kind=kind_of_coefficient, grad_mode=grad_mode)  # fmt: skip
             found.append(CallSequence(first, first if kind == "repeat" else cases.redrawn(first, rng), kind, grads))
     return found
@@ -289,7 +286,7 @@ def lambda_request(case: LambdaCase, requires_grad: bool = False) -> Request:
     call = _bound(LAMBDA, cases.LAMBDA_NAMES, vectors, "lambda_init", case.lambda_init, case.binding, case.keyword_order)
     if not requires_grad:
         return Request((replace(call, grad_mode=case.grad_mode),), inputs=vectors)
-    return Request((call,), backward_from=0, cotangent=cases.exact(case.upstream, case.dtype), inputs=vectors)
+    return Request((call,), backward_from=0, cotangent=domain.exact(case.upstream, case.dtype), inputs=vectors)
 
 
 def attention_request(case: AttentionCase, requires_grad: bool = False) -> Request:
@@ -307,7 +304,7 @@ def attention_request(case: AttentionCase, requires_grad: bool = False) -> Reque
         coefficient = ResultOf(0)
     elif case.coefficient_is_tensor:
         grad = requires_grad and case.requires_grad("coefficient")
-        coefficient = TensorInput(cases.exact(case.coefficient, case.coefficient_dtype), case.coefficient_dtype, grad)
+        coefficient = TensorInput(domain.exact(case.coefficient, case.coefficient_dtype), case.coefficient_dtype, grad)
         numbered += (coefficient,)
     elif case.coefficient_kind == "int":
         coefficient = int(case.coefficient)
@@ -420,22 +417,22 @@ def gradient_positions(case: LambdaCase | AttentionCase) -> dict[str, int]:
 @_per_seed
 def row_sums(seed: int) -> list[AttentionCase]:
     """Pairs: a case, then the same with one vector c added to every token's value; the outputs must differ by (1 - λ)·c in every row."""
-    rng = cases.generator(seed, "row_sums")
+    rng = domain.generator(seed, "row_sums")
     found = []
     for case in (
         cases.attention_case(rng, (2, 2, 6, 4), "float64", True, float(rng.uniform(-1.0, 2.0))),
-        cases.attention_case(rng, cases.domain_shape(rng, 2, 70, 16), "float32", False, coefficient_kind="tensor"),
+        cases.attention_case(rng, domain.domain_shape(rng, 2, 70, 16), "float32", False, coefficient_kind="tensor"),
     ):
         found += [case, cases.shared_offset(case, rng)]
-    return cases.cycled_modes(found)
+    return domain.cycled_modes(found)
 
 
 @_per_seed
 def lambda_zero(seed: int) -> list[AttentionCase]:
     """coefficient 0: the result must be ordinary causal (or full) softmax attention of branch 1."""
-    rng = cases.generator(seed, "lambda_zero")
-    return cases.cycled_modes([
-        cases.attention_case(rng, cases.domain_shape(rng, 2, 70, 16), dtype, causal, 0.0)
+    rng = domain.generator(seed, "lambda_zero")
+    return domain.cycled_modes([
+        cases.attention_case(rng, domain.domain_shape(rng, 2, 70, 16), dtype, causal, 0.0)
         for dtype, causal in (("float64", True), ("float32", False))
     ])
 
@@ -443,11 +440,11 @@ def lambda_zero(seed: int) -> list[AttentionCase]:
 @_per_seed
 def identical_maps(seed: int) -> list[AttentionCase]:
     """q2 = q1 and k2 = k1: at coefficient 1 the maps cancel and the output is 0; at any other c it is (1 - c)·A1·V."""
-    rng = cases.generator(seed, "identical_maps")
-    return cases.cycled_modes([
+    rng = domain.generator(seed, "identical_maps")
+    return domain.cycled_modes([
         cases.identical_branches(cases.attention_case(rng, (1, 2, 6, 4), "float64", True), 1.0),
-        cases.identical_branches(cases.attention_case(rng, cases.domain_shape(rng, 2, 40, 8), "float32", True), 1.0),
-        cases.identical_branches(cases.attention_case(rng, cases.domain_shape(rng, 2, 40, 8), "float64", False), float(rng.uniform(-1.0, 0.6))),
+        cases.identical_branches(cases.attention_case(rng, domain.domain_shape(rng, 2, 40, 8), "float32", True), 1.0),
+        cases.identical_branches(cases.attention_case(rng, domain.domain_shape(rng, 2, 40, 8), "float64", False), float(rng.uniform(-1.0, 0.6))),
     ])
 
 

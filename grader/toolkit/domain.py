@@ -1,0 +1,162 @@
+"""Seeded draws from the domain a tensor function's contract allows, shared by every exercise.
+
+Each case set draws from its own generator, a function of the run's seed and
+the set's name (:func:`generator`), so adding a set never changes another
+set's inputs. Values are drawn in float64 and rounded to the case's dtype at
+once (:func:`exact`): the oracle then sees exactly the numbers the submission
+sees.
+
+Beyond values, a call varies in how its tensors sit in memory (the layouts
+the worker builds, grader/worker/child.py), how its arguments are bound, the
+autograd mode it is made in, and what came before it (a call sequence), and
+its sizes are drawn with extra weight where bugs of tiled kernels live:
+lengths next to block sizes, widths of 1, odd widths. docs/domain.md
+describes the domain and how each case set samples it.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from dataclasses import dataclass, replace
+from typing import Any, Generic, Protocol, TypeVar
+
+import numpy as np
+
+# Memory layouts the worker can give an input: views of a transposed or head-permuted buffer,
+# every other column of a wider buffer, the middle third of a fused [..., 3·width] projection (a
+# non-zero storage offset), and a contiguous tensor that starts at a non-zero storage offset.
+NON_CONTIGUOUS = ("transposed", "heads_permuted", "sliced", "fused")
+OFFSET_LAYOUTS = ("fused", "offset")
+# How a call binds its arguments: "keyword" passes the tensors by position and the last parameter
+# (the one with a default) by name; "positional" passes every argument by position; "names" passes
+# every argument by name, in an order of the generator's choosing (:func:`keyword_order`).
+BINDINGS = ("keyword", "positional", "names")
+# The autograd mode a call without gradients is made in: submissions may branch on torch.is_grad_enabled().
+GRAD_MODES = ("enabled", "no_grad", "inference_mode")
+BLOCK_SIZES = (16, 32, 64, 128, 256)
+LONGEST = 320  # the longest sequence drawn: past every block size and fixed-size buffer of 256
+WIDEST = 64  # the widest head (D)
+# How the second call of a sequence gets its inputs, and how a message says so.
+SEQUENCE_KINDS = {
+    "repeat": "called twice with the same tensors",
+    "refill": "called, its inputs overwritten in place (as an optimiser step does), called again",
+    "refill_data": "called, its inputs overwritten in place through .data (their version counters unchanged), called again",
+    "reallocate": "called, its inputs freed, called again with new tensors of the same shapes",
+}
+
+
+class Case(Protocol):
+    """What the toolkit needs of an exercise's case: the function it calls, its dtype and a description."""
+
+    @property
+    def function(self) -> str:
+        """The function the case's (last) call calls."""
+
+    @property
+    def dtype(self) -> str:
+        """The dtype of its input tensors."""
+
+    def label(self) -> str:
+        """A short description of the inputs for messages."""
+
+
+_Case = TypeVar("_Case", bound=Case)
+_Moded = TypeVar("_Moded", bound=Any)
+
+
+def generator(seed: int, name: str) -> np.random.Generator:
+    """The generator of one case set: a function of the run's seed and the set's name."""
+    return np.random.default_rng([seed, zlib.crc32(name.encode())])
+
+
+def exact(values: Any, dtype: str) -> np.ndarray:
+    """Round float64 values to ``dtype`` and back, so both sides see the same numbers."""
+    return np.asarray(values, dtype=dtype).astype(np.float64)
+
+
+def signed_uniform(rng: np.random.Generator, low: float, high: float, size: int | tuple[int, ...] | None = None) -> Any:
+    """Magnitudes uniform in [low, high) with random signs (one number when ``size`` is None)."""
+    return rng.uniform(low, high, size) * rng.choice([-1.0, 1.0], size)
+
+
+def fresh_like(rng: np.random.Generator, values: np.ndarray, dtype: str) -> np.ndarray:
+    """New normal values of the shape and spread of ``values`` (spread 1 when they are constant), exact in ``dtype``."""
+    return exact(rng.standard_normal(np.shape(values)) * (float(np.std(values)) or 1.0), dtype)
+
+
+def keyword_order(rng: np.random.Generator, names: tuple[str, ...], binding: str) -> tuple[str, ...]:
+    """A shuffled order of ``names`` for a call that passes every argument by name; () for the other bindings."""
+    return tuple(str(n) for n in rng.permutation(names)) if binding == "names" else ()
+
+
+def cycled_modes(found: list[_Moded]) -> list[_Moded]:
+    """The cases (dataclasses with a ``grad_mode`` field) with their autograd modes cycled through GRAD_MODES."""
+    return [replace(case, grad_mode=GRAD_MODES[i % len(GRAD_MODES)]) for i, case in enumerate(found)]
+
+
+def sequence_length(rng: np.random.Generator, shortest: int = 1, longest: int = LONGEST) -> int:
+    """A length in [shortest, longest]: half the time next to a block size (b - 1, b, b + 1), else log-uniform."""
+    edges = [b + o for b in BLOCK_SIZES for o in (-1, 0, 1) if shortest <= b + o <= longest]
+    if edges and rng.random() < 0.5:
+        return int(rng.choice(edges))
+    return int(min(longest, max(shortest, round(math.exp(rng.uniform(math.log(shortest), math.log(longest + 1)))))))
+
+
+def head_width(rng: np.random.Generator, widest: int = WIDEST) -> int:
+    """A head width D in [1, widest]: often 1, a power of two or one past it, else uniform."""
+    special = [d for d in (1, 2, 3, 8, 16, 17, 32, 64) if d <= widest]
+    return int(rng.choice(special)) if rng.random() < 0.6 else int(rng.integers(1, widest + 1))
+
+
+def batch_and_heads(rng: np.random.Generator, length: int, width: int, budget: int = 2**16) -> tuple[int, int]:
+    """B and H in [1, 3], fewer for long problems, so that B·H·T·max(T, D) stays within ``budget``.
+
+    Each (batch, head) pair is its own attention problem: more of them add
+    little that one long sequence does not already test, and cost the oracle.
+    """
+    room = max(1, budget // (length * max(length, width)))
+    return int(rng.integers(1, min(3, room) + 1)), int(rng.integers(1, min(3, max(1, room // 2)) + 1))
+
+
+def domain_shape(rng: np.random.Generator, shortest: int = 1, longest: int = LONGEST, widest: int = WIDEST) -> tuple[int, int, int, int]:
+    """(B, H, T, D) drawn from the domain (see :func:`sequence_length`, :func:`head_width`, :func:`batch_and_heads`)."""
+    t, d = sequence_length(rng, shortest, longest), head_width(rng, widest)
+    return (*batch_and_heads(rng, t, d), t, d)
+
+
+def strided_layouts(rng: np.random.Generator, count: int = 5, choices: tuple[str, ...] = NON_CONTIGUOUS + ("offset",)) -> tuple[str, ...]:
+    """A layout per input (``count`` of them) from ``choices``, at least one of them with a non-zero storage offset."""
+    drawn = [str(rng.choice(choices)) for _ in range(count)]
+    if not set(drawn) & set(OFFSET_LAYOUTS):
+        drawn[int(rng.integers(count))] = str(rng.choice(OFFSET_LAYOUTS))
+    return tuple(drawn)
+
+
+def every_layout(rng: np.random.Generator) -> tuple[str, ...]:
+    """Five layouts, one per input: each of the non-contiguous layouts and the storage offset once, in a random order."""
+    return tuple(str(layout) for layout in rng.permutation(NON_CONTIGUOUS + ("offset",)))
+
+
+@dataclass(frozen=True)
+class CallSequence(Generic[_Case]):
+    """Two calls of one function with inputs of the same shapes, layouts and dtype.
+
+    ``kind`` (a key of :data:`SEQUENCE_KINDS`) says how the second call's
+    inputs come about: "repeat" passes the first call's tensors again
+    (``second`` is ``first``), "refill" overwrites them in place with the
+    second case's values (as an optimiser step does), "refill_data" does so
+    through ``.data`` (as older training code does: the version counters do
+    not move), "reallocate" frees them and passes new tensors, which the
+    allocator is free to put in the same memory.
+    """
+
+    first: _Case
+    second: _Case
+    kind: str
+    grads: bool  # both calls with inputs that require grad, and a backward pass from the second
+
+    def label(self) -> str:
+        """What was called, and how, for messages."""
+        how = SEQUENCE_KINDS[self.kind]
+        return f"{self.first.function}({self.second.label()}) {how}" + (", with gradients" if self.grads else "")

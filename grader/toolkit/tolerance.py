@@ -1,0 +1,96 @@
+"""The rounding-error model that sizes every tolerance, and the per-case memo that keeps truths once per process.
+
+A result computed in a format with unit roundoff ``u`` from ``n`` rounded
+operations is within ``n·u`` times its absolute-value evaluation (the same
+formula with every operand replaced by its magnitude). An exercise supplies,
+for each result, the operation count ``n`` (quantities amplified on the way
+join it: a logit's absolute error ``L·u`` becomes, through ``exp``, a relative
+error of the same size, so the largest logit ``L`` is added to ``n``) and the
+absolute-value evaluation from its oracle; :func:`allowance` turns them into
+the absolute error allowed per element, with a safety factor for the
+constants the model leaves out. docs/tolerances.md has the derivation and the
+measured margins.
+
+Case sets are drawn once per seed and process (:mod:`grader.toolkit.casesets`),
+so one case object stands for one case for the whole process. :func:`remember`
+and :func:`per_case` key results by the identity of the objects they depend
+on: the oracle's truths, a variant's predictions and a case's counterexample
+cuts are computed once, however many submissions a batch grades.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any, Callable, TypeVar
+
+import numpy as np
+
+SAFETY = 16.0
+"""Multiplies every allowance: the constants the rounding model leaves out."""
+UNIT_ROUNDOFF = {"float32": 2.0**-24, "float64": 2.0**-53}
+"""u per dtype: half the gap between 1 and the next number of the format."""
+
+_Case = TypeVar("_Case")
+_Result = TypeVar("_Result")
+Memo = dict[tuple[Any, ...], tuple[tuple[Any, ...], Any]]
+"""A store of :func:`remember`: key -> (the objects the key was made of, the result)."""
+Identify = Callable[[Any], tuple[tuple[Any, ...], tuple[Any, ...]]]
+"""Case -> (the objects its result depends on, compared by identity; the hashable values it depends on)."""
+
+_PER_CASE: Memo = {}
+
+
+@dataclass(frozen=True)
+class Truth:
+    """The exact value of a result and the absolute error allowed per element."""
+
+    values: np.ndarray
+    allowed: np.ndarray
+
+
+def allowance(dtype: str, operations: float, magnitude: np.ndarray | float) -> np.ndarray:
+    """SAFETY·u·n·magnitude per element (u of ``dtype``, n = ``operations``), never below u times that bound's largest value.
+
+    ``magnitude`` is the result's absolute-value evaluation. The floor covers
+    elements whose every term underflowed (a softmax weight below the
+    format's smallest normal number is flushed towards zero).
+    """
+    unit = UNIT_ROUNDOFF[dtype]
+    bound = SAFETY * unit * operations * np.asarray(magnitude, dtype=np.float64)
+    return np.maximum(bound, unit * bound.max(initial=0.0))
+
+
+def remember(store: Memo, objects: tuple[Any, ...], compute: Callable[[], _Result], values: tuple[Any, ...] = ()) -> _Result:
+    """``compute()`` once per tuple of ``objects`` (by identity) and of hashable ``values`` (by value) in ``store``.
+
+    The objects are kept in the store with the result, so that their ids stay
+    theirs. Case sets are drawn once per seed, so one case object stands for
+    one case for the whole process: a batch fills the stores once.
+    """
+    key = (*map(id, objects), *values)
+    found = store.get(key)
+    if found is None or any(kept is not given for kept, given in zip(found[0], objects)):
+        found = store[key] = (objects, compute())
+    return found[1]
+
+
+def per_case(identify: Identify) -> Callable[[Callable[[_Case], _Result]], Callable[[_Case], _Result]]:
+    """A decorator that computes a function of a case once per set of input arrays and numbers that decide it.
+
+    ``identify(case)`` gives the arrays the result depends on (compared by
+    identity) and the numbers that decide it (by value). Cases that differ
+    only in what the result does not depend on (which inputs require grad,
+    how arguments are bound, the autograd mode, the layout) and share their
+    arrays, as ``dataclasses.replace`` makes them, share one result.
+    """
+
+    def decorate(function: Callable[[_Case], _Result]) -> Callable[[_Case], _Result]:
+        @functools.wraps(function)
+        def cached(case: _Case) -> _Result:
+            objects, values = identify(case)
+            return remember(_PER_CASE, (function, *objects), lambda: function(case), values)
+
+        return cached
+
+    return decorate
