@@ -1,0 +1,200 @@
+"""Seeded inputs for the checks of the DIFF V2 exercise.
+
+A :class:`Case` is one call of ``gqa_attention`` or ``diff_v2_attention``: its
+input arrays (float64 values exact in the case's dtype, so the oracle sees the
+numbers the submission sees), the cotangent of its output for gradient
+checks, and how the call is made (memory layouts, which inputs require grad,
+how arguments are bound, the autograd mode). The draws cover the domain the
+contract allows: sequence lengths up to a few hundred with extra weight next
+to block sizes, head widths from 1 to 64, several batch sizes, key/value head
+counts and group sizes (Hkv = 1 and Hkv = Hq included), scaled logits up to
+±1000, gate logits from moderate to saturated (±100 to ±1000), every strided
+layout the worker builds, every argument binding.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from grader.toolkit import domain
+from grader.toolkit.domain import exact
+
+GQA = "gqa_attention"
+DIFF_V2 = "diff_v2_attention"
+# The parameters of each function, in the contract's order; the last one ("causal") has a default.
+PARAMETERS = {GQA: ("q", "k", "v", "causal"), DIFF_V2: ("q", "k", "v", "lambda_logits", "causal")}
+TENSORS = {GQA: ("q", "k", "v"), DIFF_V2: ("q", "k", "v", "lambda_logits")}
+GQA_GROUPS = (1, 2, 3, 4, 8)  # G = Hq / Hkv for gqa_attention: any positive integer
+DIFF_V2_GROUPS = (2, 4, 6, 8)  # G for diff_v2_attention: even, so heads 2i and 2i + 1 share a group
+KV_HEADS = (1, 1, 2, 3, 4)  # Hkv, multi-query (1) twice as often
+BUDGET = 2**17  # B·Hq·T·max(T, D) of a drawn shape: more (batch, head) problems add cost, not coverage
+SATURATED = (100.0, 1000.0)  # |lambda_logits| of a saturated gate: exp(-ℓ) overflows float32 from 89, float64 from 710
+
+
+@dataclass(frozen=True)
+class Case:
+    """One call of either function, with its cotangent; ``lambda_logits`` is None for gqa_attention."""
+
+    function: str
+    q: np.ndarray
+    k: np.ndarray
+    v: np.ndarray
+    lambda_logits: np.ndarray | None
+    dtype: str
+    causal: bool | None  # None: the argument is omitted, so the default (True) applies
+    cotangent: np.ndarray
+    layouts: tuple[str, ...] = ()  # one per input tensor; empty: all contiguous
+    frozen: tuple[str, ...] = ()  # inputs that do not require grad in gradient checks
+    binding: str = "keyword"  # a member of domain.BINDINGS; causal None is omitted whatever the binding
+    keyword_order: tuple[str, ...] = ()  # with binding "names": the order of the keyword arguments
+    grad_mode: str = "enabled"  # a member of domain.GRAD_MODES: the autograd mode of a call without gradients
+    note: str = ""
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The names of the input tensors, in the contract's order."""
+        return TENSORS[self.function]
+
+    @property
+    def inputs(self) -> tuple[np.ndarray, ...]:
+        """The input arrays, in the order of :attr:`names`."""
+        arrays = (self.q, self.k, self.v, self.lambda_logits)
+        return tuple(a for a in arrays[: len(self.names)] if a is not None)
+
+    @property
+    def memory_layouts(self) -> tuple[str, ...]:
+        """The layout of every input tensor."""
+        return self.layouts or ("contiguous",) * len(self.names)
+
+    @property
+    def is_causal(self) -> bool:
+        """Whether the causal mask applies."""
+        return self.causal is not False
+
+    @property
+    def group(self) -> int:
+        """G = Hq / Hkv."""
+        return self.q.shape[2] // self.k.shape[2]
+
+    @property
+    def output_shape(self) -> tuple[int, ...]:
+        """[B, T, Hq, D] for gqa_attention, [B, T, Hq / 2, D] for diff_v2_attention."""
+        b, t, hq, d = self.q.shape
+        return (b, t, hq if self.function == GQA else hq // 2, d)
+
+    def requires_grad(self, name: str) -> bool:
+        """Whether the gradient with respect to input ``name`` is requested in gradient checks."""
+        return name not in self.frozen
+
+    def label(self) -> str:
+        """A short description of the call for messages."""
+        b, t, hq, d = self.q.shape
+        causal = "causal omitted (default True)" if self.causal is None else f"causal={self.causal}"
+        if self.causal is not None and self.binding != "keyword":
+            causal += " (by position)" if self.binding == "positional" else " (every argument by name)"
+        parts = [f"B={b} T={t} Hq={hq} Hkv={self.k.shape[2]} D={d}", self.dtype, causal]
+        if self.lambda_logits is not None:
+            low, high = float(self.lambda_logits.min()), float(self.lambda_logits.max())
+            parts.append(f"lambda_logits in [{low:.4g}, {high:.4g}]")
+        if self.frozen:
+            parts.append(f"{', '.join(self.frozen)} without requires_grad")
+        if any(layout != "contiguous" for layout in self.memory_layouts):
+            parts.append("memory layouts " + ", ".join(f"{n} {l}" for n, l in zip(self.names, self.memory_layouts) if l != "contiguous"))
+        if self.grad_mode != "enabled":
+            parts.append(f"called under torch.{self.grad_mode}()")
+        if self.note:
+            parts.append(self.note)
+        return ", ".join(parts)
+
+
+def heads(rng: np.random.Generator, function: str) -> tuple[int, int]:
+    """(Hq, Hkv) for ``function``: Hkv from KV_HEADS, G from the function's groups."""
+    hkv = int(rng.choice(KV_HEADS))
+    group = int(rng.choice(GQA_GROUPS if function == GQA else DIFF_V2_GROUPS))
+    return hkv * group, hkv
+
+
+def shape(
+    rng: np.random.Generator, function: str, shortest: int = 1, longest: int = domain.LONGEST, widest: int = domain.WIDEST,
+    *, head_counts: tuple[int, int] | None = None,
+) -> tuple[int, int, int, int, int]:  # fmt: skip
+    """(B, T, Hq, Hkv, D) from the contract's domain; B shrinks so that B·Hq·T·max(T, D) stays within BUDGET."""
+    t, d = domain.sequence_length(rng, shortest, longest), domain.head_width(rng, widest)
+    hq, hkv = head_counts or heads(rng, function)
+    room = max(1, BUDGET // (hq * t * max(t, d)))
+    return int(rng.integers(1, min(3, room) + 1)), t, hq, hkv, d
+
+
+def gate_logits(rng: np.random.Generator, size: tuple[int, ...], saturated: float = 0.0) -> np.ndarray:
+    """lambda_logits of ``size``: about N(0, 2²), and a ``saturated`` share at ±[100, 1000] (signs drawn)."""
+    logits = 2.0 * rng.standard_normal(size)
+    if saturated:
+        far = domain.signed_uniform(rng, *SATURATED, size)
+        logits = np.where(rng.random(size) < saturated, far, logits)
+    return logits
+
+
+def _largest_logits(q: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """Per query head, the largest |q·k|/√D over every query and key (the key of its group), [Hq]."""
+    group = q.shape[2] // k.shape[2]
+    keys = np.repeat(k, group, axis=2)
+    return np.abs(np.einsum("bthd,bshd->hts", q, keys)).max(axis=(1, 2)) / math.sqrt(q.shape[-1])
+
+
+def case(
+    rng: np.random.Generator,
+    function: str,
+    dims: tuple[int, int, int, int, int],
+    dtype: str,
+    causal: bool | None,
+    *,
+    max_logit: float | None = None,
+    saturated: float = 0.0,
+    layouts: tuple[str, ...] = (),
+    frozen: tuple[str, ...] = (),
+    binding: str = "keyword",
+    grad_mode: str = "enabled",
+    note: str = "",
+) -> Case:
+    """Random inputs and cotangent for ``dims`` = (B, T, Hq, Hkv, D).
+
+    ``max_logit`` rescales the queries of every head so that the largest
+    scaled logit |q·k|/√D equals it; ``saturated`` is the share of gate
+    logits drawn at ±[100, 1000].
+    """
+    b, t, hq, hkv, d = dims
+    q, k, v = rng.standard_normal((b, t, hq, d)), rng.standard_normal((b, t, hkv, d)), rng.standard_normal((b, t, hkv, d))
+    if max_logit is not None:
+        q = q * (max_logit / _largest_logits(q, k))[:, None]
+    gates = gate_logits(rng, (b, t, hq // 2), saturated) if function == DIFF_V2 else None
+    out = (b, t, hq if function == GQA else hq // 2, d)
+    return Case(
+        function,
+        exact(q, dtype), exact(k, dtype), exact(v, dtype),
+        None if gates is None else exact(gates, dtype),
+        dtype=dtype,
+        causal=causal,
+        cotangent=exact(rng.standard_normal(out), dtype),
+        layouts=layouts,
+        frozen=frozen,
+        binding=binding,
+        keyword_order=domain.keyword_order(rng, PARAMETERS[function], binding),
+        grad_mode=grad_mode,
+        note=note,
+    )  # fmt: skip
+
+
+def shared_offset(base: Case, rng: np.random.Generator) -> Case:
+    """``base`` with one random vector c (entries of magnitude 1 to 3) added to the value of every token."""
+    offset = exact(domain.signed_uniform(rng, 1.0, 3.0, base.v.shape[-1]), base.dtype)
+    return replace(base, v=exact(base.v + offset, base.dtype), note="every token's value shifted by one shared vector c")
+
+
+def redrawn(base: Case, rng: np.random.Generator) -> Case:
+    """``base`` with new values of the same shapes and spreads; everything else kept."""
+    gates = None if base.lambda_logits is None else domain.fresh_like(rng, base.lambda_logits, base.dtype)
+    q, k, v, cotangent = (domain.fresh_like(rng, x, base.dtype) for x in (base.q, base.k, base.v, base.cotangent))
+    return replace(base, q=q, k=k, v=v, lambda_logits=gates, cotangent=cotangent)
