@@ -1,0 +1,1 @@
+"""The graded checks of the DIFF V2 exercise, one module per tier."""

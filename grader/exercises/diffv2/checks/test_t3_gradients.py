@@ -1,0 +1,69 @@
+"""T3, the gradients: autograd of the submission against hand-derived VJPs, and the toy experiment."""
+
+from __future__ import annotations
+
+from grader.core.plugin import GradingContext, check
+from grader.exercises.diffv2 import expected, misconceptions, suite, toy
+from grader.exercises.diffv2.cases import DIFF_V2, Case
+from grader.toolkit.casesets import CaseSet
+from grader.toolkit.compare import Comparison, combine
+from grader.toolkit.verdicts import function_problem, grads_verdict
+
+
+def _gradients(grading: GradingContext, case_sets: tuple[CaseSet[Case], ...], keys: tuple[str, ...]) -> None:
+    """Judge the gradients named ``keys`` over the case sets; the hint and the counterexample come from the first failing set."""
+    per_set = []
+    for case_set in case_sets:
+        found = []
+        for i, case in enumerate(case_set(grading.seed)):
+            wanted = {name: position for name, position in suite.gradient_positions(case).items() if name in keys}
+            outcome = suite.outcome(grading, case_set, i, case, True)
+            found.append(grads_verdict(outcome, 0, f"{suite.described(case, True)} with cotangent G", expected.gradients(case), wanted))
+        per_set.append(found)
+    verdict = combine([v for found in per_set for v in found])
+    failing = next((n for n, found in enumerate(per_set) if not all(v.ok for v in found)), 0)
+    misconceptions.attach_hint(grading, verdict, case_sets[failing], grads=True, keys=keys)
+    grading.conclude(verdict)
+
+
+@check("T3", 8, "gqa_attention: gradients of q, k and v (k and v summed over each group's query heads) match the VJPs")
+def test_gqa_gradients(grading: GradingContext) -> None:
+    _gradients(grading, (suite.gqa_gradients,), ("q", "k", "v"))
+
+
+@check("T3", 5, "diff_v2_attention: the gradient of v matches Σ_h Aᵀ·dO over each group's query heads")
+def test_diff_v2_value_gradient(grading: GradingContext) -> None:
+    _gradients(grading, (suite.diff_gradients,), ("v",))
+
+
+@check("T3", 7, "diff_v2_attention: the gradients of q and k match the softmax VJP (dO = G for head 2i, −σ(ℓ)·G for head 2i + 1)")
+def test_diff_v2_query_key_gradients(grading: GradingContext) -> None:
+    _gradients(grading, (suite.diff_gradients,), ("q", "k"))
+
+
+@check("T3", 6, "diff_v2_attention: the gradient of lambda_logits matches −σ(ℓ)(1 − σ(ℓ))·Σ_d G·A[:, :, 1::2]")
+def test_gate_gradient(grading: GradingContext) -> None:
+    _gradients(grading, (suite.diff_gradients,), ("lambda_logits",))
+
+
+@check("T3", 4, "Saturated gates (±100 to ±1000): every gradient finite and correct, float32 and float64")
+def test_saturated_gate_gradients(grading: GradingContext) -> None:
+    _gradients(grading, (suite.diff_saturated,), ("q", "k", "v", "lambda_logits"))
+
+
+@check("T3", 4, "Gradients are right for strided inputs", visibility="hidden")
+def test_strided_gradients(grading: GradingContext) -> None:
+    _gradients(grading, (suite.gqa_strided, suite.diff_strided), ("q", "k", "v", "lambda_logits"))
+
+
+@check("T3", 6, "Toy experiment: a value offset shared by every token comes out scaled by 1 − σ(ℓ[t, i]) for each token and head")
+def test_toy_offset_scaling(grading: GradingContext) -> None:
+    problem = function_problem(grading, DIFF_V2)
+    if problem is not None or grading.worker is None:
+        grading.experiment_note = problem or "the submission could not be run"
+        grading.conclude(Comparison(False, grading.experiment_note, None))
+        return
+    worker = grading.worker
+    result = grading.memo("toy", lambda: toy.sweep(worker, grading.seed))
+    grading.experiment = toy.measured(result)
+    grading.conclude(toy.verdict(result))

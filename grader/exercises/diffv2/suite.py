@@ -1,0 +1,283 @@
+"""The case sets of the DIFF V2 checks, and the worker requests that evaluate them.
+
+Every set is drawn once per seed and process (so the same case objects key
+the oracle's cached truths, which a batch computes once before it forks) from
+a generator named after the set. Several checks read the same calls (T1
+looks at the types of the outputs whose values T2 compares), and each call
+is made once per run.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import replace
+
+from collections.abc import Callable
+
+from grader.core.invoke import Outcome, Request, Returned, TensorInput
+from grader.core.plugin import GradingContext
+from grader.exercises.diffv2 import cases, expected
+from grader.exercises.diffv2.cases import DIFF_V2, GQA, PARAMETERS, Case
+from grader.toolkit import domain, verdicts
+from grader.toolkit.casesets import CaseSet, CaseSets
+from grader.toolkit.compare import Comparison
+from grader.toolkit.domain import exact
+from grader.toolkit.runs import Runner, bound_call
+from grader.toolkit.signatures import Signature
+from grader.toolkit.tolerance import Truth
+
+SETS = CaseSets()
+
+
+@SETS.register
+def gqa_causal(seed: int) -> list[Case]:
+    """Causal gqa_attention: a small fixed case, T = 1, Hkv = 1, Hkv = Hq, G = 2 and 4, domain draws, T past 256; both dtypes."""
+    rng = domain.generator(seed, "gqa_causal")
+    draw = functools.partial(cases.shape, rng, GQA)
+    return domain.cycled_modes([
+        cases.case(rng, GQA, (2, 5, 4, 2, 3), "float32", True),
+        cases.case(rng, GQA, (1, 1, 4, 2, domain.head_width(rng)), "float64", True, binding="positional"),
+        cases.case(rng, GQA, draw(2, 40, head_counts=(3, 1)), "float32", None),
+        cases.case(rng, GQA, draw(2, 40, head_counts=(3, 3)), "float64", True),
+        cases.case(rng, GQA, draw(2, 80, head_counts=(8, 2)), "float32", True, binding="positional"),
+        cases.case(rng, GQA, draw(60, 140), "float64", None),
+        cases.case(rng, GQA, draw(257, domain.LONGEST, 8, head_counts=(2, 1)), "float32", True),
+    ])  # fmt: skip
+
+
+@SETS.register
+def gqa_noncausal(seed: int) -> list[Case]:
+    """causal=False gqa_attention: T = 1, Hkv = 1, Hkv = Hq, G = 2 and 4, domain draws, T past 256; both dtypes."""
+    rng = domain.generator(seed, "gqa_noncausal")
+    draw = functools.partial(cases.shape, rng, GQA)
+    return domain.cycled_modes([
+        cases.case(rng, GQA, (1, 6, 4, 1, 4), "float64", False),
+        cases.case(rng, GQA, (2, 1, 2, 2, 3), "float32", False, binding="positional"),
+        cases.case(rng, GQA, draw(2, 40, head_counts=(4, 2)), "float32", False),
+        cases.case(rng, GQA, draw(2, 60, head_counts=(6, 6)), "float64", False, binding="positional"),
+        cases.case(rng, GQA, draw(60, 200), "float32", False),
+        cases.case(rng, GQA, draw(257, domain.LONGEST, 8, head_counts=(4, 2)), "float64", False),
+    ])  # fmt: skip
+
+
+@SETS.register
+def diff_causal(seed: int) -> list[Case]:
+    """Causal diff_v2_attention: a small fixed case, T = 1, Hkv = 1, G = 2 and 4, domain draws, T past 256; both dtypes."""
+    rng = domain.generator(seed, "diff_causal")
+    draw = functools.partial(cases.shape, rng, DIFF_V2)
+    return domain.cycled_modes([
+        cases.case(rng, DIFF_V2, (2, 5, 4, 2, 3), "float32", True),
+        cases.case(rng, DIFF_V2, (1, 1, 4, 1, domain.head_width(rng)), "float64", True, binding="positional"),
+        cases.case(rng, DIFF_V2, draw(2, 40, head_counts=(8, 4)), "float32", None),
+        cases.case(rng, DIFF_V2, draw(2, 40, head_counts=(4, 1)), "float64", True),
+        cases.case(rng, DIFF_V2, draw(2, 80, head_counts=(8, 2)), "float32", True, binding="positional"),
+        cases.case(rng, DIFF_V2, draw(60, 140), "float64", None),
+        cases.case(rng, DIFF_V2, draw(257, domain.LONGEST, 8, head_counts=(4, 2)), "float32", True),
+    ])  # fmt: skip
+
+
+@SETS.register
+def diff_noncausal(seed: int) -> list[Case]:
+    """causal=False diff_v2_attention: T = 1, Hkv = 1, G = 2, 4 and 6, domain draws, T past 256; both dtypes."""
+    rng = domain.generator(seed, "diff_noncausal")
+    draw = functools.partial(cases.shape, rng, DIFF_V2)
+    return domain.cycled_modes([
+        cases.case(rng, DIFF_V2, (1, 6, 4, 2, 4), "float64", False),
+        cases.case(rng, DIFF_V2, (2, 1, 2, 1, 3), "float32", False, binding="positional"),
+        cases.case(rng, DIFF_V2, draw(2, 40, head_counts=(4, 1)), "float32", False),
+        cases.case(rng, DIFF_V2, draw(2, 60, head_counts=(12, 2)), "float64", False, binding="positional"),
+        cases.case(rng, DIFF_V2, draw(60, 200), "float32", False),
+        cases.case(rng, DIFF_V2, draw(257, domain.LONGEST, 8, head_counts=(4, 2)), "float64", False),
+    ])  # fmt: skip
+
+
+@SETS.register(hidden=True)
+def gqa_large_logits(seed: int) -> list[Case]:
+    """float32 gqa_attention with scaled logits of 100 to 1000 (a softmax without the row maximum overflows)."""
+    rng = domain.generator(seed, "gqa_large_logits")
+    return domain.cycled_modes([
+        cases.case(rng, GQA, (1, 6, 4, 2, 8), "float32", True, max_logit=float(rng.uniform(100, 250))),
+        cases.case(rng, GQA, cases.shape(rng, GQA, 2, 140), "float32", False, max_logit=float(rng.uniform(250, 1000))),
+        cases.case(rng, GQA, cases.shape(rng, GQA, 60), "float32", None, max_logit=float(rng.uniform(100, 1000))),
+    ])  # fmt: skip
+
+
+@SETS.register(hidden=True)
+def diff_large_logits(seed: int) -> list[Case]:
+    """float32 diff_v2_attention with scaled logits of 100 to 1000."""
+    rng = domain.generator(seed, "diff_large_logits")
+    return domain.cycled_modes([
+        cases.case(rng, DIFF_V2, (1, 6, 4, 2, 8), "float32", True, max_logit=float(rng.uniform(100, 250))),
+        cases.case(rng, DIFF_V2, cases.shape(rng, DIFF_V2, 2, 140), "float32", False, max_logit=float(rng.uniform(250, 1000))),
+        cases.case(rng, DIFF_V2, cases.shape(rng, DIFF_V2, 60), "float32", None, max_logit=float(rng.uniform(100, 1000))),
+    ])  # fmt: skip
+
+
+@SETS.register
+def diff_saturated(seed: int) -> list[Case]:
+    """Gate logits at ±100 to ±1000 (exp(-ℓ) overflows float32 and, past 710, float64), alone and mixed with ordinary ones."""
+    rng = domain.generator(seed, "diff_saturated")
+    draw = functools.partial(cases.shape, rng, DIFF_V2, 2, 60, 16)
+    return [
+        cases.case(rng, DIFF_V2, (1, 4, 4, 2, 3), "float32", True, saturated=1.0),
+        cases.case(rng, DIFF_V2, draw(), "float32", False, saturated=0.5, binding="positional"),
+        cases.case(rng, DIFF_V2, draw(), "float64", True, saturated=1.0, frozen=("q",)),
+        cases.case(rng, DIFF_V2, draw(), "float64", None, saturated=0.5),
+        cases.case(rng, DIFF_V2, draw(), "float32", True, saturated=0.8, frozen=("v",)),
+    ]
+
+
+@SETS.register(hidden=True)
+def gqa_strided(seed: int) -> list[Case]:
+    """gqa_attention on transposed, head-permuted, sliced, fused-projection and offset views, both dtypes."""
+    rng = domain.generator(seed, "gqa_strided")
+    return domain.cycled_modes([
+        cases.case(rng, GQA, cases.shape(rng, GQA, 2, 40, 16), "float32", True, layouts=domain.strided_layouts(rng, 3)),
+        cases.case(rng, GQA, cases.shape(rng, GQA, 2, 40), "float64", False, layouts=domain.strided_layouts(rng, 3), binding="positional"),
+        cases.case(rng, GQA, cases.shape(rng, GQA, 60, 140), "float32", None, layouts=domain.strided_layouts(rng, 3, domain.OFFSET_LAYOUTS)),
+    ])  # fmt: skip
+
+
+@SETS.register(hidden=True)
+def diff_strided(seed: int) -> list[Case]:
+    """diff_v2_attention on strided views of all four inputs (lambda_logits included), both dtypes."""
+    rng = domain.generator(seed, "diff_strided")
+    return domain.cycled_modes([
+        cases.case(rng, DIFF_V2, cases.shape(rng, DIFF_V2, 2, 40, 16), "float32", True, layouts=domain.strided_layouts(rng, 4)),
+        cases.case(rng, DIFF_V2, cases.shape(rng, DIFF_V2, 2, 40), "float64", False, layouts=domain.strided_layouts(rng, 4), binding="positional"),
+        cases.case(rng, DIFF_V2, cases.shape(rng, DIFF_V2, 60, 140), "float32", None, layouts=domain.strided_layouts(rng, 4, domain.OFFSET_LAYOUTS)),
+    ])  # fmt: skip
+
+
+@SETS.register
+def diff_offsets(seed: int) -> list[Case]:
+    """Pairs: a case, then the same with one vector c added to every token's value (the outputs differ by (1 − σ(ℓ))·c)."""
+    rng = domain.generator(seed, "diff_offsets")
+    found = []
+    for base in (
+        cases.case(rng, DIFF_V2, (2, 6, 4, 2, 4), "float64", True),
+        cases.case(rng, DIFF_V2, cases.shape(rng, DIFF_V2, 2, 70, 16), "float32", False, saturated=0.3),
+    ):
+        found += [base, cases.shared_offset(base, rng)]
+    return domain.cycled_modes(found)
+
+
+@SETS.register
+def diff_gate_off(seed: int) -> list[Case]:
+    """Gate logits of -100 to -1000 everywhere: the output must be the even heads' ordinary attention."""
+    rng = domain.generator(seed, "diff_gate_off")
+    found = []
+    for dims, dtype, causal in (((1, 5, 4, 2, 3), "float64", True), (cases.shape(rng, DIFF_V2, 2, 70, 16), "float32", False)):
+        base = cases.case(rng, DIFF_V2, dims, dtype, causal)
+        assert base.lambda_logits is not None
+        gates = -rng.uniform(*cases.SATURATED, base.lambda_logits.shape)
+        found.append(replace(base, lambda_logits=exact(gates, dtype), note="every gate logit at most -100"))
+    return domain.cycled_modes(found)
+
+
+# Which inputs a caller leaves without requires_grad in the gradient sets, cycled through the cases.
+GQA_FROZEN = ((), ("q",), ("k",), ("v",), ("q", "k"), ())
+DIFF_V2_FROZEN = ((), ("lambda_logits",), ("q",), ("k", "v"), ("v",), ("q", "k", "v"), ())
+
+
+@SETS.register
+def gqa_gradients(seed: int) -> list[Case]:
+    """gqa_attention with gradients: G from 1 to 8, Hkv = 1 and Hkv = Hq, both dtypes, causal True, False and omitted, inputs frozen alone and in groups, T up to 320."""
+    rng = domain.generator(seed, "gqa_gradients")
+    found = []
+    for i, frozen in enumerate(GQA_FROZEN):
+        counts = ((2, 1), (4, 4), None, (8, 2), None, None)[i]
+        dims = cases.shape(rng, GQA, 2, 140 if i < 5 else domain.LONGEST, 32, head_counts=counts)
+        found.append(cases.case(rng, GQA, dims, ("float64", "float32")[i % 2], (True, False, None)[i % 3], frozen=frozen,
+                                binding=("keyword", "positional")[i % 2], max_logit=150.0 if i == 3 else None))  # fmt: skip
+    return found
+
+
+@SETS.register
+def diff_gradients(seed: int) -> list[Case]:
+    """diff_v2_attention with gradients: G = 2, 4, 6 and 8, Hkv = 1, both dtypes, causal True, False and omitted, inputs frozen alone and in groups, gates moderate and saturated, T up to 320."""
+    rng = domain.generator(seed, "diff_gradients")
+    found = []
+    for i, frozen in enumerate(DIFF_V2_FROZEN):
+        counts = ((2, 1), (4, 2), (8, 1), None, (12, 2), None, None)[i]
+        dims = cases.shape(rng, DIFF_V2, 2, 140 if i < 6 else domain.LONGEST, 32, head_counts=counts)
+        found.append(cases.case(rng, DIFF_V2, dims, ("float64", "float32")[i % 2], (True, False, None)[i % 3], frozen=frozen,
+                                binding=("keyword", "positional")[i % 2], saturated=0.3 if i in (2, 5) else 0.0,
+                                max_logit=150.0 if i == 4 else None))  # fmt: skip
+    return found
+
+
+@SETS.register
+def gqa_bindings(seed: int) -> list[Case]:
+    """gqa_attention with every argument by name (in a shuffled order) and by position, causal True, False and omitted."""
+    rng = domain.generator(seed, "gqa_bindings")
+    return domain.cycled_modes([
+        cases.case(rng, GQA, cases.shape(rng, GQA, 3, 24, 8), "float64", causal, binding=binding)
+        for binding in ("names", "positional") for causal in (True, False, None)
+    ])  # fmt: skip
+
+
+@SETS.register
+def diff_bindings(seed: int) -> list[Case]:
+    """diff_v2_attention with every argument by name (in a shuffled order) and by position, causal True, False and omitted."""
+    rng = domain.generator(seed, "diff_bindings")
+    return domain.cycled_modes([
+        cases.case(rng, DIFF_V2, cases.shape(rng, DIFF_V2, 3, 24, 8), "float64", causal, binding=binding)
+        for binding in ("names", "positional") for causal in (True, False, None)
+    ])  # fmt: skip
+
+
+def request(case: Case, grads: bool = False) -> Request:
+    """The call of ``case`` (its inputs numbered in the contract's order); with ``grads``, a backward pass with its cotangent."""
+    tensors = tuple(
+        TensorInput(array, case.dtype, grads and case.requires_grad(name), layout)
+        for array, name, layout in zip(case.inputs, case.names, case.memory_layouts)
+    )
+    call = bound_call(case.function, case.names, tensors, "causal", case.causal, case.binding, case.keyword_order)
+    if not grads:
+        return Request((replace(call, grad_mode=case.grad_mode),), inputs=tensors)
+    return Request((call,), backward_from=0, cotangent=case.cotangent, inputs=tensors)
+
+
+def gradient_positions(case: Case) -> dict[str, int]:
+    """Input name -> tensor number in the case's request, for the inputs whose gradients are requested."""
+    return {name: i for i, name in enumerate(case.names) if case.requires_grad(name)}
+
+
+
+FUNCTIONS = (GQA, DIFF_V2)
+CONTRACTS = {name: Signature(name, PARAMETERS[name][:-1], "causal", "True") for name in FUNCTIONS}
+RUNNER = Runner(request, CONTRACTS)
+
+
+def outcome(grading: GradingContext, case_set: CaseSet[Case], index: int, case: Case, grads: bool = False) -> Outcome:
+    """The run's outcome of case ``index`` of ``case_set`` (made once, with the rest of its set)."""
+    return RUNNER.outcome(grading, case_set, index, case, grads)
+
+
+def value_verdicts(grading: GradingContext, case_set: CaseSet[Case], truth: Callable[[Case], Truth] = expected.output,
+                   grads: bool = False) -> list[Comparison]:  # fmt: skip
+    """The verdict on every output of ``case_set`` against ``truth`` (default: the oracle's output)."""
+    return RUNNER.value_verdicts(grading, case_set, truth, grads)
+
+
+def result_of(found: Outcome) -> tuple[Returned | None, str | None]:
+    """The one call's result if it is a plain tensor, else the problem in one sentence."""
+    return verdicts.tensor_result(found, 0)
+
+
+def described(case: Case, grads: bool = False) -> str:
+    """The call of ``case`` for messages."""
+    return f"{case.function}({case.label()})" + (" with inputs that require grad" if grads else "")
+
+
+GRADIENT_SETS = (gqa_gradients, diff_gradients, diff_saturated, gqa_strided, diff_strided)
+
+
+def prepare(seed: int) -> None:
+    """Draw every case set for ``seed`` and compute the oracle's truths for them, once (a batch does, before it forks)."""
+    for case_set in SETS:
+        for case in case_set(seed):
+            expected.output(case)
+            if case_set in GRADIENT_SETS:
+                expected.gradients(case)

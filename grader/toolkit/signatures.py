@@ -1,0 +1,86 @@
+"""A function's contract signature, and why a submitted signature cannot honour it.
+
+Each function of a contract takes some tensors and numbers by position and
+one last parameter with a default (``causal=True``, ...); the checks call it
+with every argument by position, by name, or the tensors by position and the
+last one by name (:data:`grader.toolkit.domain.BINDINGS`). A signature that
+cannot take such a call gets a sentence naming the parameter at fault, which
+the report adds to the TypeError the call then raises. ``parameters`` is the
+worker's description of the submitted function's parameters (name, kind,
+has_default), or anything else when it could not describe them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+POSITIONAL_KINDS = ("POSITIONAL_ONLY", "POSITIONAL_OR_KEYWORD")
+"""The kinds of inspect.Parameter (as the worker names them) that a positional argument can bind to."""
+
+
+@dataclass(frozen=True)
+class Signature:
+    """One function of a contract: ``name(*positional, keyword=default)``, the default as written."""
+
+    name: str
+    positional: tuple[str, ...]
+    keyword: str
+    default: str
+
+    @property
+    def parameters(self) -> tuple[str, ...]:
+        """Every parameter, in the contract's order."""
+        return (*self.positional, self.keyword)
+
+    @property
+    def text(self) -> str:
+        """The expected signature, e.g. ``f(q, k, v, causal=True)``."""
+        return f"{self.name}({', '.join(self.positional)}, {self.keyword}={self.default})"
+
+
+def call_problem(signature: Signature, parameters: Any) -> str | None:
+    """Why ``parameters`` cannot take the contract's calls of ``signature``'s function, or None."""
+    if not isinstance(parameters, list):
+        return None
+    positional, keyword = signature.positional, signature.keyword
+    kinds = [str(p.get("kind")) for p in parameters if isinstance(p, dict)]
+    names = [str(p.get("name")) for p in parameters if isinstance(p, dict)]
+    slots = [p for p in parameters if isinstance(p, dict) and p.get("kind") in POSITIONAL_KINDS]
+    found = None
+    if len(slots) < len(positional) and "VAR_POSITIONAL" not in kinds:
+        found = f"it takes {len(slots)} positional parameter(s), but the grader passes {len(positional)}"
+    elif keyword not in names[len(positional):] and "VAR_KEYWORD" not in kinds:
+        found = f"it has no parameter '{keyword}' after the first {len(positional)}"
+    else:
+        extra = [p["name"] for p in slots[len(positional):] if not p.get("has_default") and p.get("name") != keyword]
+        extra += [p["name"] for p in parameters if p.get("kind") == "KEYWORD_ONLY" and not p.get("has_default") and p.get("name") != keyword]
+        if extra:
+            found = f"it requires extra parameter(s) {', '.join(extra)}"
+    if found is None:
+        return None
+    return f"the signature of {signature.name}({', '.join(names)}) does not match the contract {signature.text}: {found}"
+
+
+def order_problem(signature: Signature, parameters: Any) -> str | None:
+    """Which parameter of ``parameters`` stands where the contract has another, so that a call binds it wrongly, or None.
+
+    Callers may pass every argument by position or by name: the contract's
+    parameters must come first, in its order and with its names (more
+    optional parameters may follow them, or ``*args``/``**kwargs``).
+    """
+    if not isinstance(parameters, list):
+        return None
+    name, wanted = signature.name, signature.parameters
+    described = [p for p in parameters if isinstance(p, dict)]
+    slots = [p for p in described if p.get("kind") in POSITIONAL_KINDS]
+    for place, (expected, got) in enumerate(zip(wanted, slots), start=1):
+        if got.get("name") != expected:
+            where = f"parameter {place} is '{got.get('name')}' where the contract has '{expected}'"
+            return (f"the signature of {name} does not follow the contract {signature.text}: {where}, so a caller "
+                    f"passing {expected} by position sets {got.get('name')}, and one passing {expected} by name fails")  # fmt: skip
+    if len(slots) < len(wanted) and not any(p.get("kind") == "VAR_POSITIONAL" for p in described):
+        missing = wanted[len(slots)]
+        return (f"the signature of {name} does not follow the contract {signature.text}: "
+                f"'{missing}' cannot be passed by position")  # fmt: skip
+    return None
