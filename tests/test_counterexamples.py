@@ -23,15 +23,13 @@ from grader.core.invoke import (
 )
 from grader.core.plugin import GradingContext
 from grader.exercises.diffattn import cases, counterexample, expected, oracle, suite
-from grader.exercises.diffattn.counterexample import (
-    Failure,
-    attention_sizes,
-    cut_attention,
-    first_failing,
-)
-from grader.exercises.diffattn.verdicts import values_verdict
+from grader.exercises.diffattn.counterexample import attention_sizes, cut_attention
 from grader.reports import counterexample_view, heatmap
 from grader.reports.schema import _COUNTEREXAMPLE, validate
+from grader.toolkit import shrink
+from grader.toolkit.casesets import CaseSet
+from grader.toolkit.shrink import Failure, first_failing
+from grader.toolkit.verdicts import values_verdict
 from grader.worker.client import WorkerFailure
 
 SVG = "{http://www.w3.org/2000/svg}"
@@ -87,20 +85,20 @@ def wrong_when_long(inputs: list[np.ndarray], coefficient: float, causal: bool) 
 
 
 def searched(
-    behaviour: Behaviour, fail_diagnostics: bool = False, set_names: tuple[str, ...] = ("attention_causal",)
+    behaviour: Behaviour, fail_diagnostics: bool = False, case_sets: tuple[CaseSet[Any], ...] = (suite.attention_causal,)
 ) -> tuple[dict[str, Any] | None, FakeWorker]:
     """Grade value checks with a fake worker, the way the check does, and search; the last check's counterexample."""
     worker = FakeWorker(behaviour, fail_diagnostics)
     functions = {suite.ATTENTION: {"kind": "callable", "parameters": None}}
     grading = GradingContext(seed=3, worker=worker, functions=functions)  # type: ignore[arg-type]
-    for set_name in set_names:
-        grading.current = set_name
+    for case_set in case_sets:
+        grading.current = case_set.name
         verdicts = [
-            values_verdict(suite.attention_outcome(grading, set_name, i, case), 0, "", expected.attention_output(case))
-            for i, case in enumerate(getattr(suite, set_name)(grading.seed))
+            values_verdict(suite.attention_outcome(grading, case_set, i, case), 0, "", expected.attention_output(case))
+            for i, case in enumerate(case_set(grading.seed))
         ]
-        counterexample.explain_values(grading, set_name, verdicts)
-    return grading.explanations.get(set_names[-1], {}).get("counterexample"), worker
+        counterexample.SHRINKER.values(grading, case_set, verdicts, expected.attention_output)
+    return grading.explanations.get(case_sets[-1].name, {}).get("counterexample"), worker
 
 
 def test_sizes_are_ordered_by_elements_then_tokens() -> None:
@@ -140,11 +138,11 @@ def test_output_judge_tells_failures_from_passes_and_other_problems() -> None:
         """A returned plain tensor with these values."""
         return Returned(exact_tensor=True, is_tensor=True, value=np.array(values))
 
-    failure = counterexample.output_failure(outcome(tensor([1.0, 2.5, np.nan])), truth)
+    failure = shrink.output_failure(outcome(tensor([1.0, 2.5, np.nan])), truth)
     assert isinstance(failure, Failure) and failure.worst == (2,) and failure.with_respect_to is None
-    assert counterexample.output_failure(outcome(tensor([1.0, 2.0, 3.0005])), truth) is None
-    assert counterexample.output_failure(outcome(tensor([1.0, 2.0])), truth) == "the output has shape [2], not [3]"
-    raised = counterexample.output_failure(outcome(Returned(raised={"type": "ValueError", "message": "D=1", "traceback": ""})), truth)
+    assert shrink.output_failure(outcome(tensor([1.0, 2.0, 3.0005])), truth) is None
+    assert shrink.output_failure(outcome(tensor([1.0, 2.0])), truth) == "the output has shape [2], not [3]"
+    raised = shrink.output_failure(outcome(Returned(raised={"type": "ValueError", "message": "D=1", "traceback": ""})), truth)
     assert raised == "differential_attention raised ValueError: D=1"
 
 
@@ -152,7 +150,7 @@ def test_call_text_names_tensors_after_the_contract() -> None:
     """A composed request reads like Python, lambda vectors prefixed, in the worker's tensor order."""
     lam = cases.lambda_case(cases.generator(2, "text"), 2, "float64", 0.5)
     case = cases.with_lambda(cases.attention_case(cases.generator(2, "text"), (1, 1, 2, 1), "float64", False), lam)
-    text, named = counterexample.call_text(suite.attention_request(case, True))
+    text, named = counterexample.SHRINKER.call_text(suite.attention_request(case, True))
     coefficient = "differential_lambda(lambda_q1, lambda_k1, lambda_q2, lambda_k2, lambda_init=0.5)"
     assert text == f"differential_attention(q1, k1, q2, k2, value, {coefficient}, causal=False)"
     assert [name for _, name in named] == ["lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2", "q1", "k1", "q2", "k2", "value"]
@@ -216,7 +214,7 @@ def test_no_search_for_a_passing_check_nor_after_a_failed_round_trip() -> None:
     """A correct submission makes no extra request; after a failed extra request no check searches again."""
     found, worker = searched(correct)
     assert found is None and worker.trips == ["each"]  # the case set's trip only
-    found, worker = searched(no_mask, fail_diagnostics=True, set_names=("attention_causal", "attention_coefficients"))
+    found, worker = searched(no_mask, fail_diagnostics=True, case_sets=(suite.attention_causal, suite.attention_coefficients))
     assert found is None and worker.trips == ["each", "diagnostic", "each"]  # the first search fails; no second one
 
 

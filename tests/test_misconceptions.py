@@ -13,29 +13,31 @@ from grader.core.plugin import GradingContext
 from grader.exercises.diffattn import misconceptions as mc
 from grader.exercises.diffattn import suite
 from grader.exercises.diffattn.expected import Truth
+from grader.toolkit import misconceptions as engine
+from grader.toolkit.casesets import CaseSet
 from grader.toolkit.compare import Comparison
 
 SEED = 7
 VARIANTS = [(family, variant) for family in mc.FAMILIES for variant in family.variants]
 
 
-def _cases(family: mc.Family) -> list:
+def _cases(family: engine.Family) -> list:
     """Every case of the family's evidence sets at SEED."""
-    return [case for name, _ in family.evidence for case in getattr(suite, name)(SEED)]
+    return [case for case_set, _ in family.evidence for case in case_set(SEED)]
 
 
-def _compared(family: mc.Family, case) -> set[str]:
+def _compared(family: engine.Family, case) -> set[str]:
     """The results a submission returns for ``case``: the output and, for gradients, the requested ones."""
     return {"output"} | (set(suite.gradient_positions(case)) if family.name == "gradients" else set())
 
 
 @pytest.fixture(scope="module")
-def truths() -> dict[str, list[tuple[object, mc.Prediction]]]:
+def truths() -> dict[str, list[tuple[object, engine.Prediction]]]:
     """(case, truth) of every evidence case, per family."""
-    return {family.name: [(case, mc.truth_of(family.name, case)) for case in _cases(family)] for family in mc.FAMILIES}
+    return {family.name: [(case, family.truth(case)) for case in _cases(family)] for family in mc.FAMILIES}
 
 
-def _observations(family: mc.Family, truths: dict, make, noise: float = 0.0) -> list[mc.Observation]:
+def _observations(family: engine.Family, truths: dict, make, noise: float = 0.0) -> list[engine.Observation]:
     """Observations whose results are ``make(case, truth)``, nudged by ``noise`` times their allowance."""
     rng = np.random.default_rng(0)
     found = []
@@ -45,57 +47,57 @@ def _observations(family: mc.Family, truths: dict, make, noise: float = 0.0) -> 
         for name in _compared(family, case):
             values, allowed = np.asarray(made[name].values), np.asarray(made[name].allowed)
             got[name] = values + noise * np.nan_to_num(allowed) * rng.uniform(-1.0, 1.0, values.shape)
-        found.append(mc.Observation(case, got, truth))
+        found.append(engine.Observation(case, got, truth))
     return found
 
 
-def _truth_itself(case, truth: mc.Prediction) -> mc.Prediction:
+def _truth_itself(case, truth: engine.Prediction) -> engine.Prediction:
     return truth
 
 
 @pytest.mark.parametrize(("family", "variant"), VARIANTS, ids=[v.id for _, v in VARIANTS])
-def test_every_form_differs_from_the_truth(family: mc.Family, variant: mc.Variant, truths: dict) -> None:
+def test_every_form_differs_from_the_truth(family: engine.Family, variant: engine.Variant, truths: dict) -> None:
     """Each form of each variant is far from the truth somewhere on a typical case set."""
     observed = _observations(family, truths, _truth_itself)
     for form in variant.forms:
         assert any(
-            mc.far_apart(form(seen.case, seen.truth)[name], seen.truth[name]) for seen in observed for name in seen.got
+            engine.far_apart(form(seen.case, seen.truth)[name], seen.truth[name]) for seen in observed for name in seen.got
         ), variant.id
 
 
 @pytest.mark.parametrize(("family", "variant"), VARIANTS, ids=[v.id for _, v in VARIANTS])
-def test_noisy_variant_output_is_diagnosed_as_that_variant(family: mc.Family, variant: mc.Variant, truths: dict) -> None:
+def test_noisy_variant_output_is_diagnosed_as_that_variant(family: engine.Family, variant: engine.Variant, truths: dict) -> None:
     """Fed a form's own results plus noise within a tenth of the allowance, the matcher names that variant."""
     for form in variant.forms:
         observed = _observations(family, truths, form, noise=0.1)
         keys = tuple(sorted({name for seen in observed for name in seen.got}))
-        assert mc.first_match(family.variants, observed, observed, keys) is variant
+        assert engine.first_match(family.variants, observed, observed, keys) is variant
 
 
 @pytest.mark.parametrize("family", mc.FAMILIES, ids=[f.name for f in mc.FAMILIES])
-def test_the_truth_matches_no_variant(family: mc.Family, truths: dict) -> None:
+def test_the_truth_matches_no_variant(family: engine.Family, truths: dict) -> None:
     """Right results, up to their whole allowance off, are never diagnosed."""
     for noise in (0.0, 1.0):
         observed = _observations(family, truths, _truth_itself, noise)
         keys = tuple(sorted({name for seen in observed for name in seen.got}))
-        assert mc.first_match(family.variants, observed, observed, keys) is None
+        assert engine.first_match(family.variants, observed, observed, keys) is None
 
 
 def test_agreement_needs_the_same_shape_and_the_same_non_finite_elements() -> None:
     """NaN agrees with NaN only; a value outside the allowance or of another shape disagrees."""
     predicted = Truth(np.array([1.0, np.nan]), np.array([0.5, 0.5]))
-    assert mc.agrees(np.array([1.4, np.nan]), predicted)
-    assert not mc.agrees(np.array([1.6, np.nan]), predicted)
-    assert not mc.agrees(np.array([1.0, 0.0]), predicted)
-    assert not mc.agrees(np.array([1.0]), predicted)
+    assert engine.agrees(np.array([1.4, np.nan]), predicted)
+    assert not engine.agrees(np.array([1.6, np.nan]), predicted)
+    assert not engine.agrees(np.array([1.0, 0.0]), predicted)
+    assert not engine.agrees(np.array([1.0]), predicted)
 
 
 def test_far_apart_counts_both_allowances_times_far() -> None:
     """Two results are far apart beyond FAR times the sum of their allowances, or with other shapes."""
     a = Truth(np.array([0.0]), np.array([1.0]))
-    assert not mc.far_apart(a, Truth(np.array([1.9 * mc.FAR]), np.array([1.0])))
-    assert mc.far_apart(a, Truth(np.array([2.1 * mc.FAR]), np.array([1.0])))
-    assert mc.far_apart(a, Truth(np.zeros(2), np.ones(2)))
+    assert not engine.far_apart(a, Truth(np.array([1.9 * engine.FAR]), np.array([1.0])))
+    assert engine.far_apart(a, Truth(np.array([2.1 * engine.FAR]), np.array([1.0])))
+    assert engine.far_apart(a, Truth(np.zeros(2), np.ones(2)))
 
 
 def test_float32_accuracy_on_float64_inputs_is_recognised(truths: dict) -> None:
@@ -103,24 +105,24 @@ def test_float32_accuracy_on_float64_inputs_is_recognised(truths: dict) -> None:
     attention = next(f for f in mc.FAMILIES if f.name == "attention")
     rng = np.random.default_rng(1)
 
-    def rounded_through_float32(case, truth: mc.Prediction) -> mc.Prediction:
+    def rounded_through_float32(case, truth: engine.Prediction) -> engine.Prediction:
         values, allowed = np.asarray(truth["output"].values), np.asarray(truth["output"].allowed)
         if case.dtype == "float64":  # half of float32's allowance: far above float64's
-            values = values + 0.5 * mc.FLOAT32_WIDER * allowed * rng.uniform(0.5, 1, values.shape)
+            values = values + 0.5 * engine.FLOAT32_WIDER * allowed * rng.uniform(0.5, 1, values.shape)
         return {"output": Truth(values, allowed)}
 
-    assert mc._float32_accurate(_observations(attention, truths, rounded_through_float32))
-    assert not mc._float32_accurate(_observations(attention, truths, _truth_itself))
+    assert engine.float32_accurate(_observations(attention, truths, rounded_through_float32))
+    assert not engine.float32_accurate(_observations(attention, truths, _truth_itself))
     far_off = _observations(attention, truths, lambda case, truth: {"output": Truth(np.asarray(truth["output"].values) + 1.0, truth["output"].allowed)})
-    assert not mc._float32_accurate(far_off)
+    assert not engine.float32_accurate(far_off)
 
 
 def test_a_hint_never_changes_a_verdict() -> None:
     """A passed check gets no hint; a failure inside the diagnosis leaves the failed check without one."""
     grading = GradingContext(seed=SEED, worker=None, functions={}, current="check")
-    mc.attach_hint(grading, Comparison(True, "fine", 0.1), "attention_causal")
+    mc.CATALOGUE.attach_hint(grading, Comparison(True, "fine", 0.1), suite.attention_causal)
     assert grading.explanations == {}
-    mc.attach_hint(grading, Comparison(False, "wrong", None), "no_such_case_set")
+    mc.CATALOGUE.attach_hint(grading, Comparison(False, "wrong", None), CaseSet("broken", lambda seed: 1 / 0))
     assert grading.explanations == {"check": {}}
 
 

@@ -11,10 +11,11 @@ from conftest import attention_arguments
 from grader.core.invoke import Outcome, invoke
 from grader.core.plugin import GradingContext
 from grader.exercises.diffattn import expected, oracle, suite
+from grader.toolkit.casesets import CaseSet
 from grader.worker.client import ForkServer, Worker, WorkerLimits
 
 SEED = 3
-SET = "attention_causal"  # T = 5, 1, 32, 33, 127, 255, 303 for this seed, in this order
+SET = suite.attention_causal  # T = 5, 1, 32, 33, 127, 255, 303 for this seed, in this order
 LENGTHS = [case.q1.shape[2] for case in suite.attention_causal(SEED)]
 FUNCTIONS = {name: {"kind": "callable", "parameters": None} for name in (suite.LAMBDA, suite.ATTENTION)}
 
@@ -52,13 +53,13 @@ class OracleWorker:
         return {"status": "ok", "calls": replies}, out
 
 
-def outcomes_of(worker: Any, set_name: str = SET, grads: bool = False) -> list[Outcome]:
+def outcomes_of(worker: Any, case_set: CaseSet[Any] = SET, grads: bool = False) -> list[Outcome]:
     """Every case of a set, asked for the way the checks ask."""
     grading = GradingContext(seed=SEED, worker=worker, functions=FUNCTIONS)
     found = []
-    for i, case in enumerate(getattr(suite, set_name)(SEED)):
-        ask = suite.lambda_outcome if set_name.startswith("lambda") else suite.attention_outcome
-        found.append(ask(grading, set_name, i, case, grads))  # type: ignore[arg-type]
+    for i, case in enumerate(case_set(SEED)):
+        ask = suite.lambda_outcome if case_set.name.startswith("lambda") else suite.attention_outcome
+        found.append(ask(grading, case_set, i, case, grads))
     return found
 
 
@@ -152,7 +153,7 @@ def test_an_output_buffer_reused_by_later_calls_is_read_when_its_call_returns(fo
     """Every case reads its own value, although the submission returns one tensor per dtype and overwrites it."""
     worker = real_worker(BUFFERED_LAMBDA, forks)
     try:
-        found = outcomes_of(worker, "lambda_values")
+        found = outcomes_of(worker, suite.lambda_values)
     finally:
         worker.close()
     for case, outcome in zip(suite.lambda_values(SEED), found):

@@ -45,4 +45,4 @@ def _prepare(seed: int) -> None:
     from grader.exercises.diffattn import misconceptions
 
     _expect(seed)
-    misconceptions.prepare(seed)
+    misconceptions.CATALOGUE.prepare(seed)

@@ -39,6 +39,7 @@ from grader.exercises.diffattn.cases import (
     LambdaCase,
 )
 from grader.exercises.diffattn.expected import Truth
+from grader.toolkit.casesets import CaseSet
 from grader.toolkit.domain import CallSequence
 
 SUBMISSION = "exercise/diff_attention.py"  # where the handout puts the stub (the exercise's default submission)
@@ -61,54 +62,53 @@ def inputs_seed(seed: int) -> int:
 class Recipe:
     """How the runner replays one check: what it judges (``kind``) in which calls.
 
-    ``sets`` are (case set of grader.exercises.diffattn.suite, with a backward pass);
+    ``sets`` are (case set, with a backward pass);
     ``grads`` names the gradients a "grads" check compares.
     """
 
     kind: str
-    sets: tuple[tuple[str, bool], ...] = ()
+    sets: tuple[tuple[CaseSet[Any], bool], ...] = ()
     grads: tuple[str, ...] = ()
 
 
-_LAMBDA = (("lambda_values", False),)
-_LAMBDA_GRADS = (("lambda_values", True),)
-_OUTPUTS = (("attention_causal", False), ("attention_noncausal", False))
-_GRADIENTS = (("attention_gradients", True),)
+_LAMBDA = ((suite.lambda_values, False),)
+_LAMBDA_GRADS = ((suite.lambda_values, True),)
+_OUTPUTS = ((suite.attention_causal, False), (suite.attention_noncausal, False))
+_GRADIENTS = ((suite.attention_gradients, True),)
 
 RECIPES: dict[str, Recipe] = {
     "lambda_returns_0dim_tensor": Recipe("kind", _LAMBDA),
     "lambda_keeps_dtype": Recipe("dtype", _LAMBDA),
     "attention_returns_one_tensor": Recipe("kind", _OUTPUTS),
     "attention_keeps_dtype": Recipe("dtype", _OUTPUTS),
-    "coefficient_kinds_accepted": Recipe("dtype", (("attention_coefficients", False), *_GRADIENTS)),
-    "inputs_not_modified": Recipe("unchanged", (("attention_coefficients", False), *_GRADIENTS, *_LAMBDA, *_LAMBDA_GRADS)),
+    "coefficient_kinds_accepted": Recipe("dtype", ((suite.attention_coefficients, False), *_GRADIENTS)),
+    "inputs_not_modified": Recipe("unchanged", ((suite.attention_coefficients, False), *_GRADIENTS, *_LAMBDA, *_LAMBDA_GRADS)),
     "graph_attached": Recipe("graph", (*_GRADIENTS, *_LAMBDA_GRADS)),
     "lambda_values": Recipe("values", _LAMBDA),
-    "causal_values": Recipe("values", (("attention_causal", False),)),
-    "noncausal_values": Recipe("values", (("attention_noncausal", False),)),
-    "coefficient_values": Recipe("values", (("attention_coefficients", False),)),
-    "row_sums": Recipe("values", (("row_sums", False),)),
-    "lambda_zero_is_attention": Recipe("values", (("lambda_zero", False),)),
-    "identical_maps_cancel": Recipe("values", (("identical_maps", False),)),
+    "causal_values": Recipe("values", ((suite.attention_causal, False),)),
+    "noncausal_values": Recipe("values", ((suite.attention_noncausal, False),)),
+    "coefficient_values": Recipe("values", ((suite.attention_coefficients, False),)),
+    "row_sums": Recipe("values", ((suite.row_sums, False),)),
+    "lambda_zero_is_attention": Recipe("values", ((suite.lambda_zero, False),)),
+    "identical_maps_cancel": Recipe("values", ((suite.identical_maps, False),)),
     "value_gradient": Recipe("grads", _GRADIENTS, ("value",)),
     "branch_one_gradients": Recipe("grads", _GRADIENTS, ("q1", "k1")),
     "branch_two_gradients": Recipe("grads", _GRADIENTS, ("q2", "k2")),
     "coefficient_gradient": Recipe("grads", _GRADIENTS, ("coefficient",)),
     "lambda_gradients": Recipe("grads", _LAMBDA_GRADS, LAMBDA_NAMES),
     "end_to_end_gradients": Recipe(
-        "grads", (("end_to_end", True),), (*(f"lambda_{n}" for n in LAMBDA_NAMES), *INPUT_NAMES)
+        "grads", ((suite.end_to_end, True),), (*(f"lambda_{n}" for n in LAMBDA_NAMES), *INPUT_NAMES)
     ),
     "toy_offset_scaling": Recipe("offset"),
-    "arguments_bind": Recipe("values", (("lambda_bindings", False), ("attention_bindings", False))),
-    "values_with_gradients": Recipe("values", (("lambda_values", True), ("attention_gradients", True), ("end_to_end", True))),
-    "repeated_calls": Recipe("sequence", (("sequences", False),)),
+    "arguments_bind": Recipe("values", ((suite.lambda_bindings, False), (suite.attention_bindings, False))),
+    "values_with_gradients": Recipe("values", ((suite.lambda_values, True), (suite.attention_gradients, True), (suite.end_to_end, True))),
+    "repeated_calls": Recipe("sequence", ((suite.sequences, False),)),
 }
 
 # The truth of a values check on a set, where it is not plain O = (A1 - λA2)V.
-TRUTHS: dict[str, Callable[[AttentionCase], Truth]] = {
-    "row_sums": expected.attention_output,
-    "lambda_zero": expected.branch_one_output,
-    "identical_maps": expected.identical_maps_output,
+TRUTHS: dict[CaseSet[AttentionCase], Callable[[AttentionCase], Truth]] = {
+    suite.lambda_zero: expected.branch_one_output,
+    suite.identical_maps: expected.identical_maps_output,
 }
 
 
@@ -141,18 +141,19 @@ def public_checks(seed: int) -> dict[str, Any]:
         elif recipe.kind == "sequence":
             entry["calls"] = [_add_sequence(calls, index, sequence) for index, sequence in enumerate(suite.sequences(drawn))]
         else:
-            entry["calls"] = [_add_call(calls, set_name, index, case, grads, recipe.kind)
-                              for set_name, grads in recipe.sets
-                              for index, case in enumerate(getattr(suite, set_name)(drawn))
+            entry["calls"] = [_add_call(calls, case_set.name, index, case, grads, recipe.kind, TRUTHS.get(case_set, expected.case_value))
+                              for case_set, grads in recipe.sets
+                              for index, case in enumerate(case_set(drawn))
                               if _small(case)]  # fmt: skip
             entry["grads"] = list(recipe.grads)
         checks.append(entry)
     return {"format": DATA_FORMAT, "seed": seed, "inputs_seed": drawn, "submission": SUBMISSION, "checks": checks, "calls": calls}
 
 
-def _add_call(calls: dict[str, Any], set_name: str, index: int, case: AttentionCase | LambdaCase, grads: bool, kind: str) -> str:
-    """Describe one call once (by key), with the truths that ``kind`` needs; return its key."""
-    key = f"{set_name}/{index}" + ("/grads" if grads else "")
+def _add_call(calls: dict[str, Any], name: str, index: int, case: AttentionCase | LambdaCase, grads: bool, kind: str,
+              truth: Callable[[Any], Truth] = expected.case_value) -> str:  # fmt: skip
+    """Describe call ``index`` of the set ``name`` once (by key), with the truths that ``kind`` needs (values: ``truth``); return its key."""
+    key = f"{name}/{index}" + ("/grads" if grads else "")
     lambda_case = isinstance(case, LambdaCase)
     if key not in calls:
         request = suite.lambda_request(case, grads) if lambda_case else suite.attention_request(case, grads)
@@ -163,8 +164,7 @@ def _add_call(calls: dict[str, Any], set_name: str, index: int, case: AttentionC
             "request": _request(request, _tensor_names(case)),
         }
     if kind == "values" and "expected" not in calls[key]:
-        truth = expected.lambda_value(case) if lambda_case else TRUTHS.get(set_name, expected.attention_output)(case)
-        calls[key]["expected"] = _truth(truth)
+        calls[key]["expected"] = _truth(truth(case))
     if kind == "grads" and "grads" not in calls[key]:
         truths = expected.lambda_grads(case) if lambda_case else expected.attention_grads(case)
         wanted = [t["name"] for t in calls[key]["request"]["tensors"] if t["requires_grad"]]

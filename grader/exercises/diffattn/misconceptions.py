@@ -1,76 +1,48 @@
-"""Misconception diagnosis: which known wrong formula did a failing submission compute?
+"""The catalogue of wrong formulas students write for the differential-attention exercise.
 
-When a value or gradient check fails, the grader tests hypotheses. Each
-:class:`Variant` is a formula that students are known to write instead of the
-right one (no causal mask, softmax over the wrong axis, λ on the wrong branch,
-a detached value, ...), evaluated here in float64 numpy like the oracle, with
-no torch. A variant *explains* a failed check when
-
-* the submission's results agree with the variant's, within the same rule of
-  allowance the checks use (``expected.allowance``), on every compared element
-  of every call the submission answered, both in the check itself and in the
-  run's other calls of the same function (so one case set cannot be explained
-  by a formula that the others refute), and
-* on the check's own calls the variant differs from the truth by more than
-  ``FAR`` times the two allowances together somewhere. A variant that
-  coincides with the truth on the inputs is never hinted, and a correct
-  result (within its allowance of the truth) can never agree with a variant
-  that is that far from the truth.
-
-Variants are tried in order, most specific first; the first that explains the
-check becomes its hint. Three families are tried in turn: the value of
+The diagnosis engine is the toolkit's (:mod:`grader.toolkit.misconceptions`,
+docs/diagnosis.md): when a value or gradient check fails, the first variant
+whose forms agree with every answered call of the function, and are far from
+the truth on the check's own calls, becomes the check's hint. This module
+holds the variants (no causal mask, softmax over the wrong axis, λ on the
+wrong branch, a detached value, ...), each form evaluated in float64 numpy
+like the oracle, with no torch, and the allowance of the checks' own rule
+(``expected.allowance``). Three families are tried in turn: the value of
 differential_lambda, the output of differential_attention, and the gradients
-of differential_attention (variants whose forward pass is right). A hint is
-advice only: it never changes a verdict. See docs/diagnosis.md.
+of differential_attention (variants whose forward pass is right); then two
+symptoms, no graph behind any output and float64 results with float32's
+accuracy. A hint is advice only: it never changes a verdict.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
-from typing import Union
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
-from grader.core.invoke import Outcome
-from grader.core.plugin import GradingContext
 from grader.exercises.diffattn import expected, oracle, suite
-from grader.exercises.diffattn.cases import AttentionCase, LambdaCase
-from grader.exercises.diffattn.expected import Truth
-from grader.exercises.diffattn.verdicts import tensor_result
-from grader.toolkit import tolerance
-from grader.toolkit.compare import Comparison
+from grader.exercises.diffattn.cases import ATTENTION, LAMBDA, AttentionCase, LambdaCase
+from grader.toolkit.misconceptions import (
+    FLOAT32_INSIDE,
+    Catalogue,
+    Family,
+    Form,
+    Prediction,
+    Variant,
+    changed,
+    float32_accuracy,
+    negated,
+    no_graph,
+    normalised_output,
+    scaled_output,
+    zeroed,
+)
+from grader.toolkit.tolerance import Truth
 
-FAR = 1000.0  # how far (in allowances) a variant must be from the truth to be worth a hint
-
-Case = Union[AttentionCase, LambdaCase]
-Prediction = dict[str, Truth]  # "output", or a gradient's name, -> values and allowance
-Form = Callable[[Case, Prediction], Prediction]  # (case, its truth) -> what the wrong formula gives
-
-
-@dataclass(frozen=True)
-class Variant:
-    """A known wrong formula, its hint, and one or more ways students write it (forms)."""
-
-    id: str
-    text: str
-    maths: str
-    forms: tuple[Form, ...]
-
-    def hint(self) -> dict[str, str]:
-        """The JSON-safe hint of docs/report-schema.md."""
-        return {"id": self.id, "text": self.text, "maths": self.maths}
-
-
-@dataclass(frozen=True)
-class Observation:
-    """One call the submission answered: its case, what came back and the truth, per result name."""
-
-    case: Case
-    got: dict[str, np.ndarray]
-    truth: Prediction
-
+Case = Any  # a LambdaCase or an AttentionCase: each form asserts the kind it takes
 
 # ---- differential_lambda -----------------------------------------------------
 
@@ -372,37 +344,6 @@ def _value_split(case: Case, truth: Prediction) -> Prediction:
     return {"output": Truth(values, allowed)}
 
 
-def _scaled_output(factor: float) -> Form:
-    """The true output times ``factor``."""
-
-    def form(case: Case, truth: Prediction) -> Prediction:
-        right = truth["output"]
-        return {"output": Truth(factor * right.values, abs(factor) * right.allowed)}
-
-    return form
-
-
-def _normalised_output(eps: float, centred: bool) -> Form:
-    """Each output row divided by its RMS (or, ``centred``, standardised like a layer or group norm), plus ``eps``.
-
-    The allowance follows by first-order propagation of the true output's allowance.
-    """
-
-    def form(case: Case, truth: Prediction) -> Prediction:
-        right = truth["output"]
-        o, a = right.values, right.allowed
-        if centred:
-            o, a = o - o.mean(axis=-1, keepdims=True), a + a.mean(axis=-1, keepdims=True)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            square = (o * o).mean(axis=-1, keepdims=True)
-            root = np.sqrt(square + eps)
-            values = o / root
-            allowed = a / root + np.abs(values) * (np.abs(o) * a).mean(axis=-1, keepdims=True) / (root * root)
-        return {"output": Truth(values, allowed)}
-
-    return form
-
-
 def _over_d(d: int) -> float:
     return 1.0 / d
 
@@ -554,15 +495,15 @@ ATTENTION_VARIANTS = (
         "Your output is the right one times (1 − λ_init): that factor belongs to the full layer, after its "
         "normalisation, not to this function.",
         "O = (A1 − λA2) V, without a (1 − λ_init) factor",
-        (_scaled_output(0.8), _scaled_output(0.2)),
+        (scaled_output(0.8), scaled_output(0.2)),
     ),
     Variant(
         "normalised_output",
         "Your output is the right one with each row normalised: RMSNorm or GroupNorm belongs to the full "
         "layer, not to this function.",
         "O = (A1 − λA2) V, without a norm",
-        tuple(_normalised_output(eps, False) for eps in (1e-5, 1e-6, 1e-8, 0.0))
-        + tuple(_normalised_output(eps, True) for eps in (1e-5, 0.0)),
+        tuple(normalised_output(eps) for eps in (1e-5, 1e-6, 1e-8, 0.0))
+        + tuple(normalised_output(eps, centred=True) for eps in (1e-5, 0.0)),
     ),
 )
 
@@ -572,23 +513,9 @@ ATTENTION_VARIANTS = (
 BRANCH_INPUTS = ("q1", "k1", "q2", "k2")
 
 
-def _changed(names: Iterable[str], change: Callable[[Truth], Truth]) -> Form:
-    """The truth with ``change`` applied to the gradients ``names`` (those of λ's vectors included for "coefficient")."""
-    wanted = set(names)
-
-    def form(case: Case, truth: Prediction) -> Prediction:
-        hit = {k for k in truth if k in wanted or ("coefficient" in wanted and k.startswith("lambda_"))}
-        return {k: change(t) if k in hit else t for k, t in truth.items()}
-
-    return form
-
-
-def _zero(truth: Truth) -> Truth:
-    return replace(truth, values=np.zeros_like(truth.values))
-
-
-def _negated(truth: Truth) -> Truth:
-    return replace(truth, values=-truth.values)
+def _coefficient(name: str) -> bool:
+    """The coefficient's gradient, or those of λ's vectors when differential_lambda computes it."""
+    return name == "coefficient" or name.startswith("lambda_")
 
 
 def _missing_scale(case: Case, truth: Prediction) -> Prediction:
@@ -616,34 +543,34 @@ GRADIENT_VARIANTS = (
         "No gradient reaches value: it is detached before the output (value.detach() or .data); the other "
         "gradients are right.",
         "∂L/∂V = Pᵀ G",
-        (_changed(["value"], _zero),),
+        (changed(("value",), zeroed),),
     ),
     Variant(
         "coefficient_detached",
         "No gradient reaches the coefficient: it is detached or made a number (float(), .item()); the other "
         "gradients are right.",
         "∂L/∂λ = −Σ A2 ⊙ (G Vᵀ)",
-        (_changed(["coefficient"], _zero),),
+        (changed(_coefficient, zeroed),),
     ),
     Variant(
         "first_branch_detached",
         "q1 and k1 get no gradient: the first map is cut from autograd (detached or under torch.no_grad()); "
         "the other gradients are right.",
         "∂L/∂Q1 = dS1 K1 / √D, ∂L/∂K1 = dS1ᵀ Q1 / √D",
-        (_changed(["q1", "k1"], _zero),),
+        (changed(("q1", "k1"), zeroed),),
     ),
     Variant(
         "second_branch_detached",
         "q2 and k2 get no gradient: the second map is cut from autograd (detached or under torch.no_grad()); "
         "the other gradients are right.",
         "∂L/∂Q2 = dS2 K2 / √D, ∂L/∂K2 = dS2ᵀ Q2 / √D",
-        (_changed(["q2", "k2"], _zero),),
+        (changed(("q2", "k2"), zeroed),),
     ),
     Variant(
         "coefficient_gradient_sign",
         "The coefficient's gradient has the wrong sign; the rest are right.",
         "∂L/∂λ = −Σ A2 ⊙ (G Vᵀ): note the minus sign",
-        (_changed(["coefficient"], _negated),),
+        (changed(_coefficient, negated),),
     ),
     Variant(
         "backward_missing_scale",
@@ -660,206 +587,43 @@ GRADIENT_VARIANTS = (
 )
 
 
-# ---- what the submission returned --------------------------------------------------
+
+# ---- the catalogue ------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Family:
-    """Variants of one kind of result, and the case sets whose calls every hint of the kind must explain."""
-
-    name: str
-    variants: tuple[Variant, ...]
-    evidence: tuple[tuple[str, bool], ...]  # (case set, with gradients)
+def _lambda_of(case: Case) -> LambdaCase | None:
+    """The differential_lambda call of a case: a lambda case itself, or the one that computes a composed case's coefficient."""
+    return case if isinstance(case, LambdaCase) else case.lambda_case
 
 
-FAMILIES = (
-    Family("lambda", LAMBDA_VARIANTS, (("lambda_values", False),)),
-    Family(
-        "attention",
-        ATTENTION_VARIANTS,
-        tuple((name, False) for name in (
-            "attention_causal", "attention_noncausal", "attention_coefficients", "attention_large_logits",
-            "attention_strided", "row_sums", "lambda_zero", "identical_maps",
-        )),  # fmt: skip
-    ),
-    Family("gradients", GRADIENT_VARIANTS, (("attention_gradients", True), ("attention_strided", True), ("end_to_end", True))),
+def _lambda_truth(case: LambdaCase) -> Prediction:
+    return {"output": expected.lambda_value(case)}
+
+
+def _output_truth(case: AttentionCase) -> Prediction:
+    return {"output": expected.attention_output(case)}
+
+
+def _gradient_truth(case: AttentionCase) -> Prediction:
+    return {"output": expected.attention_output(case)} | expected.attention_grads(case)
+
+
+LAMBDA_FAMILY = Family("lambda", LAMBDA, LAMBDA_VARIANTS, _lambda_truth, ((suite.lambda_values, False),), subject=_lambda_of)
+ATTENTION_FAMILY = Family(
+    "attention",
+    ATTENTION,
+    ATTENTION_VARIANTS,
+    _output_truth,
+    tuple((case_set, False) for case_set in (
+        suite.attention_causal, suite.attention_noncausal, suite.attention_coefficients, suite.attention_large_logits,
+        suite.attention_strided, suite.row_sums, suite.lambda_zero, suite.identical_maps,
+    )),  # fmt: skip
 )
-
-
-def _returned(outcome: Outcome, index: int) -> np.ndarray | None:
-    """The values of call ``index`` when it returned a readable tensor."""
-    result, _ = tensor_result(outcome, index)
-    return None if result is None else result.value
-
-
-def truth_of(family: str, case: Case) -> Prediction:
-    """What a right answer for ``case`` is, for every result ``family`` compares (with allowances)."""
-    if isinstance(case, LambdaCase):
-        return {"output": expected.lambda_value(case)}
-    truth = {"output": expected.attention_output(case)}
-    return truth | expected.attention_grads(case) if family == "gradients" else truth
-
-
-def observe(family: str, case: Case, outcome: Outcome) -> Observation | None:
-    """What ``outcome`` tells about ``family`` for ``case`` (None when it has nothing to compare)."""
-    if family == "lambda":
-        lam = case if isinstance(case, LambdaCase) else case.lambda_case
-        got = None if lam is None else _returned(outcome, 0)
-        return None if got is None else Observation(lam, {"output": got}, truth_of(family, lam))
-    if not isinstance(case, AttentionCase):
-        return None
-    output = _returned(outcome, len(outcome.functions) - 1)
-    if output is None:
-        return None
-    if family == "attention":
-        return Observation(case, {"output": output}, truth_of(family, case))
-    if not outcome.grads or outcome.backward_error is not None:
-        return None
-    truth = truth_of(family, case)
-    got = {"output": output}
-    for name, position in suite.gradient_positions(case).items():
-        if position in outcome.grads:
-            grad = outcome.grads[position]
-            got[name] = np.zeros_like(truth[name].values) if grad is None else grad
-    return Observation(case, got, truth)
-
-
-def _observations(grading: GradingContext, family: str, set_name: str, grads: bool) -> list[Observation]:
-    """Every call of a case set that tells something about ``family``, made once per run."""
-
-    def collect() -> list[Observation]:
-        found = []
-        for i, case in enumerate(getattr(suite, set_name)(grading.seed)):
-            if isinstance(case, LambdaCase):
-                outcome = suite.lambda_outcome(grading, set_name, i, case, grads)
-            else:
-                outcome = suite.attention_outcome(grading, set_name, i, case, grads)
-            seen = observe(family, case, outcome)
-            if seen is not None:
-                found.append(seen)
-        return found
-
-    return grading.memo(("misconceptions", family, set_name, grads), collect)
-
-
-# ---- matching ------------------------------------------------------------------------
-
-
-def agrees(got: np.ndarray, predicted: Truth) -> bool:
-    """Whether ``got`` equals the prediction within its allowance everywhere (NaN where it is NaN)."""
-    got, v, allowed = (np.asarray(x, dtype=np.float64) for x in (got, predicted.values, predicted.allowed))
-    if got.shape != v.shape:
-        return False
-    finite = np.isfinite(v)
-    with np.errstate(invalid="ignore"):
-        close = finite & np.isfinite(got) & (np.abs(got - v) <= allowed)
-    same_non_finite = ~finite & ((np.isnan(v) & np.isnan(got)) | (v == got))
-    return bool((close | same_non_finite).all())
-
-
-def far_apart(a: Truth, b: Truth) -> bool:
-    """Whether two predictions differ somewhere by more than FAR times their allowances together."""
-    (va, aa), (vb, ab) = ((np.asarray(t.values, dtype=np.float64), np.asarray(t.allowed, dtype=np.float64)) for t in (a, b))
-    if va.shape != vb.shape:
-        return True
-    finite_a, finite_b = np.isfinite(va), np.isfinite(vb)
-    if (finite_a != finite_b).any():
-        return True
-    with np.errstate(invalid="ignore"):
-        return bool((np.abs(va - vb) > FAR * (np.broadcast_to(aa, va.shape) + np.broadcast_to(ab, vb.shape)))[finite_a].any())
-
-
-_PREDICTIONS: dict[tuple[int, ...], tuple[tuple[Form, Case], Prediction]] = {}
-
-
-def predict(form: Form, case: Case, truth: Prediction) -> Prediction:
-    """What ``form`` gives for ``case``, computed once per form and case object (see :func:`prepare`).
-
-    A form belongs to one family, and the family fixes which results ``truth`` holds.
-    """
-    return tolerance.remember(_PREDICTIONS, (form, case), lambda: form(case, truth))
-
-
-def prepare(seed: int) -> None:
-    """Compute every variant's prediction for every case a hint may look at, once for ``seed``.
-
-    A batch calls this before it forks its grading processes, so that
-    diagnosing a wrong submission costs comparisons only.
-    """
-    for family in FAMILIES:
-        names = {name for name, _ in family.evidence} | set(suite.VALUE_SETS) | set(suite.GRADIENT_SETS) | {"lambda_values"}
-        for name in sorted(names):
-            for case in getattr(suite, name)(seed):
-                if family.name == "lambda":
-                    case = case if isinstance(case, LambdaCase) else case.lambda_case
-                elif not isinstance(case, AttentionCase):
-                    continue
-                if case is None:
-                    continue
-                truth = truth_of(family.name, case)
-                for form in (f for variant in family.variants for f in variant.forms):
-                    try:
-                        predict(form, case, truth)
-                    except Exception:  # a form that cannot take this case is simply not cached
-                        continue
-
-
-def explains(form: Form, observations: Iterable[Observation], keys: Iterable[str] | None = None) -> tuple[bool, bool]:
-    """(every result agrees with ``form``, some result is far from the truth), over ``keys`` (default: all)."""
-    distinct = False
-    for seen in observations:
-        try:
-            predicted = predict(form, seen.case, seen.truth)
-        except (ArithmeticError, ValueError):  # a formula that cannot be evaluated here (e.g. exp overflows) explains nothing
-            return False, distinct
-        for name in seen.got if keys is None else [k for k in keys if k in seen.got]:
-            if not agrees(seen.got[name], predicted[name]):
-                return False, distinct
-            distinct = distinct or far_apart(predicted[name], seen.truth[name])
-    return True, distinct
-
-
-def first_match(
-    variants: Iterable[Variant], evidence: list[Observation], own: list[Observation], keys: tuple[str, ...]
-) -> Variant | None:
-    """The first variant one of whose forms agrees with all the evidence and is far from the truth on ``own``."""
-    for variant in variants:
-        for form in variant.forms:
-            agreed, distinct = explains(form, own, keys)
-            if agreed and distinct and explains(form, evidence)[0]:
-                return variant
-    return None
-
-
-def diagnose(grading: GradingContext, set_name: str, grads: bool = False, keys: tuple[str, ...] = ()) -> dict[str, str] | None:
-    """The hint for a failed check on ``set_name`` (its compared gradients ``keys``), or None.
-
-    Families are tried in turn: differential_lambda's value, the attention
-    output, then (for gradient checks) the attention gradients; then two
-    symptoms: no graph behind any output (gradient checks), and float64
-    outputs with float32's accuracy.
-    """
-    for family in FAMILIES:
-        if family.name == "gradients" and not grads:
-            continue
-        own = _observations(grading, family.name, set_name, grads)
-        if not own:
-            continue
-        evidence = [
-            seen for name, with_grads in family.evidence for seen in _observations(grading, family.name, name, with_grads)
-        ]
-        compared = ("output", *keys) if family.name == "gradients" else ("output",)
-        found = first_match(family.variants, evidence, own, compared)
-        if found is not None:
-            return found.hint()
-    if grads and _detached(grading, set_name):
-        return OUTPUT_DETACHED.hint()
-    if _float32_accurate(_observations(grading, "attention", set_name, grads)):
-        return FLOAT32_INSIDE.hint()
-    return None
-
-
-# ---- symptoms: bugs known by what they do to every result, not by a formula -----------
+GRADIENTS_FAMILY = Family(
+    "gradients", ATTENTION, GRADIENT_VARIANTS, _gradient_truth,
+    ((suite.attention_gradients, True), (suite.attention_strided, True), (suite.end_to_end, True)), gradients=True,
+)  # fmt: skip
+FAMILIES = (LAMBDA_FAMILY, ATTENTION_FAMILY, GRADIENTS_FAMILY)
 
 OUTPUT_DETACHED = Variant(
     "output_detached",
@@ -868,56 +632,11 @@ OUTPUT_DETACHED = Variant(
     "or torch.tensor(...) on the way",
     (),
 )
-FLOAT32_INSIDE = Variant(
-    "float32_inside",
-    "Your float64 results are only as accurate as float32: something inside computes in float32.",
-    "compute in the inputs' dtype throughout: no .float(), no float32 constants or tensors made without dtype=",
-    (),
+
+CATALOGUE = Catalogue(
+    FAMILIES,
+    outcome=suite.case_outcome,
+    positions=suite.gradient_positions,
+    checked=(*suite.VALUE_SETS, *suite.GRADIENT_SETS, suite.lambda_values),
+    symptoms=((OUTPUT_DETACHED, no_graph(GRADIENTS_FAMILY)), (FLOAT32_INSIDE, float32_accuracy(ATTENTION_FAMILY))),
 )
-FLOAT32_WIDER = 2.0**29  # float32's unit roundoff over float64's: the allowances scale with it
-NO_GRAPH = "does not require grad"
-
-
-def _detached(grading: GradingContext, set_name: str) -> bool:
-    """Whether the backward pass of every answered call of a gradient check found no graph at all."""
-    answered = []
-    for i, case in enumerate(getattr(suite, set_name)(grading.seed)):
-        if isinstance(case, LambdaCase):
-            continue
-        outcome = suite.attention_outcome(grading, set_name, i, case, True)
-        if outcome.failure is None and _returned(outcome, len(outcome.functions) - 1) is not None:
-            answered.append(outcome)
-    no_graph = [o for o in answered if NO_GRAPH in (o.backward_error or "") or (o.grads and all(g is None for g in o.grads.values()))]
-    return bool(answered) and len(no_graph) == len(answered)
-
-
-def _float32_accurate(observations: list[Observation]) -> bool:
-    """Whether float64 outputs miss their allowance but meet float32's, while float32 outputs are right."""
-    if not any(seen.case.dtype == "float64" for seen in observations):
-        return False
-    missed = False
-    for seen in observations:
-        truth = seen.truth["output"]
-        if seen.case.dtype == "float64":
-            missed = missed or not agrees(seen.got["output"], truth)
-            truth = Truth(truth.values, np.asarray(truth.allowed) * FLOAT32_WIDER)
-        if not agrees(seen.got["output"], truth):
-            return False
-    return missed
-
-
-def attach_hint(
-    grading: GradingContext, verdict: Comparison, set_name: str, grads: bool = False, keys: tuple[str, ...] = ()
-) -> None:
-    """Give a failed check on ``set_name`` the hint :func:`diagnose` finds; leave a passed one alone.
-
-    A hint is advice: if working it out fails, the check goes without one
-    rather than turning its verdict into an internal error.
-    """
-    if verdict.ok:
-        return
-    try:
-        hint = diagnose(grading, set_name, grads, keys)
-    except Exception:  # see the docstring: the verdict stands whatever happens here
-        hint = None
-    grading.explain(hint=hint)

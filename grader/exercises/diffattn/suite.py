@@ -21,7 +21,7 @@ from grader.core.invoke import (
     invoke_each,
 )
 from grader.core.plugin import GradingContext
-from grader.exercises.diffattn import cases, expected, verdicts
+from grader.exercises.diffattn import cases, expected
 from grader.exercises.diffattn.cases import (
     ATTENTION,
     LAMBDA,
@@ -30,15 +30,14 @@ from grader.exercises.diffattn.cases import (
     paper_lambda_init,
 )
 from grader.exercises.diffattn.signatures import signature_problem
-from grader.toolkit import domain
+from grader.toolkit import domain, verdicts
+from grader.toolkit.casesets import CaseSet, CaseSets
 from grader.toolkit.compare import Comparison
 from grader.toolkit.domain import CallSequence
-# Each case set is drawn once per seed and process: the same case objects then
-# key the oracle's cached truths (expected.py), which a batch computes once.
-_per_seed = functools.lru_cache(maxsize=4)
+SETS = CaseSets()
 
 
-@_per_seed
+@SETS.register
 def lambda_values(seed: int) -> list[LambdaCase]:
     """Lengths from 1 to 256, both dtypes, the default, the paper's and out-of-[0, 1] lambda_init, exponents up to the dtype's finite limit, every binding."""
     rng = domain.generator(seed, "lambda_values")
@@ -59,7 +58,7 @@ def lambda_values(seed: int) -> list[LambdaCase]:
     ])
 
 
-@_per_seed
+@SETS.register(hidden=True)
 def lambda_strided(seed: int) -> list[LambdaCase]:
     """Sliced vectors, slices of a fused buffer and vectors at a storage offset, both dtypes."""
     rng = domain.generator(seed, "lambda_strided")
@@ -70,7 +69,7 @@ def lambda_strided(seed: int) -> list[LambdaCase]:
     ])
 
 
-@_per_seed
+@SETS.register
 def attention_causal(seed: int) -> list[AttentionCase]:
     """Causal cases: T from 1 to 320 (next to block sizes half the time, once past 256), D from 1 to 64, both dtypes, causal omitted, by name and by position."""
     rng = domain.generator(seed, "attention_causal")
@@ -85,7 +84,7 @@ def attention_causal(seed: int) -> list[AttentionCase]:
     ])
 
 
-@_per_seed
+@SETS.register
 def attention_noncausal(seed: int) -> list[AttentionCase]:
     """causal=False cases: T from 1 to 320 (once past 256), D from 1 to 64, both dtypes, by name and by position."""
     rng = domain.generator(seed, "attention_noncausal")
@@ -99,7 +98,7 @@ def attention_noncausal(seed: int) -> list[AttentionCase]:
     ])
 
 
-@_per_seed
+@SETS.register
 def attention_coefficients(seed: int) -> list[AttentionCase]:
     """Negative, zero, exactly one, greater-than-one, int and 0-dim tensor (also float64 with float32 inputs) coefficients."""
     rng = domain.generator(seed, "attention_coefficients")
@@ -116,7 +115,7 @@ def attention_coefficients(seed: int) -> list[AttentionCase]:
     ])
 
 
-@_per_seed
+@SETS.register(hidden=True)
 def attention_large_logits(seed: int) -> list[AttentionCase]:
     """float32 inputs whose scaled logits reach 100 to 1000 in magnitude (a naive exp overflows), T up to 256."""
     rng = domain.generator(seed, "attention_large_logits")
@@ -128,7 +127,7 @@ def attention_large_logits(seed: int) -> list[AttentionCase]:
     ])
 
 
-@_per_seed
+@SETS.register(hidden=True)
 def attention_strided(seed: int) -> list[AttentionCase]:
     """Transposed, head-permuted, sliced, fused-projection and offset views as inputs, both dtypes, tensor coefficient."""
     rng = domain.generator(seed, "attention_strided")
@@ -145,7 +144,7 @@ def attention_strided(seed: int) -> list[AttentionCase]:
 FROZEN_PATTERNS = ((), ("q1",), ("k1",), ("q2",), ("k2",), ("value",), ("coefficient",), ("q1", "k1"), ("q2", "k2", "value"), ())
 
 
-@_per_seed
+@SETS.register
 def attention_gradients(seed: int) -> list[AttentionCase]:
     """Gradient cases: every input frozen alone and in groups, tensor (also exactly 0 and 1), int and Python-float coefficients, T up to 320, logits up to 1000."""
     rng = domain.generator(seed, "attention_gradients")
@@ -167,7 +166,7 @@ def attention_gradients(seed: int) -> list[AttentionCase]:
     return found
 
 
-@_per_seed
+@SETS.register
 def frozen_subsets(seed: int) -> list[AttentionCase]:
     """One small case per subset of q1, k1, q2, k2, value and a tensor coefficient that requires grad (every one but the empty set)."""
     rng = domain.generator(seed, "frozen_subsets")
@@ -180,7 +179,7 @@ def frozen_subsets(seed: int) -> list[AttentionCase]:
     ]
 
 
-@_per_seed
+@SETS.register
 def lambda_frozen_subsets(seed: int) -> list[LambdaCase]:
     """One case per subset of q1, k1, q2, k2 that requires grad (every one but the empty set)."""
     rng = domain.generator(seed, "lambda_frozen_subsets")
@@ -191,7 +190,7 @@ def lambda_frozen_subsets(seed: int) -> list[LambdaCase]:
     ]
 
 
-@_per_seed
+@SETS.register
 def end_to_end(seed: int) -> list[AttentionCase]:
     """differential_lambda feeding differential_attention, with the paper's lambda_init."""
     rng = domain.generator(seed, "end_to_end")
@@ -202,7 +201,7 @@ def end_to_end(seed: int) -> list[AttentionCase]:
     return found
 
 
-@_per_seed
+@SETS.register
 def lambda_bindings(seed: int) -> list[LambdaCase]:
     """differential_lambda with every argument by name (in a shuffled order) and by position, lambda_init given and omitted."""
     rng = domain.generator(seed, "lambda_bindings")
@@ -213,7 +212,7 @@ def lambda_bindings(seed: int) -> list[LambdaCase]:
     ])
 
 
-@_per_seed
+@SETS.register
 def attention_bindings(seed: int) -> list[AttentionCase]:
     """differential_attention with every argument by name (in a shuffled order) and by position, causal True, False and omitted."""
     rng = domain.generator(seed, "attention_bindings")
@@ -224,7 +223,7 @@ def attention_bindings(seed: int) -> list[AttentionCase]:
     ])
 
 
-@_per_seed
+@SETS.register
 def sequences(seed: int) -> list[CallSequence]:
     """Each function called twice (same tensors, refilled in place, refilled through .data, reallocated), with grad enabled, under no_grad and with gradients."""
     rng = domain.generator(seed, "sequences")
@@ -339,7 +338,7 @@ def case_request(case: LambdaCase | AttentionCase, grads: bool) -> Request:
     return lambda_request(case, grads) if isinstance(case, LambdaCase) else attention_request(case, grads)
 
 
-def prefetch(grading: GradingContext, set_name: str, grads: bool) -> None:
+def prefetch(grading: GradingContext, case_set: CaseSet[LambdaCase | AttentionCase], grads: bool) -> None:
     """Ask for every case of a set in one worker round trip, once per run.
 
     A round trip costs both processes about 0.6 ms, and a run made about 60
@@ -349,42 +348,49 @@ def prefetch(grading: GradingContext, set_name: str, grads: bool) -> None:
     by one. After a failed round trip (a crash, a hang) the cases not run yet
     are asked for alone, as they would have been anyway.
     """
-    done = ("prefetched", set_name, grads)
+    done = ("prefetched", case_set.name, grads)
     if done in grading.cache or grading.worker is None:
         return
     grading.cache[done] = True
-    wanted = [(i, case_request(case, grads)) for i, case in enumerate(globals()[set_name](grading.seed))]
-    wanted = [(i, r) for i, r in wanted if (set_name, i, grads) not in grading.cache]
+    wanted = [(i, case_request(case, grads)) for i, case in enumerate(case_set(grading.seed))]
+    wanted = [(i, r) for i, r in wanted if (case_set.name, i, grads) not in grading.cache]
     functions = {tuple(sorted({c.function for c in r.calls})) for _, r in wanted}
     if len(wanted) < 2 or len(functions) != 1 or any(verdicts.function_problem(grading, f) for f in functions.pop()):
         return  # (one round trip is for requests that call the same functions; see Worker.run_each)
     for (i, _), found in zip(wanted, invoke_each(grading.worker, [r for _, r in wanted])):
-        grading.cache[(set_name, i, grads)] = found
+        grading.cache[(case_set.name, i, grads)] = found
 
 
-def lambda_outcome(grading: GradingContext, set_name: str, index: int, case: LambdaCase, grads: bool = False) -> Outcome:
-    """The outcome of lambda case ``index`` of set ``set_name``."""
-    prefetch(grading, set_name, grads)
-    return outcome(grading, (set_name, index, grads), lambda_request(case, grads))
+def lambda_outcome(grading: GradingContext, case_set: CaseSet[LambdaCase], index: int, case: LambdaCase, grads: bool = False) -> Outcome:
+    """The outcome of lambda case ``index`` of ``case_set``."""
+    prefetch(grading, case_set, grads)
+    return outcome(grading, (case_set.name, index, grads), lambda_request(case, grads))
 
 
-def attention_outcome(grading: GradingContext, set_name: str, index: int, case: AttentionCase, grads: bool = False) -> Outcome:
-    """The outcome of attention case ``index`` of set ``set_name``."""
-    prefetch(grading, set_name, grads)
-    return outcome(grading, (set_name, index, grads), attention_request(case, grads))
+def attention_outcome(grading: GradingContext, case_set: CaseSet[AttentionCase], index: int, case: AttentionCase, grads: bool = False) -> Outcome:
+    """The outcome of attention case ``index`` of ``case_set``."""
+    prefetch(grading, case_set, grads)
+    return outcome(grading, (case_set.name, index, grads), attention_request(case, grads))
 
 
-def value_verdicts(grading: GradingContext, set_name: str, truth: Any = None, grads: bool = False) -> list[Comparison]:
+def case_outcome(grading: GradingContext, case_set: CaseSet[Any], index: int, case: LambdaCase | AttentionCase, grads: bool = False) -> Outcome:
+    """The outcome of case ``index`` of ``case_set``, of either kind."""
+    if isinstance(case, LambdaCase):
+        return lambda_outcome(grading, case_set, index, case, grads)
+    return attention_outcome(grading, case_set, index, case, grads)
+
+
+def value_verdicts(grading: GradingContext, case_set: CaseSet[LambdaCase | AttentionCase], truth: Any = None, grads: bool = False) -> list[Comparison]:
     """The verdict on every case of a set: its last call's output against ``truth(case)`` (default: the case's value).
 
     With ``grads`` the calls are the gradient checks' own, whose inputs require grad.
     """
     found = []
-    for i, case in enumerate(globals()[set_name](grading.seed)):
+    for i, case in enumerate(case_set(grading.seed)):
         if isinstance(case, LambdaCase):
-            function, last, outcome = LAMBDA, 0, lambda_outcome(grading, set_name, i, case, grads)
+            function, last, outcome = LAMBDA, 0, lambda_outcome(grading, case_set, i, case, grads)
         else:
-            function, last, outcome = ATTENTION, int(case.lambda_case is not None), attention_outcome(grading, set_name, i, case, grads)
+            function, last, outcome = ATTENTION, int(case.lambda_case is not None), attention_outcome(grading, case_set, i, case, grads)
         what = f"{function}({case.label()})" + (" with inputs that require grad" if grads else "")
         found.append(verdicts.values_verdict(outcome, last, what, (truth or expected.case_value)(case)))
     return found
@@ -414,7 +420,7 @@ def gradient_positions(case: LambdaCase | AttentionCase) -> dict[str, int]:
     return {name: i for i, name in enumerate((*cases.INPUT_NAMES, "coefficient")) if case.requires_grad(name)}
 
 
-@_per_seed
+@SETS.register
 def row_sums(seed: int) -> list[AttentionCase]:
     """Pairs: a case, then the same with one vector c added to every token's value; the outputs must differ by (1 - λ)·c in every row."""
     rng = domain.generator(seed, "row_sums")
@@ -427,7 +433,7 @@ def row_sums(seed: int) -> list[AttentionCase]:
     return domain.cycled_modes(found)
 
 
-@_per_seed
+@SETS.register
 def lambda_zero(seed: int) -> list[AttentionCase]:
     """coefficient 0: the result must be ordinary causal (or full) softmax attention of branch 1."""
     rng = domain.generator(seed, "lambda_zero")
@@ -437,7 +443,7 @@ def lambda_zero(seed: int) -> list[AttentionCase]:
     ])
 
 
-@_per_seed
+@SETS.register
 def identical_maps(seed: int) -> list[AttentionCase]:
     """q2 = q1 and k2 = k1: at coefficient 1 the maps cancel and the output is 0; at any other c it is (1 - c)·A1·V."""
     rng = domain.generator(seed, "identical_maps")
@@ -448,10 +454,10 @@ def identical_maps(seed: int) -> list[AttentionCase]:
     ])
 
 
-VALUE_SETS = ("attention_causal", "attention_noncausal", "attention_coefficients", "attention_large_logits",
-              "attention_strided", "row_sums", "lambda_zero", "identical_maps", "attention_bindings",
-              "attention_gradients", "end_to_end")  # fmt: skip
-GRADIENT_SETS = ("attention_gradients", "frozen_subsets", "attention_strided", "end_to_end")
+VALUE_SETS = (attention_causal, attention_noncausal, attention_coefficients, attention_large_logits,
+              attention_strided, row_sums, lambda_zero, identical_maps, attention_bindings,
+              attention_gradients, end_to_end)  # fmt: skip
+GRADIENT_SETS = (attention_gradients, frozen_subsets, attention_strided, end_to_end)
 
 
 def prepare(seed: int) -> None:
@@ -470,8 +476,8 @@ def prepare(seed: int) -> None:
             expected.case_value(case)
             if sequence.grads:
                 expected.case_grads(case)
-    for name in VALUE_SETS + GRADIENT_SETS:  # a case's value and gradients one after the other: they share its maps
-        for case in globals()[name](seed):
+    for case_set in VALUE_SETS + GRADIENT_SETS:  # a case's value and gradients one after the other: they share its maps
+        for case in case_set(seed):
             expected.attention_output(case)
-            if name in GRADIENT_SETS:
+            if case_set in GRADIENT_SETS:
                 expected.attention_grads(case)

@@ -8,18 +8,18 @@ from typing import Callable
 from grader.core.invoke import Outcome, Returned
 from grader.core.plugin import GradingContext, check
 from grader.exercises.diffattn import suite
+from grader.exercises.diffattn.cases import AttentionCase, LambdaCase
 from grader.exercises.diffattn.signatures import signature_order_problem
 from grader.exercises.diffattn.suite import ATTENTION, LAMBDA
-from grader.exercises.diffattn.verdicts import (
+from grader.toolkit.casesets import CaseSet
+from grader.toolkit.compare import Comparison, combine
+from grader.toolkit.verdicts import (
     finding,
     kind_problem,
     shape_dtype_problem,
     summarise,
     tensor_result,
 )
-from grader.toolkit.compare import Comparison, combine
-
-FLOATING = ("float16", "bfloat16", "float32", "float64")
 
 
 @dataclass(frozen=True)
@@ -44,18 +44,18 @@ class Observed:
         return result, finding(self.what, problem)
 
 
-def _lambdas(grading: GradingContext, set_name: str, grads: bool = False) -> list[Observed]:
+def _lambdas(grading: GradingContext, case_set: CaseSet[LambdaCase], grads: bool = False) -> list[Observed]:
     return [
-        Observed(f"{LAMBDA}({case.label()})", suite.lambda_outcome(grading, set_name, i, case, grads), LAMBDA, (), case.dtype)
-        for i, case in enumerate(getattr(suite, set_name)(grading.seed))
+        Observed(f"{LAMBDA}({case.label()})", suite.lambda_outcome(grading, case_set, i, case, grads), LAMBDA, (), case.dtype)
+        for i, case in enumerate(case_set(grading.seed))
     ]
 
 
-def _attentions(grading: GradingContext, set_name: str, grads: bool = False) -> list[Observed]:
+def _attentions(grading: GradingContext, case_set: CaseSet[AttentionCase], grads: bool = False) -> list[Observed]:
     observed = []
-    for i, case in enumerate(getattr(suite, set_name)(grading.seed)):
+    for i, case in enumerate(case_set(grading.seed)):
         b, h, t, d = case.q1.shape
-        outcome = suite.attention_outcome(grading, set_name, i, case, grads)
+        outcome = suite.attention_outcome(grading, case_set, i, case, grads)
         observed.append(Observed(f"{ATTENTION}({case.label()})", outcome, ATTENTION, (b, h, t, 2 * d), case.dtype))
     return observed
 
@@ -71,7 +71,7 @@ def _judge(observed: list[Observed], problem_of: Callable[[Observed, Returned], 
 
 def _kind(item: Observed, result: Returned) -> str | None:
     """One dense floating tensor of the expected shape."""
-    return kind_problem(result, item.shape, FLOATING)
+    return kind_problem(result, item.shape, like="value")
 
 
 def _shape_and_dtype(item: Observed, result: Returned) -> str | None:
@@ -81,37 +81,37 @@ def _shape_and_dtype(item: Observed, result: Returned) -> str | None:
 
 @check("T1", 2, "differential_lambda returns a 0-dim floating torch.Tensor")
 def test_lambda_returns_0dim_tensor(grading: GradingContext) -> None:
-    observed = _lambdas(grading, "lambda_values")
+    observed = _lambdas(grading, suite.lambda_values)
     grading.conclude(_judge(observed, _kind, f"{len(observed)} calls returned a 0-dim floating torch.Tensor."))
 
 
 @check("T1", 2, "differential_lambda keeps the dtype and device of its inputs")
 def test_lambda_keeps_dtype(grading: GradingContext) -> None:
     success = "float32 and float64 vectors gave lambda in their own dtype, on the CPU."
-    grading.conclude(_judge(_lambdas(grading, "lambda_values"), _shape_and_dtype, success))
+    grading.conclude(_judge(_lambdas(grading, suite.lambda_values), _shape_and_dtype, success))
 
 
 @check("T1", 2, "differential_attention returns one tensor of shape [B, H, T, 2D]")
 def test_attention_returns_one_tensor(grading: GradingContext) -> None:
-    observed = _attentions(grading, "attention_causal") + _attentions(grading, "attention_noncausal")
+    observed = _attentions(grading, suite.attention_causal) + _attentions(grading, suite.attention_noncausal)
     grading.conclude(_judge(observed, _kind, f"{len(observed)} calls returned one dense torch.Tensor shaped like value."))
 
 
 @check("T1", 2, "differential_attention keeps the dtype and device of its inputs")
 def test_attention_keeps_dtype(grading: GradingContext) -> None:
-    observed = _attentions(grading, "attention_causal") + _attentions(grading, "attention_noncausal")
+    observed = _attentions(grading, suite.attention_causal) + _attentions(grading, suite.attention_noncausal)
     grading.conclude(_judge(observed, _shape_and_dtype, "float32 and float64 inputs gave outputs in their own dtype, on the CPU."))
 
 
 @check("T1", 2, "Both functions accept non-contiguous (strided) inputs and inputs at a storage offset", visibility="hidden")
 def test_strided_inputs_accepted(grading: GradingContext) -> None:
-    observed = _attentions(grading, "attention_strided") + _lambdas(grading, "lambda_strided")
+    observed = _attentions(grading, suite.attention_strided) + _lambdas(grading, suite.lambda_strided)
     grading.conclude(_judge(observed, _shape_and_dtype, "Transposed, head-permuted, sliced and fused-projection views and tensors at a storage offset were accepted by both functions."))
 
 
 @check("T1", 2, "differential_attention accepts a Python float or a 0-dim tensor coefficient")
 def test_coefficient_kinds_accepted(grading: GradingContext) -> None:
-    observed = _attentions(grading, "attention_coefficients") + _attentions(grading, "attention_gradients", grads=True)
+    observed = _attentions(grading, suite.attention_coefficients) + _attentions(grading, suite.attention_gradients, grads=True)
     success = "Python-float and 0-dim tensor coefficients, with and without requires_grad, were accepted."
     grading.conclude(_judge(observed, _shape_and_dtype, success))
 
@@ -119,11 +119,11 @@ def test_coefficient_kinds_accepted(grading: GradingContext) -> None:
 @check("T1", 3, "Inputs are never modified (values and version counters)")
 def test_inputs_not_modified(grading: GradingContext) -> None:
     observed = (
-        _attentions(grading, "attention_coefficients")
-        + _attentions(grading, "attention_strided")
-        + _attentions(grading, "attention_gradients", grads=True)
-        + _lambdas(grading, "lambda_values")
-        + _lambdas(grading, "lambda_values", grads=True)
+        _attentions(grading, suite.attention_coefficients)
+        + _attentions(grading, suite.attention_strided)
+        + _attentions(grading, suite.attention_gradients, grads=True)
+        + _lambdas(grading, suite.lambda_values)
+        + _lambdas(grading, suite.lambda_values, grads=True)
     )
     findings = []
     for item in observed:
@@ -139,7 +139,7 @@ def test_inputs_not_modified(grading: GradingContext) -> None:
 
 @check("T1", 2, "Outputs carry an autograd graph when inputs require grad")
 def test_graph_attached(grading: GradingContext) -> None:
-    observed = _attentions(grading, "attention_gradients", grads=True) + _lambdas(grading, "lambda_values", grads=True)
+    observed = _attentions(grading, suite.attention_gradients, grads=True) + _lambdas(grading, suite.lambda_values, grads=True)
     grading.conclude(_judge(observed, _graph_problem, "Outputs of inputs that require grad are attached to the autograd graph."))
 
 
@@ -152,7 +152,7 @@ def _graph_problem(item: Observed, result: Returned) -> str | None:
 
 @check("T1", 3, "Every argument binds by position and by name, as the contract's signatures order and name them")
 def test_arguments_bind(grading: GradingContext) -> None:
-    verdict = combine(suite.value_verdicts(grading, "lambda_bindings") + suite.value_verdicts(grading, "attention_bindings"))
+    verdict = combine(suite.value_verdicts(grading, suite.lambda_bindings) + suite.value_verdicts(grading, suite.attention_bindings))
     notes = [signature_order_problem(name, grading.functions.get(name, {}).get("parameters")) for name in (LAMBDA, ATTENTION)]
     if not verdict.ok and any(notes):
         verdict = Comparison(False, "\n".join(n for n in notes if n) + "\n\n" + verdict.message, verdict.worst_ratio)

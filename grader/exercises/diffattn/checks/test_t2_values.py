@@ -4,55 +4,53 @@ from __future__ import annotations
 
 from grader.core.plugin import GradingContext, check
 from grader.exercises.diffattn import counterexample, expected, misconceptions, suite
+from grader.exercises.diffattn.cases import AttentionCase
 from grader.exercises.diffattn.suite import ATTENTION
-from grader.exercises.diffattn.verdicts import (
-    grads_verdict,
-    tensor_result,
-    values_verdict,
-)
+from grader.toolkit.casesets import CaseSet
 from grader.toolkit.compare import Comparison, combine, compare
+from grader.toolkit.verdicts import grads_verdict, tensor_result, values_verdict
 
 
-def _attention_values(grading: GradingContext, set_name: str, truth=expected.attention_output) -> None:
-    verdicts = suite.value_verdicts(grading, set_name, truth)
+def _attention_values(grading: GradingContext, case_set: CaseSet[AttentionCase], truth=expected.attention_output) -> None:
+    verdicts = suite.value_verdicts(grading, case_set, truth)
     verdict = combine(verdicts)
-    misconceptions.attach_hint(grading, verdict, set_name)
-    counterexample.explain_values(grading, set_name, verdicts, truth)
+    misconceptions.CATALOGUE.attach_hint(grading, verdict, case_set)
+    counterexample.SHRINKER.values(grading, case_set, verdicts, truth)
     grading.conclude(verdict)
 
 
 @check("T2", 5, "differential_lambda matches exp(q1·k1) - exp(q2·k2) + lambda_init (exponents up to the dtype's finite limit)")
 def test_lambda_values(grading: GradingContext) -> None:
-    verdicts = suite.value_verdicts(grading, "lambda_values")
+    verdicts = suite.value_verdicts(grading, suite.lambda_values)
     verdict = combine(verdicts)
-    misconceptions.attach_hint(grading, verdict, "lambda_values")
-    counterexample.explain_lambda(grading, verdicts)
+    misconceptions.CATALOGUE.attach_hint(grading, verdict, suite.lambda_values)
+    counterexample.SHRINKER.values(grading, suite.lambda_values, verdicts, expected.lambda_value)
     grading.conclude(verdict)
 
 
 @check("T2", 5, "Causal outputs match the softmax oracle (T from 1 to 320, D from 1 to 64, the default causal=True)")
 def test_causal_values(grading: GradingContext) -> None:
-    _attention_values(grading, "attention_causal")
+    _attention_values(grading, suite.attention_causal)
 
 
 @check("T2", 4, "Outputs with causal=False match the oracle (no mask on either branch)")
 def test_noncausal_values(grading: GradingContext) -> None:
-    _attention_values(grading, "attention_noncausal")
+    _attention_values(grading, suite.attention_noncausal)
 
 
 @check("T2", 4, "Negative, zero, greater-than-one and tensor coefficients give the right outputs")
 def test_coefficient_values(grading: GradingContext) -> None:
-    _attention_values(grading, "attention_coefficients")
+    _attention_values(grading, suite.attention_coefficients)
 
 
 @check("T2", 4, "float32 inputs with scaled logits of 100 to 1000 give finite, correct outputs", visibility="hidden")
 def test_large_logit_values(grading: GradingContext) -> None:
-    _attention_values(grading, "attention_large_logits")
+    _attention_values(grading, suite.attention_large_logits)
 
 
 @check("T2", 3, "Strided inputs and inputs at a storage offset give the same values as contiguous ones", visibility="hidden")
 def test_strided_values(grading: GradingContext) -> None:
-    _attention_values(grading, "attention_strided")
+    _attention_values(grading, suite.attention_strided)
 
 
 @check("T2", 3, "Rows of the signed map sum to 1 - λ: a value offset shared by every token adds (1 - λ) times it to every output")
@@ -61,7 +59,7 @@ def test_row_sums(grading: GradingContext) -> None:
     verdicts = []
     for i in range(0, len(found), 2):
         plain, shifted = found[i], found[i + 1]
-        outcomes = [suite.attention_outcome(grading, "row_sums", i + j, case) for j, case in enumerate((plain, shifted))]
+        outcomes = [suite.attention_outcome(grading, suite.row_sums, i + j, case) for j, case in enumerate((plain, shifted))]
         verdicts += [values_verdict(o, 0, f"{ATTENTION}({c.label()})", expected.attention_output(c)) for o, c in zip(outcomes, (plain, shifted))]
         results = [tensor_result(o, 0)[0] for o in outcomes]
         if all(r is not None and r.value is not None and r.value.shape == plain.value.shape for r in results):
@@ -69,24 +67,24 @@ def test_row_sums(grading: GradingContext) -> None:
             what = f"{ATTENTION}({shifted.label()}) minus the same call without the offset"
             verdicts.append(compare(what, results[1].value - results[0].value, truth.values, truth.allowed))  # type: ignore[union-attr]
     verdict = combine(verdicts)
-    misconceptions.attach_hint(grading, verdict, "row_sums")
+    misconceptions.CATALOGUE.attach_hint(grading, verdict, suite.row_sums)
     grading.conclude(verdict)
 
 
 @check("T2", 3, "λ = 0 gives ordinary softmax attention")
 def test_lambda_zero_is_attention(grading: GradingContext) -> None:
-    _attention_values(grading, "lambda_zero", expected.branch_one_output)
+    _attention_values(grading, suite.lambda_zero, expected.branch_one_output)
 
 
 @check("T2", 2, "Identical maps cancel at λ = 1 and scale A1·V by 1 - λ otherwise")
 def test_identical_maps_cancel(grading: GradingContext) -> None:
-    _attention_values(grading, "identical_maps", expected.identical_maps_output)
+    _attention_values(grading, suite.identical_maps, expected.identical_maps_output)
 
 
 @check("T2", 3, "Calls that build an autograd graph return the same correct values (no separate training path)")
 def test_values_with_gradients(grading: GradingContext) -> None:
-    sets = ("lambda_values", "attention_gradients", "end_to_end")
-    grading.conclude(combine([v for set_name in sets for v in suite.value_verdicts(grading, set_name, grads=True)]))
+    sets = (suite.lambda_values, suite.attention_gradients, suite.end_to_end)
+    grading.conclude(combine([v for case_set in sets for v in suite.value_verdicts(grading, case_set, grads=True)]))
 
 
 @check("T2", 4, "Repeated calls answer for their current inputs: the same tensors again, inputs updated in place, memory reused")

@@ -10,69 +10,70 @@ from grader.exercises.diffattn import (
     suite,
     toy,
 )
-from grader.exercises.diffattn.cases import INPUT_NAMES, LAMBDA_NAMES
+from grader.exercises.diffattn.cases import INPUT_NAMES, LAMBDA_NAMES, AttentionCase
 from grader.exercises.diffattn.suite import ATTENTION, LAMBDA
-from grader.exercises.diffattn.verdicts import function_problem, grads_verdict
+from grader.toolkit.casesets import CaseSet
 from grader.toolkit.compare import Comparison, combine
+from grader.toolkit.verdicts import function_problem, grads_verdict
 
 
-def _attention_grads(grading: GradingContext, set_names: tuple[str, ...], keys: tuple[str, ...]) -> None:
+def _attention_grads(grading: GradingContext, case_sets: tuple[CaseSet[AttentionCase], ...], keys: tuple[str, ...]) -> None:
     """Judge the gradients named ``keys`` over the case sets; hints and counterexamples come from the first set."""
     verdicts: dict[str, list[Comparison]] = {}
-    for set_name in set_names:
-        for i, case in enumerate(getattr(suite, set_name)(grading.seed)):
+    for case_set in case_sets:
+        for i, case in enumerate(case_set(grading.seed)):
             wanted = {name: position for name, position in suite.gradient_positions(case).items() if name in keys}
-            outcome = suite.attention_outcome(grading, set_name, i, case, grads=True)
+            outcome = suite.attention_outcome(grading, case_set, i, case, grads=True)
             what = f"{ATTENTION}({case.label()}) with cotangent G"
-            verdicts.setdefault(set_name, []).append(grads_verdict(outcome, len(outcome.results) - 1, what, expected.attention_grads(case), wanted))
+            verdicts.setdefault(case_set.name, []).append(grads_verdict(outcome, len(outcome.results) - 1, what, expected.attention_grads(case), wanted))
     verdict = combine([v for found in verdicts.values() for v in found])
-    misconceptions.attach_hint(grading, verdict, set_names[0], grads=True, keys=keys)
-    counterexample.explain_gradients(grading, set_names[0], verdicts[set_names[0]], keys)
+    misconceptions.CATALOGUE.attach_hint(grading, verdict, case_sets[0], grads=True, keys=keys)
+    counterexample.SHRINKER.gradients(grading, case_sets[0], verdicts[case_sets[0].name], expected.attention_grads, keys)
     grading.conclude(verdict)
 
 
 @check("T3", 5, "Gradient with respect to value matches Pᵀ G")
 def test_value_gradient(grading: GradingContext) -> None:
-    _attention_grads(grading, ("attention_gradients", "frozen_subsets"), ("value",))
+    _attention_grads(grading, (suite.attention_gradients, suite.frozen_subsets), ("value",))
 
 
 @check("T3", 5, "Gradients with respect to q1 and k1 match the softmax VJP of branch 1")
 def test_branch_one_gradients(grading: GradingContext) -> None:
-    _attention_grads(grading, ("attention_gradients", "frozen_subsets"), ("q1", "k1"))
+    _attention_grads(grading, (suite.attention_gradients, suite.frozen_subsets), ("q1", "k1"))
 
 
 @check("T3", 5, "Gradients with respect to q2 and k2 match the softmax VJP of branch 2")
 def test_branch_two_gradients(grading: GradingContext) -> None:
-    _attention_grads(grading, ("attention_gradients", "frozen_subsets"), ("q2", "k2"))
+    _attention_grads(grading, (suite.attention_gradients, suite.frozen_subsets), ("q2", "k2"))
 
 
 @check("T3", 5, "Gradient with respect to a tensor coefficient matches -Σ A2 ⊙ (G Vᵀ)")
 def test_coefficient_gradient(grading: GradingContext) -> None:
-    _attention_grads(grading, ("attention_gradients", "frozen_subsets"), ("coefficient",))
+    _attention_grads(grading, (suite.attention_gradients, suite.frozen_subsets), ("coefficient",))
 
 
 @check("T3", 4, "Gradients are right for strided inputs", visibility="hidden")
 def test_strided_gradients(grading: GradingContext) -> None:
-    _attention_grads(grading, ("attention_strided",), (*INPUT_NAMES, "coefficient"))
+    _attention_grads(grading, (suite.attention_strided,), (*INPUT_NAMES, "coefficient"))
 
 
 @check("T3", 5, "differential_lambda's gradients match g·e1·k1, g·e1·q1, -g·e2·k2, -g·e2·q2")
 def test_lambda_gradients(grading: GradingContext) -> None:
     verdicts = []
-    for set_name in ("lambda_values", "lambda_frozen_subsets"):
-        for i, case in enumerate(getattr(suite, set_name)(grading.seed)):
-            outcome = suite.lambda_outcome(grading, set_name, i, case, grads=True)
+    for case_set in (suite.lambda_values, suite.lambda_frozen_subsets):
+        for i, case in enumerate(case_set(grading.seed)):
+            outcome = suite.lambda_outcome(grading, case_set, i, case, grads=True)
             what = f"{LAMBDA}({case.label()}) with upstream gradient {case.upstream:.6g}"
             verdicts.append(grads_verdict(outcome, 0, what, expected.lambda_grads(case), suite.gradient_positions(case)))
     verdict = combine(verdicts)
-    misconceptions.attach_hint(grading, verdict, "lambda_values", grads=True)
-    counterexample.explain_lambda(grading, verdicts[: len(suite.lambda_values(grading.seed))], grads=True)
+    misconceptions.CATALOGUE.attach_hint(grading, verdict, suite.lambda_values, grads=True)
+    counterexample.SHRINKER.gradients(grading, suite.lambda_values, verdicts[: len(suite.lambda_values(grading.seed))], expected.lambda_grads)
     grading.conclude(verdict)
 
 
 @check("T3", 5, "End to end: differential_lambda → differential_attention → loss, gradients to every vector")
 def test_end_to_end_gradients(grading: GradingContext) -> None:
-    _attention_grads(grading, ("end_to_end",), (*(f"lambda_{name}" for name in LAMBDA_NAMES), *INPUT_NAMES))
+    _attention_grads(grading, (suite.end_to_end,), (*(f"lambda_{name}" for name in LAMBDA_NAMES), *INPUT_NAMES))
 
 
 @check("T3", 6, "Toy experiment: a value offset shared by all tokens comes out scaled by exactly 1 - λ")

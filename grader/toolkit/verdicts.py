@@ -1,0 +1,154 @@
+"""Turn what the worker observed into findings a student can act on, for any exercise's functions.
+
+A finding is a :class:`~grader.toolkit.compare.Comparison` whose message says
+what was expected and what came back, and whose context names the call. The
+wording names the function concerned (from the outcome, or as given), never a
+particular exercise. :func:`summarise` folds the findings of a check into one
+verdict, grouping identical problems so that a stub's "not implemented yet"
+is said once, not once per call.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from grader.core.invoke import SKIPPED, Outcome, Returned
+from grader.core.plugin import GradingContext
+from grader.toolkit.compare import Comparison, combine, compare
+from grader.toolkit.tolerance import Truth
+
+FLOATING = ("float16", "bfloat16", "float32", "float64")
+"""The floating-point dtypes a result may have when the contract asks only for "a floating tensor"."""
+
+
+def function_problem(grading: GradingContext, name: str) -> str | None:
+    """Why ``name`` cannot be called at all (missing, not callable), from what the worker said when it loaded the submission, or None."""
+    described = grading.functions.get(name, {})
+    kind = described.get("kind")
+    if kind == "missing":
+        return f"the submission does not define {name}"
+    if kind == "not_callable":
+        return f"{name} must be a function (got a {described.get('type', 'non-callable object')})"
+    return None
+
+
+def raised(name: str, error: dict[str, str], note: str | None = None) -> str:
+    """What a call of ``name`` that raised ``error`` (the worker's type, message, traceback) did, for a student.
+
+    ``note`` says why the function's signature breaks the grader's calls; it
+    is added to a TypeError, which such a signature causes.
+    """
+    if error["type"] == "NotImplementedError":
+        return f"{name} is not implemented yet (it raised NotImplementedError: {error['message']})"
+    trace = f"\n{error['traceback'].rstrip()}" if error["traceback"].strip() else ""
+    hint = f"\n(Probably because {note}.)" if note and error["type"] == "TypeError" else ""
+    return f"{name} raised {error['type']}: {error['message']}{trace}{hint}"
+
+
+def tensor_result(outcome: Outcome, index: int) -> tuple[Returned | None, str | None]:
+    """Call ``index``'s result if it is one plain torch.Tensor, else the problem in one sentence.
+
+    A call that raised before it (in a composed request) is the problem named.
+    """
+    if outcome.failure is not None:
+        return None, outcome.failure
+    if index >= len(outcome.results):
+        return None, "the worker did not report this call"
+    for position, earlier in enumerate(outcome.results[: index + 1]):
+        if earlier.raised is not None and earlier.raised is not SKIPPED:
+            function = outcome.functions[position]
+            return None, raised(function, earlier.raised, outcome.notes.get(function))
+    result = outcome.results[index]
+    name = outcome.functions[index]
+    if result.exact_tensor:
+        return result, None
+    if result.is_tensor:
+        return None, f"{name} returned a {result.type_name}, a subclass of torch.Tensor; return a plain torch.Tensor"
+    if result.length is not None:
+        return None, (
+            f"{name} returned a {result.type_name} of {result.length} item(s); "
+            "expected one torch.Tensor (return only the output, not extra values)"
+        )
+    return None, f"{name} returned {result.type_name} {result.repr}; expected a torch.Tensor"
+
+
+def returned_values(outcome: Outcome, index: int) -> np.ndarray | None:
+    """The values of call ``index`` when it returned a plain tensor whose values could be read, else None."""
+    result, _ = tensor_result(outcome, index)
+    return None if result is None else result.value
+
+
+def finding(what: str, problem: str | None) -> Comparison | None:
+    """A failed finding about the call ``what``, or None when there is no problem."""
+    return None if problem is None else Comparison(False, problem, None, what)
+
+
+def shape_dtype_problem(result: Returned, shape: tuple[int, ...], dtype: str) -> str | None:
+    """The problem with a tensor's shape, dtype or device, or None."""
+    if result.shape != shape:
+        return f"expected shape {list(shape)}, got {list(result.shape or ())}"
+    if result.dtype != dtype:
+        return f"expected dtype {dtype} (the inputs' dtype), got {result.dtype}"
+    if result.device != "cpu":
+        return f"expected device cpu (the inputs' device), got {result.device}"
+    return None
+
+
+def kind_problem(result: Returned, shape: tuple[int, ...], floating: tuple[str, ...] = FLOATING, like: str = "") -> str | None:
+    """The problem with a tensor's shape, layout or (non-floating) dtype, or None.
+
+    ``like`` names the input whose shape the result must have, for the
+    message ("the shape of value").
+    """
+    if result.shape != shape:
+        described = "a 0-dim tensor (shape [])" if shape == () else f"shape {list(shape)}" + (f" (the shape of {like})" if like else "")
+        return f"expected {described}, got shape {list(result.shape or ())}"
+    if result.layout != "torch.strided":
+        return f"expected a dense tensor (layout torch.strided), got layout {result.layout}"
+    if result.dtype not in floating:
+        return f"expected a floating-point tensor, got dtype {result.dtype}"
+    return None
+
+
+def values_verdict(outcome: Outcome, index: int, what: str, truth: Truth) -> Comparison:
+    """Compare call ``index``'s values with ``truth``."""
+    result, problem = tensor_result(outcome, index)
+    if result is None:
+        return Comparison(False, str(problem), None, what)
+    if result.value is None:
+        return Comparison(False, unreadable(result), None, what)
+    if result.overwritten:
+        return Comparison(False, "the returned tensor was overwritten by a later call (is it a buffer shared between calls?); "
+                          "return a new tensor from every call", None, what)  # fmt: skip
+    return compare(f"{what}, output", result.value, truth.values, truth.allowed)
+
+
+def unreadable(result: Returned) -> str:
+    """Why a returned tensor's values could not be compared."""
+    reason = result.value_error or f"a {result.layout} tensor of dtype {result.dtype} on {result.device}"
+    return f"the returned tensor's values could not be read ({reason}); return a dense CPU float tensor"
+
+
+def grads_verdict(outcome: Outcome, index: int, what: str, truths: dict[str, Truth], keys: dict[str, int]) -> Comparison:
+    """Compare the gradients with respect to ``keys`` (name -> input tensor position) with ``truths``."""
+    result, problem = tensor_result(outcome, index)
+    if result is None:
+        return Comparison(False, str(problem), None, what)
+    if outcome.backward_error is not None:
+        return Comparison(False, f"the backward pass failed: {outcome.backward_error}", None, what)
+    found = []
+    for key, position in keys.items():
+        truth = truths[key]
+        grad = outcome.grads.get(position)
+        if grad is None and (truth.values != 0).any():
+            found.append(Comparison(False, f"no gradient reached {key} (is it detached, turned into a Python number, or unused?)", None, what))
+            continue
+        got = truth.values * 0 if grad is None else grad
+        found.append(compare(f"{what}, gradient with respect to {key}", got, truth.values, truth.allowed))
+    return combine(found)
+
+
+def summarise(findings: list[Comparison | None], success: str) -> Comparison:
+    """One verdict from a check's findings: the grouped failures, or ``success``."""
+    failures = [f for f in findings if f is not None]
+    return combine(failures) if failures else Comparison(True, success, None)
