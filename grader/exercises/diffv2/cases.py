@@ -128,12 +128,18 @@ def shape(
     return int(rng.integers(1, min(3, room) + 1)), t, hq, hkv, d
 
 
-def gate_logits(rng: np.random.Generator, size: tuple[int, ...], saturated: float = 0.0) -> np.ndarray:
-    """lambda_logits of ``size``: about N(0, 2²), and a ``saturated`` share at ±[100, 1000] (signs drawn)."""
+def gate_logits(rng: np.random.Generator, size: tuple[int, ...], saturated: float = 0.0, zeros: float = 0.0) -> np.ndarray:
+    """lambda_logits of ``size``: about N(0, 2²), a ``saturated`` share at ±[100, 1000] (signs drawn) and a ``zeros`` share exactly 0.
+
+    0 is where σ has its steepest slope, 1/4, and where a gate built on |ℓ|
+    (exp(−|ℓ|) without the sign's branch in its derivative) has a kink.
+    """
     logits = 2.0 * rng.standard_normal(size)
     if saturated:
         far = domain.signed_uniform(rng, *SATURATED, size)
         logits = np.where(rng.random(size) < saturated, far, logits)
+    if zeros:
+        logits = np.where(rng.random(size) < zeros, 0.0, logits)
     return logits
 
 
@@ -153,6 +159,7 @@ def case(
     *,
     max_logit: float | None = None,
     saturated: float = 0.0,
+    zeros: float = 0.0,
     layouts: tuple[str, ...] = (),
     frozen: tuple[str, ...] = (),
     binding: str = "keyword",
@@ -163,13 +170,13 @@ def case(
 
     ``max_logit`` rescales the queries of every head so that the largest
     scaled logit |q·k|/√D equals it; ``saturated`` is the share of gate
-    logits drawn at ±[100, 1000].
+    logits drawn at ±[100, 1000], ``zeros`` the share set to exactly 0.
     """
     b, t, hq, hkv, d = dims
     q, k, v = rng.standard_normal((b, t, hq, d)), rng.standard_normal((b, t, hkv, d)), rng.standard_normal((b, t, hkv, d))
     if max_logit is not None:
         q = q * (max_logit / _largest_logits(q, k))[:, None]
-    gates = gate_logits(rng, (b, t, hq // 2), saturated) if function == DIFF_V2 else None
+    gates = gate_logits(rng, (b, t, hq // 2), saturated, zeros) if function == DIFF_V2 else None
     out = (b, t, hq if function == GQA else hq // 2, d)
     return Case(
         function,

@@ -40,6 +40,12 @@ def _memo_key(case: Case) -> tuple[tuple[object, ...], tuple[object, ...]]:
     return (*case.inputs, case.cotangent), (case.function, case.dtype, case.is_causal)
 
 
+def _logits_key(case: Case) -> tuple[tuple[object, ...], tuple[object, ...]]:
+    """What the largest logit depends on: q and k."""
+    return (case.q, case.k), ()
+
+
+@per_case(_logits_key)
 def largest_logit(case: Case) -> float:
     """L: the largest Σ_d |q_d k_d| / √D over every query head, query and key of the case."""
     return float(oracle.logit_magnitude(case.q, case.k).max())

@@ -23,6 +23,7 @@ slope σ(1 − σ) missing, key/value gradients averaged over the group).
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from collections.abc import Callable
 
 import numpy as np
@@ -43,25 +44,30 @@ from grader.toolkit.misconceptions import (
     scaled_output,
     zeroed,
 )
-from grader.toolkit.tolerance import Truth, allowance
+from grader.toolkit.tolerance import Memo, Truth, allowance, remember
 
 # ---- attention with one step changed ----------------------------------------------------
 
 
-def _keys_for(case: Case, x: np.ndarray, tiled: bool) -> np.ndarray:
-    """Key/value heads [B, T, Hkv, D] -> [B, Hq, T, D]: head h // G (interleaved) or, ``tiled``, h % Hkv."""
+def _heads_for(case: Case, x: np.ndarray, tiled: bool) -> np.ndarray:
+    """Key or value heads [B, T, Hkv, D] -> [B, Hq, T, D]: head h // G (interleaved) or, ``tiled``, h % Hkv."""
     if not tiled:
         return oracle.per_query_head(x, case.group)
     return np.tile(oracle.heads_first(x), (1, case.group, 1, 1))
 
 
-def _softmax(logits: np.ndarray, causal: bool) -> np.ndarray:
-    """Softmax over the last axis with the row maximum subtracted; future keys hidden when ``causal``."""
-    if causal:
-        t = logits.shape[-1]
-        logits = np.where(np.triu(np.ones((t, t), dtype=bool), 1), -np.inf, logits)
-    weights = np.exp(logits - logits.max(axis=-1, keepdims=True))
-    return weights / weights.sum(axis=-1, keepdims=True)
+def _softmax(logits: np.ndarray, hidden: np.ndarray | None, axis: int = -1) -> np.ndarray:
+    """Softmax along ``axis`` with the maximum subtracted, ``hidden`` entries at −∞ (a line with none visible is NaN)."""
+    if hidden is not None:
+        logits = np.where(hidden, -np.inf, logits)
+    with np.errstate(invalid="ignore"):
+        weights = np.exp(logits - logits.max(axis=axis, keepdims=True))
+        return weights / weights.sum(axis=axis, keepdims=True)
+
+
+def _future(queries: int, keys: int, offset: int = 1) -> np.ndarray:
+    """The hidden entries of a causal mask built as ``ones(queries, keys).triu(offset)`` (1: the right one)."""
+    return np.triu(np.ones((queries, keys), dtype=bool), offset)
 
 
 def _causal_when(case: Case, default: bool) -> bool:
@@ -72,17 +78,21 @@ def _causal_when(case: Case, default: bool) -> bool:
 Attended = tuple[np.ndarray, np.ndarray, float]  # [B, T, Hq, D] values, their absolute-value evaluation, the growth of n
 
 
-def _attended(case: Case, *, tiled: bool = False, scale: Callable[[int], float] | None = None, default_causal: bool = True,
-              masked: bool = True) -> Attended:  # fmt: skip
-    """Grouped-query attention of ``case`` with one step changed: tiled key/value heads, another scale, the mask."""
-    d = case.q.shape[-1]
+def _attended(case: Case, *, tiled_keys: bool = False, tiled_values: bool = False, scale: Callable[[int], float] | None = None,
+              default_causal: bool = True, mask_offset: int | None = 1, axis: int = -1) -> Attended:  # fmt: skip
+    """Grouped-query attention of ``case`` with one step changed.
+
+    Key or value heads tiled (h % Hkv), another scale (of D), the mask left
+    out where causal is (``default_causal``) or always (``mask_offset``
+    None) or moved (another diagonal offset), the softmax along another axis.
+    """
+    d, t = case.q.shape[-1], case.q.shape[1]
     factor = 1.0 / math.sqrt(d) if scale is None else scale(d)
-    logits = np.einsum("bhtd,bhsd->bhts", oracle.heads_first(case.q), _keys_for(case, case.k, tiled)) * factor
-    maps = _softmax(logits, masked and _causal_when(case, default_causal))
-    values = _keys_for(case, case.v, tiled)
-    attended = np.swapaxes(maps @ values, 1, 2)
-    magnitude = np.swapaxes(maps @ np.abs(values), 1, 2)
-    return attended, magnitude, max(1.0, factor * math.sqrt(d))
+    logits = oracle.heads_first(case.q) @ np.swapaxes(_heads_for(case, case.k, tiled_keys), -1, -2) * factor
+    masked = mask_offset is not None and _causal_when(case, default_causal)
+    maps = _softmax(logits, _future(t, t, mask_offset or 1) if masked else None, axis)
+    values = _heads_for(case, case.v, tiled_values)
+    return np.swapaxes(maps @ values, 1, 2), np.swapaxes(maps @ np.abs(values), 1, 2), max(1.0, factor * math.sqrt(d))
 
 
 def _over_root_2d(d: int) -> float:
@@ -99,7 +109,7 @@ def _unscaled(d: int) -> float:
 
 def _prediction(case: Case, values: np.ndarray, magnitude: np.ndarray, growth: float = 1.0) -> Prediction:
     """The output ``values``, allowed the checks' rule for a result whose absolute-value evaluation is ``magnitude``."""
-    magnitude = np.nan_to_num(np.abs(magnitude), nan=0.0, posinf=np.inf)
+    magnitude = np.nan_to_num(np.abs(magnitude), nan=0.0, posinf=0.0)  # non-finite values are compared as such, not bounded
     return {"output": Truth(values, allowance(case.dtype, growth * expected.operations(case), magnitude))}
 
 
@@ -119,6 +129,12 @@ def _exponential(logits: np.ndarray, dtype: str) -> tuple[np.ndarray, np.ndarray
     """exp(ℓ) in the case's dtype: infinite where it overflows there."""
     with np.errstate(over="ignore"):
         gate = np.exp(logits.astype(dtype)).astype(np.float64)
+    return gate, gate
+
+
+def _mean_over_tokens(logits: np.ndarray, dtype: str) -> tuple[np.ndarray, np.ndarray]:
+    """σ of the logits averaged over the tokens: one gate per head, [B, 1, H]."""
+    gate = oracle.sigmoids(logits.mean(axis=1, keepdims=True))
     return gate, gate
 
 
@@ -151,12 +167,20 @@ def _reshaped(gate: np.ndarray) -> np.ndarray:
     return gate.reshape(b, h, t, 1)
 
 
-def _combined(case: Case, attended: Attended, gate: Gate = _sigmoid, broadcast: Broadcast = _per_head, halves: bool = False) -> Prediction:
-    """first − gate·second over the pairs of query heads (even/odd, or first half/second half)."""
+def _reshaped_back(gate: np.ndarray) -> np.ndarray:
+    """``gate.reshape(B, H, T).transpose(1, 2)[..., None]``: the gate read as if stored [B, H, T], tokens and heads scrambled."""
+    b, t, h = gate.shape
+    return np.swapaxes(gate.reshape(b, h, t), 1, 2)[..., None]
+
+
+def _combined(case: Case, attended: Attended, gate: Gate = _sigmoid, broadcast: Broadcast = _per_head, halves: bool = False,
+              swapped: bool = False) -> Prediction:  # fmt: skip
+    """first − gate·second over the pairs of query heads (even/odd, or first half/second half; ``swapped``: odd − gate·even)."""
     values, magnitude, growth = attended
     assert case.lambda_logits is not None
     h = values.shape[2] // 2
     pick = (slice(None, h), slice(h, None)) if halves else (slice(0, None, 2), slice(1, None, 2))
+    pick = pick[::-1] if swapped else pick
     weight, size = (broadcast(x) for x in gate(case.lambda_logits, case.dtype))
     first, second = (values[:, :, p] for p in pick)
     first_size, second_size = (magnitude[:, :, p] for p in pick)
@@ -164,11 +188,14 @@ def _combined(case: Case, attended: Attended, gate: Gate = _sigmoid, broadcast: 
         return _prediction(case, first - weight * second, first_size + size * second_size, growth)
 
 
+_ATTENDED: Memo = {}  # (change, case) -> Attended: the forms of one change share its attention
+
+
 def _output_form(change: Callable[[Case], Attended], **combine: object) -> Form:
     """A form whose attention is ``change(case)``: the output itself for gqa_attention, combined into pairs for diff_v2_attention."""
 
     def form(case: Case, truth: Prediction) -> Prediction:
-        attended = change(case)
+        attended = remember(_ATTENDED, (change, case), lambda: change(case))
         if case.function == GQA:
             return _prediction(case, attended[0], attended[1], attended[2])
         return _combined(case, attended, **combine)  # type: ignore[arg-type]
@@ -181,7 +208,37 @@ def _true(case: Case) -> Attended:
 
 
 def _tiled(case: Case) -> Attended:
-    return _attended(case, tiled=True)
+    return _attended(case, tiled_keys=True, tiled_values=True)
+
+
+def _values_tiled(case: Case) -> Attended:
+    return _attended(case, tiled_values=True)
+
+
+def _mask_moved(offset: int) -> Callable[[Case], Attended]:
+    def change(case: Case) -> Attended:
+        return _attended(case, mask_offset=offset)
+
+    return change
+
+
+def _over_queries(case: Case) -> Attended:
+    return _attended(case, axis=-2)
+
+
+def _odd_heads_always_causal(case: Case) -> Attended:
+    """diff_v2_attention calling attention twice and passing causal to the even heads' call only."""
+    values, magnitude, _ = _attended(case)
+    odd, odd_size, _ = _attended(replace(case, causal=True))
+    values[:, :, 1::2], magnitude[:, :, 1::2] = odd[:, :, 1::2], odd_size[:, :, 1::2]
+    return values, magnitude, 1.0
+
+
+def _result_reshaped(case: Case) -> Attended:
+    """The [B, Hq, T, D] result brought back with reshape(B, T, Hq, D) instead of transpose(1, 2)."""
+    values, magnitude, growth = _attended(case)
+    back = [np.swapaxes(x, 1, 2).reshape(x.shape) for x in (values, magnitude)]
+    return back[0], back[1], growth
 
 
 def _scaled(scale: Callable[[int], float]) -> Callable[[Case], Attended]:
@@ -192,7 +249,7 @@ def _scaled(scale: Callable[[int], float]) -> Callable[[Case], Attended]:
 
 
 def _unmasked(case: Case) -> Attended:
-    return _attended(case, masked=False)
+    return _attended(case, mask_offset=None)
 
 
 def _default_not_causal(case: Case) -> Attended:
@@ -200,11 +257,10 @@ def _default_not_causal(case: Case) -> Attended:
 
 
 def _heads_as_tokens(case: Case) -> Attended:
-    """q and k read as [B, H, T, D]: every token attends over the heads (with Hq = Hkv, as such code then runs)."""
-    if case.q.shape[2] != case.k.shape[2]:
-        raise ValueError("the layout variant runs only with Hq = Hkv")
-    d = case.q.shape[-1]
-    maps = _softmax(np.einsum("bthd,btjd->bthj", case.q, case.k) / math.sqrt(d), _causal_when(case, True))
+    """q, k, v read as [B, H, T, D]: every token attends over the key/value heads (the causal mask top-left aligned, as SDPA's)."""
+    hq, hkv = case.q.shape[2], case.k.shape[2]
+    logits = case.q @ np.swapaxes(case.k, -1, -2) / math.sqrt(case.q.shape[-1])
+    maps = _softmax(logits, _future(hq, hkv) if _causal_when(case, True) else None)
     return maps @ case.v, maps @ np.abs(case.v), 1.0
 
 
@@ -233,13 +289,19 @@ def _all_heads(signed: bool) -> Form:
 LAMBDA_INITS = (0.2, 0.8)  # DIFF V1's λ_init at the first layer and its limit: (1 − λ_init) is 0.8 or 0.2
 EPSILONS = (1e-5, 1e-6, 1e-8, 0.0)
 
+LAYOUT_TEXT = (
+    "The tensors are read or returned as [B, H, T, D]: this exercise uses FlashAttention's [B, T, H, D] "
+    "(tokens on axis 1, heads on axis 2); transpose(1, 2) to [B, H, T, D] and back, not reshape."
+)
+LAYOUT_MATHS = "q: [B, T, Hq, D], k and v: [B, T, Hkv, D], output: [B, T, Hq, D]"
+
 SHARED_VARIANTS = (
     Variant(
         "kv_heads_tiled",
         "Key/value heads are mapped with h % Hkv (what repeat gives): query head h must read key/value head h // G, "
-        "the G query heads of a group being contiguous (what repeat_interleave gives).",
+        "the G query heads of a group being contiguous (what repeat_interleave gives), for the keys and the values.",
         "out[b, t, h] = Σ_s softmax_s(q[b,t,h]·k[b,s,h // G]/√D + M[t,s]) v[b,s,h // G]",
-        (_output_form(_tiled),),
+        (_output_form(_tiled), _output_form(_values_tiled)),
     ),
     Variant(
         "scale_root_2d",
@@ -271,26 +333,46 @@ SHARED_VARIANTS = (
         "S[t, s] = q_t·k_s / √D + M[t, s], M = −∞ for s > t",
         (_output_form(_unmasked),),
     ),
+    Variant(
+        "mask_misplaced",
+        "The causal mask is on the wrong diagonal: token t sees keys s ≤ t, itself included (triu(diagonal=1) of the "
+        "future keys), no more and no less.",
+        "M[t, s] = −∞ for s > t, 0 for s ≤ t",
+        (_output_form(_mask_moved(2)), _output_form(_mask_moved(0))),
+    ),
+    Variant(
+        "softmax_over_queries",
+        "The softmax runs over the queries (dim −2): it normalises over the keys, the last axis of the [.., T, T] logits.",
+        "A[t, s] = exp(S[t, s]) / Σ_s' exp(S[t, s'])",
+        (_output_form(_over_queries),),
+    ),
 )
 
 GQA_VARIANTS = (
     *SHARED_VARIANTS,
-    Variant(
-        "layout_bhtd",
-        "The tensors are read or returned as [B, H, T, D]: this exercise uses FlashAttention's [B, T, H, D] "
-        "(tokens on axis 1, heads on axis 2).",
-        "q: [B, T, Hq, D], k and v: [B, T, Hkv, D], output: [B, T, Hq, D]",
-        (_output_transposed, _output_form(_heads_as_tokens)),
-    ),
+    Variant("layout_bhtd", LAYOUT_TEXT, LAYOUT_MATHS, (_output_transposed, _output_form(_heads_as_tokens), _output_form(_result_reshaped))),
 )
 
 DIFF_V2_VARIANTS = (
     *SHARED_VARIANTS,
+    Variant("layout_bhtd", LAYOUT_TEXT, LAYOUT_MATHS, (_output_form(_heads_as_tokens), _output_form(_result_reshaped))),
     Variant(
         "pairs_as_halves",
         "Heads are paired as first half minus second half: DIFF V2 subtracts odd head 2i + 1 from even head 2i.",
         "out[:, :, i] = A[:, :, 2i] − σ(ℓ[:, :, i])·A[:, :, 2i + 1], i.e. A[:, :, 0::2] − σ(ℓ)[..., None]·A[:, :, 1::2]",
         (_output_form(_true, halves=True),),
+    ),
+    Variant(
+        "pairs_swapped",
+        "The pair's roles are swapped: the gated head is the odd one, subtracted from the even one.",
+        "out = A[:, :, 0::2] − σ(ℓ)[..., None]·A[:, :, 1::2]",
+        (_output_form(_true, swapped=True),),
+    ),
+    Variant(
+        "causal_not_forwarded",
+        "The odd heads are always causal: pass causal to every attention call (with causal=False neither map is masked).",
+        "A = gqa_attention(q, k, v, causal) for the even and the odd heads alike",
+        (_output_form(_odd_heads_always_causal),),
     ),
     Variant(
         "gate_without_sigmoid",
@@ -312,10 +394,11 @@ DIFF_V2_VARIANTS = (
     ),
     Variant(
         "gate_wrong_axis",
-        "The gate is broadcast over the wrong axis: sigmoid(lambda_logits) is [B, T, H] and multiplies head i of "
-        "token t, the same for every feature (sigmoid(lambda_logits)[..., None] or .unsqueeze(-1)).",
+        "The gate is applied along the wrong axis: sigmoid(lambda_logits) is [B, T, H], one gate per token and head, "
+        "the same for every feature (sigmoid(lambda_logits)[..., None]), neither averaged nor transposed nor reshaped.",
         "out[b, t, i, :] = A[b, t, 2i, :] − σ(ℓ[b, t, i])·A[b, t, 2i + 1, :]",
-        tuple(_output_form(_true, broadcast=b) for b in (_per_feature, _transposed, _reshaped)),
+        (*(_output_form(_true, broadcast=b) for b in (_per_feature, _transposed, _reshaped, _reshaped_back)),
+         _output_form(_true, gate=_mean_over_tokens)),  # fmt: skip
     ),
     Variant(
         "all_heads_returned",

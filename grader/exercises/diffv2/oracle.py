@@ -221,12 +221,12 @@ def gqa_vjp(
     scale = math.sqrt(q.shape[-1])
     d_out = heads_first(cotangent)
     keys, values, queries = per_query_head(k, group), per_query_head(v, group), heads_first(q)
-    d_maps = np.einsum("bhtd,bhsd->bhts", d_out, values)
+    d_maps = d_out @ np.swapaxes(values, -1, -2)
     d_logits = maps * (d_maps + sign * np.sum(d_maps * maps, axis=-1, keepdims=True))
     return {
-        "q": heads_first(np.einsum("bhts,bhsd->bhtd", d_logits, keys) / scale),
-        "k": heads_first(_summed_over_groups(np.einsum("bhts,bhtd->bhsd", d_logits, queries), group) / scale),
-        "v": heads_first(_summed_over_groups(np.einsum("bhts,bhtd->bhsd", maps, d_out), group)),
+        "q": heads_first(d_logits @ keys / scale),
+        "k": heads_first(_summed_over_groups(np.swapaxes(d_logits, -1, -2) @ queries, group) / scale),
+        "v": heads_first(_summed_over_groups(np.swapaxes(maps, -1, -2) @ d_out, group)),
     }
 
 
@@ -270,7 +270,7 @@ def logit_magnitude(q: np.ndarray, k: np.ndarray) -> np.ndarray:
     group = group_size(q, k)
     queries = heads_first(np.abs(np.asarray(q, dtype=np.float64)))
     keys = per_query_head(np.abs(np.asarray(k, dtype=np.float64)), group)
-    return np.einsum("bhtd,bhsd->bhts", queries, keys).max(axis=-1) / math.sqrt(np.shape(q)[-1])
+    return (queries @ np.swapaxes(keys, -1, -2)).max(axis=-1) / math.sqrt(np.shape(q)[-1])
 
 
 def gqa_output_magnitude(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool) -> np.ndarray:

@@ -115,14 +115,14 @@ def diff_large_logits(seed: int) -> list[Case]:
 
 @SETS.register
 def diff_saturated(seed: int) -> list[Case]:
-    """Gate logits at ±100 to ±1000 (exp(-ℓ) overflows float32 and, past 710, float64), alone and mixed with ordinary ones."""
+    """Gate logits at ±100 to ±1000 (exp(-ℓ) overflows float32 and, past 710, float64), alone and mixed with ordinary ones and zeros."""
     rng = domain.generator(seed, "diff_saturated")
     draw = functools.partial(cases.shape, rng, DIFF_V2, 2, 60, 16)
     return [
         cases.case(rng, DIFF_V2, (1, 4, 4, 2, 3), "float32", True, saturated=1.0),
         cases.case(rng, DIFF_V2, draw(), "float32", False, saturated=0.5, binding="positional"),
         cases.case(rng, DIFF_V2, draw(), "float64", True, saturated=1.0, frozen=("q",)),
-        cases.case(rng, DIFF_V2, draw(), "float64", None, saturated=0.5),
+        cases.case(rng, DIFF_V2, draw(), "float64", None, saturated=0.5, zeros=0.2),
         cases.case(rng, DIFF_V2, draw(), "float32", True, saturated=0.8, frozen=("v",)),
     ]
 
@@ -195,7 +195,7 @@ def gqa_gradients(seed: int) -> list[Case]:
 
 @SETS.register
 def diff_gradients(seed: int) -> list[Case]:
-    """diff_v2_attention with gradients: G = 2, 4, 6 and 8, Hkv = 1, both dtypes, causal True, False and omitted, inputs frozen alone and in groups, gates moderate and saturated, T up to 320."""
+    """diff_v2_attention with gradients: G = 2, 4, 6 and 8, Hkv = 1, both dtypes, causal True, False and omitted, inputs frozen alone and in groups, gates moderate, saturated and exactly 0, T up to 320."""
     rng = domain.generator(seed, "diff_gradients")
     found = []
     for i, frozen in enumerate(DIFF_V2_FROZEN):
@@ -203,7 +203,7 @@ def diff_gradients(seed: int) -> list[Case]:
         dims = cases.shape(rng, DIFF_V2, 2, 140 if i < 6 else domain.LONGEST, 32, head_counts=counts)
         found.append(cases.case(rng, DIFF_V2, dims, ("float64", "float32")[i % 2], (True, False, None)[i % 3], frozen=frozen,
                                 binding=("keyword", "positional")[i % 2], saturated=0.3 if i in (2, 5) else 0.0,
-                                max_logit=150.0 if i == 4 else None))  # fmt: skip
+                                zeros=0.25 if i in (0, 3, 4) else 0.0, max_logit=150.0 if i == 4 else None))  # fmt: skip
     return found
 
 

@@ -1,0 +1,67 @@
+"""Grade the DIFF V2 corpus (tests/corpus/v2) on several seeds and say, per file, whether the checks did their job.
+
+A correct file must score 100 on every seed; a wrong file must lose points in
+the tier its label names, or an earlier one, on every seed. For each wrong
+file the table also gives the first hint the report shows (diagnosis is
+advice, not a verdict). Every file is graded with ``diffgrade batch``.
+
+    python benchmarks/diffv2_corpus.py 1 2 3 4 5
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+CORPUS = Path(__file__).resolve().parents[1] / "tests" / "corpus" / "v2"
+TIERS = ("T1", "T2", "T3")
+
+
+def graded(kind: str, seed: int, out: Path) -> dict[str, dict]:
+    """Every file of ``kind`` graded with ``seed``: student -> report."""
+    command = [sys.executable, "-m", "grader", "batch", str(CORPUS / kind), "--out", str(out), "--seed", str(seed), "--exercise", "diff_v2"]
+    subprocess.run(command, capture_output=True, text=True, timeout=1800, check=False)
+    return {folder.name: json.loads((folder / "report.json").read_text()) for folder in out.iterdir() if (folder / "report.json").is_file()}
+
+
+def lost_in(report: dict, tier: str) -> bool:
+    """Whether the report loses points in ``tier`` or an earlier tier."""
+    allowed = TIERS[: TIERS.index(tier) + 1]
+    return any(t["score"] < t["max_score"] for t in report["tiers"] if t["name"] in allowed)
+
+
+def first_hint(report: dict) -> str:
+    """The id of the first hint in report order, or "-"."""
+    return next((c["hint"]["id"] for t in report["tiers"] for c in t["checks"] if c.get("hint")), "-")
+
+
+def main(seeds: list[int]) -> int:
+    """Grade, print a table, and return 1 when a file did not get its verdict on some seed."""
+    labels = json.loads((CORPUS / "labels.json").read_text())
+    misses = []
+    hinted_correct = []
+    with tempfile.TemporaryDirectory() as scratch:
+        for seed in seeds:
+            for kind in ("correct", "wrong"):
+                reports = graded(kind, seed, Path(scratch) / f"{kind}{seed}")
+                for name, report in sorted(reports.items()):
+                    label = labels[f"{kind}/{name}"]
+                    if kind == "correct":
+                        ok = report["score"] == report["max_score"]
+                        hinted_correct += [f"{name} (seed {seed})"] if first_hint(report) != "-" else []
+                        print(f"seed {seed} correct {name:28s} {report['score']:6.1f} {'ok' if ok else 'MISS'}")
+                    else:
+                        ok = lost_in(report, label["tier"])
+                        scores = " ".join(f"{t['name']} {t['score']:g}/{t['max_score']:g}" for t in report["tiers"])
+                        print(f"seed {seed} wrong   {name:28s} {label['tier']} {scores}  hint {first_hint(report)}  {'ok' if ok else 'MISS'}")
+                    if not ok:
+                        misses.append(f"{kind}/{name} (seed {seed})")
+    print(f"SUMMARY seeds {seeds}: misses {len(misses)}: {', '.join(misses) or 'none'}; correct files with a hint: {', '.join(hinted_correct) or 'none'}")
+    return 1 if misses else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main([int(a) for a in sys.argv[1:]] or [1]))
