@@ -33,6 +33,9 @@ WRONG = WRONG_DIR / "logit_difference.py"
 SCORE = ".verdict .big"
 TIER_TABLE = "Points and checks passed per tier"
 OFFSET_CHART = "Offset response against λ"
+NOISE_CHART = "Independent noise against λ"
+NEGATIVE_CHART = "Negative entries of the signed map against λ"
+ROW_SUMS_CHART = "Row sums of the signed map against λ"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 TIERS = ["T1", "T2", "T3"]
 
@@ -180,19 +183,50 @@ def test_wrong_page_shows_its_failures(pages: dict[tuple[str, str], PageLoad], r
     assert facts["text"].count("✗ failed") >= 2 * statuses.count("failed")  # listed in the summary and in its tier
 
 
+def panel(report: dict[str, Any], panel_id: str) -> dict[str, Any]:
+    """The experiment's panel ``panel_id``."""
+    return next(found for found in report["experiment"]["panels"] if found["id"] == panel_id)
+
+
+def chart_of(facts: dict[str, Any], title: str) -> dict[str, Any]:
+    """The measured SVG whose accessible name is ``title``: it has a size within the window and its viewBox's aspect."""
+    chart = next(svg for svg in facts["svgs"] if svg["label"] == title)
+    assert 0 < chart["width"] <= facts["inner_width"]
+    assert chart["height"] / chart["width"] == pytest.approx(380 / 640, rel=1e-3)
+    return chart
+
+
 @pytest.mark.parametrize(("name", "device"), PAGES)
 def test_toy_chart_is_drawn(
     pages: dict[tuple[str, str], PageLoad], reports: dict[str, Graded], name: str, device: str
 ) -> None:
-    """The offset-response chart has a size, its viewBox's aspect and three full curves; no SVG label is cut off."""
+    """One chart per panel; the offset-response chart has three full curves; no SVG label is cut off."""
     facts = pages[name, device].facts
-    points = len(reports[name].report["toy_experiment"]["lambdas"])
-    chart = next(svg for svg in facts["svgs"] if svg["label"] == OFFSET_CHART)
-    assert 0 < chart["width"] <= facts["inner_width"]
-    assert chart["height"] / chart["width"] == pytest.approx(380 / 640, rel=1e-3)
+    report = reports[name].report
+    titles = [found["title"] for found in report["experiment"]["panels"]]
+    assert [svg["label"] for svg in facts["svgs"] if svg["label"] in titles] == titles  # the heat maps are charts too
+    points = len(panel(report, "offset_response")["x"]["values"])
+    chart = chart_of(facts, OFFSET_CHART)
     assert chart["polylines"] == [points] * 3  # expected, reference preview, submission
     assert len(chart["paths"]) == points + 1 and min(chart["paths"]) > 0  # submission markers and its legend
     assert [svg["cut_text"] for svg in facts["svgs"] if svg["cut_text"]] == []
+
+
+@pytest.mark.parametrize(("name", "device"), PAGES)
+def test_honesty_panels_are_drawn(
+    pages: dict[tuple[str, str], PageLoad], reports: dict[str, Graded], name: str, device: str
+) -> None:
+    """The noise chart draws four full curves (√(1 + λ²), 1 − λ, preview, submission), the signed-map charts three of 13 points; the sentence is on the page."""
+    facts = pages[name, device].facts
+    report = reports[name].report
+    noise = chart_of(facts, NOISE_CHART)
+    points = len(panel(report, "independent_noise")["x"]["values"])
+    assert noise["polylines"] == [points] * 4  # context, preview, expected, submission, in drawing order
+    assert len(noise["paths"]) == points + 1 and min(noise["paths"]) > 0
+    for title, panel_id in ((NEGATIVE_CHART, "negative_entries"), (ROW_SUMS_CHART, "row_sums")):
+        assert chart_of(facts, title)["polylines"] == [len(panel(report, panel_id)["x"]["values"])] * 3
+    assert "Noise that is independent in the two maps is not cancelled" in facts["text"]
+    assert "Each point is the mean of the 4 row sums" in facts["text"]
 
 
 @pytest.mark.parametrize(("name", "device"), PAGES)

@@ -66,10 +66,10 @@ def _document(load_error: str | None = None, statuses: dict[str, str] | None = N
         check["score"] = check["max_score"] if check["status"] == "passed" else 0.0
     tiers, score, max_score = tally(checks, TIERS)
     document = {
-        "schema_version": 1, "grader_version": "0.1.0", "exercise": "diff_attention", "exercise_title": "Differential attention", "exercise_version": "1.0", "audience": "student",
+        "schema_version": 2, "grader_version": "0.1.0", "exercise": "diff_attention", "exercise_title": "Differential attention", "exercise_version": "1.0", "audience": "student",
         "submission": {"path": "subs/a|b.py", "sha256": "ab" * 32, "size_bytes": 100, "load_error": load_error, "notes": []},
         "seed": 7, "tiers_selected": ["T1", "T2"], "score": score, "max_score": max_score,
-        "status": overall_status(checks), "tiers": tiers, "toy_experiment": None,
+        "status": overall_status(checks), "tiers": tiers, "experiment": None,
         "worker": {"stdout": "", "stderr": "", "restarts": 0, "warnings": [WARNING], "protections": {}},
         "environment": {"python": "3.11.7", "platform": "Linux", "numpy": "2.4.6", "torch": "2.13.0+cpu",
                         "pytest": "9.2.0", "jinja2": "3.1.6", "grader": "0.1.0"},

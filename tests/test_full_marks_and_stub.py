@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import math
+from typing import Any
+
+import pytest
 from conftest import Graded
 
 from grader.reports.schema import validate
@@ -22,14 +26,48 @@ def test_reference_reports_validate_against_the_schema(reference_runs: dict[int,
         assert validate(run.report) == []
 
 
+def panels(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The experiment's panels by id, each with its series by role."""
+    return {panel["id"]: {**panel, "by_role": {s["role"]: s for s in panel["series"]}} for panel in report["experiment"]["panels"]}
+
+
 def test_reference_toy_curves_follow_one_minus_lambda(reference_runs: dict[int, Graded]) -> None:
     """Both the preview and the graded curve equal 1 - λ at all 11 points."""
-    toy = reference_runs[33].report["toy_experiment"]
-    assert len(toy["lambdas"]) == 11
-    for curve in (toy["preview"]["offset_response"], toy["submission"]["offset_response"]):
-        assert all(abs(got - (1 - lam)) < 1e-9 for got, lam in zip(curve, toy["lambdas"]))
-    assert toy["preview"]["source"] == "reference"
-    assert toy["submission"]["signal_retained"][0] == 1.0
+    offset = panels(reference_runs[33].report)["offset_response"]
+    lambdas = offset["x"]["values"]
+    assert len(lambdas) == 11
+    by_role = offset["by_role"]
+    assert by_role["expected"]["values"] == [1 - lam for lam in lambdas]
+    for role in ("preview", "submission"):
+        assert all(abs(got - (1 - lam)) < 1e-9 for got, lam in zip(by_role[role]["values"], lambdas))
+    assert by_role["preview"]["label"] == "Reference preview" and by_role["preview"]["note"] is None
+    assert panels(reference_runs[33].report)["signal_retained"]["by_role"]["submission"]["values"][0] == 1.0
+
+
+def test_reference_honesty_curves_match_their_truths(reference_runs: dict[int, Graded]) -> None:
+    """Independent noise grows like √(1 + λ²), the negative share is the oracle's, the rows sum to 1 - λ (λ from -1 to 2)."""
+    found = panels(reference_runs[33].report)
+    noise = found["independent_noise"]
+    assert [s["role"] for s in noise["series"]] == ["expected", "context", "preview", "submission"]
+    assert noise["by_role"]["expected"]["values"] == [math.sqrt(1 + lam * lam) for lam in noise["x"]["values"]]
+    negative, sums = found["negative_entries"], found["row_sums"]
+    assert negative["x"]["values"][0] == -1.0 and negative["x"]["values"][-1] == 2.0 and len(negative["x"]["values"]) == 13
+    for role in ("preview", "submission"):
+        assert noise["by_role"][role]["values"] == pytest.approx(noise["by_role"]["expected"]["values"], abs=1e-12)
+        assert negative["by_role"][role]["values"] == negative["by_role"]["expected"]["values"]
+        assert sums["by_role"][role]["values"] == pytest.approx([1 - lam for lam in sums["x"]["values"]], abs=1e-12)
+        assert sums["by_role"][role]["note"].startswith("Each point is the mean of the 4 row sums")
+    shares = negative["by_role"]["expected"]["values"]
+    assert shares[:5] == [0.0] * 5 and max(shares) > 0  # none for λ ≤ 0, some beyond
+
+
+def test_stub_experiment_says_why_it_has_no_curves(stub_run: Graded) -> None:
+    """The stub's probes are made and fail: each honesty panel's note names the first reason."""
+    found = panels(stub_run.report)
+    for panel in ("independent_noise", "negative_entries", "row_sums"):
+        submission = found[panel]["by_role"]["submission"]
+        assert all(value is None for value in submission["values"])
+        assert "calls gave no usable output; the first: differential_attention is not implemented yet" in submission["note"]
 
 
 def test_stub_scores_zero_with_not_implemented_messages(stub_run: Graded) -> None:

@@ -89,7 +89,7 @@ def structure(report: dict[str, Any]) -> Structure:
 
 
 def variants() -> list[tuple[str, dict[str, Any]]]:
-    """The sample report as it is, with a load error and warnings, with only skipped checks, without a toy experiment."""
+    """The sample report as it is, with a load error and warnings, with only skipped checks, without an experiment."""
     plain = sample_report()
     broken = sample_report()
     broken["submission"]["load_error"] = "SyntaxError at line 3"
@@ -98,9 +98,9 @@ def variants() -> list[tuple[str, dict[str, Any]]]:
     for tier in skipped["tiers"]:
         for check in tier["checks"]:
             check.update(status="skipped", score=0.0)
-    no_toy = sample_report()
-    no_toy["toy_experiment"] = None
-    return [("plain", plain), ("load error", broken), ("skipped", skipped), ("no toy", no_toy)]
+    no_experiment = sample_report()
+    no_experiment["experiment"] = None
+    return [("plain", plain), ("load error", broken), ("skipped", skipped), ("no experiment", no_experiment)]
 
 
 @pytest.mark.parametrize(("name", "report"), variants())
@@ -113,20 +113,26 @@ def test_headings_form_an_outline(name: str, report: dict[str, Any]) -> None:
 
 
 def test_sections_and_tiers_are_headed() -> None:
-    """Each section has an h2 and each tier's checks sit under it as h3."""
-    headings = structure(sample_report()).headings
+    """Each section has an h2, each tier's checks sit under it as h3, and so does each panel of the experiment."""
+    report = sample_report()
+    headings = structure(report).headings
     h2 = [text for level, text in headings if level == 2]
     assert h2[:2] == ["Summary", "Tiers"]
     assert [text.split(" · ")[0] for text in h2[2:5]] == ["T1", "T2", "T3"]
     assert h2[5:] == ["Toy experiment", "Worker process", "Environment"]
+    at = headings.index((2, "Toy experiment"))
+    assert headings[at + 1 : at + 4] == [(3, panel["title"]) for panel in report["experiment"]["panels"]]
+    report["experiment"] = None
+    assert [text for level, text in structure(report).headings if level == 2][5:] == ["Worker process", "Environment"]
     t2_at = headings.index((2, next(text for text in h2 if text.startswith("T2"))))
     assert headings[t2_at + 1] == (3, "T2 output matches reference")
 
 
 def test_tables_are_labelled_scoped_and_scrollable() -> None:
     """Every table is labelled, every header cell has a scope, and every table scrolls in its own container."""
-    tables = structure(sample_report()).tables
-    assert len(tables) == 4  # tiers, two chart data tables, environment
+    report = sample_report()
+    tables = structure(report).tables
+    assert len(tables) == 2 + len(report["experiment"]["panels"])  # tiers, a data table per chart, environment
     for table in tables:
         assert table.caption or table.attrs.get("aria-label") or table.attrs.get("aria-labelledby")
         assert table.headers and all(th.get("scope") in ("col", "row") for th in table.headers)
@@ -150,9 +156,10 @@ def test_every_status_reads_as_a_word() -> None:
 
 def test_page_is_responsive_and_self_contained() -> None:
     """A viewport meta tag, charts that scale by their viewBox, and no URL out of the page."""
-    parsed = structure(sample_report())
+    report = sample_report()
+    parsed = structure(report)
     assert {"name": "viewport", "content": "width=device-width, initial-scale=1"} in parsed.metas
-    assert len(parsed.svgs) == 2
+    assert len(parsed.svgs) == len(report["experiment"]["panels"])
     for svg in parsed.svgs:
         assert re.fullmatch(r"0 0 \d+ \d+", svg["viewbox"] or "")  # the parser lowercases names
         assert "width" not in svg and "height" not in svg

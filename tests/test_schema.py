@@ -26,3 +26,17 @@ def test_validator_flags_missing_wrong_and_extra_fields(reference_runs: dict[int
 def test_booleans_are_not_numbers() -> None:
     """JSON true is not accepted where a number is required."""
     assert validate(True, {"type": "number"}) == ["$: must be number (got bool True)"]
+
+
+def test_validator_applies_the_experiment_rules(reference_runs: dict[int, Graded]) -> None:
+    """A series with a value too many, a repeated panel id and an unknown role are all reported."""
+    report = copy.deepcopy(reference_runs[11].report)
+    panels = report["experiment"]["panels"]
+    panels[0]["series"][0]["values"].append(0.0)
+    panels[1]["id"] = panels[0]["id"]
+    panels[2]["series"][0]["role"] = "guess"
+    problems = validate(report)
+    assert "$.experiment.panels[0].series[0].values: 12 values for 11 x values" in problems
+    assert "$.experiment.panels[1].id: 'offset_response' names an earlier panel too" in problems
+    assert any(p.startswith("$.experiment.panels[2].series[0].role: must be one of") for p in problems)
+    assert len(problems) == 3

@@ -11,6 +11,7 @@ from typing import Any
 import jinja2
 import pytest
 
+from grader.core.experiment import Axis, Frame, Measured, Panel, Series, Shown, section
 from grader.reports import svgchart
 
 TEMPLATES = Path(__file__).parents[1] / "templates"
@@ -48,7 +49,7 @@ def text_env() -> jinja2.Environment:
 
 def render_html(report: dict[str, Any]) -> str:
     """Render the HTML report the way the caller does."""
-    charts = svgchart.toy_charts(report["toy_experiment"])
+    charts = svgchart.experiment_charts(report["experiment"])
     return html_env().get_template("report.html.j2").render(report=report, charts=charts)
 
 
@@ -75,9 +76,52 @@ def check(
     }
 
 
+LAMBDAS = tuple(i / 10 for i in range(11))
+WIDE = tuple(-1.0 + 0.25 * i for i in range(13))
+
+
+def sample_experiment() -> dict[str, Any]:
+    """An experiment section of three panels, as the harness assembles it.
+
+    The first has an expected line and a gap in the submission's curve, the
+    second no expected line, the third its own x axis, a context line and a
+    note on each measured curve.
+    """
+    half: list[float | None] = [1.0 - 0.8 * lam for lam in LAMBDAS]
+    half[4] = None
+    frame = Frame(
+        "toy_offset",
+        "Toy experiment",
+        ("Adding the same offset vector to every value row should move the output by (1 − λ) times that offset.",),
+        (
+            Panel("offset_response", "Offset response against λ", "The factor by which the offset reaches the output.",
+                  Axis("λ", LAMBDAS), "offset response", (Series("Expected (1 − λ)", "expected", [1.0 - lam for lam in LAMBDAS]),), (0.0, 1.0)),
+            Panel("signal_retained", "Signal retained against λ", "The norm of the output's signal part.",
+                  Axis("λ", LAMBDAS), "signal retained", (), (0.0, 1.0)),
+            Panel("row_sums", "Row sums against λ", "Every row sums to 1 − λ.", Axis("λ", WIDE), "row sum",
+                  (Series("Expected (1 − λ)", "expected", [1.0 - x for x in WIDE]), Series("Zero", "context", [0.0] * len(WIDE))), (0.0, 1.0)),
+        ),
+        inputs=(Shown("Shared value offset", (0.7, -1.2, 0.3, 0.05)),),
+        notes=("Only the first chart is graded.",),
+    )  # fmt: skip
+    preview = Measured(
+        {"offset_response": [1.0 - lam for lam in LAMBDAS], "signal_retained": [1.0 - 0.3 * lam for lam in LAMBDAS], "row_sums": [1.0 - x for x in WIDE]},
+        {"row_sums": "Each point is the mean of the 4 row sums."},
+    )  # fmt: skip
+    submission = Measured(
+        {"offset_response": half, "signal_retained": [1.0 - 0.5 * lam for lam in LAMBDAS], "row_sums": [1.0 - x for x in WIDE]},
+        {"row_sums": "Each point is the mean of the 4 row sums."},
+    )  # fmt: skip
+    return section(frame, preview, None, submission, None)
+
+
+def measured_series(report: dict[str, Any], role: str) -> list[dict[str, Any]]:
+    """The series of ``role`` in every panel of the report's experiment."""
+    return [item for panel in report["experiment"]["panels"] for item in panel["series"] if item["role"] == role]
+
+
 def sample_report() -> dict[str, Any]:
-    """A realistic report with a hostile failed message and a gap in the toy curves."""
-    lambdas = [i / 10 for i in range(11)]
+    """A realistic report with a hostile failed message and a gap in the experiment's curves."""
     t1 = [
         check(CHECK_IDS[0], "T1", "passed", 3.0, "ok: shape () dtype float32"),
         check(CHECK_IDS[1], "T1", "passed", 17.0, "ok"),
@@ -103,9 +147,6 @@ def sample_report() -> dict[str, Any]:
         ),
         check(CHECK_IDS[5], "T3", "passed", 20.0, "dL/dlambda within tolerance"),
     ]
-    half = [1.0 - 0.8 * lam for lam in lambdas]
-    half[4] = None
-
     def tier(name: str, title: str, score: float, total: float, checks: list) -> dict[str, Any]:
         passed = sum(1 for item in checks if item["status"] == "passed")
         return {
@@ -119,7 +160,7 @@ def sample_report() -> dict[str, Any]:
         }
 
     return {
-        "schema_version": 1,
+        "schema_version": 2,
         "grader_version": "0.1.0",
         "exercise": "diff_attention",
         "submission": {
@@ -138,22 +179,7 @@ def sample_report() -> dict[str, Any]:
             tier("T2", "Values", 33.0, 40.0, t2),
             tier("T3", "Gradients", 20.0, 40.0, t3),
         ],
-        "toy_experiment": {
-            "lambdas": lambdas,
-            "offset": [0.7, -1.2, 0.3, 0.05],
-            "expected_offset_response": [1.0 - lam for lam in lambdas],
-            "preview": {
-                "source": "reference",
-                "offset_response": [1.0 - lam for lam in lambdas],
-                "signal_retained": [1.0 - 0.3 * lam for lam in lambdas],
-            },
-            "preview_note": None,
-            "submission": {
-                "offset_response": half,
-                "signal_retained": [1.0 - 0.5 * lam for lam in lambdas],
-            },
-            "submission_note": None,
-        },
+        "experiment": sample_experiment(),
         "worker": {
             "stdout": f"debug print {HOSTILE}\nsecond line",
             "stderr": "",
@@ -197,18 +223,22 @@ def series_group(svg: str, key: str) -> str:
 def test_html_escapes_hostile_text(report: dict[str, Any]) -> None:
     """Student text is escaped wherever it appears and never comes out as a raw tag."""
     report["submission"]["load_error"] = f"SyntaxError at line 3: {HOSTILE}"
-    report["toy_experiment"]["submission"] = None
-    report["toy_experiment"]["submission_note"] = HOSTILE
+    for item in measured_series(report, "submission"):
+        item.update(values=None, note=HOSTILE)
+    for item in measured_series(report, "preview"):
+        item["label"] = "<svg onload=alert(1)>"
+    report["experiment"]["panels"][0]["caption"] = HOSTILE
+    report["experiment"]["notes"] = [HOSTILE]
     report["worker"]["warnings"] = [HOSTILE]
     report["environment"]["platform"] = HOSTILE
-    report["toy_experiment"]["preview"]["source"] = "<svg onload=alert(1)>"
     page = render_html(report)
     assert "<script" not in page.lower()
     assert "<svg onload" not in page
     assert "&lt;script&gt;alert(" in page
     assert "&amp; more" in page
-    # load error, failed message, stdout, warning, environment, note (twice)
-    assert page.count("&lt;script&gt;") >= 7
+    # load error, failed message, stdout, warning, environment, a caption (twice: shown and in the chart's desc),
+    # the experiment's note, a note per panel
+    assert page.count("&lt;script&gt;") >= 11
 
 
 def test_html_is_self_contained(report: dict[str, Any]) -> None:
@@ -283,10 +313,11 @@ def test_html_no_load_error_section_when_loaded(report: dict[str, Any]) -> None:
     assert "could not be loaded" not in render_html(report)
 
 
-def test_html_charts_have_three_series(report: dict[str, Any]) -> None:
-    """The offset chart draws expected, preview and submission; the signal chart the last two."""
-    offset_svg, signal_svg = svg_blocks(render_html(report))
-    for svg in (offset_svg, signal_svg):
+def test_html_draws_every_panel_by_role(report: dict[str, Any]) -> None:
+    """One chart per panel; each draws the series its panel has, told apart by role (dash, marker, context dots)."""
+    page = render_html(report)
+    offset_svg, signal_svg, sums_svg = svg_blocks(page)
+    for svg in (offset_svg, signal_svg, sums_svg):
         assert 'role="img"' in svg and "<title>" in svg and "aria-label=" in svg
     assert "<polyline" in series_group(offset_svg, "expected")
     assert "<polyline" in series_group(offset_svg, "preview")
@@ -295,56 +326,68 @@ def test_html_charts_have_three_series(report: dict[str, Any]) -> None:
     assert series_group(signal_svg, "expected") == ""
     assert "<polyline" in series_group(signal_svg, "preview")
     assert "<polyline" in series_group(signal_svg, "submission")
-    assert "1 of 11 points were not finite" in render_html(report)
+    context = series_group(sums_svg, "context")
+    assert "<polyline" in context and "<circle" not in context and "<path" not in context  # drawn dotted, without markers
+    assert series_group(sums_svg, "submission").count("<path") == len(WIDE)  # a square per point
+    assert "1 of 11 points were not finite" in page
+    assert "Each point is the mean of the 4 row sums." in page
+
+
+def test_html_experiment_text(report: dict[str, Any]) -> None:
+    """The section is headed by the experiment's title and shows its summary, inputs, captions and notes."""
+    page = render_html(report)
+    assert '<h2 id="experiment-heading">Toy experiment</h2>' in page
+    assert "should move the output by (1 − λ) times that offset." in page
+    assert "Shared value offset (4 components):" in page and "0.7, -1.2, 0.3, 0.05" in page
+    for title in ("Offset response against λ", "Signal retained against λ", "Row sums against λ"):
+        assert f"<h3>{title}</h3>" in page
+    assert "<p>Every row sums to 1 − λ.</p>" in page
+    assert "<li>Only the first chart is graded.</li>" in page
 
 
 def test_html_chart_axes_and_legend(report: dict[str, Any]) -> None:
     """Charts carry tick labels, axis labels and a legend naming every series."""
-    offset_svg = svg_blocks(render_html(report))[0]
+    offset_svg, _signal_svg, sums_svg = svg_blocks(render_html(report))
     for label in ("0.0", "0.2", "1.0"):
         assert f">{label}</text>" in offset_svg
     assert ">λ</text>" in offset_svg and ">offset response</text>" in offset_svg
     legend = offset_svg[offset_svg.index('<g class="legend">') :]
     for text in ("Expected (1 − λ)", "Reference preview", "Submission"):
         assert f">{text}</text>" in legend
+    for label in ("-1.0", "2.0"):
+        assert f">{label}</text>" in sums_svg
+    assert '<g class="s-context">' in sums_svg[sums_svg.index('<g class="legend">') :]
 
 
 def test_html_missing_curves_show_notes(report: dict[str, Any]) -> None:
     """Null preview and submission curves draw nothing and show their notes."""
-    toy = report["toy_experiment"]
-    toy["preview"] = None
-    toy["preview_note"] = "the reference preview was not run & skipped"
-    toy["submission"] = None
-    toy["submission_note"] = "submission raised ValueError"
+    for item in measured_series(report, "preview"):
+        item.update(values=None, note="the reference preview was not run & skipped")
+    for item in measured_series(report, "submission"):
+        item.update(values=None, note="submission raised ValueError")
     page = render_html(report)
-    offset_svg, signal_svg = svg_blocks(page)
+    offset_svg, signal_svg, _sums_svg = svg_blocks(page)
     assert series_group(offset_svg, "submission") == ""
     assert series_group(offset_svg, "preview") == ""
     assert "<polyline" in series_group(offset_svg, "expected")
     assert "the reference preview was not run &amp; skipped" in page
     assert "submission raised ValueError" in page
     assert "Submission (not available)" in offset_svg
-    assert "No curve could be drawn for this chart." in page
+    assert "No curve could be drawn for this chart." in page  # the signal chart has no expected line
 
 
-def test_html_all_null_points_and_empty_toy(report: dict[str, Any]) -> None:
-    """A curve of only nulls, and a toy section without lambdas, still render."""
-    toy = report["toy_experiment"]
-    toy["submission"]["offset_response"] = [None] * len(toy["lambdas"])
+def test_html_all_null_points_and_empty_experiment(report: dict[str, Any]) -> None:
+    """A curve of only nulls, and an experiment whose panel has no x values, still render."""
+    measured_series(report, "submission")[0]["values"] = [None] * len(LAMBDAS)
     page = render_html(report)
     assert series_group(svg_blocks(page)[0], "submission") == ""
     assert "Submission:</strong> not shown: none of its 11 points has a finite value." in page
     empty = copy.deepcopy(report)
-    empty["toy_experiment"] = {
-        "lambdas": [],
-        "offset": [],
-        "expected_offset_response": [],
-        "preview": None,
-        "preview_note": None,
-        "submission": None,
-        "submission_note": None,
-    }
-    assert len(svg_blocks(render_html(empty))) == 2
+    empty["experiment"]["panels"] = [{
+        "id": "empty", "title": "Nothing", "caption": "", "x": {"label": "x", "values": []}, "y_label": "y",
+        "y_includes": [], "series": [{"label": "Submission", "role": "submission", "values": None, "note": None}],
+    }]  # fmt: skip
+    assert len(svg_blocks(render_html(empty))) == 1
 
 
 def test_html_worker_output_collapsible(report: dict[str, Any]) -> None:
@@ -386,13 +429,11 @@ def test_html_status_not_colour_only(report: dict[str, Any]) -> None:
     assert all(word for _cls, _symbol, word in badges)
 
 
-@pytest.mark.parametrize("charts", [None, svgchart.toy_charts(None)])
-def test_html_without_toy_experiment(report: dict[str, Any], charts: dict[str, Any] | None) -> None:
-    """A null toy_experiment (charts None or empty) renders a note instead of charts."""
-    report["toy_experiment"] = None
-    template = html_env().get_template("report.html.j2")
-    page = template.render(report=report, charts=charts)
-    assert "The toy experiment did not run" in page
+def test_html_without_experiment(report: dict[str, Any]) -> None:
+    """An exercise without an experiment (null section, no charts) has no section for it."""
+    report["experiment"] = None
+    page = render_html(report)
+    assert "experiment-heading" not in page
     assert "<svg" not in page and "</html>" in page
 
 
@@ -425,7 +466,7 @@ class TagBalance(HTMLParser):
 def test_html_is_well_formed(report: dict[str, Any]) -> None:
     """Every element the page opens is closed in order, and no script element exists."""
     report["submission"]["load_error"] = "SyntaxError: <div>"
-    report["toy_experiment"]["submission"] = None
+    measured_series(report, "submission")[0]["values"] = None
     parser = TagBalance()
     parser.feed(render_html(report))
     parser.close()
@@ -564,19 +605,25 @@ def test_segments_break_at_none() -> None:
     assert svgchart.points_attr(parts[1]) == "50,0 75,0"
 
 
-def test_toy_charts_shape() -> None:
-    """toy_charts returns both charts with ticks, legend, series and tables."""
-    charts = svgchart.toy_charts(sample_report()["toy_experiment"])
-    assert set(charts) == {"offset_response", "signal_retained"}
-    offset = charts["offset_response"]
+def test_experiment_charts_shape() -> None:
+    """One chart per panel with ticks, legend, series keyed by role and a table headed by the x axis."""
+    charts = svgchart.experiment_charts(sample_report()["experiment"])
+    assert [chart["id"] for chart in charts] == ["chart-offset_response", "chart-signal_retained", "chart-row_sums"]
+    offset, signal, sums = charts
     assert [s["key"] for s in offset["series"]] == ["expected", "preview", "submission"]
-    assert [s["key"] for s in charts["signal_retained"]["series"]] == ["preview", "submission"]
+    assert [s["key"] for s in signal["series"]] == ["preview", "submission"]
+    assert [s["key"] for s in sums["series"]] == ["expected", "context", "preview", "submission"]
+    assert [s["z"] for s in sums["series"]] == [2, 0, 1, 3]
     assert offset["viewbox"] == f"0 0 {offset['width']} {offset['height']}"
     assert [t["label"] for t in offset["x_ticks"]] == ["0.0", "0.2", "0.4", "0.6", "0.8", "1.0"]
+    assert offset["x_label"] == "λ" and offset["y_label"] == "offset response"
+    assert offset["description"].startswith("Line chart of offset response against λ, for λ from 0 to 1.")
     submission = offset["series"][2]
     assert submission["missing"] == 1 and len(submission["segments"]) == 2
     assert len(submission["markers"]) == 10
     assert len(offset["table"]["rows"]) == 11 and offset["table"]["rows"][4][3] == "\u2014"
+    assert offset["table"]["headings"] == ["λ", "Expected (1 − λ)", "Reference preview", "Submission"]
+    assert len(sums["table"]["rows"]) == 13 and sums["table"]["rows"][0][0] == "-1"
     number = r"-?\d+(\.\d{1,2})?"
     pair = rf"{number},{number}"
     for series in offset["series"]:
@@ -584,32 +631,35 @@ def test_toy_charts_shape() -> None:
             assert re.fullmatch(rf"{pair}( {pair})*", points)
 
 
-def test_toy_charts_deterministic_and_tolerant() -> None:
-    """The same input gives the same output; junk and extreme values do not raise."""
-    toy = sample_report()["toy_experiment"]
-    assert svgchart.toy_charts(toy) == svgchart.toy_charts(copy.deepcopy(toy))
+def test_experiment_charts_deterministic_and_tolerant() -> None:
+    """The same input gives the same output; junk, extreme values and repeated ids do not raise."""
+    experiment = sample_report()["experiment"]
+    assert svgchart.experiment_charts(experiment) == svgchart.experiment_charts(copy.deepcopy(experiment))
     junk = {
-        "lambdas": [0.0, 0.5, "x", 1.0],
-        "submission": {
-            "offset_response": [1e300, float("nan"), True, -1e300],
-            "signal_retained": "no",
-        },
-        "preview": {"source": "<b>x</b>" * 20, "offset_response": [1.0]},
+        "panels": [
+            {
+                "id": "Not an id!",
+                "x": {"values": [0.0, 0.5, "x", 1.0]},
+                "series": [
+                    {"role": "submission", "values": [1e300, float("nan"), True, -1e300]},
+                    {"role": "preview", "label": "<b>x</b>" * 20, "values": [1.0]},
+                    {"role": "mystery", "values": "no"},
+                    "not a series",
+                ],
+            },
+            {"id": "twice"},
+            {"id": "twice"},
+            None,
+        ]
     }
-    charts = svgchart.toy_charts(junk)
-    offset = charts["offset_response"]
-    assert offset["series"][2]["available"] and offset["series"][2]["missing"] == 2
-    assert not charts["signal_retained"]["series"][1]["present"]
-    assert len(offset["series"][1]["label"]) <= svgchart.LABEL_MAX_CHARS
-    assert svgchart.toy_charts(None)["offset_response"]["has_data"] is False
-    huge_toy = {"lambdas": [-1e308, 1e308], "submission": {"offset_response": [0, 1]}}
-    huge = svgchart.toy_charts(huge_toy)
-    assert huge["offset_response"]["series"][2]["available"]
-
-
-def test_toy_charts_expected_defaults_to_one_minus_lambda() -> None:
-    """Without an expected curve, 1 − λ is drawn."""
-    charts = svgchart.toy_charts({"lambdas": [0.0, 1.0]})
-    expected = charts["offset_response"]["series"][0]
-    assert expected["available"]
-    assert charts["offset_response"]["table"]["rows"][1][1] == "0.0000"
+    charts = svgchart.experiment_charts(junk)
+    assert [chart["id"] for chart in charts] == ["chart-panel-1", "chart-twice", "chart-twice-3", "chart-panel-4"]
+    first = charts[0]
+    assert first["series"][0]["available"] and first["series"][0]["missing"] == 2
+    assert len(first["legend"][1]["text"]) == svgchart.LABEL_MAX_CHARS and first["legend"][1]["text"].endswith("…")
+    assert first["series"][1]["label"] == "<b>x</b>" * 20  # whole in the notes and the table
+    assert first["series"][2]["key"] == "context" and not first["series"][2]["present"]
+    assert not charts[1]["has_data"] and charts[1]["title"] == "Panel 2"
+    assert svgchart.experiment_charts(None) == [] and svgchart.experiment_charts({"panels": "no"}) == []
+    huge = svgchart.panel_chart({"x": {"values": [-1e308, 1e308]}, "series": [{"role": "submission", "values": [0, 1]}]})
+    assert huge["series"][0]["available"]

@@ -13,16 +13,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
+from grader.core.experiment import Frame, Measured
 from grader.worker.client import Worker
 
-# An experiment takes a loaded worker and the run's seed and returns the JSON-ready
-# section the report shows (docs/report-schema.md, "experiment"), or raises
+# An experiment takes a loaded worker and the run's seed and returns what that
+# implementation measured (grader.core.experiment), or raises
 # ExperimentUnavailable with a sentence saying why not. Its frame gives, for a
-# seed, the fields shared by every run of it (axes, truth).
-Experiment = Callable[[Worker, int], dict[str, Any]]
-ExperimentFrame = Callable[[int], dict[str, Any]]
+# seed, what every run of it shares (panels, axes, truth); the harness puts the
+# two together into the report's section (docs/report-schema.md, "experiment").
+Experiment = Callable[[Worker, int], Measured]
+ExperimentFrame = Callable[[int], Frame]
 # A handout builder takes a seed and returns the files it adds to the student
 # handout beside the stub and the task statement: relative path -> text.
 HandoutBuilder = Callable[[int], dict[str, str]]

@@ -15,6 +15,7 @@ from typing import Any, Callable, Protocol
 
 import pytest
 
+from grader.core.experiment import Measured
 from grader.worker.client import Worker
 
 MARKER = "diffgrade_check"
@@ -52,7 +53,7 @@ class GradingContext:
     worker: Worker | None  # None when the submission could not be read
     functions: dict[str, dict[str, Any]]
     load_failure: str | None = None
-    experiment: dict[str, Any] | None = None
+    experiment: Measured | None = None  # the submission's run of the exercise's experiment, set by the check that makes it
     experiment_note: str | None = None
     cache: dict[Any, Any] = field(default_factory=dict)
     notes: dict[str, tuple[str, float | None]] = field(default_factory=dict)

@@ -29,6 +29,7 @@ from grader import CHECKOUT_DIR, PACKAGE_DIR, __version__
 from grader.core import notebook
 from grader.core.checksession import CheckSessionError, RunChecks, run_session
 from grader.core.exercise import Exercise, ExperimentUnavailable
+from grader.core.experiment import ExperimentError, Measured, section
 from grader.core.plugin import GradingContext
 from grader.worker.client import (
     ForkServer,
@@ -232,9 +233,9 @@ def preload(exercise: Exercise) -> None:
 
 @dataclass(frozen=True)
 class Preview:
-    """The reference's curves of the experiment, or why there are none (the same for every submission with one seed)."""
+    """The reference's run of the experiment, or why there is none (the same for every submission with one seed)."""
 
-    curves: dict[str, Any] | None
+    measured: Measured | None
     note: str | None
 
 
@@ -251,7 +252,7 @@ def draw_preview(exercise: Exercise, options: RunOptions, forks: ForkServer) -> 
         _, failure = _load(worker)
         if failure is not None:
             raise ExperimentUnavailable(f"the reference could not be loaded: {failure}")
-        return Preview({"source": "reference", **exercise.experiment(worker, options.seed)}, None)
+        return Preview(exercise.experiment(worker, options.seed), None)
     except (ExperimentUnavailable, InternalError, WorkerFailure) as exc:
         return Preview(None, f"the preview could not be drawn: {exc}")
     finally:
@@ -259,19 +260,16 @@ def draw_preview(exercise: Exercise, options: RunOptions, forks: ForkServer) -> 
 
 
 def _experiment(exercise: Exercise, preview: Preview, options: RunOptions, context: GradingContext) -> dict[str, Any] | None:
-    """The experiment's frame with the reference preview and the submission's curves."""
+    """The report's experiment section: the exercise's frame with the reference's and the submission's runs."""
     if exercise.experiment is None or exercise.experiment_frame is None:
         return None
     submission_note = context.experiment_note
     if context.experiment is None and submission_note is None:
-        submission_note = context.load_failure or "the submission's curve comes from a T3 check that did not run"
-    return {
-        **exercise.experiment_frame(options.seed),
-        "preview": preview.curves,
-        "preview_note": preview.note,
-        "submission": context.experiment,
-        "submission_note": submission_note,
-    }
+        submission_note = context.load_failure or "the submission's curves come from a check that did not run"
+    try:
+        return section(exercise.experiment_frame(options.seed), preview.measured, preview.note, context.experiment, submission_note)
+    except ExperimentError as exc:
+        raise InternalError(f"the experiment of {exercise.name} does not fit the report's format: {exc}") from None
 
 
 def grade(

@@ -62,7 +62,7 @@ def build(exercise: Exercise, run: Run) -> dict[str, Any]:
             "max_score": max_score,
             "status": overall_status(checks),
             "tiers": tiers,
-            "toy_experiment": run.experiment,
+            "experiment": run.experiment,
             "worker": run.worker,
             "environment": run.environment,
             "started_at": run.started_at,
@@ -173,7 +173,7 @@ def preload() -> None:
 
 def render_html(report: dict[str, Any]) -> str:
     """The self-contained HTML page of a report."""
-    charts = svgchart.toy_charts(report["toy_experiment"]) if report["toy_experiment"] else None
+    charts = svgchart.experiment_charts(report["experiment"])
     return environment(html=True).get_template("report.html.j2").render(report=report, charts=charts)
 
 

@@ -3,31 +3,39 @@
 The schema is the contract other tools rely on (docs/report-schema.md).
 ``SCHEMA_VERSION`` changes on any breaking change. The validator understands
 exactly the keywords used here: type, enum, properties, required,
-additionalProperties, items and minimum.
+additionalProperties, items and minimum, and one of its own, ``rules``: the
+name of a function in :data:`RULES` that states what the other keywords
+cannot (for the experiment section, that every series has one value per x
+value).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from grader.core import experiment
 from grader.reports.audience import AUDIENCES
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _NUMBER = {"type": "number"}
 _NULLABLE_NUMBER = {"type": ["number", "null"]}
 _STRING = {"type": "string"}
 _NULLABLE_STRING = {"type": ["string", "null"]}
-_CURVE = {"type": "array", "items": _NULLABLE_NUMBER}
+_NUMBERS = {"type": "array", "items": _NUMBER}
+_STRINGS = {"type": "array", "items": _STRING}
+# Checks that the other keywords cannot state, named by a schema's "rules" keyword.
+RULES = {"experiment": experiment.problems}
 
 
-def _object(properties: dict[str, Any], nullable: bool = False) -> dict[str, Any]:
-    return {
+def _object(properties: dict[str, Any], nullable: bool = False, rules: str | None = None) -> dict[str, Any]:
+    found = {
         "type": ["object", "null"] if nullable else "object",
         "properties": properties,
         "required": list(properties),
         "additionalProperties": False,
     }
+    return found | ({"rules": rules} if rules else {})
 
 
 _VALUES = {"type": ["array", "number", "null"]}  # nested lists of numbers, null for a non-finite one
@@ -96,8 +104,41 @@ _TIER = _object(
     }
 )
 
-_CURVES = _object({"offset_response": _CURVE, "signal_retained": _CURVE}, nullable=True)
-_PREVIEW = _object({"source": _STRING, "offset_response": _CURVE, "signal_retained": _CURVE}, nullable=True)
+_EXPERIMENT = _object(
+    {
+        "name": _STRING,
+        "title": _STRING,
+        "summary": _STRINGS,
+        "inputs": {"type": "array", "items": _object({"label": _STRING, "values": _NUMBERS})},
+        "panels": {
+            "type": "array",
+            "items": _object(
+                {
+                    "id": _STRING,
+                    "title": _STRING,
+                    "caption": _STRING,
+                    "x": _object({"label": _STRING, "values": _NUMBERS}),
+                    "y_label": _STRING,
+                    "y_includes": _NUMBERS,
+                    "series": {
+                        "type": "array",
+                        "items": _object(
+                            {
+                                "label": _STRING,
+                                "role": {"type": "string", "enum": list(experiment.ROLES)},
+                                "values": {"type": ["array", "null"], "items": _NULLABLE_NUMBER},
+                                "note": _NULLABLE_STRING,
+                            }
+                        ),
+                    },
+                }
+            ),
+        },
+        "notes": _STRINGS,
+    },
+    nullable=True,
+    rules="experiment",
+)
 
 SCHEMA: dict[str, Any] = _object(
     {
@@ -122,18 +163,7 @@ SCHEMA: dict[str, Any] = _object(
         "max_score": {"type": "number", "minimum": 0},
         "status": {"type": "string", "enum": ["passed", "failed", "error"]},
         "tiers": {"type": "array", "items": _TIER},
-        "toy_experiment": _object(
-            {
-                "lambdas": {"type": "array", "items": _NUMBER},
-                "offset": {"type": "array", "items": _NUMBER},
-                "expected_offset_response": {"type": "array", "items": _NUMBER},
-                "preview": _PREVIEW,
-                "preview_note": _NULLABLE_STRING,
-                "submission": _CURVES,
-                "submission_note": _NULLABLE_STRING,
-            },
-            nullable=True,
-        ),
+        "experiment": _EXPERIMENT,
         "worker": _object(
             {
                 "stdout": _STRING,
@@ -199,4 +229,6 @@ def validate(instance: Any, schema: dict[str, Any] = SCHEMA, path: str = "$") ->
     if isinstance(instance, list) and "items" in schema:
         for index, item in enumerate(instance):
             problems += validate(item, schema["items"], f"{path}[{index}]")
+    if "rules" in schema:
+        problems += RULES[schema["rules"]](instance, path)
     return problems

@@ -1,17 +1,20 @@
-"""Chart geometry for the toy experiment in the HTML report.
+"""Chart geometry for the experiment's panels in the HTML report.
 
-This module only does arithmetic: it turns the series of the report's
-``toy_experiment`` section into numbers and short number strings (viewbox
-sizes, tick positions and labels, polyline ``points``). The template writes
-the SVG elements itself, so every piece of text that reaches the page goes
-through Jinja's escaping. Nothing here needs numpy, and the output depends on
-the input only.
+This module only does arithmetic: it turns each panel of the report's
+``experiment`` section (docs/report-schema.md) into numbers and short number
+strings (viewbox sizes, tick positions and labels, polyline ``points``). It
+knows a series by its role only (expected, context, preview, submission),
+never by what it measures. The template writes the SVG elements itself, so
+every piece of text that reaches the page goes through Jinja's escaping.
+Nothing here needs numpy, and the output depends on the input only.
 """
 
 from __future__ import annotations
 
 import math
 from typing import Any, Sequence
+
+from grader.core.experiment import PANEL_ID, ROLES
 
 WIDTH = 640
 """Width of every chart's viewbox, in user units."""
@@ -27,19 +30,19 @@ LEGEND_ROW = 20
 LEGEND_CHAR_WIDTH = 8.8
 LEGEND_SAMPLE = 28
 LEGEND_GAP = 22
-LABEL_MAX_CHARS = 40
+LABEL_MAX_CHARS = 56
+"""Legend labels are cut to this many characters, the most one legend row holds."""
 VALUE_LIMIT = 1e150
 """Values beyond this magnitude are drawn at it, so that spans stay finite."""
 
-EXPECTED_LABEL = "Expected (1 \u2212 \u03bb)"
-SUBMISSION_LABEL = "Submission"
-DRAW_ORDER = {"preview": 1, "expected": 2, "submission": 3}
-"""Series drawn later sit on top; keys not listed go last."""
+DRAW_ORDER = {"context": 0, "preview": 1, "expected": 2, "submission": 3}
+"""Series drawn later sit on top, by role: the expected line above the preview (which it often
+hides exactly) and the submission above both."""
 
 Box = tuple[float, float, float, float]
 """A plot area as (left, top, right, bottom) in viewbox units."""
 Curve = tuple[str, str, list[float | None] | None, Any]
-"""One curve to draw: (key, legend label, values or None, note if missing)."""
+"""One curve to draw: (role, legend label, values or None, note)."""
 
 
 def finite_or_none(value: Any) -> float | None:
@@ -187,11 +190,11 @@ def points_attr(segment: Sequence[tuple[float, float]]) -> str:
     return " ".join(f"{format_number(x)},{format_number(y)}" for x, y in segment)
 
 
-def _count_finite(lambdas: Sequence[float | None], values: Sequence[float | None] | None) -> int:
-    """How many points of a curve can be drawn (both λ and value finite)."""
+def _count_finite(xs: Sequence[float | None], values: Sequence[float | None] | None) -> int:
+    """How many points of a curve can be drawn (both x and value finite)."""
     if values is None:
         return 0
-    return sum(1 for x, v in zip(lambdas, values) if x is not None and v is not None)
+    return sum(1 for x, v in zip(xs, values) if x is not None and v is not None)
 
 
 def _series(
@@ -200,17 +203,17 @@ def _series(
     label: str,
     values: list[float | None] | None,
     note: Any,
-    lambdas: list[float | None],
+    xs: list[float | None],
     x_domain: tuple[float, float],
     y_domain: tuple[float, float],
     box: Box,
 ) -> dict[str, Any]:
     """Geometry and bookkeeping of one series (``values`` None: no curve)."""
     present = values is not None
-    values = values if values is not None else [None] * len(lambdas)
+    values = values if values is not None else [None] * len(xs)
     clipped = [None if v is None else min(max(v, -VALUE_LIMIT), VALUE_LIMIT) for v in values]
-    parts = segments(lambdas, clipped, x_domain, y_domain, box)
-    finite = _count_finite(lambdas, values)
+    parts = segments(xs, clipped, x_domain, y_domain, box)
+    finite = _count_finite(xs, values)
     available = finite > 0
     return {
         "key": key,
@@ -219,8 +222,8 @@ def _series(
         "present": present,
         "available": available,
         "note": note if isinstance(note, str) and note.strip() else None,
-        "total": len(lambdas),
-        "missing": len(lambdas) - finite,
+        "total": len(xs),
+        "missing": len(xs) - finite,
         "segments": [points_attr(part) for part in parts],
         "markers": [
             {"x": format_number(x), "y": format_number(y)} for part in parts for x, y in part
@@ -233,7 +236,8 @@ def _legend(series: list[dict[str, Any]], left: float, right: float) -> list[dic
     entries: list[dict[str, Any]] = []
     x, row = left, 0
     for item in series:
-        text = item["label"] if item["available"] else f"{item['label']} (not available)"
+        label = item["label"] if len(item["label"]) <= LABEL_MAX_CHARS else item["label"][: LABEL_MAX_CHARS - 1] + "\u2026"
+        text = label if item["available"] else f"{label} (not available)"
         width = LEGEND_SAMPLE + 6 + len(text) * LEGEND_CHAR_WIDTH
         if x > left and x + width > right:
             x, row = left, row + 1
@@ -258,26 +262,25 @@ def line_chart(
     chart_id: str,
     title: str,
     description: str,
-    y_label: str,
-    lambdas: list[float | None],
+    axis_labels: tuple[str, str],
+    xs: list[float | None],
     curves: list[Curve],
     y_include: Sequence[float],
 ) -> dict[str, Any]:
-    """Lay out one chart of several curves against λ.
+    """Lay out one chart of several curves against x.
 
-    ``curves`` holds (key, label, values or None, note) per series in legend
-    order, where values line up with ``lambdas``. Each series gets a ``z``
-    for drawing order: the expected curve is drawn above the preview (which
-    it often hides exactly) and the submission above both. ``y_include`` are
-    values the y range always covers (such as 0 and 1), so that an empty
-    chart still has axes.
+    ``axis_labels`` are the x and y axes' labels. ``curves`` holds (role,
+    label, values or None, note) per series in legend order, where values
+    line up with ``xs``. Each series gets a ``z`` for drawing order
+    (:data:`DRAW_ORDER`). ``y_include`` are values the y range always covers
+    (such as 0 and 1), so that an empty chart still has axes.
     """
     left = MARGIN_LEFT
     right = WIDTH - MARGIN_RIGHT
     # The legend goes above the plot and may need several rows.
     legend = _legend(
         [
-            {"key": key, "label": label, "available": _count_finite(lambdas, values) > 0}
+            {"key": key, "label": label, "available": _count_finite(xs, values) > 0}
             for key, label, values, _note in curves
         ],
         left,
@@ -288,8 +291,8 @@ def line_chart(
     bottom = HEIGHT - MARGIN_BOTTOM
     box: Box = (left, top, right, bottom)
 
-    xs = [x for x in lambdas if x is not None]
-    x_ticks = nice_ticks(min(xs, default=0.0), max(xs, default=1.0))
+    finite_xs = [x for x in xs if x is not None]
+    x_ticks = nice_ticks(min(finite_xs, default=0.0), max(finite_xs, default=1.0))
     x_domain = (x_ticks[0], x_ticks[-1])
 
     ys = list(y_include)
@@ -297,14 +300,14 @@ def line_chart(
         if values is not None:
             ys.extend(
                 min(max(v, -VALUE_LIMIT), VALUE_LIMIT)
-                for x, v in zip(lambdas, values)
+                for x, v in zip(xs, values)
                 if x is not None and v is not None
             )
     y_ticks = nice_ticks(min(ys, default=0.0), max(ys, default=1.0))
     y_domain = (y_ticks[0], y_ticks[-1])
 
     series = [
-        _series(key, DRAW_ORDER.get(key, 9), label, values, note, lambdas, x_domain, y_domain, box)
+        _series(key, DRAW_ORDER.get(key, 9), label, values, note, xs, x_domain, y_domain, box)
         for key, label, values, note in curves
     ]
     zero = scale(0.0, y_domain, (bottom, top)) if y_domain[0] < 0 < y_domain[1] else None
@@ -323,8 +326,8 @@ def line_chart(
             "cx": format_number((left + right) / 2),
             "cy": format_number((top + bottom) / 2),
         },
-        "x_label": "\u03bb",
-        "y_label": y_label,
+        "x_label": axis_labels[0],
+        "y_label": axis_labels[1],
         "x_label_pos": {"x": format_number((left + right) / 2), "y": format_number(HEIGHT - 14)},
         "y_label_pos": {"x": format_number(18), "y": format_number((top + bottom) / 2)},
         "x_ticks": _ticks(x_ticks, x_domain, (left, right)),
@@ -347,115 +350,94 @@ def _ticks(
 
 
 def data_table(
-    lambdas: list[float | None], columns: list[tuple[str, list[float | None] | None]]
+    x_label: str, xs: list[float | None], columns: list[tuple[str, list[float | None] | None]]
 ) -> dict[str, Any]:
     """The values behind a chart, formatted for an HTML table.
 
     ``columns`` holds (heading, values or None); a missing curve gives a
-    column of dashes. The first column is always λ.
+    column of dashes. The first column is always x, headed ``x_label``.
     """
-    headings = ["\u03bb"] + [heading for heading, _values in columns]
+    headings = [x_label] + [heading for heading, _values in columns]
     rows = []
-    for i, lam in enumerate(lambdas):
-        cells = ["\u2014" if lam is None else format_number(lam, 4)]
+    for i, x in enumerate(xs):
+        cells = ["\u2014" if x is None else format_number(x, 4)]
         for _heading, values in columns:
             cells.append(format_value(values[i] if values is not None else None))
         rows.append(cells)
     return {"headings": headings, "rows": rows}
 
 
-def _curve(block: Any, field: str, length: int) -> list[float | None] | None:
-    """The ``field`` curve of a preview/submission block, or None if absent."""
-    if not isinstance(block, dict) or not isinstance(block.get(field), (list, tuple)):
-        return None
-    return clean_series(block[field], length)
+def _text(value: Any, default: str) -> str:
+    """``value`` if it is a non-blank string, else ``default``."""
+    return value if isinstance(value, str) and value.strip() else default
 
 
-def toy_charts(toy: dict[str, Any] | None) -> dict[str, Any]:
-    """Turn the report's ``toy_experiment`` section into chart geometry.
+def _numbers(values: Any) -> list[float | None]:
+    """A list of values as finite floats or None, each within ±VALUE_LIMIT; anything else is empty."""
+    if not isinstance(values, (list, tuple)):
+        return []
+    return [None if v is None else min(max(v, -VALUE_LIMIT), VALUE_LIMIT) for v in clean_series(values, len(values))]
 
-    Returns ``{"offset_response": chart, "signal_retained": chart}``. Each
-    chart is a dict with ``id``, ``title``, ``description``, ``width``,
-    ``height``, ``viewbox``, ``plot`` (left/top/right/bottom/cx/cy),
-    ``x_label``/``y_label`` and their positions, ``x_ticks``/``y_ticks``
-    (lists of ``{"pos", "label"}``), ``zero_line`` (y of the value 0 or
-    None), ``series`` (per series: ``key``, ``label``, ``present``,
-    ``available``, ``note``, ``total``, ``missing``, ``segments`` as polyline
-    ``points`` strings, ``markers`` as ``{"x", "y"}``), ``legend`` (placed
-    entries), ``has_data`` and ``table`` (``headings`` and ``rows`` of
-    formatted strings). Coordinates are strings of numbers only. Malformed or
-    missing input gives charts with no data rather than an error.
+
+def panel_chart(panel: Any, number: int = 1) -> dict[str, Any]:
+    """Turn one panel of the report's ``experiment`` section into chart geometry.
+
+    The chart is a dict with ``id`` (``chart-`` and the panel's id, or
+    ``chart-panel-NUMBER`` when that is not an identifier), ``title``,
+    ``caption``, ``description``, ``width``, ``height``, ``viewbox``, ``plot``
+    (left/top/right/bottom/cx/cy), ``x_label``/``y_label`` and their
+    positions, ``x_ticks``/``y_ticks`` (lists of ``{"pos", "label"}``),
+    ``zero_line`` (y of the value 0 or None), ``series`` (per series, in
+    legend order: ``key`` (its role), ``label``, ``present``, ``available``,
+    ``note``, ``total``, ``missing``, ``segments`` as polyline ``points``
+    strings, ``markers`` as ``{"x", "y"}``), ``legend`` (placed entries),
+    ``has_data`` and ``table`` (``headings`` and ``rows`` of formatted
+    strings). Coordinates are strings of numbers only. A series of an unknown
+    role is drawn as context. Malformed or missing input gives a chart with
+    no data rather than an error.
     """
-    toy = toy if isinstance(toy, dict) else {}
-    raw_lambdas = toy.get("lambdas")
-    if isinstance(raw_lambdas, (list, tuple)):
-        lambdas = [
-            None if x is None else min(max(x, -VALUE_LIMIT), VALUE_LIMIT)
-            for x in clean_series(raw_lambdas, len(raw_lambdas))
-        ]
-    else:
-        lambdas = []
-    n = len(lambdas)
-    finite_lambdas = [x for x in lambdas if x is not None]
-    lam_lo = format_number(min(finite_lambdas, default=0.0), 3)
-    lam_hi = format_number(max(finite_lambdas, default=1.0), 3)
-
-    if isinstance(toy.get("expected_offset_response"), (list, tuple)):
-        expected = clean_series(toy["expected_offset_response"], n)
-    else:
-        expected = [None if lam is None else 1.0 - lam for lam in lambdas]
-
-    preview = toy.get("preview")
-    submission = toy.get("submission")
-    source = preview.get("source") if isinstance(preview, dict) else None
-    if not isinstance(source, str) or source in ("", "reference"):
-        preview_label = "Reference preview"
-    else:
-        preview_label = f"Preview ({source})"
-    if len(preview_label) > LABEL_MAX_CHARS:
-        preview_label = preview_label[: LABEL_MAX_CHARS - 1] + "\u2026"
-    preview_note = toy.get("preview_note")
-    submission_note = toy.get("submission_note")
-
-    pre_offset = _curve(preview, "offset_response", n)
-    sub_offset = _curve(submission, "offset_response", n)
-    pre_signal = _curve(preview, "signal_retained", n)
-    sub_signal = _curve(submission, "signal_retained", n)
-
-    offset_chart = line_chart(
-        "chart-offset-response",
-        "Offset response against \u03bb",
-        "Line chart: factor by which a value offset shared by both attention maps "
-        f"reaches the output, for \u03bb from {lam_lo} to {lam_hi}. "
-        f"Series: expected (1 \u2212 \u03bb), {preview_label.lower()}, submission.",
-        "offset response",
-        lambdas,
-        [
-            ("expected", EXPECTED_LABEL, expected, None),
-            ("preview", preview_label, pre_offset, preview_note),
-            ("submission", SUBMISSION_LABEL, sub_offset, submission_note),
-        ],
-        (0.0, 1.0),
+    panel = panel if isinstance(panel, dict) else {}
+    axis = panel.get("x") if isinstance(panel.get("x"), dict) else {}
+    xs = _numbers(axis.get("values"))
+    x_label = _text(axis.get("label"), "x")
+    y_label = _text(panel.get("y_label"), "value")
+    curves: list[Curve] = []
+    for item in panel.get("series") if isinstance(panel.get("series"), list) else []:
+        if isinstance(item, dict):
+            role = item["role"] if item.get("role") in ROLES else "context"
+            label = _text(item.get("label"), role.capitalize())
+            values = clean_series(item["values"], len(xs)) if isinstance(item.get("values"), (list, tuple)) else None
+            curves.append((role, label, values, item.get("note")))
+    finite = [x for x in xs if x is not None]
+    title = _text(panel.get("title"), f"Panel {number}")
+    caption = _text(panel.get("caption"), "")
+    description = (
+        f"Line chart of {y_label} against {x_label}, for {x_label} from "
+        f"{format_number(min(finite, default=0.0), 3)} to {format_number(max(finite, default=1.0), 3)}. "
+        f"{caption + ' ' if caption else ''}Series: {', '.join(label for _role, label, _values, _note in curves) or 'none'}."
     )
-    offset_chart["table"] = data_table(
-        lambdas,
-        [(EXPECTED_LABEL, expected), (preview_label, pre_offset), (SUBMISSION_LABEL, sub_offset)],
-    )
+    identifier = panel.get("id")
+    chart_id = f"chart-{identifier}" if isinstance(identifier, str) and PANEL_ID.fullmatch(identifier) else f"chart-panel-{number}"
+    y_include = [v for v in _numbers(panel.get("y_includes")) if v is not None]
+    chart = line_chart(chart_id, title, description, (x_label, y_label), xs, curves, y_include)
+    chart["caption"] = caption
+    chart["table"] = data_table(x_label, xs, [(label, values) for _role, label, values, _note in curves])
+    return chart
 
-    signal_chart = line_chart(
-        "chart-signal-retained",
-        "Signal retained against \u03bb",
-        "Line chart: norm of the output's signal part relative to its value at "
-        f"\u03bb = 0. Series: {preview_label.lower()}, submission.",
-        "signal retained",
-        lambdas,
-        [
-            ("preview", preview_label, pre_signal, preview_note),
-            ("submission", SUBMISSION_LABEL, sub_signal, submission_note),
-        ],
-        (0.0, 1.0),
-    )
-    signal_chart["table"] = data_table(
-        lambdas, [(preview_label, pre_signal), (SUBMISSION_LABEL, sub_signal)]
-    )
-    return {"offset_response": offset_chart, "signal_retained": signal_chart}
+
+def experiment_charts(experiment: Any) -> list[dict[str, Any]]:
+    """One chart per panel of the report's ``experiment`` section (see :func:`panel_chart`); none without one.
+
+    Chart ids are made unique (a repeated id gets the panel's number), since
+    they become ids in the page.
+    """
+    panels = experiment.get("panels") if isinstance(experiment, dict) else None
+    charts = []
+    used: set[str] = set()
+    for number, panel in enumerate(panels if isinstance(panels, list) else [], start=1):
+        chart = panel_chart(panel, number)
+        if chart["id"] in used:
+            chart["id"] = f"{chart['id']}-{number}"
+        used.add(chart["id"])
+        charts.append(chart)
+    return charts
