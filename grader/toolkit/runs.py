@@ -75,7 +75,10 @@ class Runner:
             note = self.signature_problem(grading, call.function)
             if note is not None:
                 notes[call.function] = note
-        found: Outcome = grading.memo(key, lambda: invoke(grading.worker, request))
+        worker = grading.worker
+        if worker is None:
+            return Outcome(failure=grading.load_failure or "the submission could not be run")
+        found: Outcome = grading.memo(key, lambda: invoke(worker, request))
         found.notes = notes
         return found
 

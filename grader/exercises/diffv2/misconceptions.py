@@ -90,7 +90,7 @@ def _attended(case: Case, *, tiled_keys: bool = False, tiled_values: bool = Fals
     factor = 1.0 / math.sqrt(d) if scale is None else scale(d)
     logits = oracle.heads_first(case.q) @ np.swapaxes(_heads_for(case, case.k, tiled_keys), -1, -2) * factor
     masked = mask_offset is not None and _causal_when(case, default_causal)
-    maps = _softmax(logits, _future(t, t, mask_offset or 1) if masked else None, axis)
+    maps = _softmax(logits, _future(t, t, mask_offset) if masked and mask_offset is not None else None, axis)
     values = _heads_for(case, case.v, tiled_values)
     return np.swapaxes(maps @ values, 1, 2), np.swapaxes(maps @ np.abs(values), 1, 2), max(1.0, factor * math.sqrt(d))
 
