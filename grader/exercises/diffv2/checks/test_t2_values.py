@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from grader.core.plugin import GradingContext, check
-from grader.exercises.diffv2 import expected, misconceptions, suite
+from grader.exercises.diffv2 import counterexample, expected, misconceptions, suite
 from grader.exercises.diffv2.cases import Case
 from grader.toolkit.casesets import CaseSet
 from grader.toolkit.compare import combine, compare
@@ -19,6 +19,7 @@ def _values(grading: GradingContext, *case_sets: CaseSet[Case], truth: Callable[
     verdict = combine([v for found in per_set for v in found])
     failing = next((s for s, found in zip(case_sets, per_set) if not all(v.ok for v in found)), case_sets[0])
     misconceptions.attach_hint(grading, verdict, failing)
+    counterexample.SHRINKER.values(grading, failing, per_set[case_sets.index(failing)], truth)
     grading.conclude(verdict)
 
 

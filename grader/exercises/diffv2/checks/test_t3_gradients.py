@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from grader.core.plugin import GradingContext, check
-from grader.exercises.diffv2 import expected, misconceptions, suite, toy
+from grader.exercises.diffv2 import counterexample, expected, misconceptions, suite, toy
 from grader.exercises.diffv2.cases import DIFF_V2, Case
 from grader.toolkit.casesets import CaseSet
 from grader.toolkit.compare import Comparison, combine
@@ -23,6 +23,7 @@ def _gradients(grading: GradingContext, case_sets: tuple[CaseSet[Case], ...], ke
     verdict = combine([v for found in per_set for v in found])
     failing = next((n for n, found in enumerate(per_set) if not all(v.ok for v in found)), 0)
     misconceptions.attach_hint(grading, verdict, case_sets[failing], grads=True, keys=keys)
+    counterexample.SHRINKER.gradients(grading, case_sets[failing], per_set[failing], expected.gradients, keys)
     grading.conclude(verdict)
 
 
