@@ -8,7 +8,7 @@ maximum subtracted before ``math.exp``, every sum taken with ``math.fsum``,
 which is correctly rounded); larger ones use the same formulas vectorised with
 numpy in extended precision (``numpy.longdouble``). The project's tests hold
 the two paths against each other. The gradients follow the hand-derived
-vector-Jacobian products of docs/maths-diffv2.md, vectorised with numpy.
+vector-Jacobian products of docs/diffv2.md, vectorised with numpy.
 
 Layout (FlashAttention's): ``q`` is [B, T, Hq, D], ``k`` and ``v`` are
 [B, T, Hkv, D] with ``Hq = G·Hkv``, and query head ``h`` reads key/value head
