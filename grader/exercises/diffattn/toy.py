@@ -32,11 +32,12 @@ from grader.core.exercise import ExperimentUnavailable
 from grader.core.experiment import Axis, Frame, Measured, Panel, Series, Shown
 from grader.core.invoke import Outcome, Request, invoke, invoke_many
 from grader.exercises.diffattn import cases, expected, oracle
-from grader.exercises.diffattn.cases import AttentionCase
+from grader.exercises.diffattn.cases import ATTENTION, AttentionCase
 from grader.exercises.diffattn.expected import Truth
-from grader.exercises.diffattn.suite import ATTENTION, attention_request
-from grader.exercises.diffattn.verdicts import tensor_result, unreadable
+from grader.exercises.diffattn.suite import attention_request
 from grader.toolkit.compare import Comparison, combine, compare
+from grader.toolkit.domain import exact, generator
+from grader.toolkit.verdicts import tensor_result, unreadable
 from grader.worker.client import Worker
 
 LAMBDAS = tuple(round(0.1 * i, 10) for i in range(11))
@@ -76,9 +77,9 @@ class Sweep:
 
 def toy_case(seed: int) -> tuple[AttentionCase, np.ndarray]:
     """The four-token sequence (values are the signal alone) and the shared offset."""
-    rng = cases.generator(seed, "toy_experiment")
+    rng = generator(seed, "toy_experiment")
     case = cases.attention_case(rng, (1, 1, TOKENS, WIDTH), "float64", True, note="toy experiment")
-    offset = cases.exact(rng.uniform(1.0, 3.0, 2 * WIDTH) * rng.choice([-1.0, 1.0], 2 * WIDTH), "float64")
+    offset = exact(rng.uniform(1.0, 3.0, 2 * WIDTH) * rng.choice([-1.0, 1.0], 2 * WIDTH), "float64")
     return case, offset
 
 
@@ -104,7 +105,7 @@ def noisy_maps(seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     base, _ = toy_case(seed)
     clean = oracle.attention_maps(base.q1, base.k1, True)[0, 0]
     values = base.value[0, 0]
-    rng = cases.generator(seed, "toy_noise")
+    rng = generator(seed, "toy_noise")
     first, second = (clean * np.where(VISIBLE, g - (clean * g).sum(axis=1, keepdims=True), 0.0) for g in rng.standard_normal((2, TOKENS, TOKENS)))
 
     def inner(x: np.ndarray, y: np.ndarray) -> float:
