@@ -29,66 +29,48 @@ from grader.toolkit.tolerance import Truth
 SETS = CaseSets()
 
 
+def _output_set(seed: int, name: str, function: str, causal: bool) -> list[Case]:
+    """Outputs of ``function``, causal (the argument also left out) or not: a small fixed case, T = 1, Hkv = 1, Hkv = Hq
+    (gqa_attention) or four key/value heads (diff_v2_attention), a grouped case up to T = 80, a domain draw and T past 256;
+    both dtypes, by name and by position, the autograd modes cycled."""
+    rng = domain.generator(seed, name)
+    draw = functools.partial(cases.shape, rng, function)
+    omitted = None if causal else False
+    single, many = ((3, 1), (3, 3)) if function == GQA else ((4, 1), (8, 4))
+    rows = (
+        ((2, 5, 4, 2, 3), "float32", causal, "keyword"),
+        ((1, 1, 4, 2, domain.head_width(rng)), "float64", causal, "positional"),
+        (draw(2, 40, head_counts=single), "float32", omitted, "keyword"),
+        (draw(2, 40, head_counts=many), "float64", causal, "keyword"),
+        (draw(2, 80, head_counts=(8, 2)), "float32", causal, "positional"),
+        (draw(60, 200), "float64", omitted, "keyword"),
+        (draw(257, domain.LONGEST, 8, head_counts=(4, 2)), "float32", causal, "keyword"),
+    )
+    return domain.cycled_modes([cases.case(rng, function, dims, dtype, flag, binding=binding) for dims, dtype, flag, binding in rows])
+
+
 @SETS.register
 def gqa_causal(seed: int) -> list[Case]:
-    """Causal gqa_attention: a small fixed case, T = 1, Hkv = 1, Hkv = Hq, G = 2 and 4, domain draws, T past 256; both dtypes."""
-    rng = domain.generator(seed, "gqa_causal")
-    draw = functools.partial(cases.shape, rng, GQA)
-    return domain.cycled_modes([
-        cases.case(rng, GQA, (2, 5, 4, 2, 3), "float32", True),
-        cases.case(rng, GQA, (1, 1, 4, 2, domain.head_width(rng)), "float64", True, binding="positional"),
-        cases.case(rng, GQA, draw(2, 40, head_counts=(3, 1)), "float32", None),
-        cases.case(rng, GQA, draw(2, 40, head_counts=(3, 3)), "float64", True),
-        cases.case(rng, GQA, draw(2, 80, head_counts=(8, 2)), "float32", True, binding="positional"),
-        cases.case(rng, GQA, draw(60, 140), "float64", None),
-        cases.case(rng, GQA, draw(257, domain.LONGEST, 8, head_counts=(2, 1)), "float32", True),
-    ])  # fmt: skip
+    """Causal gqa_attention (see _output_set): T = 1, Hkv = 1, Hkv = Hq, G = 3 and 4, T past 256."""
+    return _output_set(seed, "gqa_causal", GQA, True)
 
 
 @SETS.register
 def gqa_noncausal(seed: int) -> list[Case]:
-    """causal=False gqa_attention: T = 1, Hkv = 1, Hkv = Hq, G = 2 and 4, domain draws, T past 256; both dtypes."""
-    rng = domain.generator(seed, "gqa_noncausal")
-    draw = functools.partial(cases.shape, rng, GQA)
-    return domain.cycled_modes([
-        cases.case(rng, GQA, (1, 6, 4, 1, 4), "float64", False),
-        cases.case(rng, GQA, (2, 1, 2, 2, 3), "float32", False, binding="positional"),
-        cases.case(rng, GQA, draw(2, 40, head_counts=(4, 2)), "float32", False),
-        cases.case(rng, GQA, draw(2, 60, head_counts=(6, 6)), "float64", False, binding="positional"),
-        cases.case(rng, GQA, draw(60, 200), "float32", False),
-        cases.case(rng, GQA, draw(257, domain.LONGEST, 8, head_counts=(4, 2)), "float64", False),
-    ])  # fmt: skip
+    """gqa_attention with causal=False (see _output_set)."""
+    return _output_set(seed, "gqa_noncausal", GQA, False)
 
 
 @SETS.register
 def diff_causal(seed: int) -> list[Case]:
-    """Causal diff_v2_attention: a small fixed case, T = 1, Hkv = 1, G = 2 and 4, domain draws, T past 256; both dtypes."""
-    rng = domain.generator(seed, "diff_causal")
-    draw = functools.partial(cases.shape, rng, DIFF_V2)
-    return domain.cycled_modes([
-        cases.case(rng, DIFF_V2, (2, 5, 4, 2, 3), "float32", True),
-        cases.case(rng, DIFF_V2, (1, 1, 4, 1, domain.head_width(rng)), "float64", True, binding="positional"),
-        cases.case(rng, DIFF_V2, draw(2, 40, head_counts=(8, 4)), "float32", None),
-        cases.case(rng, DIFF_V2, draw(2, 40, head_counts=(4, 1)), "float64", True),
-        cases.case(rng, DIFF_V2, draw(2, 80, head_counts=(8, 2)), "float32", True, binding="positional"),
-        cases.case(rng, DIFF_V2, draw(60, 140), "float64", None),
-        cases.case(rng, DIFF_V2, draw(257, domain.LONGEST, 8, head_counts=(4, 2)), "float32", True),
-    ])  # fmt: skip
+    """Causal diff_v2_attention (see _output_set): T = 1, Hkv = 1, G = 2 and 4, T past 256."""
+    return _output_set(seed, "diff_causal", DIFF_V2, True)
 
 
 @SETS.register
 def diff_noncausal(seed: int) -> list[Case]:
-    """causal=False diff_v2_attention: T = 1, Hkv = 1, G = 2, 4 and 6, domain draws, T past 256; both dtypes."""
-    rng = domain.generator(seed, "diff_noncausal")
-    draw = functools.partial(cases.shape, rng, DIFF_V2)
-    return domain.cycled_modes([
-        cases.case(rng, DIFF_V2, (1, 6, 4, 2, 4), "float64", False),
-        cases.case(rng, DIFF_V2, (2, 1, 2, 1, 3), "float32", False, binding="positional"),
-        cases.case(rng, DIFF_V2, draw(2, 40, head_counts=(4, 1)), "float32", False),
-        cases.case(rng, DIFF_V2, draw(2, 60, head_counts=(12, 2)), "float64", False, binding="positional"),
-        cases.case(rng, DIFF_V2, draw(60, 200), "float32", False),
-        cases.case(rng, DIFF_V2, draw(257, domain.LONGEST, 8, head_counts=(4, 2)), "float64", False),
-    ])  # fmt: skip
+    """diff_v2_attention with causal=False (see _output_set)."""
+    return _output_set(seed, "diff_noncausal", DIFF_V2, False)
 
 
 @SETS.register(hidden=True)

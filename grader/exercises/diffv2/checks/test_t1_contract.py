@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
-from grader.core.invoke import Returned
+from grader.core.invoke import Outcome, Returned
 from grader.core.plugin import GradingContext, check
 from grader.exercises.diffv2 import suite
 from grader.exercises.diffv2.cases import Case
@@ -13,16 +13,22 @@ from grader.toolkit.compare import Comparison, combine
 from grader.toolkit.verdicts import finding, kind_problem, shape_dtype_problem, summarise
 
 Problem = Callable[[Case, Returned], str | None]
+Sets = list[tuple[CaseSet[Case], bool]]  # (case set, with gradients)
 
 
-def _judge(grading: GradingContext, sets: list[tuple[CaseSet[Case], bool]], problem_of: Problem, success: str) -> Comparison:
-    """One verdict: every call of the sets must return one plain tensor about which ``problem_of`` finds nothing."""
-    findings = []
+def _calls(grading: GradingContext, sets: Sets) -> Iterator[tuple[Case, Outcome, str]]:
+    """Every call of the sets: its case, its outcome and its description."""
     for case_set, grads in sets:
         for i, case in enumerate(case_set(grading.seed)):
-            outcome = suite.outcome(grading, case_set, i, case, grads)
-            result, problem = suite.result_of(outcome)
-            findings.append(finding(suite.described(case, grads), problem or (problem_of(case, result) if result else None)))
+            yield case, suite.outcome(grading, case_set, i, case, grads), suite.described(case, grads)
+
+
+def _judge(grading: GradingContext, sets: Sets, problem_of: Problem, success: str) -> Comparison:
+    """One verdict: every call of the sets must return one plain tensor about which ``problem_of`` finds nothing."""
+    findings = []
+    for case, outcome, what in _calls(grading, sets):
+        result, problem = suite.result_of(outcome)
+        findings.append(finding(what, problem or (problem_of(case, result) if result else None)))
     return summarise(findings, success)
 
 
@@ -73,16 +79,13 @@ def test_inputs_not_modified(grading: GradingContext) -> None:
     sets = [(suite.gqa_causal, False), (suite.diff_causal, False), (suite.diff_strided, False),
             (suite.gqa_gradients, True), (suite.diff_gradients, True)]  # fmt: skip
     findings = []
-    for case_set, grads in sets:
-        for i, case in enumerate(case_set(grading.seed)):
-            outcome = suite.outcome(grading, case_set, i, case, grads)
-            _, problem = suite.result_of(outcome)
-            what = suite.described(case, grads)
-            if problem is not None:
-                findings.append(finding(what, f"could not be checked: {problem}"))
-            elif outcome.changed_inputs:
-                changed = ", ".join(case.names[n] for n in outcome.changed_inputs if n < len(case.names))
-                findings.append(finding(what, f"modified its input(s) {changed} (values or version counter changed); compute on new tensors instead"))
+    for case, outcome, what in _calls(grading, sets):
+        _, problem = suite.result_of(outcome)
+        if problem is not None:
+            findings.append(finding(what, f"could not be checked: {problem}"))
+        elif outcome.changed_inputs:
+            changed = ", ".join(case.names[n] for n in outcome.changed_inputs if n < len(case.names))
+            findings.append(finding(what, f"modified its input(s) {changed} (values or version counter changed); compute on new tensors instead"))
     count = sum(len(case_set(grading.seed)) for case_set, _ in sets)
     grading.conclude(summarise(findings, f"{count} calls, forward and backward, left every input unchanged."))
 
