@@ -32,10 +32,16 @@ PAGES = [(name, device) for name in ("reference", "wrong") for device in WIDTHS]
 WRONG = WRONG_DIR / "logit_difference.py"
 SCORE = ".verdict .big"
 TIER_TABLE = "Points and checks passed per tier"
-OFFSET_CHART = "Offset response against λ"
-NOISE_CHART = "Independent noise against λ"
-NEGATIVE_CHART = "Negative entries of the signed map against λ"
-ROW_SUMS_CHART = "Row sums of the signed map against λ"
+# Each chart of the toy experiment and how many curves it draws: expected (1 − λ), preview and submission for the
+# offset; preview and submission for the signal; √(1 + λ²), 1 − λ (context), preview and submission for the noise;
+# the oracle's share or 1 − λ, preview and submission for the signed map.
+CURVES = {
+    "Offset response against λ": 3,
+    "Signal retained against λ": 2,
+    "Independent noise against λ": 4,
+    "Negative entries of the signed map against λ": 3,
+    "Row sums of the signed map against λ": 3,
+}
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 TIERS = ["T1", "T2", "T3"]
 
@@ -183,11 +189,6 @@ def test_wrong_page_shows_its_failures(pages: dict[tuple[str, str], PageLoad], r
     assert facts["text"].count("✗ failed") >= 2 * statuses.count("failed")  # listed in the summary and in its tier
 
 
-def panel(report: dict[str, Any], panel_id: str) -> dict[str, Any]:
-    """The experiment's panel ``panel_id``."""
-    return next(found for found in report["experiment"]["panels"] if found["id"] == panel_id)
-
-
 def chart_of(facts: dict[str, Any], title: str) -> dict[str, Any]:
     """The measured SVG whose accessible name is ``title``: it has a size within the window and its viewBox's aspect."""
     chart = next(svg for svg in facts["svgs"] if svg["label"] == title)
@@ -197,36 +198,21 @@ def chart_of(facts: dict[str, Any], title: str) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(("name", "device"), PAGES)
-def test_toy_chart_is_drawn(
+def test_experiment_charts_are_drawn(
     pages: dict[tuple[str, str], PageLoad], reports: dict[str, Graded], name: str, device: str
 ) -> None:
-    """One chart per panel; the offset-response chart has three full curves; no SVG label is cut off."""
+    """A chart per panel with every curve full and a square per submission point; the noise sentence is shown; no SVG label is cut off."""
     facts = pages[name, device].facts
-    report = reports[name].report
-    titles = [found["title"] for found in report["experiment"]["panels"]]
-    assert [svg["label"] for svg in facts["svgs"] if svg["label"] in titles] == titles  # the heat maps are charts too
-    points = len(panel(report, "offset_response")["x"]["values"])
-    chart = chart_of(facts, OFFSET_CHART)
-    assert chart["polylines"] == [points] * 3  # expected, reference preview, submission
-    assert len(chart["paths"]) == points + 1 and min(chart["paths"]) > 0  # submission markers and its legend
-    assert [svg["cut_text"] for svg in facts["svgs"] if svg["cut_text"]] == []
-
-
-@pytest.mark.parametrize(("name", "device"), PAGES)
-def test_honesty_panels_are_drawn(
-    pages: dict[tuple[str, str], PageLoad], reports: dict[str, Graded], name: str, device: str
-) -> None:
-    """The noise chart draws four full curves (√(1 + λ²), 1 − λ, preview, submission), the signed-map charts three of 13 points; the sentence is on the page."""
-    facts = pages[name, device].facts
-    report = reports[name].report
-    noise = chart_of(facts, NOISE_CHART)
-    points = len(panel(report, "independent_noise")["x"]["values"])
-    assert noise["polylines"] == [points] * 4  # context, preview, expected, submission, in drawing order
-    assert len(noise["paths"]) == points + 1 and min(noise["paths"]) > 0
-    for title, panel_id in ((NEGATIVE_CHART, "negative_entries"), (ROW_SUMS_CHART, "row_sums")):
-        assert chart_of(facts, title)["polylines"] == [len(panel(report, panel_id)["x"]["values"])] * 3
+    panels = reports[name].report["experiment"]["panels"]
+    assert [svg["label"] for svg in facts["svgs"] if svg["label"] in CURVES] == [found["title"] for found in panels]
+    for found in panels:
+        points = len(found["x"]["values"])
+        chart = chart_of(facts, found["title"])
+        assert chart["polylines"] == [points] * CURVES[found["title"]], found["id"]
+        assert len(chart["paths"]) == points + 1 and min(chart["paths"]) > 0  # the submission's markers and its legend's
     assert "Noise that is independent in the two maps is not cancelled" in facts["text"]
     assert "Each point is the mean of the 4 row sums" in facts["text"]
+    assert [svg["cut_text"] for svg in facts["svgs"] if svg["cut_text"]] == []
 
 
 @pytest.mark.parametrize(("name", "device"), PAGES)
