@@ -14,9 +14,10 @@ from corpus.mutants import MUTANTS, mutant_source
 from markupsafe import escape
 
 from grader.commands import grade_file
-from grader.exercises.diffattn.handout import declared_checks
+from grader.exercises.diffattn.handout import HANDOUT
 from grader.reports.audience import HIDDEN_MESSAGE, for_audience
 from grader.reports.schema import validate
+from grader.toolkit.handout import declared_checks
 
 HIDDEN = {"strided_inputs_accepted", "large_logit_values", "strided_values", "strided_gradients"}
 SEED = 4242
@@ -48,7 +49,7 @@ def secret_lines(message: str) -> list[str]:
 
 def test_the_documented_checks_are_hidden() -> None:
     """Exactly the four probes of docs/scoring.md are hidden; every other check is public."""
-    declared = declared_checks()
+    declared = declared_checks(HANDOUT.checks_package)
     assert {i for i, d in declared.items() if d["visibility"] == "hidden"} == HIDDEN
     scoring = (ROOT / "docs" / "scoring.md").read_text()
     listed_hidden = {line.split("`")[1] for line in scoring.splitlines() if line.endswith("| **hidden** |")}

@@ -16,7 +16,8 @@ from conftest import REFERENCE, ROOT, STUB, grade
 from grader.commands import launch
 from grader.commands import options
 from grader.exercises.diffattn import suite
-from grader.exercises.diffattn.handout import DATA_FILE, RUNNER_FILE, declared_checks
+from grader.exercises.diffattn.handout import HANDOUT
+from grader.toolkit.handout import DATA_FILE, RUNNER_FILE, declared_checks, inputs_seed
 
 SEED = 7
 HIDDEN_SETS = ("attention_strided", "lambda_strided", "attention_large_logits")
@@ -97,7 +98,7 @@ def test_no_reference_code_leaks(bundle: Path) -> None:
 
 def test_no_hidden_check_or_grader_code_leaks(bundle: Path) -> None:
     """No hidden check's id, case set or input value, and no import of the grader, is in the handout."""
-    hidden = [i for i, d in declared_checks().items() if d["visibility"] == "hidden"]
+    hidden = [i for i, d in declared_checks(HANDOUT.checks_package).items() if d["visibility"] == "hidden"]
     assert len(hidden) == 4
     values = [repr(float(case.q1.flat[0])) for name in HIDDEN_SETS for case in getattr(suite, name)(SEED)]
     for name, text in bundle_texts(bundle).items():
@@ -108,7 +109,7 @@ def test_no_hidden_check_or_grader_code_leaks(bundle: Path) -> None:
 
 def test_public_checks_cover_every_public_check(bundle: Path) -> None:
     """Every public check is replayed, in grading order; none is hidden."""
-    declared = declared_checks()
+    declared = declared_checks(HANDOUT.checks_package)
     data = json.loads((bundle / DATA_FILE).read_text())
     assert [c["id"] for c in data["checks"]] == [i for i, d in declared.items() if d["visibility"] == "public"]
 
@@ -211,8 +212,6 @@ def lookup_table(bundle: Path) -> str:
 
 def test_handout_inputs_are_drawn_outside_every_graded_seed(bundle: Path) -> None:
     """The data file records the seed and the input seed (above 2**32 - 1); no public set's inputs equal the graded ones."""
-    from grader.exercises.diffattn.handout import inputs_seed
-
     data = json.loads((bundle / DATA_FILE).read_text())
     assert data["seed"] == SEED and data["inputs_seed"] == inputs_seed(SEED) == 2**32 + SEED > options.MAX_SEED
     for name in ("lambda_values", "attention_causal", "attention_noncausal", "attention_coefficients", "row_sums", "lambda_zero"):

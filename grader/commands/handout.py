@@ -6,7 +6,7 @@ runner, their precomputed data and a README). Never the reference, the
 grader, its oracle, or a hidden check's inputs. The seed is recorded in the
 handout; the exercise draws the handout's inputs so that no graded run, with
 that seed or any other, gets the same ones (for diff_attention, see
-``grader.exercises.diffattn.handout.inputs_seed``).
+``grader.toolkit.handout.inputs_seed``).
 """
 
 from __future__ import annotations

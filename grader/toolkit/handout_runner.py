@@ -1,4 +1,4 @@
-"""Run the public checks of the differential-attention exercise on your file.
+"""Run the public checks of the exercise on your file.
 
     python run_checks.py [SUBMISSION]
 
@@ -10,8 +10,10 @@ needs Python 3.9 or later, torch and numpy. Exit code: 0 when every check
 passes, 1 when one fails or the file cannot be imported, 2 when the file or
 the data cannot be found.
 
-(In the grader's source this file is grader/exercises/diffattn/handout_runner.py: it is
-copied into each handout and never imported by the grader.)
+(In the grader's source this file is grader/toolkit/handout_runner.py: it is
+copied into every exercise's handout and never imported by the grader. It
+knows no exercise: the data file names the functions, their inputs, how each
+check judges its calls, and what each call must produce.)
 """
 
 from __future__ import annotations
@@ -282,21 +284,21 @@ JUDGES: Dict[str, Callable[[Dict[str, Any], Outcome, Dict[str, Any]], Optional[s
 }
 
 
-def offset_problem(pair: Dict[str, Any], calls: Dict[str, Any], outcome_of: Callable[[str], Outcome]) -> Optional[str]:
-    """The toy experiment at one λ: output(values + offset) - output(values) must be (1 - λ)·offset in every row."""
-    keys = (pair["with_offset"], pair["values_only"])
+def difference_problem(pair: Dict[str, Any], calls: Dict[str, Any], outcome_of: Callable[[str], Outcome]) -> Optional[str]:
+    """Two calls' outputs, the second subtracted from the first, at the index ``select``, against the expected difference."""
+    keys = pair["calls"]
     found = [dtype_problem(calls[k], outcome_of(k), {}) for k in keys]
     problem = next((p for p in found if p is not None), None)
     if problem is not None:
         return problem
-    shifted, plain = (outcome_of(k).results[-1].detach().to(torch.float64) for k in keys)
-    return mismatch("difference", (shifted - plain)[0, 0].numpy(), pair["expected"])
+    first, second = (outcome_of(k).results[-1].detach().to(torch.float64) for k in keys)
+    return mismatch("difference", (first - second)[tuple(pair["select"])].numpy(), pair["expected"])
 
 
 def judge(check: Dict[str, Any], calls: Dict[str, Any], outcome_of: Callable[[str], Outcome]) -> List[str]:
     """The problems one check finds, each naming its call."""
-    if check["kind"] == "offset":
-        found = [(pair["label"], lambda pair=pair: offset_problem(pair, calls, outcome_of)) for pair in check["pairs"]]
+    if check["kind"] == "difference":
+        found = [(pair["label"], lambda pair=pair: difference_problem(pair, calls, outcome_of)) for pair in check["pairs"]]
     else:
         judged = JUDGES[check["kind"]]
         found = [(calls[key]["label"], lambda key=key: judged(calls[key], outcome_of(key), check)) for key in check["calls"]]

@@ -24,7 +24,7 @@ def exercise() -> Exercise:
         statement="exercise/README.md",
         default_reference="reference/diff_attention.py",
         experiment=toy.experiment,
-        experiment_frame=toy.frame,
+        experiment_frame=toy.shared_fields,
         prepare=_prepare,
         expect=_expect,
         handout=handout.files,

@@ -68,6 +68,11 @@ class LambdaCase:
         """The function the case calls."""
         return LAMBDA
 
+    @property
+    def output_shape(self) -> tuple[int, ...]:
+        """The shape of lambda: a 0-dim tensor."""
+        return ()
+
     def requires_grad(self, name: str) -> bool:
         """Whether the gradient with respect to vector ``name`` is requested in gradient checks."""
         return name not in self.frozen
@@ -126,6 +131,11 @@ class AttentionCase:
     def function(self) -> str:
         """The function the case's last call calls (differential_lambda computes a composed case's coefficient first)."""
         return ATTENTION
+
+    @property
+    def output_shape(self) -> tuple[int, ...]:
+        """[B, H, T, 2D]: the shape of value."""
+        return tuple(self.value.shape)
 
     @property
     def coefficient_is_tensor(self) -> bool:
