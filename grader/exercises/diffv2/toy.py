@@ -178,10 +178,7 @@ def frame(seed: int) -> Frame:
                 "A correct implementation follows 1 − σ(ℓ).",
                 x=Axis("gate logit ℓ", SWEEP),
                 y_label="offset response",
-                series=(
-                    Series("1 − σ(ℓ) (expected)", "expected", complement),
-                    Series("1 − ℓ: the factor of an unbounded λ = ℓ, as in V1", "context", [1.0 - x for x in SWEEP]),
-                ),
+                series=(Series("1 − σ(ℓ) (expected)", "expected", complement),),
                 y_includes=(0.0, 1.0),
             ),
             Panel(
