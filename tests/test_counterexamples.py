@@ -26,7 +26,7 @@ from grader.exercises.diffattn import cases, counterexample, expected, oracle, s
 from grader.exercises.diffattn.counterexample import attention_sizes, cut_attention
 from grader.reports import counterexample_view, heatmap
 from grader.reports.schema import _COUNTEREXAMPLE, validate
-from grader.toolkit import shrink
+from grader.toolkit import domain, shrink
 from grader.toolkit.casesets import CaseSet
 from grader.toolkit.shrink import Failure, first_failing
 from grader.toolkit.verdicts import values_verdict
@@ -110,7 +110,7 @@ def test_sizes_are_ordered_by_elements_then_tokens() -> None:
 
 def test_a_causal_cut_is_the_first_rows_of_the_same_problem() -> None:
     """Batch 1, head 0, first 3 tokens: the oracle's output is exactly those rows of the full output."""
-    case = cases.identical_branches(cases.attention_case(cases.generator(1, "cut"), (2, 2, 6, 2), "float32", True), 1.0)
+    case = cases.identical_branches(cases.attention_case(domain.generator(1, "cut"), (2, 2, 6, 2), "float32", True), 1.0)
     cut = cut_attention(case, 1, 0, 3, 2)
     assert cut.q1.shape == (1, 1, 3, 2) and cut.value.shape == cut.cotangent.shape == (1, 1, 3, 4)
     assert np.array_equal(cut.q2, cut.q1) and cut.coefficient == case.coefficient == 1.0
@@ -148,8 +148,8 @@ def test_output_judge_tells_failures_from_passes_and_other_problems() -> None:
 
 def test_call_text_names_tensors_after_the_contract() -> None:
     """A composed request reads like Python, lambda vectors prefixed, in the worker's tensor order."""
-    lam = cases.lambda_case(cases.generator(2, "text"), 2, "float64", 0.5)
-    case = cases.with_lambda(cases.attention_case(cases.generator(2, "text"), (1, 1, 2, 1), "float64", False), lam)
+    lam = cases.lambda_case(domain.generator(2, "text"), 2, "float64", 0.5)
+    case = cases.with_lambda(cases.attention_case(domain.generator(2, "text"), (1, 1, 2, 1), "float64", False), lam)
     text, named = counterexample.SHRINKER.call_text(suite.attention_request(case, True))
     coefficient = "differential_lambda(lambda_q1, lambda_k1, lambda_q2, lambda_k2, lambda_init=0.5)"
     assert text == f"differential_attention(q1, k1, q2, k2, value, {coefficient}, causal=False)"

@@ -23,7 +23,6 @@ import numpy as np
 
 from grader.toolkit import domain
 from grader.toolkit.domain import exact
-from grader.toolkit.domain import generator as generator  # toy.py draws with cases.generator
 
 LAMBDA = "differential_lambda"
 ATTENTION = "differential_attention"
