@@ -148,8 +148,9 @@ class Handout:
     right output ``value(case)`` (or ``truths[case set](case)`` for a set
     whose checks compare against something else) and its gradients
     ``gradients(case)``; ``sequence_request`` makes the request of a call
-    sequence. ``extra`` builds the entries of the exercise's own kinds:
-    (handout, inputs seed, calls) -> the entry's fields. The README is
+    sequence (None for an exercise with no "sequence" recipe). ``extra``
+    builds the entries of the exercise's own kinds: (handout, inputs seed,
+    calls) -> the entry's fields. The README is
     written from ``readme``, with ``title`` and ``larger`` (what the graded
     run also calls that the handout does not) filled in.
     """
@@ -163,8 +164,8 @@ class Handout:
     names: Callable[[Any], list[str]]
     value: Callable[[Any], Truth]
     gradients: Callable[[Any], dict[str, Truth]]
-    sequence_request: Callable[[CallSequence[Any]], Request]
     larger: str
+    sequence_request: Callable[[CallSequence[Any]], Request] | None = None
     truths: Mapping[CaseSet[Any], Callable[[Any], Truth]] = field(default_factory=dict)
     extra: Mapping[str, Callable[[Handout, int, Calls], dict[str, Any]]] = field(default_factory=dict)
 
@@ -215,6 +216,8 @@ class Handout:
 
     def add_sequence(self, calls: Calls, key: str, sequence: CallSequence[Any]) -> str:
         """Describe one call sequence with the truths of both of its calls; return its key."""
+        if self.sequence_request is None:
+            raise ValueError(f"{self.title}: a \"sequence\" recipe needs the handout's sequence_request")
         calls[key] = {
             "label": sequence.label(),
             "dtype": sequence.second.dtype,

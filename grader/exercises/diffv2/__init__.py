@@ -11,7 +11,7 @@ HERE = Path(__file__).resolve().parent
 
 def exercise() -> Exercise:
     """The exercise description the harness grades with."""
-    from grader.exercises.diffv2 import toy
+    from grader.exercises.diffv2 import handout, toy
 
     return Exercise(
         name="diff_v2",
@@ -27,6 +27,7 @@ def exercise() -> Exercise:
         experiment_frame=toy.frame,
         prepare=_prepare,
         expect=_expect,
+        handout=handout.files,
         warm_up=HERE / "warm_up.py",
     )
 
