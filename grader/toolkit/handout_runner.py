@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import importlib.machinery
 import importlib.util
+import io
 import json
 import sys
 import traceback
@@ -51,7 +52,9 @@ class Outcome:
 def load(path: Path) -> Any:
     """Import the submission from its file (whatever its suffix); exit 1 with one clear line when it cannot be."""
     loader = importlib.machinery.SourceFileLoader("submission", str(path))
-    module = importlib.util.module_from_spec(importlib.util.spec_from_loader("submission", loader))
+    spec = importlib.util.spec_from_loader("submission", loader)
+    assert spec is not None  # a loader always has a spec
+    module = importlib.util.module_from_spec(spec)
     try:
         loader.exec_module(module)
     except SyntaxError as exc:
@@ -90,10 +93,11 @@ def run(entry: Dict[str, Any], module: Any, path: Path) -> Outcome:
     before: List[Any] = [None] * len(specs)
 
     def tensor(index: int) -> torch.Tensor:
-        if tensors[index] is None:
+        made = tensors[index]
+        if made is None:
             tensors[index] = made = make_tensor(specs[index])
             before[index] = (made.detach().clone(), made._version)
-        return tensors[index]
+        return made
 
     def argument(arg: Dict[str, Any]) -> Any:
         if "tensor" in arg:
@@ -321,7 +325,8 @@ def stop(code: int, message: str) -> None:
 
 def main(argv: Optional[List[str]] = None) -> int:
     """Run every public check on the submission and print one line per check."""
-    sys.stdout.reconfigure(errors="replace")  # titles hold λ and Σ; a terminal that cannot show them gets "?"
+    if isinstance(sys.stdout, io.TextIOWrapper):
+        sys.stdout.reconfigure(errors="replace")  # titles hold λ and Σ; a terminal that cannot show them gets "?"
     if not DATA.is_file():
         stop(2, f"the data file {DATA.name} is missing; it must sit beside this script")
     data = json.loads(DATA.read_text(encoding="utf-8"))

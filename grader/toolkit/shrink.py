@@ -109,7 +109,9 @@ def gradient_failure(outcome: Outcome, truths: dict[str, Truth], keys: dict[str,
 def plain(values: Any) -> Any:
     """Values as nested lists of Python floats (a bare float for 0-dim), non-finite ones as None."""
     array = np.asarray(values, dtype=np.float64)
-    return np.where(np.isfinite(array), array, None).tolist()
+    found = array.astype(object)
+    found[~np.isfinite(array)] = None
+    return found.tolist()
 
 
 @dataclass(frozen=True)
@@ -174,9 +176,12 @@ class Shrinker:
         """The counterexample of a check over ``case_set`` (whose per-case ``verdicts`` it made), or None.
 
         None when every verdict is positive, when no failure is numeric (the call
-        raised, crashed or returned another shape), or when the extra round trip
-        failed.
+        raised, crashed or returned another shape), when the extra round trip
+        failed, or without a worker (a submission that could not be loaded).
         """
+        worker = grading.worker
+        if worker is None:
+            return None
         cases = case_set(grading.seed)
         failed = sorted((self.size(case), index) for index, (case, verdict) in enumerate(zip(cases, verdicts)) if not verdict.ok)
         for _, index in failed:  # the smallest failing case with wrong numbers is the template
@@ -194,7 +199,7 @@ class Shrinker:
             if start >= stop:
                 break
             key = ("counterexample", case_set.name, index, grads, anchor, stage)
-            outcomes = grading.memo(key, lambda: invoke_many(grading.worker, requests[start:stop], diagnostic=True))
+            outcomes = grading.memo(key, lambda: invoke_many(worker, requests[start:stop], diagnostic=True))
             if outcomes[0].failure is not None:
                 grading.cache[GAVE_UP] = outcomes[0].failure
                 return None
