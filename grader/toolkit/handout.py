@@ -175,7 +175,8 @@ class Handout:
         Inputs are drawn with :func:`inputs_seed`, never with ``seed`` itself.
         """
         drawn = inputs_seed(seed)
-        checks, calls = [], {}
+        checks: list[dict[str, Any]] = []
+        calls: Calls = {}
         for check_id, declared in declared_checks(self.checks_package).items():
             recipe = self.recipes.get(check_id)
             if recipe is None or declared.get("visibility", "public") != "public":
@@ -231,6 +232,11 @@ class Handout:
     def small(case: Any) -> bool:
         """Whether a case is small enough for the handout: the data file stays a few megabytes, not tens."""
         return math.prod(case.output_shape) <= HANDOUT_ELEMENTS
+
+    def difference(self, calls: Calls, keys: tuple[str, str], cases: tuple[Any, Any], label: str, select: tuple[int, ...], truth: Truth) -> dict[str, Any]:
+        """A pair of the runner's "difference" judge: both ``cases``' calls (added as ``keys``) and ``truth``, output(first) - output(second) at ``select``."""
+        made = [self.add_call(calls, key, case, False, "difference") for key, case in zip(keys, cases)]
+        return {"label": label, "calls": made, "select": list(select), "expected": truth_json(truth)}
 
     def readme(self, data: dict[str, Any]) -> str:
         """The handout's README: what is in it, how to run the public checks, what they cover and do not."""

@@ -16,7 +16,7 @@ from typing import Any, Callable
 from grader.exercises.diffattn import expected, suite, toy
 from grader.exercises.diffattn.cases import INPUT_NAMES, LAMBDA_NAMES, AttentionCase, LambdaCase
 from grader.toolkit.casesets import CaseSet
-from grader.toolkit.handout import Calls, Handout, Recipe, truth_json
+from grader.toolkit.handout import Calls, Handout, Recipe
 from grader.toolkit.tolerance import Truth
 
 TOY_SET = "toy_experiment"
@@ -73,17 +73,14 @@ def _tensor_names(case: AttentionCase | LambdaCase) -> list[str]:
 def _offset_pairs(handout: Handout, seed: int, calls: Calls) -> dict[str, Any]:
     """The toy experiment: at each λ, the call with the shared offset, the one without, and their difference in sequence 0, head 0."""
     with_offset, signal_only, _ = toy.sweep_cases(seed)
-    pairs = []
-    for index, (lam, shifted, plain) in enumerate(zip(toy.LAMBDAS, with_offset, signal_only)):
-        keys = [handout.add_call(calls, f"{TOY_SET}/{part}/{index}", case, False, "difference")
-                for part, case in (("with_offset", shifted), ("values_only", plain))]  # fmt: skip
-        pairs.append({
-            "label": f"toy experiment at λ={lam:g}: output(values + offset) - output(values), sequence 0, head 0",
-            "calls": keys,
-            "select": [0, 0],
-            "expected": truth_json(toy.offset_contribution(shifted, plain)),
-        })
-    return {"pairs": pairs}
+    return {"pairs": [
+        handout.difference(
+            calls, (f"{TOY_SET}/with_offset/{index}", f"{TOY_SET}/values_only/{index}"), (shifted, plain),
+            f"toy experiment at λ={lam:g}: output(values + offset) - output(values), sequence 0, head 0",
+            (0, 0), toy.offset_contribution(shifted, plain),
+        )
+        for index, (lam, shifted, plain) in enumerate(zip(toy.LAMBDAS, with_offset, signal_only))
+    ]}  # fmt: skip
 
 
 HANDOUT = Handout(
