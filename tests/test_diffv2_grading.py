@@ -177,3 +177,18 @@ def test_every_wrong_file_loses_points_in_its_tier(corpus_reports: dict[str, dic
         if not any(t["score"] < t["max_score"] for t in report["tiers"] if t["name"] in allowed):
             missed.append(name)
     assert missed == []
+
+
+def test_handout_runs_the_public_checks(tmp_path: Path) -> None:
+    """The diff_v2 handout holds no hidden check; its runner passes the reference on every public check and the stub on none."""
+    out = tmp_path / "handout"
+    made = subprocess.run([sys.executable, "-m", "grader", "handout", str(out), "--exercise", "diff_v2", "--seed", "3"],
+                          capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    data = json.loads((out / "public_checks.json").read_text(encoding="utf-8"))
+    hidden = {c["name"].removeprefix("test_") for c in _declared() if c.get("visibility") == "hidden"}
+    assert {c["id"] for c in data["checks"]}.isdisjoint(hidden) and len(data["checks"]) == 20
+    (out / "reference.py").write_text(REFERENCE.read_text(encoding="utf-8"), encoding="utf-8")
+    for submission, code, line in (("reference.py", 0, "20 of 20 public checks passed."), (str(Path("exercise") / STUB.name), 1, "0 of 20")):
+        ran = subprocess.run([sys.executable, "run_checks.py", submission], cwd=out, capture_output=True, text=True, timeout=300, check=False)
+        assert ran.returncode == code and line in ran.stdout, ran.stdout[-2000:]
