@@ -17,7 +17,7 @@ from typing import Any
 from grader.exercises.diffv2 import expected, suite, toy
 from grader.exercises.diffv2.cases import Case
 from grader.toolkit.casesets import CaseSet
-from grader.toolkit.handout import Calls, Handout, Recipe, truth_json
+from grader.toolkit.handout import Calls, Handout, Recipe
 from grader.toolkit.tolerance import Truth
 
 _OUTPUTS_GQA = ((suite.gqa_causal, False), (suite.gqa_noncausal, False))
@@ -63,15 +63,9 @@ def _offset_pairs(handout: Handout, seed: int, calls: Calls) -> dict[str, Any]:
     found = []
     for index, pair in enumerate(pairs):
         where = f"ℓ = {toy.SWEEP[index]:g} everywhere" if index < len(toy.SWEEP) else "ℓ_t = 2t − 6 along the sequence"
-        keys = [handout.add_call(calls, f"toy_experiment/{part}/{index}", case, False, "difference")
-                for part, case in (("with_offset", pair.shifted), ("values_only", pair.plain))]  # fmt: skip
         truth = expected.offset_response(pair.plain, pair.shifted)
-        found.append({
-            "label": f"toy experiment at {where}: output(values + c) − output(values), batch 0",
-            "calls": keys,
-            "select": [0],
-            "expected": truth_json(Truth(truth.values[0], truth.allowed[0])),
-        })  # fmt: skip
+        label = f"toy experiment at {where}: output(values + c) − output(values), batch 0"
+        found.append(handout.add_difference(calls, f"toy_experiment/{index}", label, (pair.shifted, pair.plain), [0], Truth(truth.values[0], truth.allowed[0])))
     return {"pairs": found}
 
 
