@@ -146,16 +146,18 @@ def test_no_form_coincides_with_the_truth_everywhere_and_right_results_match_non
 
 @pytest.fixture(scope="module")
 def corpus_reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
-    """Every file of tests/corpus/v2 graded once with ``diffgrade batch``: "correct/name" or "wrong/name" -> report."""
-    found = {}
-    for kind in ("correct", "wrong"):
-        out = tmp_path_factory.mktemp(f"v2_{kind}")
-        command = [sys.executable, "-m", "grader", "batch", str(CORPUS / kind), "--out", str(out), "--seed", str(SEED), "--exercise", "diff_v2"]
-        subprocess.run(command, capture_output=True, text=True, timeout=900, check=False)
-        for folder in out.iterdir():
-            if (folder / "report.json").is_file():
-                found[f"{kind}/{folder.name}"] = json.loads((folder / "report.json").read_text(encoding="utf-8"))
-    return found
+    """Every file of tests/corpus/v2 graded in one ``diffgrade batch`` (one fork server, one preparation): "correct/name" or "wrong/name" -> report."""
+    students = tmp_path_factory.mktemp("v2_class")
+    for path in sorted(CORPUS.glob("*/*.py")):
+        (students / f"{path.parent.name}__{path.name}").write_text(path.read_text(encoding="utf-8"), encoding="utf-8")
+    out = tmp_path_factory.mktemp("v2_graded")
+    command = [sys.executable, "-m", "grader", "batch", str(students), "--out", str(out), "--seed", str(SEED), "--exercise", "diff_v2"]
+    subprocess.run(command, capture_output=True, text=True, timeout=900, check=False)
+    return {
+        folder.name.replace("__", "/", 1): json.loads((folder / "report.json").read_text(encoding="utf-8"))
+        for folder in out.iterdir()
+        if (folder / "report.json").is_file()
+    }
 
 
 def test_every_correct_file_earns_full_marks_without_a_hint(corpus_reports: dict[str, dict[str, Any]]) -> None:
