@@ -199,9 +199,3 @@ def shared_offset(base: Case, rng: np.random.Generator) -> Case:
     offset = exact(domain.signed_uniform(rng, 1.0, 3.0, base.v.shape[-1]), base.dtype)
     return replace(base, v=exact(base.v + offset, base.dtype), note="every token's value shifted by one shared vector c")
 
-
-def redrawn(base: Case, rng: np.random.Generator) -> Case:
-    """``base`` with new values of the same shapes and spreads; everything else kept."""
-    gates = None if base.lambda_logits is None else domain.fresh_like(rng, base.lambda_logits, base.dtype)
-    q, k, v, cotangent = (domain.fresh_like(rng, x, base.dtype) for x in (base.q, base.k, base.v, base.cotangent))
-    return replace(base, q=q, k=k, v=v, lambda_logits=gates, cotangent=cotangent)
