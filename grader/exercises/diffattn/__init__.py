@@ -24,7 +24,7 @@ def exercise() -> Exercise:
         statement="exercise/README.md",
         default_reference="reference/diff_attention.py",
         experiment=toy.experiment,
-        experiment_frame=toy.shared_fields,
+        experiment_frame=toy.frame,
         prepare=_prepare,
         expect=_expect,
         handout=handout.files,
