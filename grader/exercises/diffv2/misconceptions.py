@@ -442,6 +442,11 @@ def _ones(logits: np.ndarray) -> np.ndarray:
     return np.ones_like(logits)
 
 
+def _zeroed_when_causal(truth: Truth, case: Case) -> Truth:
+    """No gradient where the causal mask is applied (the mask, and what follows it, built outside autograd)."""
+    return zeroed(truth, case) if case.is_causal else truth
+
+
 def _group_mean(truth: Truth, case: Case) -> Truth:
     return Truth(truth.values / case.group, truth.allowed / case.group)
 
@@ -461,9 +466,16 @@ GRADIENT_VARIANTS = (
     ),
     Variant(
         "kv_gradients_averaged",
-        "The gradients of k and v are averaged over the G query heads of a group: they are summed.",
+        "The gradients of k (or k and v) are averaged over the G query heads of a group: they are summed.",
         "∂L/∂k[b, s, g] = Σ_{h: h // G = g} Σ_t dS[b, h, t, s]·q[b, t, h] / √D, and likewise for v",
-        (changed(("k", "v"), _group_mean),),
+        (changed(("k",), _group_mean), changed(("k", "v"), _group_mean)),
+    ),
+    Variant(
+        "logits_detached",
+        "No gradient reaches q and k: the logits are cut off from autograd (a mask or scale applied under "
+        "torch.no_grad(), .detach() or .data on the way).",
+        "∂L/∂q = dS·k / √D and ∂L/∂k = Σ_h dSᵀ·q / √D, with dS = A ⊙ (dA − rowsum(dA ⊙ A))",
+        (changed(("q", "k"), zeroed), changed(("q", "k"), _zeroed_when_causal)),
     ),
     Variant(
         "value_detached",
