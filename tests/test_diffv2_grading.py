@@ -118,8 +118,9 @@ def test_toy_frame_fits_the_experiment_format() -> None:
     measured = Measured({"offset_response": factors[: len(toy.SWEEP)], "per_token": [None] * toy.TOKENS})
     found = section(frame, measured, None, None, "not run")
     assert [panel["id"] for panel in found["panels"]] == ["offset_response", "per_token"]
-    curve = found["panels"][0]["series"]
-    assert curve[2]["values"] == pytest.approx(curve[0]["values"], abs=1e-12)
+    by_role = {series["role"]: series for series in found["panels"][0]["series"]}
+    assert by_role["preview"]["values"] == pytest.approx(by_role["expected"]["values"], abs=1e-12)
+    assert by_role["submission"]["values"] is None and by_role["submission"]["note"] == "not run"
 
 
 def test_no_form_coincides_with_the_truth_everywhere_and_right_results_match_none() -> None:
