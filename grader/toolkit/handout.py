@@ -215,12 +215,6 @@ class Handout:
             calls[key]["grads"] = {tensor: truth_json(truths[tensor]) for tensor in wanted}
         return key
 
-    def add_difference(self, calls: Calls, key: str, label: str, cases: tuple[Any, Any], select: list[int], truth: Truth) -> dict[str, Any]:
-        """A pair for the runner's "difference" judge: the calls of ``cases`` (keys ``key/first``, ``key/second``),
-        the second's output subtracted from the first's at the index ``select``, against ``truth``."""
-        keys = [self.add_call(calls, f"{key}/{part}", case, False, "difference") for part, case in zip(("first", "second"), cases)]
-        return {"label": label, "calls": keys, "select": select, "expected": truth_json(truth)}
-
     def add_sequence(self, calls: Calls, key: str, sequence: CallSequence[Any]) -> str:
         """Describe one call sequence with the truths of both of its calls; return its key."""
         if self.sequence_request is None:

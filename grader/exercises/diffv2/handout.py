@@ -65,7 +65,8 @@ def _offset_pairs(handout: Handout, seed: int, calls: Calls) -> dict[str, Any]:
         where = f"ℓ = {toy.SWEEP[index]:g} everywhere" if index < len(toy.SWEEP) else "ℓ_t = 2t − 6 along the sequence"
         truth = expected.offset_response(pair.plain, pair.shifted)
         label = f"toy experiment at {where}: output(values + c) − output(values), batch 0"
-        found.append(handout.add_difference(calls, f"toy_experiment/{index}", label, (pair.shifted, pair.plain), [0], Truth(truth.values[0], truth.allowed[0])))
+        keys = (f"toy_experiment/with_offset/{index}", f"toy_experiment/values_only/{index}")
+        found.append(handout.difference(calls, keys, (pair.shifted, pair.plain), label, (0,), Truth(truth.values[0], truth.allowed[0])))
     return {"pairs": found}
 
 
