@@ -24,9 +24,14 @@ MARKER = "diffgrade_check"
 class Verdict(Protocol):
     """Anything with ``ok``, ``message`` and ``worst_ratio`` (see grader.toolkit.compare.Comparison)."""
 
-    ok: bool
-    message: str
-    worst_ratio: float | None
+    @property
+    def ok(self) -> bool: ...
+
+    @property
+    def message(self) -> str: ...
+
+    @property
+    def worst_ratio(self) -> float | None: ...
 
 
 VISIBILITIES = ("public", "hidden")

@@ -302,7 +302,8 @@ def grade(
     try:
         pending = drawing.submit(draw_preview, exercise, options, forks) if preview is None else None
         expecting = drawing.submit(exercise.expect, options.seed) if preview is None and exercise.expect is not None else None
-        functions, load_failure = {}, submission.problem
+        functions: dict[str, dict[str, Any]] = {}
+        load_failure = submission.problem
         if load_failure is None:
             assert submission.source is not None
             worker = _start(exercise, submission.source, options.submission.name, options, forks, hidden_paths(exercise, options.reference, options.hide))

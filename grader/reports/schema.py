@@ -203,7 +203,7 @@ _TYPES = {
 def _is(value: Any, name: str) -> bool:
     if isinstance(value, bool):
         return name == "boolean"
-    return isinstance(value, _TYPES[name])
+    return isinstance(value, _TYPES[name])  # type: ignore[arg-type]  # a class or a tuple of classes
 
 
 def validate(instance: Any, schema: dict[str, Any] = SCHEMA, path: str = "$") -> list[str]:
