@@ -27,7 +27,7 @@ def exercise() -> Exercise:
         experiment_frame=toy.frame,
         prepare=_prepare,
         expect=_expect,
-        handout=handout.files,
+        handout=handout.HANDOUT.files,
         warm_up=HERE / "warm_up.py",
     )
 
