@@ -16,26 +16,30 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar, overload
 
 from grader.core.invoke import Outcome
 from grader.core.plugin import GradingContext
 
 _Case = TypeVar("_Case")
+_Case_co = TypeVar("_Case_co", covariant=True)
 Draw = Callable[[int], list[_Case]]
 """Seed -> the cases of a set."""
 
 
 @dataclass(frozen=True, eq=False)
-class CaseSet(Generic[_Case]):
-    """A named, seeded list of cases; ``hidden`` sets' inputs never reach students (the handout leaves them out)."""
+class CaseSet(Generic[_Case_co]):
+    """A named, seeded list of cases; ``hidden`` sets' inputs never reach students (the handout leaves them out).
+
+    A set of one kind of case is a set of any wider kind (``CaseSet`` is covariant): its draw only gives cases.
+    """
 
     name: str
-    draw: Callable[[int], list[_Case]]
+    draw: Callable[[int], list[_Case_co]] = field(repr=False)
     hidden: bool = False
 
-    def __call__(self, seed: int) -> list[_Case]:
+    def __call__(self, seed: int) -> list[_Case_co]:
         """The cases drawn for ``seed`` (the same list, and case objects, on every call in the process)."""
         return self.draw(seed)
 

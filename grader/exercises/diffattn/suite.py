@@ -224,10 +224,10 @@ def attention_bindings(seed: int) -> list[AttentionCase]:
 
 
 @SETS.register
-def sequences(seed: int) -> list[CallSequence]:
+def sequences(seed: int) -> list[CallSequence[LambdaCase | AttentionCase]]:
     """Each function called twice (same tensors, refilled in place, refilled through .data, reallocated), with grad enabled, under no_grad and with gradients."""
     rng = domain.generator(seed, "sequences")
-    found = []
+    found: list[CallSequence[LambdaCase | AttentionCase]] = []
     for kind in domain.SEQUENCE_KINDS:
         for mode in ("enabled", "no_grad", "grads"):
             grads, grad_mode = mode == "grads", "enabled" if mode == "grads" else mode
@@ -241,7 +241,7 @@ def sequences(seed: int) -> list[CallSequence]:
     return found
 
 
-def sequence_request(sequence: CallSequence) -> Request:
+def sequence_request(sequence: CallSequence[LambdaCase | AttentionCase]) -> Request:
     """The two calls of ``sequence`` in one request; with gradients, a backward pass from the second."""
     first, second = (case_request(case, sequence.grads) for case in (sequence.first, sequence.second))
     call = first.calls[-1]
@@ -361,13 +361,13 @@ def prefetch(grading: GradingContext, case_set: CaseSet[LambdaCase | AttentionCa
         grading.cache[(case_set.name, i, grads)] = found
 
 
-def lambda_outcome(grading: GradingContext, case_set: CaseSet[LambdaCase], index: int, case: LambdaCase, grads: bool = False) -> Outcome:
+def lambda_outcome(grading: GradingContext, case_set: CaseSet[Any], index: int, case: LambdaCase, grads: bool = False) -> Outcome:
     """The outcome of lambda case ``index`` of ``case_set``."""
     prefetch(grading, case_set, grads)
     return outcome(grading, (case_set.name, index, grads), lambda_request(case, grads))
 
 
-def attention_outcome(grading: GradingContext, case_set: CaseSet[AttentionCase], index: int, case: AttentionCase, grads: bool = False) -> Outcome:
+def attention_outcome(grading: GradingContext, case_set: CaseSet[Any], index: int, case: AttentionCase, grads: bool = False) -> Outcome:
     """The outcome of attention case ``index`` of ``case_set``."""
     prefetch(grading, case_set, grads)
     return outcome(grading, (case_set.name, index, grads), attention_request(case, grads))
@@ -396,7 +396,7 @@ def value_verdicts(grading: GradingContext, case_set: CaseSet[LambdaCase | Atten
     return found
 
 
-def sequence_outcome(grading: GradingContext, index: int, sequence: CallSequence) -> Outcome:
+def sequence_outcome(grading: GradingContext, index: int, sequence: CallSequence[LambdaCase | AttentionCase]) -> Outcome:
     """The outcome of call sequence ``index`` of :func:`sequences` (those of one function asked for in one round trip)."""
     done = ("prefetched", "sequences")
     if done not in grading.cache and grading.worker is not None:
@@ -472,12 +472,12 @@ def prepare(seed: int) -> None:
     for case in lambda_strided(seed) + lambda_bindings(seed):
         expected.lambda_value(case)
     for sequence in sequences(seed):
-        for case in (sequence.first, sequence.second):
-            expected.case_value(case)
+        for called in (sequence.first, sequence.second):
+            expected.case_value(called)
             if sequence.grads:
-                expected.case_grads(case)
+                expected.case_grads(called)
     for case_set in VALUE_SETS + GRADIENT_SETS:  # a case's value and gradients one after the other: they share its maps
-        for case in case_set(seed):
-            expected.attention_output(case)
+        for drawn in case_set(seed):
+            expected.attention_output(drawn)
             if case_set in GRADIENT_SETS:
-                expected.attention_grads(case)
+                expected.attention_grads(drawn)
