@@ -779,28 +779,38 @@ def predict(form: Form, case: Case, truth: Prediction) -> Prediction:
     return expected.remember(_PREDICTIONS, (form, case), lambda: form(case, truth))
 
 
-def prepare(seed: int) -> None:
+def prepare(seed: int, until: Callable[[], bool] | None = None) -> None:
     """Compute every variant's prediction for every case a hint may look at, once for ``seed``.
 
     A batch calls this before it forks its grading processes, so that
-    diagnosing a wrong submission costs comparisons only.
+    diagnosing a wrong submission costs comparisons only. It stops as soon
+    as ``until()`` is true (a batch: when its fork server is warm and the
+    preview drawn, so that grading never waits for it); a prediction not
+    made here is made by :func:`predict` when a diagnosis first needs it.
+    The first case of every set comes first, then the second, and so on: a
+    form is tried on a set's answered cases in order and given up at the
+    first that disagrees, so the first cases are the ones most diagnoses read.
     """
+    work: list[tuple[int, Family, Case]] = []
     for family in FAMILIES:
         names = {name for name, _ in family.evidence} | set(suite.VALUE_SETS) | set(suite.GRADIENT_SETS) | {"lambda_values"}
         for name in sorted(names):
-            for case in getattr(suite, name)(seed):
+            for rank, case in enumerate(getattr(suite, name)(seed)):
                 if family.name == "lambda":
                     case = case if isinstance(case, LambdaCase) else case.lambda_case
                 elif not isinstance(case, AttentionCase):
                     continue
-                if case is None:
-                    continue
-                truth = truth_of(family.name, case)
-                for form in (f for variant in family.variants for f in variant.forms):
-                    try:
-                        predict(form, case, truth)
-                    except Exception:  # a form that cannot take this case is simply not cached
-                        continue
+                if case is not None:
+                    work.append((rank, family, case))
+    for _, family, case in sorted(work, key=lambda item: item[0]):  # (a stable sort: sets and families keep their order)
+        if until is not None and until():
+            return
+        truth = truth_of(family.name, case)
+        for form in (f for variant in family.variants for f in variant.forms):
+            try:
+                predict(form, case, truth)
+            except Exception:  # a form that cannot take this case is simply not cached
+                continue
 
 
 def explains(form: Form, observations: Iterable[Observation], keys: Iterable[str] | None = None) -> tuple[bool, bool]:
