@@ -281,7 +281,7 @@ def shrink(
         if start >= stop:
             break
         key = ("counterexample", set_name, index, grads, head, stage)
-        outcomes = grading.memo(key, lambda: invoke_many(grading.worker, requests[start:stop], diagnostic=True))
+        outcomes = grading.memo(key, lambda: invoke_many(grading.worker, requests[start:stop], diagnostic=True, shared=True))
         if outcomes[0].failure is not None:
             grading.cache[GAVE_UP] = outcomes[0].failure
             return None
