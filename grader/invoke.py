@@ -13,6 +13,7 @@ and every string is clipped and cleaned of control characters as it is read
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any, Sequence, Union
 
@@ -158,13 +159,25 @@ def invoke_each(worker: Worker, requests: Sequence[Request], *, shared: bool = F
     ``shared``: see :func:`invoke_many`.
     """
     encoded = [_encoded([request], shared) for request in requests]
-    answers = worker.run_each([(header, arrays) for header, arrays, _, _ in encoded], [limit for _, _, _, limit in encoded])
+    texts = [_header_text(request, header) for request, (header, _, _, _) in zip(requests, encoded)] if shared else None
+    answers = worker.run_each([(header, arrays) for header, arrays, _, _ in encoded], [limit for _, _, _, limit in encoded], texts)
     return [_outcomes(answer, [request], header, spans)[0] for answer, request, (header, _, spans, _) in zip(answers, requests, encoded)]
 
 
 Span = tuple[int, int, int, int]  # a request's calls [c0, c1) and tensors [t0, t1) within its round trip
 Encoded = tuple[dict[str, Any], list[np.ndarray], list[Span], Limit]
 _ENCODED: dict[tuple[int, ...], tuple[tuple[Request, ...], Encoded]] = {}
+
+
+_TEXTS: dict[int, tuple[Request, str]] = {}
+
+
+def _header_text(request: Request, header: dict[str, Any]) -> str:
+    """The JSON text of a shared request's header (see :func:`_encoded`), written once per process."""
+    found = _TEXTS.get(id(request))
+    if found is None or found[0] is not request:
+        found = _TEXTS[id(request)] = (request, json.dumps(header, allow_nan=False))
+    return found[1]
 
 
 def _encoded(requests: Sequence[Request], shared: bool) -> Encoded:

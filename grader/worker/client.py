@@ -224,7 +224,8 @@ class Worker:
             raise
 
     def run_each(
-        self, requests: list[tuple[dict[str, Any], list[np.ndarray]]], limits: list[protocol.Limit | None] | None = None
+        self, requests: list[tuple[dict[str, Any], list[np.ndarray]]], limits: list[protocol.Limit | None] | None = None,
+        texts: list[str] | None = None,
     ) -> list[Reply | WorkerFailure | ReplyRefused]:
         """Send several requests in one message; the worker answers each as it finishes it.
 
@@ -234,6 +235,8 @@ class Worker:
         at the first failure (in its place), the requests after it not run.
         ``limits`` (one per request) work as :meth:`run`'s: a refused reply is
         a :class:`ReplyRefused` in its place, and the next request goes on.
+        ``texts``, if given, are the headers' JSON texts (``allow_nan=False``),
+        known beforehand for requests sent again and again.
         """
         try:
             functions = self._ready_for(requests[0][0])
@@ -250,7 +253,11 @@ class Worker:
         try:
             count, what = self._calls(headers[0])
             timeout = min(self.limits.call_timeout_s * count, self._remaining())
-            self._send({"op": "run_each", "requests": headers, "array_counts": [len(each) for _, each in requests]}, arrays, timeout, what)
+            message = {"op": "run_each", "array_counts": [len(each) for _, each in requests]}
+            if texts is None:
+                self._send({**message, "requests": headers}, arrays, timeout, what)
+            else:
+                self._send(message, arrays, timeout, what, {"requests": f"[{', '.join(texts)}]"})
             for header, limit in zip(headers, limits):
                 count, what = self._calls(header)
                 remaining = self._remaining()
@@ -317,17 +324,16 @@ class Worker:
         self.stop()
         self.spawn()
 
-    def _send(self, header: dict[str, Any], arrays: list[np.ndarray], timeout: float, what: str) -> None:
+    def _send(self, header: dict[str, Any], arrays: list[np.ndarray], timeout: float, what: str, encoded: dict[str, str] | None = None) -> None:
         try:
-            protocol.write_message(_Deadline(self._request_fd, time.monotonic() + timeout), header, arrays)
+            protocol.write_message(_Deadline(self._request_fd, time.monotonic() + timeout), header, arrays, encoded)
         except (TimeoutError, BrokenPipeError, OSError) as exc:
             raise self._fail(what, timeout, timed_out=isinstance(exc, TimeoutError)) from None
 
     def _receive(self, timeout: float, what: str, limit: protocol.Limit | None = None) -> Reply:
         """The next reply, its strings cleaned (:func:`safetext.reply`); a failure stops the worker, a refusal by ``limit`` does not."""
         try:
-            header, arrays = protocol.read_message(_Deadline(self._response_fd, time.monotonic() + timeout), limit)
-            return safetext.reply(header), arrays
+            return protocol.read_message(_Deadline(self._response_fd, time.monotonic() + timeout), limit, safetext.reply_of)
         except protocol.Refused as exc:
             raise ReplyRefused(str(exc)) from None
         except TimeoutError:
