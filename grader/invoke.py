@@ -13,7 +13,6 @@ and every string is clipped and cleaned of control characters as it is read
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any, Sequence, Union
 
@@ -22,7 +21,7 @@ import math
 import numpy as np
 
 from grader.worker.client import ReplyRefused, Worker, WorkerFailure, WorkerStartFailure
-from grader.worker.protocol import Description, Limit
+from grader.worker.protocol import Description, Limit, Written
 
 SKIPPED = {"type": "Skipped", "message": "not called, because a call it depends on failed", "traceback": ""}
 # A reply's array may hold this many times the elements its request can need, plus a floor
@@ -159,8 +158,7 @@ def invoke_each(worker: Worker, requests: Sequence[Request], *, shared: bool = F
     ``shared``: see :func:`invoke_many`.
     """
     encoded = [_encoded([request], shared) for request in requests]
-    texts = [_header_text(request, header) for request, (header, _, _, _) in zip(requests, encoded)] if shared else None
-    answers = worker.run_each([(header, arrays) for header, arrays, _, _ in encoded], [limit for _, _, _, limit in encoded], texts)
+    answers = worker.run_each([(header, arrays) for header, arrays, _, _ in encoded], [limit for _, _, _, limit in encoded])
     return [_outcomes(answer, [request], header, spans)[0] for answer, request, (header, _, spans, _) in zip(answers, requests, encoded)]
 
 
@@ -169,31 +167,22 @@ Encoded = tuple[dict[str, Any], list[np.ndarray], list[Span], Limit]
 _ENCODED: dict[tuple[int, ...], tuple[tuple[Request, ...], Encoded]] = {}
 
 
-_TEXTS: dict[int, tuple[Request, str]] = {}
-
-
-def _header_text(request: Request, header: dict[str, Any]) -> str:
-    """The JSON text of a shared request's header (see :func:`_encoded`), written once per process."""
-    found = _TEXTS.get(id(request))
-    if found is None or found[0] is not request:
-        found = _TEXTS[id(request)] = (request, json.dumps(header, allow_nan=False))
-    return found[1]
-
-
 def _encoded(requests: Sequence[Request], shared: bool) -> Encoded:
     """The header, arrays and spans of a round trip making ``requests`` (:func:`_encode`), and the limit on its reply.
 
     All four depend on the requests alone and are read, never changed, by
     what sends them. Of ``shared`` requests they are computed once per
     process (kept with the requests themselves, so that an id is never
-    another request's); of the others, every time.
+    another request's), the header with its JSON text
+    (:class:`protocol.Written`); of the others, every time.
     """
     if not shared:
         return (*_encode(requests), reply_limit(requests))
     key = tuple(map(id, requests))
     found = _ENCODED.get(key)
     if found is None or any(kept is not given for kept, given in zip(found[0], requests)):
-        found = _ENCODED[key] = (tuple(requests), (*_encode(requests), reply_limit(requests)))
+        header, arrays, spans = _encode(requests)
+        found = _ENCODED[key] = (tuple(requests), (Written(header), arrays, spans, reply_limit(requests)))
     return found[1]
 
 

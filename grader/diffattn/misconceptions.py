@@ -829,13 +829,32 @@ def explains(form: Form, observations: Iterable[Observation], keys: Iterable[str
 
 
 def first_match(
-    variants: Iterable[Variant], evidence: list[Observation], own: list[Observation], keys: tuple[str, ...]
-) -> Variant | None:
-    """The first variant one of whose forms agrees with all the evidence and is far from the truth on ``own``."""
+    variants: Iterable[Variant], evidence: list[Observation], own: list[Observation], keys: tuple[str, ...],
+    known: dict[Form, bool] | None = None, known_own: dict[Form, tuple[bool, bool]] | None = None,
+) -> Variant | None:  # fmt: skip
+    """The first variant one of whose forms agrees with all the evidence and is far from the truth on ``own``.
+
+    ``known``: whether each form agrees with the evidence, as found by earlier
+    calls with the same evidence; ``known_own``: what :func:`explains` found
+    for each form on the same ``own`` and ``keys`` (both filled in).
+    """
     for variant in variants:
         for form in variant.forms:
-            agreed, distinct = explains(form, own, keys)
-            if agreed and distinct and explains(form, evidence)[0]:
+            if known_own is None:
+                agreed, distinct = explains(form, own, keys)
+            elif form in known_own:
+                agreed, distinct = known_own[form]
+            else:
+                agreed, distinct = known_own[form] = explains(form, own, keys)
+            if not (agreed and distinct):
+                continue
+            if known is None:
+                fits = explains(form, evidence)[0]
+            elif form in known:
+                fits = known[form]
+            else:
+                fits = known[form] = explains(form, evidence)[0]
+            if fits:
                 return variant
     return None
 
@@ -858,7 +877,10 @@ def diagnose(grading: GradingContext, set_name: str, grads: bool = False, keys: 
             seen for name, with_grads in family.evidence for seen in _observations(grading, family.name, name, with_grads)
         ]
         compared = ("output", *keys) if family.name == "gradients" else ("output",)
-        found = first_match(family.variants, evidence, own, compared)
+        # The evidence is the same for every check of a run, and several checks compare the same results of one set.
+        known = grading.memo(("misconceptions", "evidence", family.name), dict)
+        known_own = grading.memo(("misconceptions", "own", family.name, set_name, grads, compared), dict)
+        found = first_match(family.variants, evidence, own, compared, known, known_own)
         if found is not None:
             return found.hint()
     if grads and _detached(grading, set_name):

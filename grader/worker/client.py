@@ -35,6 +35,7 @@ from grader.worker import protocol
 from grader.worker.forks import ForkedProcess, ForkServer, WorkerFailure, WorkerStartFailure
 
 MiB = 1024 * 1024
+READ_BYTES = 65536  # what one read of a reply asks for: a pipe holds 64 KiB
 
 
 @dataclass(frozen=True)
@@ -94,11 +95,17 @@ class CappedOutput:
 
 
 class _Deadline:
-    """File-like access to a pipe descriptor that gives up at a deadline."""
+    """File-like access to a pipe descriptor that gives up at a deadline.
 
-    def __init__(self, fd: int, deadline: float) -> None:
+    Reads go through ``buffer``, which the caller keeps from one message to
+    the next: one system call takes whatever the pipe holds (the worker
+    writes replies back to back), and later reads are served from it.
+    """
+
+    def __init__(self, fd: int, deadline: float, buffer: bytearray | None = None) -> None:
         self.fd = fd
         self.deadline = deadline
+        self.buffer = bytearray() if buffer is None else buffer
 
     def _wait(self, readable: bool) -> None:
         remaining = self.deadline - time.monotonic()
@@ -107,8 +114,15 @@ class _Deadline:
             raise TimeoutError
 
     def read(self, size: int) -> bytes:
-        self._wait(readable=True)
-        return os.read(self.fd, size)
+        if not self.buffer:
+            self._wait(readable=True)
+            chunk = os.read(self.fd, max(size, READ_BYTES))
+            if len(chunk) <= size:
+                return chunk
+            self.buffer += chunk
+        taken = bytes(self.buffer[:size])
+        del self.buffer[:size]
+        return taken
 
     def write(self, data: bytes) -> None:
         view = memoryview(data)
@@ -145,10 +159,12 @@ class Worker:
         self._failures: dict[str, int] = {}
         self._outputs: list[CappedOutput] = []
         self._captured = {"stdout": "", "stderr": ""}
+        self._received = bytearray()  # bytes of the worker's replies read but not yet used
 
     def spawn(self) -> None:
         """Have the fork server fork a fresh worker (it waits for the server's warm-up, once)."""
         self._spawns += 1
+        self._received = bytearray()
         self._workdir = tempfile.mkdtemp(prefix="diffgrade-worker-")
         request_read, self._request_fd = os.pipe()
         self._response_fd, response_write = os.pipe()
@@ -224,8 +240,7 @@ class Worker:
             raise
 
     def run_each(
-        self, requests: list[tuple[dict[str, Any], list[np.ndarray]]], limits: list[protocol.Limit | None] | None = None,
-        texts: list[str] | None = None,
+        self, requests: list[tuple[dict[str, Any], list[np.ndarray]]], limits: list[protocol.Limit | None] | None = None
     ) -> list[Reply | WorkerFailure | ReplyRefused]:
         """Send several requests in one message; the worker answers each as it finishes it.
 
@@ -235,8 +250,8 @@ class Worker:
         at the first failure (in its place), the requests after it not run.
         ``limits`` (one per request) work as :meth:`run`'s: a refused reply is
         a :class:`ReplyRefused` in its place, and the next request goes on.
-        ``texts``, if given, are the headers' JSON texts (``allow_nan=False``),
-        known beforehand for requests sent again and again.
+        Headers whose JSON text is known (:class:`protocol.Written`: requests
+        sent again and again) are sent as that text.
         """
         try:
             functions = self._ready_for(requests[0][0])
@@ -254,10 +269,10 @@ class Worker:
             count, what = self._calls(headers[0])
             timeout = min(self.limits.call_timeout_s * count, self._remaining())
             message = {"op": "run_each", "array_counts": [len(each) for _, each in requests]}
-            if texts is None:
-                self._send({**message, "requests": headers}, arrays, timeout, what)
+            if all(isinstance(header, protocol.Written) for header in headers):
+                self._send(message, arrays, timeout, what, {"requests": f"[{', '.join(header.text for header in headers)}]"})  # type: ignore[attr-defined]
             else:
-                self._send(message, arrays, timeout, what, {"requests": f"[{', '.join(texts)}]"})
+                self._send({**message, "requests": headers}, arrays, timeout, what)
             for header, limit in zip(headers, limits):
                 count, what = self._calls(header)
                 remaining = self._remaining()
@@ -333,7 +348,7 @@ class Worker:
     def _receive(self, timeout: float, what: str, limit: protocol.Limit | None = None) -> Reply:
         """The next reply, its strings cleaned (:func:`safetext.reply`); a failure stops the worker, a refusal by ``limit`` does not."""
         try:
-            return protocol.read_message(_Deadline(self._response_fd, time.monotonic() + timeout), limit, safetext.reply_of)
+            return protocol.read_message(_Deadline(self._response_fd, time.monotonic() + timeout, self._received), limit, safetext.reply_of)
         except protocol.Refused as exc:
             raise ReplyRefused(str(exc)) from None
         except TimeoutError:
@@ -385,6 +400,7 @@ class Worker:
         shutil.rmtree(self._workdir or "", ignore_errors=True)
         self._process = None
         self._ready = False
+        self._received = bytearray()
 
     def close(self) -> None:
         """Ask the worker to exit, then make sure it and its process group are gone."""

@@ -49,6 +49,17 @@ Description = tuple[np.dtype, tuple[int, ...]]
 Limit = Callable[[dict[str, Any], list[Description]], str | None]
 
 
+class Written(dict):  # type: ignore[type-arg]
+    """A header (or a part of one) sent again and again, with its JSON text written once (``allow_nan=False``).
+
+    It must not change once made; :func:`write_message` takes the text through its ``encoded`` fields.
+    """
+
+    def __init__(self, value: dict[str, Any]) -> None:
+        super().__init__(value)
+        self.text = json.dumps(value, allow_nan=False)
+
+
 def write_message(stream: BinaryIO, header: dict[str, Any], arrays: list[np.ndarray] = (), encoded: dict[str, str] | None = None) -> None:
     """Write one message: ``header`` as JSON, with each array's dtype and shape, then the arrays' bytes.
 
