@@ -21,6 +21,7 @@ is intact (and not an error) is not graded again, unless ``--force``.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import contextlib
 import csv
 import dataclasses
@@ -270,16 +271,22 @@ def run_batch(
             forks = ForkServer() if forks is None else forks
         except OSError as exc:
             raise InternalError(f"the fork server could not be started: {exc}") from None
+        drawing = concurrent.futures.ThreadPoolExecutor(max_workers=1)
         try:
-            if exercise.prepare is not None:  # while the fork server imports torch
-                exercise.prepare(batch.options.seed)
+            # The preview's worker waits for the fork server's torch import; meanwhile this process
+            # prepares what every grading process shares, the optional part only until the preview is drawn.
+            previewing = drawing.submit(draw_preview, exercise, batch.options, forks)
             report.preload()
             preload(exercise)
-            preview = draw_preview(exercise, batch.options, forks)
+            if exercise.prepare is not None:
+                exercise.prepare(batch.options.seed, previewing.done)
+            preview = previewing.result()
+            drawing.shutdown()
             gc.collect()
             gc.freeze()  # the forked graders share what is loaded now; the collector must not touch (and so copy) it
             outcome.interrupted = _grade_all(exercise, pending, batch, forks, preview, records, len(entries), progress)
         finally:
+            drawing.shutdown(wait=True, cancel_futures=True)
             if own:
                 forks.close()
     outcome.graded = sum(r["status"] != "no_submission" for r in records.values()) - outcome.reused

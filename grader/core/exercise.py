@@ -50,8 +50,10 @@ class Exercise:
     experiment: Experiment | None = None
     experiment_frame: ExperimentFrame | None = None
     # Computes, for a seed, whatever every submission's checks share (the
-    # oracle's expected values), so that a batch's forked graders inherit it.
-    prepare: Callable[[int], None] | None = None
+    # oracle's expected values), so that a batch's forked graders inherit it;
+    # what is optional (values computed on demand otherwise) stops once the
+    # second argument, if given, returns True.
+    prepare: Callable[[int, Callable[[], bool] | None], None] | None = None
     # Computes, for a seed, the expected values alone: a single run does it while its worker starts.
     expect: Callable[[int], None] | None = None
     handout: HandoutBuilder | None = None  # `diffgrade handout`: the public checks, runnable without the grader

@@ -20,7 +20,7 @@ from typing import Any, Sequence, Union
 import numpy as np
 
 from grader.worker.client import ReplyRefused, Worker, WorkerFailure, WorkerStartFailure
-from grader.worker.protocol import Description, Limit
+from grader.worker.protocol import Description, Limit, Written
 
 SKIPPED = {"type": "Skipped", "message": "not called, because a call it depends on failed", "traceback": ""}
 # A reply's array may hold this many times the elements its request can need, plus a floor
@@ -123,42 +123,68 @@ class MalformedReply(Exception):
     """The worker's reply is missing a field or has one of the wrong type."""
 
 
-def invoke(worker: Worker, request: Request) -> Outcome:
-    """Run ``request`` in ``worker`` and return what was observed."""
-    return invoke_many(worker, [request])[0]
+def invoke(worker: Worker, request: Request, *, shared: bool = False) -> Outcome:
+    """Run ``request`` in ``worker`` and return what was observed (``shared``: see :func:`invoke_many`)."""
+    return invoke_many(worker, [request], shared=shared)[0]
 
 
-def invoke_many(worker: Worker, requests: Sequence[Request], *, diagnostic: bool = False) -> list[Outcome]:
+def invoke_many(worker: Worker, requests: Sequence[Request], *, diagnostic: bool = False, shared: bool = False) -> list[Outcome]:
     """Run independent requests in one worker round trip and return one outcome each.
 
     Their calls are made in order and their backward passes are one
     ``torch.autograd.grad`` over all their results, which gives each request
     its own gradients as long as no two share an input. A failure of the
     round trip (or of the shared backward pass) is every request's failure.
-    ``diagnostic``: see :meth:`Worker.run`.
+    ``diagnostic``: see :meth:`Worker.run`. ``shared``: the requests are
+    built once per process and sent for submission after submission (a
+    batch), so their encoding is kept with them (:func:`_encoded`).
     """
-    header, arrays, spans = _encode(requests)
+    header, arrays, spans, limit = _encoded(requests, shared)
     try:
-        answer: Answer = worker.run(header, arrays, diagnostic=diagnostic, limit=reply_limit(requests))
+        answer: Answer = worker.run(header, arrays, diagnostic=diagnostic, limit=limit)
     except Exception as exc:  # a WorkerFailure, or anything odd about the reply
         answer = exc
     return _outcomes(answer, requests, header, spans)
 
 
-def invoke_each(worker: Worker, requests: Sequence[Request]) -> list[Outcome]:
+def invoke_each(worker: Worker, requests: Sequence[Request], *, shared: bool = False) -> list[Outcome]:
     """The outcomes of ``requests`` made one after another exactly as :func:`invoke` makes each, in one round trip.
 
     The worker answers each request as it finishes it (see
     :meth:`Worker.run_each`), so every request gets its own timeout, backward
     pass and failure count. The list ends at the first request whose round
     trip failed (with that failure): the ones after it were not run.
+    ``shared``: see :func:`invoke_many`.
     """
-    encoded = [_encode([request]) for request in requests]
-    answers = worker.run_each([(header, arrays) for header, arrays, _ in encoded], [reply_limit([request]) for request in requests])
-    return [_outcomes(answer, [request], header, spans)[0] for answer, request, (header, _, spans) in zip(answers, requests, encoded)]
+    encoded = [_encoded([request], shared) for request in requests]
+    answers = worker.run_each([(header, arrays) for header, arrays, _, _ in encoded], [limit for _, _, _, limit in encoded])
+    return [_outcomes(answer, [request], header, spans)[0] for answer, request, (header, _, spans, _) in zip(answers, requests, encoded)]
 
 
 Span = tuple[int, int, int, int]  # a request's calls [c0, c1) and tensors [t0, t1) within its round trip
+Encoded = tuple[dict[str, Any], list[np.ndarray], list[Span], Limit]
+_ENCODED: dict[tuple[int, ...], tuple[tuple[Request, ...], Encoded]] = {}
+
+
+def _encoded(requests: Sequence[Request], shared: bool) -> Encoded:
+    """The header, arrays and spans of a round trip making ``requests`` (:func:`_encode`), and the limit on its reply.
+
+    All four depend on the requests alone and are read, never changed, by
+    what sends them. Of ``shared`` requests they are computed once per
+    process (kept with the requests themselves, so that an id is never
+    another request's), the header with its JSON text
+    (:class:`protocol.Written`); of the others, every time.
+    """
+    if not shared:
+        return (*_encode(requests), reply_limit(requests))
+    key = tuple(map(id, requests))
+    found = _ENCODED.get(key)
+    if found is None or any(kept is not given for kept, given in zip(found[0], requests)):
+        header, arrays, spans = _encode(requests)
+        found = _ENCODED[key] = (tuple(requests), (Written(header), arrays, spans, reply_limit(requests)))
+    return found[1]
+
+
 Answer = Union[tuple[dict[str, Any], list[np.ndarray]], Exception]  # the worker's reply and arrays, or why there is none
 
 

@@ -175,7 +175,10 @@ class Catalogue:
                 continue
             evidence = [seen for found, with_grads in family.evidence for seen in self.observations(grading, family, found, with_grads)]
             compared = ("output", *keys) if family.gradients else ("output",)
-            matched = first_match(family.variants, evidence, own, compared)
+            # The evidence is the same for every check of a run, and several checks compare the same results of one set.
+            known = grading.memo(("misconceptions", "evidence", family.name), dict)
+            known_own = grading.memo(("misconceptions", "own", family.name, case_set.name, grads, compared), dict)
+            matched = first_match(family.variants, evidence, own, compared, known, known_own)
             if matched is not None:
                 return matched.hint()
         for variant, shows in self.symptoms:
@@ -199,25 +202,35 @@ class Catalogue:
             hint = None
         grading.explain(hint=hint)
 
-    def prepare(self, seed: int) -> None:
+    def prepare(self, seed: int, until: Callable[[], bool] | None = None) -> None:
         """Compute every variant's prediction for every case a hint may look at, once for ``seed``.
 
         A batch calls this before it forks its grading processes, so that
-        diagnosing a wrong submission costs comparisons only.
+        diagnosing a wrong submission costs comparisons only. It stops as soon
+        as ``until()`` is true (a batch: when its fork server is warm and the
+        preview drawn, so that grading never waits for it); a prediction not
+        made here is made by :func:`predict` when a diagnosis first needs it.
+        The first case of every set comes first, then the second, and so on: a
+        form is tried on a set's answered cases in order and given up at the
+        first that disagrees, so the first cases are the ones most diagnoses read.
         """
+        work: list[tuple[int, Family, Any]] = []
         for family in self.families:
             sets = {case_set for case_set, _ in family.evidence} | set(self.checked)
             for case_set in sorted(sets, key=lambda found: found.name):
-                for drawn in case_set(seed):
+                for rank, drawn in enumerate(case_set(seed)):
                     case = family.subject_of(drawn)
-                    if case is None:
-                        continue
-                    truth = family.truth(case)
-                    for form in (f for variant in family.variants for f in variant.forms):
-                        try:
-                            predict(form, case, truth)
-                        except Exception:  # a form that cannot take this case is simply not cached
-                            continue
+                    if case is not None:
+                        work.append((rank, family, case))
+        for _, family, case in sorted(work, key=lambda item: item[0]):  # a stable sort: sets and families keep their order
+            if until is not None and until():
+                return
+            truth = family.truth(case)
+            for form in (f for variant in family.variants for f in variant.forms):
+                try:
+                    predict(form, case, truth)
+                except Exception:  # a form that cannot take this case is simply not cached
+                    continue
 
 
 # ---- matching ------------------------------------------------------------------------
@@ -274,13 +287,32 @@ def explains(form: Form, observations: Iterable[Observation], keys: Iterable[str
 
 
 def first_match(
-    variants: Iterable[Variant], evidence: list[Observation], own: list[Observation], keys: tuple[str, ...]
-) -> Variant | None:
-    """The first variant one of whose forms agrees with all the evidence and is far from the truth on ``own``."""
+    variants: Iterable[Variant], evidence: list[Observation], own: list[Observation], keys: tuple[str, ...],
+    known: dict[Form, bool] | None = None, known_own: dict[Form, tuple[bool, bool]] | None = None,
+) -> Variant | None:  # fmt: skip
+    """The first variant one of whose forms agrees with all the evidence and is far from the truth on ``own``.
+
+    ``known``: whether each form agrees with the evidence, as found by earlier
+    calls with the same evidence; ``known_own``: what :func:`explains` found
+    for each form on the same ``own`` and ``keys`` (both filled in).
+    """
     for variant in variants:
         for form in variant.forms:
-            agreed, distinct = explains(form, own, keys)
-            if agreed and distinct and explains(form, evidence)[0]:
+            if known_own is None:
+                agreed, distinct = explains(form, own, keys)
+            elif form in known_own:
+                agreed, distinct = known_own[form]
+            else:
+                agreed, distinct = known_own[form] = explains(form, own, keys)
+            if not (agreed and distinct):
+                continue
+            if known is None:
+                fits = explains(form, evidence)[0]
+            elif form in known:
+                fits = known[form]
+            else:
+                fits = known[form] = explains(form, evidence)[0]
+            if fits:
                 return variant
     return None
 

@@ -98,3 +98,19 @@ def reply(value: Any, key: str = "") -> Any:
     if isinstance(value, list):
         return [reply(v, key) for v in value]
     return value
+
+
+# A byte that is not printable ASCII, a backslash (an escape), or a run between quotes longer than a name
+# may be: when a JSON text holds none of them, every string it decodes to is already clean.
+_NOT_PLAIN_JSON = re.compile(rb'[^\x20-\x7e]|\\|"[^"]{%d,}"' % (MAX_NAME + 1))
+
+
+def reply_of(value: Any, raw: bytes) -> Any:
+    """:func:`reply` of ``value``, decoded from the JSON text ``raw``, without the walk when the text shows it unneeded.
+
+    A JSON text of printable ASCII without backslashes decodes to strings of
+    printable ASCII, and one without more than :data:`MAX_NAME` characters
+    between two quotes to strings no longer than that: :func:`reply` would
+    leave every one of them (and so ``value``) as it is.
+    """
+    return value if _NOT_PLAIN_JSON.search(raw) is None else reply(value)

@@ -199,7 +199,7 @@ class Shrinker:
             if start >= stop:
                 break
             key = ("counterexample", case_set.name, index, grads, anchor, stage)
-            outcomes = grading.memo(key, lambda: invoke_many(worker, requests[start:stop], diagnostic=True))
+            outcomes = grading.memo(key, lambda: invoke_many(worker, requests[start:stop], diagnostic=True, shared=True))
             if outcomes[0].failure is not None:
                 grading.cache[GAVE_UP] = outcomes[0].failure
                 return None

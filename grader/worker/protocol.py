@@ -59,32 +59,55 @@ class Stream(Protocol):
     def flush(self) -> None: ...
 
 
-def write_message(stream: Stream, header: dict[str, Any], arrays: Sequence[np.ndarray] = ()) -> None:
-    """Write one message: ``header`` as JSON, with each array's dtype and shape, then the arrays' bytes."""
+class Written(dict[str, Any]):
+    """A header (or a part of one) sent again and again, with its JSON text written once (``allow_nan=False``).
+
+    It must not change once made; :func:`write_message` takes the text through its ``encoded`` fields.
+    """
+
+    def __init__(self, value: dict[str, Any]) -> None:
+        super().__init__(value)
+        self.text = json.dumps(value, allow_nan=False)
+
+
+def write_message(stream: Stream, header: dict[str, Any], arrays: Sequence[np.ndarray] = (), encoded: dict[str, str] | None = None) -> None:
+    """Write one message: ``header`` as JSON, with each array's dtype and shape, then the arrays' bytes.
+
+    ``encoded``: more fields of the header, each given as its value's JSON
+    text (written with ``allow_nan=False``), for values the writer sends often.
+    """
     plain = [np.asarray(array) for array in arrays]  # tobytes() writes C order from any layout
     described = []
     for array in plain:
         if array.dtype.str not in DTYPES:
             raise ValueError(f"array dtype must be one of {sorted(DTYPES)} (got {array.dtype.str})")
         described.append([array.dtype.str, list(array.shape)])
-    payload = json.dumps({**header, "arrays": described}, allow_nan=False).encode()
+    text = json.dumps({**header, "arrays": described}, allow_nan=False)
+    if encoded:  # the object's closing brace is its last character
+        text = text[:-1] + "".join(f", {json.dumps(key)}: {value}" for key, value in encoded.items()) + "}"
+    payload = text.encode()
     stream.write(b"".join([struct.pack(">I", len(payload)), payload, *(array.tobytes() for array in plain)]))
     stream.flush()
 
 
-def read_message(stream: Stream, limit: Limit | None = None) -> tuple[dict[str, Any], list[np.ndarray]]:
+def read_message(
+    stream: Stream, limit: Limit | None = None, clean: Callable[[dict[str, Any], bytes], dict[str, Any]] | None = None
+) -> tuple[dict[str, Any], list[np.ndarray]]:
     """Read one message; raise ProtocolError on anything malformed or oversized.
 
     Every array description is checked before a byte of data is read. When
     ``limit`` is given, it sees the header and the descriptions first; if it
     returns a reason, the arrays' bytes are read and dropped (never held in
     memory) and :class:`Refused` says why, the channel still in step.
+    ``clean``, if given, turns the header (and the JSON text it was decoded
+    from) into the header returned, once the arrays are read.
     """
     (length,) = struct.unpack(">I", _read_exact(stream, 4))
     if length > MAX_HEADER_BYTES:
         raise ProtocolError(f"header of {length} bytes exceeds the limit of {MAX_HEADER_BYTES}")
+    raw = _read_exact(stream, length)
     try:
-        header = json.loads(_read_exact(stream, length))
+        header = json.loads(raw)
     except PeerClosed:
         raise
     except Exception as exc:  # hostile input: bad JSON, or nesting deep enough to raise RecursionError
@@ -106,7 +129,7 @@ def read_message(stream: Stream, limit: Limit | None = None) -> tuple[dict[str, 
     if sum(sizes) > MAX_MESSAGE_BYTES - length:
         raise ProtocolError(f"message exceeds the limit of {MAX_MESSAGE_BYTES} bytes")
     arrays = [np.frombuffer(_read_exact(stream, size), dtype=dtype).reshape(shape) for (dtype, shape), size in zip(descriptions, sizes)]
-    return header, arrays
+    return (header if clean is None else clean(header, bytes(raw))), arrays
 
 
 def _array_description(description: Any) -> tuple[np.dtype, tuple[int, ...]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 from grader.core.exercise import Exercise
 
@@ -40,9 +41,10 @@ def _expect(seed: int) -> None:
     toy.prepare(seed)
 
 
-def _prepare(seed: int) -> None:
-    """What every submission graded with ``seed`` shares: the oracle's truths and the misconceptions' predictions."""
+def _prepare(seed: int, until: Callable[[], bool] | None = None) -> None:
+    """What every submission graded with ``seed`` shares: the oracle's truths, then the misconceptions' predictions
+    until ``until()`` is true (those left are made when a diagnosis needs them)."""
     from grader.exercises.diffattn import misconceptions
 
     _expect(seed)
-    misconceptions.CATALOGUE.prepare(seed)
+    misconceptions.CATALOGUE.prepare(seed, until)

@@ -149,11 +149,13 @@ def shared_offset_difference(plain: AttentionCase, shifted: AttentionCase) -> Tr
     return Truth((1.0 - plain.coefficient) * offset, allowed)
 
 
+@_per_case
 def branch_one_output(case: AttentionCase) -> Truth:
     """With λ = 0 the result is ordinary softmax attention of the first branch."""
     return Truth(oracle.attention_maps(case.q1, case.k1, case.is_causal) @ case.value, attention_output(case).allowed)
 
 
+@_per_case
 def identical_maps_output(case: AttentionCase) -> Truth:
     """Identical maps give (1 - λ)·A1·V: exactly 0 at λ = 1."""
     values = (1.0 - case.coefficient) * (oracle.attention_maps(case.q1, case.k1, case.is_causal) @ case.value)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import replace
-from typing import Any
+from typing import Any, Callable
 
 from grader.core.invoke import (
     Call,
@@ -34,6 +34,7 @@ from grader.toolkit import domain, verdicts
 from grader.toolkit.casesets import CaseSet, CaseSets
 from grader.toolkit.compare import Comparison
 from grader.toolkit.domain import CallSequence
+from grader.toolkit.tolerance import Memo, remember
 SETS = CaseSets()
 
 
@@ -243,7 +244,7 @@ def sequences(seed: int) -> list[CallSequence[LambdaCase | AttentionCase]]:
 
 def sequence_request(sequence: CallSequence[LambdaCase | AttentionCase]) -> Request:
     """The two calls of ``sequence`` in one request; with gradients, a backward pass from the second."""
-    first, second = (case_request(case, sequence.grads) for case in (sequence.first, sequence.second))
+    first, second = (_built_request(case, sequence.grads) for case in (sequence.first, sequence.second))
     call = first.calls[-1]
     if sequence.kind in ("refill", "refill_data"):
         inputs = [a for a in (*call.args, *call.kwargs.values()) if isinstance(a, TensorInput)]
@@ -314,27 +315,44 @@ def attention_request(case: AttentionCase, requires_grad: bool = False) -> Reque
     return Request(calls, backward_from=len(calls) - 1, cotangent=case.cotangent, inputs=numbered)
 
 
-def outcome(grading: GradingContext, key: tuple[Any, ...], request: Request) -> Outcome:
+def outcome(
+    grading: GradingContext, key: tuple[Any, ...], request: Request | Callable[[], Request], functions: tuple[str, ...] | None = None,
+    shared: bool = False,
+) -> Outcome:  # fmt: skip
     """The outcome of ``request`` in the submission's worker, made once per run for ``key``.
 
     A request that needs a function the submission lacks is not sent at all.
+    ``request`` may be a function that gives it, with ``functions`` the
+    functions its calls call, in order: it is then asked for only when it is
+    sent. ``shared``: a request built once per process (see :func:`invoke.invoke_many`).
     """
     notes = {}
-    for call in request.calls:
-        problem = verdicts.function_problem(grading, call.function)
+    for function in functions if functions is not None else [call.function for call in request.calls]:  # type: ignore[union-attr]
+        problem = verdicts.function_problem(grading, function)
         if problem is not None:
             return Outcome(failure=problem)
-        parameters = grading.functions.get(call.function, {}).get("parameters")
-        note = grading.memo(("signature", call.function), lambda: signature_problem(call.function, parameters))
+        parameters = grading.functions.get(function, {}).get("parameters")
+        note = grading.memo(("signature", function), lambda: signature_problem(function, parameters))
         if note is not None:
-            notes[call.function] = note
-    found = grading.memo(key, lambda: invoke(grading.worker, request))
+            notes[function] = note
+    found = grading.memo(key, lambda: invoke(grading.worker, request() if callable(request) else request, shared=shared))
     found.notes = notes
     return found
 
 
 def case_request(case: LambdaCase | AttentionCase, grads: bool) -> Request:
-    """The request that evaluates one case of any set."""
+    """The request that evaluates one case of any set, built once per case object and process.
+
+    A request holds nothing but the case's inputs and how to call: every
+    student's run sends the same one (case sets are drawn once per seed).
+    """
+    return remember(_REQUESTS, (case,), lambda: _built_request(case, grads), values=(grads,))
+
+
+_REQUESTS: Memo = {}
+
+
+def _built_request(case: LambdaCase | AttentionCase, grads: bool) -> Request:
     return lambda_request(case, grads) if isinstance(case, LambdaCase) else attention_request(case, grads)
 
 
@@ -357,20 +375,21 @@ def prefetch(grading: GradingContext, case_set: CaseSet[LambdaCase | AttentionCa
     functions = {tuple(sorted({c.function for c in r.calls})) for _, r in wanted}
     if len(wanted) < 2 or len(functions) != 1 or any(verdicts.function_problem(grading, f) for f in functions.pop()):
         return  # (one round trip is for requests that call the same functions; see Worker.run_each)
-    for (i, _), found in zip(wanted, invoke_each(grading.worker, [r for _, r in wanted])):
+    for (i, _), found in zip(wanted, invoke_each(grading.worker, [r for _, r in wanted], shared=True)):
         grading.cache[(case_set.name, i, grads)] = found
 
 
 def lambda_outcome(grading: GradingContext, case_set: CaseSet[Any], index: int, case: LambdaCase, grads: bool = False) -> Outcome:
     """The outcome of lambda case ``index`` of ``case_set``."""
     prefetch(grading, case_set, grads)
-    return outcome(grading, (case_set.name, index, grads), lambda_request(case, grads))
+    return outcome(grading, (case_set.name, index, grads), lambda: case_request(case, grads), (LAMBDA,), shared=True)
 
 
 def attention_outcome(grading: GradingContext, case_set: CaseSet[Any], index: int, case: AttentionCase, grads: bool = False) -> Outcome:
     """The outcome of attention case ``index`` of ``case_set``."""
     prefetch(grading, case_set, grads)
-    return outcome(grading, (case_set.name, index, grads), attention_request(case, grads))
+    functions = (ATTENTION,) if case.lambda_case is None else (LAMBDA, ATTENTION)
+    return outcome(grading, (case_set.name, index, grads), lambda: case_request(case, grads), functions, shared=True)
 
 
 def case_outcome(grading: GradingContext, case_set: CaseSet[Any], index: int, case: LambdaCase | AttentionCase, grads: bool = False) -> Outcome:
@@ -404,10 +423,25 @@ def sequence_outcome(grading: GradingContext, index: int, sequence: CallSequence
         everything = list(enumerate(sequences(grading.seed)))
         for function in (LAMBDA, ATTENTION):
             if verdicts.function_problem(grading, function) is None:
-                wanted = [(i, sequence_request(s)) for i, s in everything if case_request(s.first, False).calls[-1].function == function]
-                for (i, _), found in zip(wanted, invoke_each(grading.worker, [r for _, r in wanted])):
+                wanted = [(i, _sequence_request(s)) for i, s in everything if _sequence_request(s).calls[-1].function == function]
+                for (i, _), found in zip(wanted, invoke_each(grading.worker, [r for _, r in wanted], shared=True)):
                     grading.cache[("sequences", i)] = found
-    return outcome(grading, ("sequences", index), sequence_request(sequence))
+    return outcome(grading, ("sequences", index), lambda: _sequence_request(sequence), (*_functions(sequence.first), _functions(sequence.second)[-1]), shared=True)
+
+
+_SEQUENCE_REQUESTS: Memo = {}
+
+
+def _sequence_request(sequence: CallSequence) -> Request:
+    """:func:`sequence_request`, built once per sequence object and process."""
+    return remember(_SEQUENCE_REQUESTS, (sequence,), lambda: sequence_request(sequence))
+
+
+def _functions(case: LambdaCase | AttentionCase) -> tuple[str, ...]:
+    """The functions the calls of ``case``'s request call, in order."""
+    if isinstance(case, LambdaCase):
+        return (LAMBDA,)
+    return (ATTENTION,) if case.lambda_case is None else (LAMBDA, ATTENTION)
 
 
 def gradient_positions(case: LambdaCase | AttentionCase) -> dict[str, int]:
@@ -481,3 +515,7 @@ def prepare(seed: int) -> None:
             expected.attention_output(drawn)
             if case_set in GRADIENT_SETS:
                 expected.attention_grads(drawn)
+    for drawn in lambda_zero(seed):
+        expected.branch_one_output(drawn)
+    for drawn in identical_maps(seed):
+        expected.identical_maps_output(drawn)
