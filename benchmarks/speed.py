@@ -11,7 +11,9 @@ Prints, in one run:
     (default --jobs, isolation on): submissions per second, and the wall
     time per submission divided by the torch import.
 
-Run from the repository root: ``python benchmarks/speed.py [ROUNDS]``.
+Run from the repository root: ``python benchmarks/speed.py [ROUNDS] [EXERCISE]``
+(EXERCISE: ``diff_attention``, the default, or ``diff_v2``, whose classes
+come from tests/corpus/v2: its correct files and its wrong ones).
 Targets (issues 10 and 11): (a) at most 1.5; (b) at least 10 submissions per second.
 """
 
@@ -52,40 +54,58 @@ def seconds(command: list[str], cwd: Path) -> float:
     return took
 
 
-def make_class(folder: Path, correct: int) -> None:
-    """Write 50 submissions into ``folder``: ``correct`` right ones (the correct corpus and the
-    completed stub, in turn, under new names), then wrong ones (the wrong files, the stub, the mutants)."""
+V2_CORPUS = ROOT / "tests" / "corpus" / "v2"
+# What each exercise's benchmark grades: its correct single submission, its reference, and its class's files.
+EXERCISES = {
+    "diff_attention": (CORRECT_DIR / "einsum.py", ROOT / "reference" / "diff_attention.py"),
+    "diff_v2": (V2_CORPUS / "correct" / "einsum_grouped.py", ROOT / "reference" / "diff_v2_attention.py"),
+}
+
+
+def class_sources(exercise: str) -> tuple[list[str], list[str]]:
+    """The right and the wrong submissions a class of ``exercise`` is made of."""
+    if exercise == "diff_v2":
+        right = [p.read_text() for p in sorted((V2_CORPUS / "correct").glob("*.py"))]
+        wrong = [p.read_text() for p in sorted((V2_CORPUS / "wrong").glob("*.py"))]
+        return right, wrong + [(ROOT / "exercise" / "diff_v2_attention.py").read_text()]
     right = [p.read_text() for p in sorted(CORRECT_DIR.glob("*.py"))] + [completed_stub_source()]
     wrong = [p.read_text() for p in sorted(WRONG_DIR.glob("*.py"))] + [(ROOT / "exercise" / "diff_attention.py").read_text()]
-    wrong += [mutant_source(m) for m in MUTANTS]
+    return right, wrong + [mutant_source(m) for m in MUTANTS]
+
+
+def make_class(folder: Path, correct: int, exercise: str) -> None:
+    """Write 50 submissions into ``folder``: ``correct`` right ones (for diff_attention: the correct corpus and
+    the completed stub, in turn, under new names), then wrong ones (the wrong files, the stub, the mutants)."""
+    right, wrong = class_sources(exercise)
     for i in range(correct):
         (folder / f"correct_{i:02d}.py").write_text(right[i % len(right)])
     for i in range(CLASS_SIZE - correct):
         (folder / f"wrong_{i:02d}.py").write_text(wrong[i % len(wrong)])
 
 
-def batch_rate(python: str, work: Path, correct: int) -> float:
-    """Seconds to grade a class of 50 with ``correct`` right submissions."""
+def batch_rate(python: str, work: Path, correct: int, exercise: str) -> float:
+    """Seconds to grade a class of 50 of ``exercise`` with ``correct`` right submissions."""
     room = work / f"class_{correct}"
     room.mkdir()
-    make_class(room, correct)
-    return seconds([python, "-m", "grader", "batch", str(room), "--out", str(work / f"out_{correct}"), "--seed", "1", "--quiet"], ROOT)
+    make_class(room, correct, exercise)
+    out = str(work / f"out_{correct}")
+    return seconds([python, "-m", "grader", "batch", str(room), "--out", out, "--seed", "1", "--quiet", "--exercise", exercise], ROOT)
 
 
-def main(rounds: int) -> None:
-    """Measure (a) and (b) and print them with their ratios."""
+def main(rounds: int, exercise: str) -> None:
+    """Measure (a) and (b) for ``exercise`` and print them with their ratios."""
     python = sys.executable
-    submission = CORRECT_DIR / "einsum.py"
+    submission, reference = EXERCISES[exercise]
     with tempfile.TemporaryDirectory(prefix="diffgrade-speed-") as scratch:
         work = Path(scratch)
         imports, singles = [], []
         for _ in range(rounds):
             imports.append(seconds([python, "-c", "import torch"], work))
             singles.append(seconds([python, "-m", "grader", str(submission), "--seed", "1", "--quiet",
-                                    "--reference", str(ROOT / "reference" / "diff_attention.py")], work))  # fmt: skip
+                                    "--reference", str(reference)], work))  # fmt: skip
         torch_s, single_s = statistics.median(imports), statistics.median(singles)
-        classes = {correct: batch_rate(python, work, correct) for correct in CLASS_MIXES}
-    print(f"machine: {os.cpu_count()} cores; python {sys.version.split()[0]}; rounds: {rounds}")
+        classes = {correct: batch_rate(python, work, correct, exercise) for correct in CLASS_MIXES}
+    print(f"exercise {exercise}; machine: {os.cpu_count()} cores; python {sys.version.split()[0]}; rounds: {rounds}")
     print(f'python -c "import torch": median {torch_s:.2f} s (runs: {", ".join(f"{t:.2f}" for t in imports)})')
     print(f"(a) one submission, all tiers, with the preview: median {single_s:.2f} s "
           f"(runs: {', '.join(f'{t:.2f}' for t in singles)})")  # fmt: skip
@@ -97,4 +117,4 @@ def main(rounds: int) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 3)
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 3, sys.argv[2] if len(sys.argv) > 2 else "diff_attention")

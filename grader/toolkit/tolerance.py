@@ -45,7 +45,7 @@ _PER_CASE: Memo = {}
 class Truth:
     """The exact value of a result and the absolute error allowed per element."""
 
-    values: np.ndarray
+    values: np.ndarray  # a scalar result (lambda, a coefficient's gradient) is a 0-dim array
     allowed: np.ndarray
 
 

@@ -158,7 +158,7 @@ class AttentionCase:
         return self.causal is not False
 
     @property
-    def inputs(self) -> tuple[np.ndarray, ...]:
+    def inputs(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """q1, k1, q2, k2, value."""
         return self.q1, self.k1, self.q2, self.k2, self.value
 
@@ -243,6 +243,7 @@ def attention_case(
     """
     b, h, t, d = shape
     q1, k1, q2, k2 = (rng.standard_normal(shape) for _ in range(4))
+    value = rng.standard_normal((b, h, t, 2 * d))
     if max_logit is not None:
         q1 = q1 * max_logit / _largest_logit(q1, k1)
         q2 = q2 * max_logit / _largest_logit(q2, k2)
@@ -250,7 +251,7 @@ def attention_case(
         coefficient = float(rng.uniform(0.2, 0.9))
     names = INPUT_NAMES + ("coefficient", "causal")
     return AttentionCase(
-        *(exact(x, dtype) for x in (q1, k1, q2, k2, rng.standard_normal((b, h, t, 2 * d)))),
+        exact(q1, dtype), exact(k1, dtype), exact(q2, dtype), exact(k2, dtype), exact(value, dtype),
         coefficient=float(exact(coefficient, "float64" if coefficient_kind == "float64 tensor" else dtype)),
         dtype=dtype,
         causal=causal,

@@ -45,7 +45,7 @@ def lambda_value(case: LambdaCase) -> Truth:
     """lambda for ``case`` and its allowance."""
     value = oracle.scalar_lambda(*case.vectors, case.effective_init)
     magnitude = oracle.lambda_magnitude(*case.vectors, case.effective_init)
-    return Truth(np.float64(value), tolerance.allowance(case.dtype, _lambda_operations(case), magnitude))
+    return Truth(np.asarray(value, dtype=np.float64), tolerance.allowance(case.dtype, _lambda_operations(case), magnitude))
 
 
 def _lambda_vector_grads(case: LambdaCase, upstream: float, upstream_magnitude: float, operations: float) -> dict[str, Truth]:
@@ -137,7 +137,7 @@ def attention_grads(case: AttentionCase) -> dict[str, Truth]:
         truths.update({f"lambda_{name}": truth for name, truth in vector_grads.items()})
     elif case.coefficient_is_tensor:
         truths["coefficient"] = Truth(
-            np.float64(exact_grads["coefficient"]), tolerance.allowance(case.dtype, summed, bounds["coefficient"])
+            np.asarray(exact_grads["coefficient"], dtype=np.float64), tolerance.allowance(case.dtype, summed, bounds["coefficient"])
         )
     return truths
 

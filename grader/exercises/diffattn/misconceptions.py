@@ -203,7 +203,7 @@ def _softmax(s: np.ndarray, keep: np.ndarray | None, axis: int = -1, uniform_emp
     return a
 
 
-def _branches(case: AttentionCase) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+def _branches(case: LambdaCase | AttentionCase) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
     """(q1, k1) and (q2, k2)."""
     return (case.q1, case.k1), (case.q2, case.k2)
 
@@ -259,7 +259,7 @@ def _maps_form(
             for (q, k), mask in zip(_branches(case), masks)
         ]
         growth = 1.0 if factor is None else max(1.0, factor * math.sqrt(d))
-        return _weighted(case, *maps, weights, growth)
+        return _weighted(case, maps[0], maps[1], weights, growth)
 
     return form
 

@@ -335,7 +335,10 @@ def outcome(
         note = grading.memo(("signature", function), lambda: signature_problem(function, parameters))
         if note is not None:
             notes[function] = note
-    found = grading.memo(key, lambda: invoke(grading.worker, request() if callable(request) else request, shared=shared))
+    worker = grading.worker
+    if worker is None:
+        return Outcome(failure=grading.load_failure or "the submission was not loaded")
+    found = grading.memo(key, lambda: invoke(worker, request() if callable(request) else request, shared=shared))
     found.notes = notes
     return found
 

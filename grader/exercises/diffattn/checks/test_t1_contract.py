@@ -65,7 +65,7 @@ def _judge(observed: list[Observed], problem_of: Callable[[Observed, Returned], 
     findings = []
     for item in observed:
         result, problem = item.result()
-        findings.append(problem or finding(item.what, problem_of(item, result)))
+        findings.append(problem if problem is not None or result is None else finding(item.what, problem_of(item, result)))
     return summarise(findings, success)
 
 

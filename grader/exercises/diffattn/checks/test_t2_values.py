@@ -61,11 +61,12 @@ def test_row_sums(grading: GradingContext) -> None:
         plain, shifted = found[i], found[i + 1]
         outcomes = [suite.attention_outcome(grading, suite.row_sums, i + j, case) for j, case in enumerate((plain, shifted))]
         verdicts += [values_verdict(o, 0, f"{ATTENTION}({c.label()})", expected.attention_output(c)) for o, c in zip(outcomes, (plain, shifted))]
-        results = [tensor_result(o, 0)[0] for o in outcomes]
-        if all(r is not None and r.value is not None and r.value.shape == plain.value.shape for r in results):
+        got = [None if r is None else r.value for r, _ in (tensor_result(o, 0) for o in outcomes)]
+        before, after = got
+        if before is not None and after is not None and before.shape == after.shape == plain.value.shape:
             truth = expected.shared_offset_difference(plain, shifted)
             what = f"{ATTENTION}({shifted.label()}) minus the same call without the offset"
-            verdicts.append(compare(what, results[1].value - results[0].value, truth.values, truth.allowed))  # type: ignore[union-attr]
+            verdicts.append(compare(what, after - before, truth.values, truth.allowed))
     verdict = combine(verdicts)
     misconceptions.CATALOGUE.attach_hint(grading, verdict, suite.row_sums)
     grading.conclude(verdict)

@@ -82,6 +82,8 @@ def test_toy_offset_scaling(grading: GradingContext) -> None:
     if problem is not None:
         grading.experiment_note = problem
         grading.conclude(Comparison(False, problem, None))
-    result = grading.memo("toy", lambda: toy.sweep(grading.worker, grading.seed))
+    assert grading.worker is not None  # a submission that did not load fails every check before its body runs
+    worker = grading.worker
+    result = grading.memo("toy", lambda: toy.sweep(worker, grading.seed))
     grading.experiment = toy.curves(result)
     grading.conclude(toy.verdict(result))
