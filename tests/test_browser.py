@@ -256,3 +256,52 @@ def test_class_summary_as_seen(
         ("reference", "100.0 / 100.0", "✓ passed"),
         ("wrong", wrong_score, "✗ failed"),
     ]
+
+
+V2_REFERENCE = REFERENCE.parent / "diff_v2_attention.py"
+V2_WRONG = REFERENCE.parents[1] / "tests" / "corpus" / "v2" / "wrong" / "exp_gate.py"
+V2_PAGES = [(name, device) for name in ("v2_reference", "v2_wrong") for device in WIDTHS]
+
+
+@pytest.fixture(scope="module")
+def v2_reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Graded]:
+    """The DIFF V2 reference and a wrong DIFF V2 file (exp instead of the sigmoid), graded with the preview curve."""
+    graded = {
+        name: grade(path, tmp_path_factory.mktemp(name), 33, "--reference", str(V2_REFERENCE))
+        for name, path in (("v2_reference", V2_REFERENCE), ("v2_wrong", V2_WRONG))
+    }
+    for run in graded.values():
+        assert run.html is not None and run.report is not None and run.report["exercise"] == "diff_v2", run.stderr
+    return graded
+
+
+@pytest.fixture(scope="module")
+def v2_pages(
+    browser: Chromium, v2_reports: dict[str, Graded], tmp_path_factory: pytest.TempPathFactory
+) -> dict[tuple[str, str], PageLoad]:
+    """Each DIFF V2 report loaded at each width, with a full-page screenshot."""
+    folder = tmp_path_factory.mktemp("v2_pages")
+    loaded = {}
+    for name, device in V2_PAGES:
+        path = folder / f"{name}.html"
+        path.write_text(str(v2_reports[name].html), encoding="utf-8")
+        loaded[name, device] = load_page(browser, path, WIDTHS[device], f"report-{name}-{device}.png", (SCORE,))
+    return loaded
+
+
+@pytest.mark.parametrize(("name", "device"), V2_PAGES)
+def test_diff_v2_report_is_drawn_like_the_first(
+    v2_pages: dict[tuple[str, str], PageLoad], v2_reports: dict[str, Graded], name: str, device: str
+) -> None:
+    """A DIFF V2 report loads without error, fits the window, keeps its outline, and draws every panel of its experiment."""
+    page, report = v2_pages[name, device], v2_reports[name].report
+    assert page.errors == []
+    facts = page.facts
+    assert facts["scroll_width"] <= facts["client_width"] == WIDTHS[device]
+    assert_outline_and_links(facts)
+    assert facts["selected"][SCORE] == [f"{report['score']:.1f} / 100.0"]
+    assert (report["score"] == 100.0) == (name == "v2_reference")
+    for found in report["experiment"]["panels"]:
+        chart = chart_of(facts, found["title"])
+        assert chart["polylines"] == [len(found["x"]["values"])] * len(found["series"]), found["id"]
+    assert [svg["cut_text"] for svg in facts["svgs"] if svg["cut_text"]] == []
