@@ -28,8 +28,10 @@ import pytest
 from grader import CHECKOUT_DIR, PACKAGE_DIR, __version__
 from grader.core import notebook
 from grader.core.checksession import CheckSessionError, RunChecks, run_session
+from grader.core.diagnosis import Diagnosis, diagnose
 from grader.core.exercise import Exercise, ExperimentUnavailable
 from grader.core.plugin import GradingContext
+from grader.core.scoring import check_record
 from grader.worker.client import (
     ForkServer,
     Worker,
@@ -88,6 +90,7 @@ class Run:
     environment: dict[str, Any]
     started_at: str
     duration_s: float
+    diagnosis: Diagnosis  # the root causes (grader/core/diagnosis.py)
 
 
 def read_submission(path: Path) -> Submission:
@@ -311,8 +314,9 @@ def grade(
             functions, load_failure = _load(worker)
         if expecting is not None:  # (a truth that failed is computed again by its check, which then reports the error)
             concurrent.futures.wait([expecting])
-        context = GradingContext(options.seed, worker, functions, load_failure)
+        context = GradingContext(options.seed, worker, functions, load_failure, source=submission.source)
         checks = run_checks(context)
+        diagnosis = diagnose(exercise, context, [check_record(test) for test in checks])
         if pending is not None:
             preview = pending.result()
         assert preview is not None
@@ -336,6 +340,7 @@ def grade(
         environment=_environment(worker),
         started_at=started.isoformat(timespec="seconds"),
         duration_s=round(time.monotonic() - clock, 3),
+        diagnosis=diagnosis,
     )
 
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from grader.reports.audience import AUDIENCES
+from grader.toolkit.rootcause import COMPONENTS
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _NUMBER = {"type": "number"}
 _NULLABLE_NUMBER = {"type": ["number", "null"]}
@@ -96,6 +97,30 @@ _TIER = _object(
     }
 )
 
+_STRINGS = {"type": "array", "items": _STRING}
+_DIAGNOSIS = _object(
+    {
+        "root_causes": {
+            "type": "array",
+            "items": _object(
+                {
+                    "function": _NULLABLE_STRING,
+                    "component": {"type": "string", "enum": list(COMPONENTS)},
+                    "title": _STRING,
+                    "evidence": _STRING,
+                    "advice": _STRING,
+                    "checks": _STRINGS,
+                    "visibility": {"type": "string", "enum": ["public", "hidden"]},
+                }
+            ),
+        },
+        "unexplained": _STRINGS,
+        "probes": _STRINGS,
+        "maps": {"type": "array", "items": _object({"function": _STRING, "title": _STRING, "expected": {"type": "array"}, "got": {"type": "array"}})},
+        "duration_s": {"type": "number", "minimum": 0},
+    }
+)
+
 _CURVES = _object({"offset_response": _CURVE, "signal_retained": _CURVE}, nullable=True)
 _PREVIEW = _object({"source": _STRING, "offset_response": _CURVE, "signal_retained": _CURVE}, nullable=True)
 
@@ -121,6 +146,7 @@ SCHEMA: dict[str, Any] = _object(
         "score": {"type": "number", "minimum": 0},
         "max_score": {"type": "number", "minimum": 0},
         "status": {"type": "string", "enum": ["passed", "failed", "error"]},
+        "diagnosis": _DIAGNOSIS,
         "tiers": {"type": "array", "items": _TIER},
         "toy_experiment": _object(
             {
