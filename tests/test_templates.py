@@ -119,7 +119,7 @@ def sample_report() -> dict[str, Any]:
         }
 
     return {
-        "schema_version": 1,
+        "schema_version": 2,
         "grader_version": "0.1.0",
         "exercise": "diff_attention",
         "submission": {
