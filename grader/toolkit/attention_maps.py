@@ -133,6 +133,21 @@ def error(model: MapModel, got: np.ndarray, tensors: Mapping[str, np.ndarray]) -
     return float("inf") if not np.isfinite(gaps).all() else float(gaps.max())
 
 
+def normalised_axes(maps: np.ndarray) -> list[int]:
+    """The axes of a stack of maps (any leading axes, then queries and keys) along which every line sums to 1.
+
+    An axis of length 1 counts only when the maps are all ones along it (a
+    softmax over it makes every weight 1).
+    """
+    found = []
+    for axis in range(maps.ndim):
+        with np.errstate(invalid="ignore"):
+            sums = maps.sum(axis=axis)
+        if np.isfinite(sums).all() and np.allclose(sums, 1.0, rtol=0.0, atol=FITS):
+            found.append(axis)
+    return found
+
+
 def named_scale(scale: float, scales: Mapping[str, float]) -> str | None:
     """The name of the candidate scale within :data:`SCALE_MATCH` of ``scale``, or None."""
     for name, value in scales.items():

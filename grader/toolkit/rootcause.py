@@ -45,8 +45,8 @@ class Finding:
     its message). ``public``: whether students may see it (it comes from the
     probes' own inputs or from the student's own code and exceptions, never
     from a hidden check's inputs or expected values). ``signature``: text
-    that, found in a failed check's message, shows the check suffers this
-    fault (an exception's type and message), whatever the check judges.
+    that, found in a failed check's message (in any case), shows the check
+    suffers this fault (an exception's wording), whatever the check judges.
     """
 
     function: str | None
@@ -96,7 +96,7 @@ def _involves(finding: Finding, role: Role, message: str) -> bool:
         return True
     if finding.function is not None and finding.function not in role.functions:
         return False
-    if finding.blocks or finding.stage == "load" or (finding.signature is not None and finding.signature in message):
+    if finding.blocks or finding.stage == "load" or (finding.signature is not None and finding.signature.lower() in message.lower()):
         return True
     judged = (role.aspect, *role.also)
     if not set(judged) & (finding.explains | {finding.aspect}):

@@ -54,6 +54,8 @@ EXCEPTION_KINDS: tuple[tuple[tuple[str, ...], str, str, str], ...] = (
      "a tensor of several elements was turned into a Python number", "keep tensors: no `.item()` or `float()`"),
 )  # fmt: skip
 _TO_FLOAT = r"\bfloat\((?!\s*[\"'])"  # float(x), not float("-inf")
+CANNOT_RUN = ("NameError", "UnboundLocalError", "ImportError", "ModuleNotFoundError", "AttributeError")
+"""Exceptions that, raised by every call, mean the function cannot run at all (a typo, a missing import)."""
 NUMBER_SLIPS = re.compile(rf"\.item\(\)|\bmath\.(exp|log|sqrt)\(|{_TO_FLOAT}|\.tolist\(\)")
 GRAPH_SLIPS = re.compile(rf"\.detach\(\)|no_grad|\.numpy\(\)|torch\.tensor\(|\.data\b|\.item\(\)|{_TO_FLOAT}")
 INPLACE = r"\b{name}\b\s*(\.\w+_\(|[-+*/]=|\[[^\]]*\]\s*=(?!=))"
@@ -66,7 +68,8 @@ class Observed:
     """One call a check made: its function, the contract's output shape and dtype, how it was made, what came of it.
 
     ``index`` is the call's position in its request; ``inputs`` names the
-    request's input tensors by number; ``grads``: its inputs required grad;
+    request's input tensors by number ("" for those of the request's other
+    calls); ``grads``: its inputs required grad;
     ``public``: the call belongs to a check students see.
     """
 
@@ -164,12 +167,13 @@ def _contrast(failing: Sequence[Observed], working: Sequence[Observed]) -> tuple
     return None
 
 
-def _exception_kind(error: Mapping[str, str]) -> tuple[str, str, str] | None:
-    """(component, meaning, advice) of an exception from torch's wording, or None."""
-    text = f"{error.get('type', '')}: {error.get('message', '')}".lower()
+def exception_kind(text: str) -> tuple[str, str, str, str] | None:
+    """(component, meaning, advice, the words that told) of an exception's "Type: message" from torch's wording, or None."""
+    lowered = text.lower()
     for fragments, component, meaning, advice in EXCEPTION_KINDS:
-        if any(f.lower() in text for f in fragments):
-            return component, meaning, advice
+        for fragment in fragments:
+            if fragment.lower() in lowered:
+                return component, meaning, advice, fragment
     return None
 
 
@@ -182,18 +186,19 @@ def _finding(function: str, component: str, title: str, evidence: str, advice: s
 
 def _raised(function: str, calls: Sequence[Observed], source: str | None, declared: Declarations) -> list[Finding]:
     """Findings for the exceptions a function raised, one per kind of exception."""
-    groups: dict[str, list[Observed]] = {}
+    groups: dict[tuple[str, str], list[Observed]] = {}
     for call in calls:
         result = call.result
         if result is not None and result.raised is not None and result.raised is not SKIPPED:
-            groups.setdefault(result.raised["type"], []).append(call)
+            told = exception_kind(f"{result.raised['type']}: {result.raised['message']}")
+            groups.setdefault((result.raised["type"], told[0] if told else result.raised["message"][:80]), []).append(call)
     found = []
-    for kind, failing in groups.items():
+    for (kind, _), failing in groups.items():
         error = failing[0].result.raised if failing[0].result is not None else None
         assert error is not None
         working = [c for c in calls if c.result is not None and c.result.raised is None]
         only = _contrast(failing, working)
-        classified = _exception_kind(error)
+        classified = exception_kind(f"{kind}: {error['message']}")
         message = error["message"].strip().splitlines()[0] if error["message"].strip() else ""
         where = frame(error.get("traceback", ""))
         evidence = f"It raised {kind}: {message}{where}" + (f", only when {only[0]} is {only[1]}" if only else "") + "."
@@ -203,15 +208,18 @@ def _raised(function: str, calls: Sequence[Observed], source: str | None, declar
                                   f"write the body of {function}", blocks=everywhere))  # fmt: skip
             continue
         if classified is not None:
-            component, meaning, advice = classified
+            component, meaning, advice, _ = classified
         elif only is not None and only[0] in declared.components:
             component, meaning, advice = declared.components[only[0]], f"the call fails only when {only[0]} is {only[1]}", \
                 "make the function accept every input the contract allows"  # fmt: skip
+        elif everywhere and kind in CANNOT_RUN:
+            component, meaning, advice = "load", "it cannot run at all", "fix the name or import the traceback points at"
         else:
             continue
         title = f"{function} raises {kind}: {meaning}"
+        signature = classified[3] if classified else f"{kind}: {message}"[:120]
         found.append(replace(_finding(function, component, title, evidence, advice, blocks=everywhere,
-                                      explains=frozenset({ASPECT_OF.get(component) or "type"})), signature=f"{kind}: {message}"[:120]))  # fmt: skip
+                                      explains=frozenset({ASPECT_OF.get(component) or "type"})), signature=signature))  # fmt: skip
     return found
 
 
@@ -274,11 +282,15 @@ def _shapes(function: str, calls: Sequence[Observed], declared: Declarations) ->
 
 def _mutations(function: str, calls: Sequence[Observed], source: str | None) -> list[Finding]:
     """A finding when calls changed their inputs (values or version counters)."""
-    changing = [c for c in calls if c.outcome.failure is None and c.outcome.changed_inputs]
+    def changed(call: Observed) -> list[str]:
+        """The call's own inputs it changed (a request's other tensors belong to other calls)."""
+        return [call.inputs[i] for i in call.outcome.changed_inputs if i < len(call.inputs) and call.inputs[i]]
+
+    changing = [c for c in calls if c.outcome.failure is None and changed(c)]
     if not changing:
         return []
-    names = sorted({c.inputs[i] for c in changing for i in c.outcome.changed_inputs if i < len(c.inputs)})
-    only = _contrast(changing, [c for c in calls if c.outcome.failure is None and not c.outcome.changed_inputs])
+    names = sorted({name for c in changing for name in changed(c)})
+    only = _contrast(changing, [c for c in calls if c.outcome.failure is None and not changed(c)])
     pattern = re.compile("|".join(INPLACE.format(name=re.escape(n)) for n in names) or r"(?!)")
     line = first_line(source, function, pattern)
     when = f", only when {only[0]} is {only[1]}" if only else ""

@@ -11,11 +11,12 @@ root causes (:mod:`grader.toolkit.rootcause`).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from grader.core.invoke import Outcome
 from grader.core.plugin import GradingContext
-from grader.exercises.diffattn import probes, suite
+from grader.exercises.diffattn import attention_probes, lambda_probes, probes, suite
 from grader.exercises.diffattn.cases import ATTENTION, COEFFICIENT_KINDS, INPUT_NAMES, LAMBDA, LAMBDA_NAMES, AttentionCase, LambdaCase
 from grader.exercises.diffattn.verdicts import function_problem
 from grader.toolkit import domain, slips
@@ -86,6 +87,8 @@ SETS = (("lambda_values", False), ("lambda_values", True), ("lambda_strided", Fa
         ("attention_strided", True), ("attention_gradients", True), ("frozen_subsets", True), ("end_to_end", True),
         ("attention_bindings", False), ("row_sums", False), ("lambda_zero", False), ("identical_maps", False))  # fmt: skip
 HIDDEN_SETS = ("attention_large_logits", "attention_strided", "lambda_strided")
+ACROSS_CALLS = ("repeated_calls",)
+"""Checks whose failure may come from state kept between calls (a cache): they alone do not send a function's probes looking at its forward."""
 ATTRIBUTE_COMPONENTS = {"the memory layout": "strided", "the coefficient": "coefficient", "the inputs' dtype": "dtype",
                         "causal": "mask", "the autograd mode": "graph"}  # fmt: skip
 
@@ -141,10 +144,10 @@ def observed(grading: GradingContext) -> list[Observed]:
                 found.append(Observed(LAMBDA, outcome, 0, (), case.dtype, attributes, LAMBDA_NAMES, grads, public))
                 continue
             names: tuple[str, ...] = (*INPUT_NAMES, "coefficient")
-            if case.lambda_case is not None:
+            if case.lambda_case is not None:  # the request's tensors: λ's four vectors, then attention's five
                 lam = case.lambda_case
-                found.append(Observed(LAMBDA, outcome, 0, (), lam.dtype, _attributes(lam, grads), LAMBDA_NAMES, grads, public))
-                names = (*(f"lambda_{n}" for n in LAMBDA_NAMES), *INPUT_NAMES)
+                found.append(Observed(LAMBDA, outcome, 0, (), lam.dtype, _attributes(lam, grads), LAMBDA_NAMES + ("",) * 5, grads, public))
+                names = ("",) * 4 + INPUT_NAMES
             b, h, t, d = case.q1.shape
             index = int(case.lambda_case is not None)
             found.append(Observed(ATTENTION, outcome, index, (b, h, t, 2 * d), case.dtype, attributes, names, grads, public))
@@ -175,11 +178,12 @@ def diagnose(grading: GradingContext, records: list[dict[str, Any]]) -> Evidence
     if grading.load_failure is not None:
         return evidence
     evidence.findings += slips.findings(observed(grading), grading.source, DECLARATIONS)
-    failed = [ROLES[r["id"]] for r in records if r.get("status") == "failed" and r.get("id") in ROLES]
+    failed = [ROLES[r["id"]] for r in records if r.get("status") == "failed" and r.get("id") in ROLES and r["id"] not in ACROSS_CALLS]
+    failed += [replace(ROLES[r["id"]], aspect="state") for r in records if r.get("status") == "failed" and r.get("id") in ACROSS_CALLS]
     blocked = {f.function for f in evidence.findings if f.blocks}
     found = probes.Found()
     rng = domain.generator(grading.seed, "probes")
-    runs = ((LAMBDA, probes.differential_lambda), (ATTENTION, probes.attention))
+    runs = ((LAMBDA, lambda_probes.run), (ATTENTION, attention_probes.run))
     for function, run in runs:
         aspects = {role.aspect for role in failed if function in role.functions}
         if grading.worker is None or function in blocked or function_problem(grading, function) is not None or not aspects:
