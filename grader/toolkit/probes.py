@@ -232,37 +232,48 @@ def consistency(
 ) -> Consistency:
     """The submission's gradients for ``inputs`` against finite differences of its own forward.
 
-    One backward request and one forward request per input (its inputs
-    requiring grad too, so that the forward takes the path the gradients
-    come from), in one round trip; each input moves along its own random
-    direction (largest element 1) by :data:`STEP`.
+    Each input moves along its own random direction (largest element 1) by
+    :data:`STEP`, the calls' inputs requiring grad as in the backward call, so
+    that the forward takes the path the gradients come from. One round trip
+    moves all inputs at once: when the sum of the directional derivatives
+    agrees with that difference, every gradient does (almost surely). Only
+    otherwise does a second round trip move one input at a time, to name those
+    that disagree.
     """
     directions = {}
     for name in inputs:
         shape = np.shape(values[name])
         direction = rng.uniform(0.5, 1.0, shape) * rng.choice([-1.0, 1.0], shape)
         directions[name] = np.asarray(direction / np.max(np.abs(direction)), dtype=np.float64)
-    calls = [subject.request(values, inputs, cotangent)]
-    calls += [subject.request(replaced(values, name, values[name] + STEP * directions[name]), inputs) for name in inputs]
-    found = ask(worker, calls)
+    moved_all = {**values, **{name: values[name] + STEP * directions[name] for name in inputs}}
+    backward = subject.request(values, inputs, cotangent)
+    found = ask(worker, [backward, subject.request(moved_all, inputs)])
     base = output(found[0])
     if base is None or not np.isfinite(base).all():
         return Consistency(problem=raised_text(found[0]) or "the call gave no finite output")
     if found[0].backward_error is not None:
         return Consistency(problem=found[0].backward_error)
-    differences = {}
-    for name, outcome in zip(inputs, found[1:]):
-        moved_output = output(outcome)
-        if moved_output is None or moved_output.shape != base.shape:
-            return Consistency(problem="a call with a slightly changed input gave no output of the same shape")
-        differences[name] = float(np.sum(cotangent * (moved_output - base)) / STEP)
-    scale = max([abs(d) for d in differences.values()] + [1.0])
-    agreements = []
+    gradients = {}
     for name in inputs:
-        got = found[0].grads.get(calls[0].positions[name])
-        gradient = None if got is None else np.asarray(got, dtype=np.float64)
-        agreements.append(_judge(name, gradient, differences[name], directions[name], scale))
-    return Consistency(tuple(agreements))
+        got = found[0].grads.get(backward.positions[name])
+        gradients[name] = None if got is None else np.asarray(got, dtype=np.float64)
+
+    def difference(outcome: Outcome) -> float | None:
+        moved_output = output(outcome)
+        return None if moved_output is None or moved_output.shape != base.shape else float(np.sum(cotangent * (moved_output - base)) / STEP)
+
+    together = difference(found[1])
+    shaped = all(g is None or g.shape == directions[name].shape for name, g in gradients.items())
+    if together is not None and shaped:
+        combined = sum(0.0 if g is None else float(np.sum(g * directions[name])) for name, g in gradients.items())
+        overall = _judge("all", np.asarray([combined]), together, np.ones(1), max(abs(together), 1.0))
+        if overall.status == "agrees":
+            return Consistency(tuple(Agreement(name, "agrees", float("nan"), float("nan")) for name in inputs))
+    alone = [difference(o) for o in ask(worker, [subject.request(replaced(values, name, values[name] + STEP * directions[name]), inputs) for name in inputs])]
+    if any(d is None for d in alone):
+        return Consistency(problem="a call with a slightly changed input gave no output of the same shape")
+    scale = max([abs(d) for d in alone if d is not None] + [1.0])
+    return Consistency(tuple(_judge(name, gradients[name], d, directions[name], scale) for name, d in zip(inputs, alone) if d is not None))
 
 
 def raised_text(outcome: Outcome) -> str | None:

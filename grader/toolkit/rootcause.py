@@ -8,10 +8,12 @@ misconceptions produce them. :func:`assemble` merges findings that say the
 same thing, keeps a named misconception only where the probes agree with it
 (same function and component) or found nothing at its stage, orders them
 (the file does not load, then the contract, then forward values, then
-gradients) and gives each failed check to the first cause that explains it
-(a cause that tests the check's own property before one whose consequence
-the check only suffers). A check explained as a consequence gets a note in
-place of its message: it could not be judged because of an earlier cause.
+gradients) and gives each failed check to the first cause that explains it:
+one that makes the function's results unusable (the file does not load, a
+wrong type or shape, an exception on every call), else one that tests the
+check's own property, else the first whose consequence the check only
+suffers. A check explained as a consequence gets a note in place of its
+message: it could not be judged because of an earlier cause.
 
 The exercise says what each check judges (a :class:`Role`); a check without
 one is taken to involve every function and to judge its values.
@@ -163,11 +165,12 @@ def assemble(records: Sequence[Mapping[str, Any]], roles: Mapping[str, Role], fi
         if not candidates:
             unexplained.append(str(record["id"]))
             continue
-        direct = [i for i in candidates if ordered[i].aspect in (role.aspect, *role.also) or ordered[i].stage == "load"]
-        chosen = (direct or candidates)[0]
+        blocking = [i for i in candidates if ordered[i].blocks or ordered[i].stage == "load"]
+        direct = [i for i in candidates if ordered[i].aspect in (role.aspect, *role.also)]
+        chosen = (blocking or direct or candidates)[0]
         explained.setdefault(chosen, []).append(str(record["id"]))
         cause = ordered[chosen]
-        if not direct and cause.note and cause.public:
+        if chosen not in direct and cause.stage != "load" and cause.note and cause.public:
             notes[str(record["id"])] = f"Not judged: {cause.note}. See the root cause “{cause.title}”."
     kept = sorted(explained)  # a cause that explains no failed check is no root cause
     return Diagnosis(

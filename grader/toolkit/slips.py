@@ -202,10 +202,10 @@ def _raised(function: str, calls: Sequence[Observed], source: str | None, declar
         message = error["message"].strip().splitlines()[0] if error["message"].strip() else ""
         where = frame(error.get("traceback", ""))
         evidence = f"It raised {kind}: {message}{where}" + (f", only when {only[0]} is {only[1]}" if only else "") + "."
-        everywhere = len(failing) == len(calls)
+        everywhere = len(failing) == sum(c.result is not None for c in calls)  # (a call after another that raised has no result)
         if kind == "NotImplementedError":
-            found.append(_finding(function, "load", f"{function} is not implemented yet", evidence,
-                                  f"write the body of {function}", blocks=everywhere))  # fmt: skip
+            found.append(replace(_finding(function, "load", f"{function} is not implemented yet", evidence, f"write the body of {function}",
+                                          blocks=everywhere), signature="NotImplementedError"))  # fmt: skip
             continue
         if classified is not None:
             component, meaning, advice, _ = classified

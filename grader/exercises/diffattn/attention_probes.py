@@ -1,7 +1,7 @@
 """The forward probes of differential_attention, and what their answers mean.
 
 * **the maps**: with value = the identity (one-hot rows) the output *is* the
-  signed map ``A1 − cA2``; at coefficients 0, ½, −½ and 2 it must be affine
+  signed map ``A1 − cA2``; at coefficients 0, ½ and 2 it must be affine
   in c with the first map as intercept and minus the second as slope, and
   linear in value with one map for every column. The combination is fitted
   on the true maps (a sign, swapped branches, λ on the wrong map, an extra
@@ -44,7 +44,7 @@ from grader.toolkit.domain import exact
 from grader.toolkit.probes import Perturbation, Values
 from grader.worker.client import Worker
 
-COEFFICIENTS = (0.0, 0.5, -0.5, 2.0)
+COEFFICIENTS = (0.0, 0.5, 2.0)
 
 FROZEN_RUNS = ((ATTENTION_GRADS, None), (("k1", "k2", "value", "coefficient"), None), (("q1", "k1", "q2", "k2", "coefficient"), None),
                (("value", "coefficient"), None), (INPUT_NAMES, None), (ATTENTION_GRADS, 0.0))  # fmt: skip
@@ -192,10 +192,10 @@ def _not_affine(found: Found, values: Values, read: Sequence[np.ndarray]) -> Non
     for kind, component, title, formula, advice in NOT_AFFINE:
         with np.errstate(all="ignore"):
             if all(is_right(r, _not_affine_maps(kind, values, c), attention_maps.FITS) for r, c in zip(read, COEFFICIENTS)):
-                found.add(ATTENTION, component, "forward", title, f"Read out of your output at λ = 0, ½, −½ and 2, {formula}, which is not affine in λ.", advice)
+                found.add(ATTENTION, component, "forward", title, f"Read out of your output at λ = 0, ½ and 2, {formula}, which is not affine in λ.", advice)
                 return
     found.add(ATTENTION, "coefficient", "forward", "The output is not affine in the coefficient",
-              "Read out of your output at λ = 0, ½, −½ and 2, the signed map does not change linearly with λ, as A1 − λ·A2 does.",
+              "Read out of your output at λ = 0, ½ and 2, the signed map does not change linearly with λ, as A1 − λ·A2 does.",
               "use the coefficient exactly once, as the factor of the second map")  # fmt: skip
 
 
