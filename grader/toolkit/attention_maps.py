@@ -12,7 +12,9 @@ one the contract asks for and allowing one, then two, changes:
 * whether the map is transposed;
 * the scale of the logits, fitted by least squares on the logarithms of the
   visible entries (the ratio of two entries of a line is ``exp(s·ΔS)``) and
-  named when it is one of the exercise's candidates (1/√D, 1/D, ...).
+  named when it is one of the exercise's candidates (1/√D, 1/D, ...);
+* a factor multiplying the whole map after the softmax (a scale applied to
+  the weights instead of the logits), fitted by least squares.
 
 The fit is numpy in float64 and knows nothing of the submission but the map.
 """
@@ -42,7 +44,8 @@ SCALE_MATCH = 1e-3
 
 @dataclass(frozen=True)
 class MapModel:
-    """One softmax attention map: logits ``scale · (query input)(key input)ᵀ``, a mask, an axis, maybe transposed."""
+    """One softmax attention map: logits ``scale · (query input)(key input)ᵀ``, a mask, an axis, maybe transposed,
+    times ``factor``."""
 
     query: str
     key: str
@@ -50,10 +53,16 @@ class MapModel:
     axis: str = "keys"
     transposed: bool = False
     scale: float = 1.0
+    factor: float = 1.0
+
+    def same(self, other: MapModel) -> bool:
+        """Whether two models are one: the same fields, the same scale and factor up to rounding."""
+        numbers = ((self.scale, other.scale), (self.factor, other.factor))
+        return self.differences(replace(other, factor=self.factor), False) == [] and all(abs(a - b) <= SCALE_MATCH * abs(b) for a, b in numbers)
 
     def differences(self, other: MapModel, scales_differ: bool) -> list[str]:
         """The fields in which this model differs from ``other`` (``scale`` when ``scales_differ``)."""
-        fields = [name for name in ("query", "key", "mask", "axis", "transposed") if getattr(self, name) != getattr(other, name)]
+        fields = [name for name in ("query", "key", "mask", "axis", "transposed", "factor") if getattr(self, name) != getattr(other, name)]
         return fields + (["scale"] if scales_differ else [])
 
 
@@ -93,7 +102,7 @@ def predict(model: MapModel, tensors: Mapping[str, np.ndarray]) -> np.ndarray:
     found = _softmax_rows(logits, visible) if model.axis == "keys" else _softmax_rows(logits.T, visible.T).T
     if model.mask == "after":
         found = found * keep(t, "causal")
-    return found.T if model.transposed else found
+    return model.factor * (found.T if model.transposed else found)
 
 
 def _fitted_scale(got: np.ndarray, logits: np.ndarray, visible: np.ndarray) -> float | None:
@@ -120,6 +129,16 @@ def _scale_of(structure: MapModel, got: np.ndarray, tensors: Mapping[str, np.nda
     if structure.axis == "queries":
         frame, logits, visible = frame.T, logits.T, visible.T
     return _fitted_scale(frame, logits, visible)
+
+
+def _factor(got: np.ndarray, predicted: np.ndarray) -> float:
+    """The factor f that best makes f·predicted equal got (1.0 when within FITS of it, or nothing to fit)."""
+    both = np.isfinite(got) & np.isfinite(predicted)
+    spread = float(predicted[both] @ predicted[both])
+    if spread < 1e-12:
+        return 1.0
+    factor = float(got[both] @ predicted[both]) / spread
+    return 1.0 if abs(factor - 1.0) <= FITS else factor
 
 
 def error(model: MapModel, got: np.ndarray, tensors: Mapping[str, np.ndarray]) -> float:
@@ -181,6 +200,7 @@ def explain(
             continue
         name = named_scale(scale, scales)
         model = replace(structure, scale=scales[name] if name else scale)
+        model = replace(model, factor=_factor(got, predict(model, tensors)))
         changed_fields = model.differences(expected, model.scale != expected.scale)
         if len(changed_fields) > changes:
             continue

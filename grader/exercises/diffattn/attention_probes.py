@@ -50,7 +50,8 @@ FROZEN_RUNS = ((ATTENTION_GRADS, None), (("k1", "k2", "value", "coefficient"), N
                (("value", "coefficient"), None), (INPUT_NAMES, None), (ATTENTION_GRADS, 0.0))  # fmt: skip
 
 MASK_TEXT = {
-    "none": ("queries see future keys: the causal mask is missing", "add −∞ to the logits where key j > query i, before the softmax"),
+    "none": ("queries see future keys: the causal mask is missing",
+             "add −∞ to the logits where key j > query i, before the softmax (`masked_fill(future, float('-inf'))`)"),
     "strict": ("the mask hides the diagonal too: a token must see itself", "mask only key j > query i (`triu(diagonal=1)`), keep j = i visible"),
     "upper": ("the mask is the wrong way round: queries see the future and not the past",
               "mask key j > query i (above the diagonal), keep j ≤ i"),
@@ -59,6 +60,12 @@ MASK_TEXT = {
     "after": ("future weights are zeroed after the softmax, so rows no longer sum to 1",
               "apply the mask to the logits before the softmax, not to the weights after it"),
     "causal": ("the causal mask is applied although causal=False", "apply the mask only when causal is True"),
+}  # fmt: skip
+
+
+SCALE_WORDS = {
+    "1/D": "1/D: divided by sqrt(D) twice", "1/√(2D)": "1/sqrt(2D): D taken from value's width 2D", "1/√T": "1/sqrt(T): T is the sequence length",
+    "1 (no scaling)": "no division by sqrt(D) at all", "√D": "sqrt(D): multiplied instead of divided", "2/√D": "2/sqrt(D)",
 }  # fmt: skip
 
 
@@ -81,10 +88,18 @@ def _map_findings(found: Found, fits: Mapping[int, attention_maps.MapFit]) -> bo
             title, advice = MASK_TEXT[value]
             found.add(ATTENTION, "mask", "forward", f"{title[0].upper()}{title[1:]} ({where})",
                       f"The map read out of your output ({where}) has {attention_maps.MASKS[value]}.", advice)
+        elif name == "factor":
+            named = attention_maps.named_scale(value, scales(D, T))
+            component, title = ("scale", f"The weights are scaled by {named} after the softmax") if named else \
+                ("coefficient", f"The map is multiplied by {value:.4g}")  # fmt: skip
+            found.add(ATTENTION, component, "forward", title,
+                      f"The map read out of your output ({where}) is {named or f'{value:.4g}'} times a softmax: its rows sum to that, not to 1.",
+                      "scale the logits Q Kᵀ by 1/√D before the softmax, and leave the weights as the softmax gives them")  # fmt: skip
         elif name == "scale":
+            said = f" ({SCALE_WORDS[value]})" if value in SCALE_WORDS else ""
             found.add(ATTENTION, "scale", "forward", f"The logits are scaled by {value} instead of 1/√D",
-                      f"The map read out of your output ({where}) fits softmax(s·QKᵀ) with s = {value}, not 1/√D (D = {D}, the width of q and k).",
-                      "divide Q Kᵀ by √D once, with D = q1.shape[-1]")  # fmt: skip
+                      f"The map read out of your output ({where}) fits softmax(s·QKᵀ) with s = {value}{said}, not 1/√D = 1/sqrt(D) "
+                      f"(D = {D}, the width of q and k).", "divide Q Kᵀ by √D once, with D = q1.shape[-1]")  # fmt: skip
         elif name == "axis":
             found.add(ATTENTION, "softmax", "forward", "The softmax normalises over the queries, not the keys",
                       f"In the map read out of your output ({where}) the columns sum to 1, not the rows.", "use softmax(..., dim=-1), over the key axis")  # fmt: skip
@@ -97,6 +112,10 @@ def _map_findings(found: Found, fits: Mapping[int, attention_maps.MapFit]) -> bo
             if {query, key} == {"q1", "k1"} or {query, key} == {"q2", "k2"}:
                 found.add(ATTENTION, "softmax", "forward", "Queries and keys are swapped in the logits (K Qᵀ instead of Q Kᵀ)",
                           f"The map read out of your output ({where}) is built from {query}·{key}ᵀ.", "compute the logits as q @ k.transpose(-2, -1)")  # fmt: skip
+            elif (query, key) in (("q1", "k2"), ("q2", "k1")):
+                found.add(ATTENTION, "branch", "forward", "The keys of the two branches are swapped",
+                          f"The map read out of your output for {where} is built from {query} and {key}: each branch uses its own keys (q1 with k1, q2 with k2).",
+                          "compute A1 from q1 and k1, and A2 from q2 and k2")  # fmt: skip
             else:
                 found.add(ATTENTION, "branch", "forward", "The two branches' queries and keys are mixed up",
                           f"The map read out of your output for {where} is built from {query} and {key}: each branch uses its own queries and keys (q1 with k1, q2 with k2).",
@@ -136,6 +155,12 @@ COMBINATIONS = {
                             "Read out of your output, the signed map is λ·(A1 − A2): at λ = 0 the output is 0, not ordinary attention.", "compute (A1 − λ·A2) V: λ multiplies the second map only"),
     (1.0, 0.0, 0.0, 0.0): ("coefficient", "The second map is never subtracted",
                            "Read out of your output, the signed map is A1 whatever λ is.", "compute (A1 − λ·A2) V"),
+    (1.0, 0.0, -1.0, 0.0): ("branch", "Both maps come from the first branch (A1 − λA1)",
+                            "Read out of your output, the signed map is A1 − λ·A1: the second map is built from q1 and k1 too.",
+                            "compute A2 from q2 and k2"),
+    (0.0, 1.0, 0.0, -1.0): ("branch", "Both maps come from the second branch (A2 − λA2)",
+                            "Read out of your output, the signed map is A2 − λ·A2: the first map is built from q2 and k2 too.",
+                            "compute A1 from q1 and k1"),
 }  # fmt: skip
 
 
@@ -204,16 +229,17 @@ def _heads(values: Values, h: int) -> dict[str, np.ndarray]:
     return {n: np.asarray(values[n][0, h]) for n in INPUT_NAMES[:4]}
 
 
-def _explain_maps(found: Found, values: Values, maps: Mapping[int, np.ndarray], causal: bool) -> dict[int, attention_maps.MapFit] | None:
+def _explain_maps(values: Values, maps: Mapping[int, np.ndarray], causal: bool) -> dict[int, attention_maps.MapFit] | None:
     """Each branch's map explained on every head (the same model), or None when one cannot be."""
     fits: dict[int, attention_maps.MapFit] = {}
     sources = [(q, k) for q in ("q1", "q2", "k1", "k2") for k in ("k1", "k2", "q1", "q2") if q != k]
     for branch, got in maps.items():
         expected = MapModel(f"q{branch}", f"k{branch}", "causal" if causal else "none", scale=1 / math.sqrt(D))
         per_head = [attention_maps.explain(got[0, h], _heads(values, h), expected, sources, scales(D, T)) for h in range(H)]
-        if any(f is None for f in per_head) or len({(f.model, f.changes) for f in per_head if f}) != 1:
+        first = per_head[0]
+        if first is None or any(f is None or f.changes != first.changes or not f.model.same(first.model) for f in per_head):
             return None
-        fits[branch] = per_head[0]  # type: ignore[assignment]
+        fits[branch] = first
     return fits
 
 
@@ -263,32 +289,47 @@ def maps_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool:
         return True
     if combination.fits:
         return False
-    fits = _explain_maps(found, values, {1: intercept, 2: -slope}, causal=True)
+    fits = _explain_maps(values, {1: intercept, 2: -slope}, causal=True)
     if fits is None:
         return False
     _show(found, "First map A1 (read at λ = 0)", true_maps[0], intercept)
     return _map_findings(found, fits)
 
 
+def _unmasked_finding(found: Found, values: Values, read: np.ndarray) -> bool:
+    """A finding for a map read with causal=False that no softmax over the keys gives: a softmax over the heads or
+    the batch, or log-probabilities; whether there was one."""
+    axes = attention_maps.normalised_axes(read)
+    if axes and axes[0] < 2:  # over the batch (B = 1: every weight 1) or the heads
+        found.add(ATTENTION, "softmax", "forward", f"The softmax normalises over the {('batch', 'heads')[axes[0]]} axis (dim={axes[0]}), not the keys",
+                  f"With causal=False, the map read out of your output sums to 1 across {('the batch', 'the heads')[axes[0]]}, not along each query's row.",
+                  "use softmax(..., dim=-1), over the key axis")  # fmt: skip
+        return True
+    if np.isfinite(read).all() and (read <= 0).all() and is_right(np.exp(read), oracle.attention_maps(values["q1"], values["k1"], False), FLOAT32_LIKE):
+        found.add(ATTENTION, "softmax", "forward", "The map holds log-probabilities (log_softmax instead of softmax)",
+                  "With causal=False, the map read out of your output is the logarithm of the right one: every weight is at most 0.",
+                  "use torch.softmax, not torch.log_softmax")  # fmt: skip
+        return True
+    return False
+
+
 def causal_flag_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool:
     """The map with causal omitted must be the causal one, with causal=False the unmasked one; whether either is not."""
     values = attention_values(rng)
     found.probes.append(f"{ATTENTION}: the maps with causal omitted and False")
+    point = {**values, "value": identity_values(), "coefficient": np.asarray(0.0)}
+    outcomes = probes.ask(worker, [attention_subject(causal).request(point) for causal in (None, False)])
     localised = False
-    for causal, words in ((None, "causal is left out"), (False, "causal=False")):
-        out = probes.sweep(worker, attention_subject(causal), [{**values, "value": identity_values(), "coefficient": np.asarray(0.0)}])[0]
+    for causal, outcome in zip((None, False), outcomes):
+        out = probes.output(outcome)
         if out is None or out.shape != (B, H, T, 2 * D):
             continue
         masked = causal is None
         if is_right(out[..., :T], oracle.attention_maps(values["q1"], values["k1"], masked)):
             continue
-        axes = [] if masked else attention_maps.normalised_axes(out[..., :T])
-        if axes and axes[0] < 2:  # over the batch (B = 1: every weight 1) or the heads
-            found.add(ATTENTION, "softmax", "forward", f"The softmax normalises over the {('batch', 'heads')[axes[0]]} axis (dim={axes[0]}), not the keys",
-                      f"With causal=False, the map read out of your output sums to 1 across {('the batch', 'the heads')[axes[0]]}, not along each query's row.",
-                      "use softmax(..., dim=-1), over the key axis")  # fmt: skip
+        if not masked and _unmasked_finding(found, values, out[..., :T]):
             return True
-        fits = _explain_maps(found, values, {1: out[..., :T]}, causal=masked)
+        fits = _explain_maps(values, {1: out[..., :T]}, causal=masked)
         if fits is None or fits[1].changes != ("mask",):
             continue
         got = fits[1].model.mask
@@ -299,7 +340,7 @@ def causal_flag_probe(worker: Worker, rng: np.random.Generator, found: Found) ->
             localised = True
         elif not masked:
             title, advice = MASK_TEXT["causal"] if got == "causal" else MASK_TEXT[got]
-            found.add(ATTENTION, "mask", "forward", title[0].upper() + title[1:], f"With {words}, the map read out of your output has {attention_maps.MASKS[got]}.", advice)
+            found.add(ATTENTION, "mask", "forward", title[0].upper() + title[1:], f"With causal=False, the map read out of your output has {attention_maps.MASKS[got]}.", advice)
             localised = True
     return localised
 

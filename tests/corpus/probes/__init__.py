@@ -83,6 +83,9 @@ VARIANTS: dict[str, tuple[str, str, str, str]] = {
     "transposed_map": (_OUT, "(_map(q1, k1, causal) - coefficient * _map(q2, k2, causal)).transpose(-2, -1) @ value", _A, "softmax"),
     "scale_by_t": ("math.sqrt(q.shape[-1])", "math.sqrt(q.shape[-2])", _A, "scale"),
     "scale_by_d": ("math.sqrt(q.shape[-1])", "q.shape[-1]", _A, "scale"),
+    "scale_after_softmax": ("    return torch.softmax(s, dim=-1)\n", "    return torch.softmax(s * math.sqrt(q.shape[-1]), dim=-1) / math.sqrt(q.shape[-1])\n",
+                            _A, "scale"),  # fmt: skip
+    "second_map_from_first_branch": (_OUT, "(_map(q1, k1, causal) - coefficient * _map(q1, k1, causal)) @ value", _A, "branch"),
     "divided_by_one_minus_lambda": (_OUT, _OUT + " / (1 - coefficient)", _A, "coefficient"),
     "lambda_times_difference": (_OUT, "coefficient * (_map(q1, k1, causal) - _map(q2, k2, causal)) @ value", _A, "coefficient"),
     "one_minus_lambda_init": (_OUT, "0.8 * " + _OUT, _A, "coefficient"),
