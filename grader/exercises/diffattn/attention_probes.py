@@ -63,6 +63,11 @@ MASK_TEXT = {
 }  # fmt: skip
 
 
+SOURCE_TEXT = {  # the logits from other inputs than q_i, k_i: component, title, what is right
+    "roles": ("softmax", "Queries and keys are swapped in the logits (K Qᵀ instead of Q Kᵀ)", "the queries' rows and the keys' must not change roles"),
+    "keys": ("branch", "The keys of the two branches are swapped", "each branch uses its own keys (q1 with k1, q2 with k2)"),
+    "mixed": ("branch", "The two branches' queries and keys are mixed up", "each branch uses its own queries and keys (q1 with k1, q2 with k2)"),
+}  # fmt: skip
 SCALE_WORDS = {
     "1/D": "1/D: divided by sqrt(D) twice", "1/√(2D)": "1/sqrt(2D): D taken from value's width 2D", "1/√T": "1/sqrt(T): T is the sequence length",
     "1 (no scaling)": "no division by sqrt(D) at all", "√D": "sqrt(D): multiplied instead of divided", "2/√D": "2/sqrt(D)",
@@ -109,17 +114,10 @@ def _map_findings(found: Found, fits: Mapping[int, attention_maps.MapFit]) -> bo
                       "multiply the map (queries × keys) by value without transposing it, and compute Q Kᵀ, not K Qᵀ")  # fmt: skip
         elif name == "source":
             query, key = value
-            if {query, key} == {"q1", "k1"} or {query, key} == {"q2", "k2"}:
-                found.add(ATTENTION, "softmax", "forward", "Queries and keys are swapped in the logits (K Qᵀ instead of Q Kᵀ)",
-                          f"The map read out of your output ({where}) is built from {query}·{key}ᵀ.", "compute the logits as q @ k.transpose(-2, -1)")  # fmt: skip
-            elif (query, key) in (("q1", "k2"), ("q2", "k1")):
-                found.add(ATTENTION, "branch", "forward", "The keys of the two branches are swapped",
-                          f"The map read out of your output for {where} is built from {query} and {key}: each branch uses its own keys (q1 with k1, q2 with k2).",
-                          "compute A1 from q1 and k1, and A2 from q2 and k2")  # fmt: skip
-            else:
-                found.add(ATTENTION, "branch", "forward", "The two branches' queries and keys are mixed up",
-                          f"The map read out of your output for {where} is built from {query} and {key}: each branch uses its own queries and keys (q1 with k1, q2 with k2).",
-                          "compute A1 from q1 and k1, and A2 from q2 and k2")  # fmt: skip
+            own = {query, key} in ({"q1", "k1"}, {"q2", "k2"})
+            component, title, uses = SOURCE_TEXT["roles" if own else "keys" if (query, key) in (("q1", "k2"), ("q2", "k1")) else "mixed"]
+            found.add(ATTENTION, component, "forward", title, f"The map read out of your output for {where} is built from {query} and {key}: {uses}.",
+                      "compute the logits as q @ k.transpose(-2, -1), A1 from q1 and k1, A2 from q2 and k2")  # fmt: skip
     return bool(changes)
 
 
@@ -250,18 +248,16 @@ def _show(found: Found, title: str, expected: np.ndarray, got: np.ndarray) -> No
 
 def _value_finding(found: Found, plain: np.ndarray, doubled: np.ndarray, moved: np.ndarray) -> bool:
     """A finding when the output is not linear in value or mixes some columns of value with another map; whether there was one."""
-    if not np.allclose(doubled, 2.0 * plain, rtol=1e-6, atol=1e-9, equal_nan=True):
-        found.add(ATTENTION, "softmax", "forward", "The output is normalised after the aggregation",
-                  "Doubling value did not double the output: (A1 − λA2)V is linear in V, so something (an RMSNorm, a layer norm) rescales the output.",
-                  "return (A1 − λ·A2) V itself; the head normalisation is outside this function")  # fmt: skip
-        return True
     read_again = moved[..., (np.arange(T) + D) % (2 * D)]
-    if not np.allclose(read_again, plain[..., :T], rtol=1e-6, atol=1e-9, equal_nan=True):
-        found.add(ATTENTION, "value", "forward", "Different columns of value are weighted by different maps",
-                  "The same tokens placed in other columns of value came out with other weights: every column of value must be mixed by the one signed map.",
-                  "compute (A1 − λ·A2) @ value with the whole of value, not each branch with its own half")  # fmt: skip
-        return True
-    return False
+    return found.first(
+        ATTENTION,
+        (not np.allclose(doubled, 2.0 * plain, rtol=1e-6, atol=1e-9, equal_nan=True), "softmax", "The output is normalised after the aggregation",
+         "Doubling value did not double the output: (A1 − λA2)V is linear in V, so something (an RMSNorm, a layer norm) rescales the output.",
+         "return (A1 − λ·A2) V itself; the head normalisation is outside this function"),
+        (not np.allclose(read_again, plain[..., :T], rtol=1e-6, atol=1e-9, equal_nan=True), "value", "Different columns of value are weighted by different maps",
+         "The same tokens placed in other columns of value came out with other weights: every column of value must be mixed by the one signed map.",
+         "compute (A1 − λ·A2) @ value with the whole of value, not each branch with its own half"),
+    )  # fmt: skip
 
 
 def maps_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool:
@@ -299,18 +295,18 @@ def maps_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool:
 def _unmasked_finding(found: Found, values: Values, read: np.ndarray) -> bool:
     """A finding for a map read with causal=False that no softmax over the keys gives: a softmax over the heads or
     the batch, or log-probabilities; whether there was one."""
-    axes = attention_maps.normalised_axes(read)
-    if axes and axes[0] < 2:  # over the batch (B = 1: every weight 1) or the heads
-        found.add(ATTENTION, "softmax", "forward", f"The softmax normalises over the {('batch', 'heads')[axes[0]]} axis (dim={axes[0]}), not the keys",
-                  f"With causal=False, the map read out of your output sums to 1 across {('the batch', 'the heads')[axes[0]]}, not along each query's row.",
-                  "use softmax(..., dim=-1), over the key axis")  # fmt: skip
-        return True
-    if np.isfinite(read).all() and (read <= 0).all() and is_right(np.exp(read), oracle.attention_maps(values["q1"], values["k1"], False), FLOAT32_LIKE):
-        found.add(ATTENTION, "softmax", "forward", "The map holds log-probabilities (log_softmax instead of softmax)",
-                  "With causal=False, the map read out of your output is the logarithm of the right one: every weight is at most 0.",
-                  "use torch.softmax, not torch.log_softmax")  # fmt: skip
-        return True
-    return False
+    axes = [axis for axis in attention_maps.normalised_axes(read) if axis < 2]  # the batch (B = 1: every weight 1) or the heads
+    axis = axes[0] if axes else 0
+    logarithms = np.isfinite(read).all() and (read <= 0).all() and is_right(np.exp(read), oracle.attention_maps(values["q1"], values["k1"], False), FLOAT32_LIKE)
+    return found.first(
+        ATTENTION,
+        (bool(axes), "softmax", f"The softmax normalises over the {('batch', 'heads')[axis]} axis (dim={axis}), not the keys",
+         f"With causal=False, the map read out of your output sums to 1 across {('the batch', 'the heads')[axis]}, not along each query's row.",
+         "use softmax(..., dim=-1), over the key axis"),
+        (bool(logarithms), "softmax", "The map holds log-probabilities (log_softmax instead of softmax)",
+         "With causal=False, the map read out of your output is the logarithm of the right one: every weight is at most 0.",
+         "use torch.softmax, not torch.log_softmax"),
+    )  # fmt: skip
 
 
 def causal_flag_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool:

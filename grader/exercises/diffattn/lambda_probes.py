@@ -30,6 +30,16 @@ LINE = (-0.8, 0.5, 1.2)
 LAMBDA_RUNS = (LAMBDA_NAMES, ("k1", "k2"))
 
 
+RANGE_TEXT = {  # what a wrong λ for large exponents means, by the vectors' dtype: component, title, evidence, advice
+    "float64": ("dtype", "float64 inputs are computed in float32",
+                "With float64 vectors and q1·k1 = {a:.4g}, λ is {got:.4g}: it overflows where float64 does not, so the computation runs in float32.",
+                "compute in the inputs' dtype throughout"),
+    "float32": ("stability", "λ overflows for large exponents",
+                "With float32 vectors, q1·k1 = {a:.4g} and q2·k2 = {b:.4g}, λ is {got:.4g} although exp of each is finite in float32.",
+                "compute exp(q1·k1) − exp(q2·k2) directly: factorings such as exp(b)·expm1(a − b) overflow"),
+}  # fmt: skip
+
+
 def lambda_values(rng: np.random.Generator, init: float | None = LAMBDA_INIT, length: int = 3) -> dict[str, np.ndarray]:
     """Four λ vectors of dot products about ±0.5 (lambda_init given unless None)."""
     found = {n: rng.uniform(0.3, 1.0, length) * rng.choice([-1.0, 1.0], length) / math.sqrt(length) for n in LAMBDA_NAMES}
@@ -123,15 +133,8 @@ def lambda_range_probe(worker: Worker, rng: np.random.Generator, found: Found) -
             if got is None or got.size != 1 or is_right(got.reshape(()), expected, FLOAT32_LIKE):
                 continue
             a, b = (float(point[f"q{i}"] @ point[f"k{i}"]) for i in (1, 2))
-            shown = f"{float(got.reshape(())):.4g}"
-            if dtype == "float64":
-                found.add(LAMBDA, "dtype", "forward", "float64 inputs are computed in float32",
-                          f"With float64 vectors and q1·k1 = {a:.4g}, λ is {shown}: it overflows where float64 does not, so the computation runs in float32.",
-                          "compute in the inputs' dtype throughout")  # fmt: skip
-            else:
-                found.add(LAMBDA, "stability", "forward", "λ overflows for large exponents",
-                          f"With float32 vectors, q1·k1 = {a:.4g} and q2·k2 = {b:.4g}, λ is {shown} although exp of each is finite in float32.",
-                          "compute exp(q1·k1) − exp(q2·k2) directly: factorings such as exp(b)·expm1(a − b) overflow")  # fmt: skip
+            component, title, evidence, advice = RANGE_TEXT[dtype]
+            found.add(LAMBDA, component, "forward", title, evidence.format(a=a, b=b, got=float(got.reshape(()))), advice)
             return True
     return False
 

@@ -120,6 +120,14 @@ class Found:
     probes: list[str] = field(default_factory=list)
     maps: list[dict[str, Any]] = field(default_factory=list)
 
+    def first(self, function: str, *candidates: tuple[bool, str, str, str, str]) -> bool:
+        """Record the first forward finding (component, title, evidence, advice) whose condition holds; whether one did."""
+        for holds, component, title, evidence, advice in candidates:
+            if holds:
+                self.add(function, component, "forward", title, evidence, advice)
+                return True
+        return False
+
     def add(self, function: str, component: str, stage: str, title: str, evidence: str, advice: str, **extra: Any) -> None:
         """Record a finding of the probes (forward ones explain value and, as a consequence, gradient checks)."""
         if stage == "forward":
