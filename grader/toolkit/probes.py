@@ -259,6 +259,7 @@ def consistency(
         gradients[name] = None if got is None else np.asarray(got, dtype=np.float64)
 
     def difference(outcome: Outcome) -> float | None:
+        """(L(moved) − L(base)) / STEP for a call with moved inputs, or None when it gave no output of the base's shape."""
         moved_output = output(outcome)
         return None if moved_output is None or moved_output.shape != base.shape else float(np.sum(cotangent * (moved_output - base)) / STEP)
 

@@ -44,11 +44,11 @@ from grader.toolkit.domain import exact
 from grader.toolkit.probes import Perturbation, Values
 from grader.worker.client import Worker
 
-COEFFICIENTS = (0.0, 0.5, 2.0)
-
+COEFFICIENTS = (0.0, 0.5, 2.0)  # the readouts' coefficients: three points test that the map is affine in c
+# The gradient comparisons, in turn: every input requiring grad; queries frozen; value frozen; only value and
+# the coefficient; a Python-float coefficient; a zero coefficient.
 FROZEN_RUNS = ((ATTENTION_GRADS, None), (("k1", "k2", "value", "coefficient"), None), (("q1", "k1", "q2", "k2", "coefficient"), None),
                (("value", "coefficient"), None), (INPUT_NAMES, None), (ATTENTION_GRADS, 0.0))  # fmt: skip
-
 MASK_TEXT = {
     "none": ("queries see future keys: the causal mask is missing",
              "add −∞ to the logits where key j > query i, before the softmax (`masked_fill(future, float('-inf'))`)"),
@@ -61,8 +61,6 @@ MASK_TEXT = {
               "apply the mask to the logits before the softmax, not to the weights after it"),
     "causal": ("the causal mask is applied although causal=False", "apply the mask only when causal is True"),
 }  # fmt: skip
-
-
 SOURCE_TEXT = {  # the logits from other inputs than q_i, k_i: component, title, what is right
     "roles": ("softmax", "Queries and keys are swapped in the logits (K Qᵀ instead of Q Kᵀ)", "the queries' rows and the keys' must not change roles"),
     "keys": ("branch", "The keys of the two branches are swapped", "each branch uses its own keys (q1 with k1, q2 with k2)"),
@@ -75,6 +73,7 @@ SCALE_WORDS = {
 
 
 def _branch_words(branches: Sequence[int]) -> str:
+    """"both branches" or "branch i"."""
     return "both branches" if len(branches) == 2 else f"branch {branches[0]}"
 
 
@@ -137,8 +136,9 @@ def _combination(a: np.ndarray, b: np.ndarray, maps: tuple[np.ndarray, np.ndarra
     basis = np.stack([m.ravel()[finite] for m in maps], axis=1)
     solved = [np.linalg.lstsq(basis, x.ravel()[finite], rcond=None)[0] for x in (a, b)]
     residual = max(float(np.max(np.abs(basis @ s - x.ravel()[finite]))) for s, x in zip(solved, (a, b)))
-    weights = tuple(float(round(w, 6)) for s in solved for w in s)
-    return Combination(weights, residual <= attention_maps.FITS)  # type: ignore[arg-type]
+    (w1, w2), (v1, v2) = ((float(round(w, 6)) for w in s) for s in solved)
+    return Combination((w1, w2, v1, v2), residual <= attention_maps.FITS)
+
 
 COMBINATIONS = {
     (1.0, 0.0, 0.0, 1.0): ("sign", "The second map is added instead of subtracted (A1 + λA2)",
@@ -184,7 +184,6 @@ def _combination_finding(found: Found, combination: Combination) -> bool:
 
 
 # How students let λ into the map other than as A1 − λA2: name, component, title, evidence, advice.
-
 NOT_AFFINE = (
     ("divided", "coefficient", "The output is divided by (1 − λ)",
      "the signed map is (A1 − λ·A2)/(1 − λ)", "return (A1 − λ·A2) V with no division: the rows of the signed map sum to 1 − λ by design"),

@@ -28,6 +28,7 @@ _ALL_ATTENTION = {ATTENTION: (*INPUT_NAMES, "coefficient")}
 
 
 def _attention(aspect: str, *inputs: str) -> Role:
+    """The role of a check of differential_attention alone (for gradients, of ``inputs``)."""
     return Role((ATTENTION,), aspect, {ATTENTION: inputs} if inputs else {})
 
 

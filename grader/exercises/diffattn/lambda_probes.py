@@ -17,19 +17,17 @@ import numpy as np
 
 from grader.exercises.diffattn import oracle
 from grader.exercises.diffattn.cases import LAMBDA, LAMBDA_NAMES
-from grader.exercises.diffattn.probes import Found, gradients_probe, is_right, lambda_subject, layout_probe, precision_finding, randomness_probe, FLOAT32_LIKE
+from grader.exercises.diffattn.probes import (
+    FLOAT32_LIKE, Found, gradients_probe, is_right, lambda_subject, layout_probe, precision_finding, randomness_probe,
+)  # fmt: skip
 from grader.toolkit import probes
 from grader.toolkit.domain import exact
 from grader.toolkit.probes import Perturbation, Values
 from grader.worker.client import Worker
 
-LAMBDA_INIT = 0.37
-
-LINE = (-0.8, 0.5, 1.2)
-
-LAMBDA_RUNS = (LAMBDA_NAMES, ("k1", "k2"))
-
-
+LAMBDA_INIT = 0.37  # given to the probes' calls: not the default 0.2, nor 0.8
+LINE = (-0.8, 0.5, 1.2)  # the values of q·k along the line
+LAMBDA_RUNS = (LAMBDA_NAMES, ("k1", "k2"))  # the gradient comparisons: every vector requiring grad, then only the keys
 RANGE_TEXT = {  # what a wrong λ for large exponents means, by the vectors' dtype: component, title, evidence, advice
     "float64": ("dtype", "float64 inputs are computed in float32",
                 "With float64 vectors and q1·k1 = {a:.4g}, λ is {got:.4g}: it overflows where float64 does not, so the computation runs in float32.",
@@ -72,37 +70,32 @@ def lambda_structure_probe(worker: Worker, rng: np.random.Generator, found: Foun
     got = [float(np.asarray(g).reshape(())) for g in answers]
     at_zero, default = got[0], got[1]
     first, second = (np.array(got[2 + 3 * i : 5 + 3 * i]) - at_zero for i in range(2))
-    grow = np.expm1(np.array(LINE))
-    close = lambda a, b: bool(np.allclose(a, b, rtol=1e-6, atol=1e-9))  # noqa: E731
-    lam = LAMBDA
-    if close(at_zero, LAMBDA_INIT) and not close(default, 0.2):
-        found.add(lam, "lambda", "forward", f"The default lambda_init is {default:.4g}, not 0.2",
-                  f"With lambda_init left out and all four vectors zero, λ is {default:.4g}; it must be the default 0.2.",
-                  "declare `lambda_init: float = 0.2`")  # fmt: skip
-    elif close(at_zero, 0.0):
-        found.add(lam, "lambda", "forward", "lambda_init is not added",
-                  f"With all four vectors zero and lambda_init = {LAMBDA_INIT}, λ is 0: exp(0) − exp(0) + λ_init is λ_init.", "add lambda_init to the difference of exponentials")  # fmt: skip
-    elif close(first, -grow) and close(second, grow):
-        found.add(lam, "sign", "forward", "The two exponentials are swapped (exp(q2·k2) − exp(q1·k1))",
-                  "Along a line, λ decreases as q1·k1 grows and increases as q2·k2 grows: the difference has the wrong sign.",
-                  "λ = exp(q1·k1) − exp(q2·k2) + λ_init")  # fmt: skip
-    elif close(first, np.array(LINE)) and close(second, -np.array(LINE)):
-        found.add(lam, "lambda", "forward", "The exponentials are missing",
-                  "Along a line, λ changes by exactly q1·k1 (and −q2·k2), not by exp(q1·k1) − 1.", "λ = exp(q1·k1) − exp(q2·k2) + λ_init")  # fmt: skip
-    elif close(first, grow) and close(second, grow):
-        found.add(lam, "lambda", "forward", "The second exponential is added, not subtracted",
-                  "Along a line, λ grows with q2·k2 as it does with q1·k1.", "λ = exp(q1·k1) − exp(q2·k2) + λ_init: subtract exp(q2·k2)")  # fmt: skip
-    elif max(got) <= 1.0 + 1e-12 and min(got) >= -1e-12 and not close(first, grow):
-        found.add(lam, "lambda", "forward", "λ is clamped to [0, 1]",
-                  "Along a line, λ stays within [0, 1] where exp(q1·k1) − exp(q2·k2) + λ_init leaves it.", "do not clamp λ: any real value is valid")  # fmt: skip
-    elif not (close(at_zero, LAMBDA_INIT) and close(first, grow) and close(second, -grow)):
-        found.add(lam, "lambda", "forward", "λ does not follow exp(q1·k1) − exp(q2·k2) + λ_init",
-                  f"At zero vectors λ is {at_zero:.4g} (λ_init = {LAMBDA_INIT}); along a line where q1·k1 goes from {LINE[0]} to {LINE[-1]} it changes by "
-                  f"{', '.join(f'{x:.3g}' for x in first)} instead of {', '.join(f'{x:.3g}' for x in grow)}.",
-                  "λ = exp(q1·k1) − exp(q2·k2) + λ_init, with dot products q·k = Σ_d q_d k_d")  # fmt: skip
-    else:
-        return False
-    return True
+    grow, line = np.expm1(np.array(LINE)), np.array(LINE)
+
+    def close(a: np.ndarray | float, b: np.ndarray | float) -> bool:
+        """Equal but for rounding."""
+        return bool(np.allclose(a, b, rtol=1e-6, atol=1e-9))
+
+    right = close(at_zero, LAMBDA_INIT) and close(first, grow) and close(second, -grow)
+    formula = "λ = exp(q1·k1) − exp(q2·k2) + λ_init"
+    return found.first(
+        LAMBDA,
+        (close(at_zero, LAMBDA_INIT) and not close(default, 0.2), "lambda", f"The default lambda_init is {default:.4g}, not 0.2",
+         f"With lambda_init left out and all four vectors zero, λ is {default:.4g}; it must be the default 0.2.", "declare `lambda_init: float = 0.2`"),
+        (close(at_zero, 0.0), "lambda", "lambda_init is not added",
+         f"With all four vectors zero and lambda_init = {LAMBDA_INIT}, λ is 0: exp(0) − exp(0) + λ_init is λ_init.", "add lambda_init to the difference of exponentials"),
+        (close(first, -grow) and close(second, grow), "sign", "The two exponentials are swapped (exp(q2·k2) − exp(q1·k1))",
+         "Along a line, λ decreases as q1·k1 grows and increases as q2·k2 grows: the difference has the wrong sign.", formula),
+        (close(first, line) and close(second, -line), "lambda", "The exponentials are missing",
+         "Along a line, λ changes by exactly q1·k1 (and −q2·k2), not by exp(q1·k1) − 1.", formula),
+        (close(first, grow) and close(second, grow), "lambda", "The second exponential is added, not subtracted",
+         "Along a line, λ grows with q2·k2 as it does with q1·k1.", f"{formula}: subtract exp(q2·k2)"),
+        (max(got) <= 1.0 + 1e-12 and min(got) >= -1e-12 and not close(first, grow), "lambda", "λ is clamped to [0, 1]",
+         f"Along a line, λ stays within [0, 1] where {formula[4:]} leaves it.", "do not clamp λ: any real value is valid"),
+        (not right, "lambda", "λ does not follow exp(q1·k1) − exp(q2·k2) + λ_init",
+         f"At zero vectors λ is {at_zero:.4g} (λ_init = {LAMBDA_INIT}); along a line where q1·k1 goes from {LINE[0]} to {LINE[-1]} it changes by "
+         f"{', '.join(f'{x:.3g}' for x in first)} instead of {', '.join(f'{x:.3g}' for x in grow)}.", f"{formula}, with dot products q·k = Σ_d q_d k_d"),
+    )  # fmt: skip
 
 
 def lambda_dependence_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool:

@@ -29,18 +29,11 @@ from grader.toolkit.rootcause import Finding
 from grader.worker.client import Worker
 
 B, H, T, D = 1, 2, 5, 3
-
 RIGHT = 1e-9  # a float64 probe's output is right within this share of its largest true magnitude
 FLOAT32_LIKE = 1e-4  # ... and only as accurate as float32 when off by at most this share
-
 ATTENTION_GRADS = (*INPUT_NAMES, "coefficient")
-# Gradient comparisons: every input requiring grad; queries frozen; value frozen; only value and coefficient;
-# a Python-float coefficient; a zero coefficient.
-
 FORWARD_NOTE = "the forward output of these calls is already wrong, so their gradients cannot match; fix the values first"
-
 VALUES_AND_GRADIENTS = frozenset({"values", "gradients"})
-
 NO_GRAPH = "does not require grad"  # how torch says a backward pass found no graph: a check failing so suffers a cut path
 
 
@@ -184,7 +177,7 @@ def randomness_probe(worker: Worker, subject: Subject, values: Values, grads: tu
 
 def _uses_custom_backward(source: str | None) -> bool:
     """Whether the submission defines its own backward pass (an autograd.Function)."""
-    return bool(source) and "def backward" in (source or "")
+    return "def backward" in (source or "")
 
 
 def gradient_finding(found: Found, function: str, condition: str, result: Consistency, source: str | None) -> bool:
