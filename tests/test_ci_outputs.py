@@ -66,7 +66,8 @@ def _document(load_error: str | None = None, statuses: dict[str, str] | None = N
         check["score"] = check["max_score"] if check["status"] == "passed" else 0.0
     tiers, score, max_score = tally(checks, TIERS)
     document = {
-        "schema_version": 2, "grader_version": "0.1.0", "exercise": "diff_attention", "exercise_title": "Differential attention", "exercise_version": "1.0", "audience": "student",
+        "schema_version": 3, "grader_version": "0.1.0", "exercise": "diff_attention", "exercise_title": "Differential attention", "exercise_version": "1.0", "audience": "student",
+        "diagnosis": {"root_causes": [], "unexplained": [], "probes": [], "maps": [], "duration_s": 0.0},
         "submission": {"path": "subs/a|b.py", "sha256": "ab" * 32, "size_bytes": 100, "load_error": load_error, "notes": []},
         "seed": 7, "tiers_selected": ["T1", "T2"], "score": score, "max_score": max_score,
         "status": overall_status(checks), "tiers": tiers, "experiment": None,

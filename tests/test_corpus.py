@@ -9,6 +9,7 @@ from conftest import Graded, grade_many
 from corpus.mutants import (
     CORRECT_DIR,
     MUTANTS,
+    ROOT_CAUSES,
     WRONG_DIR,
     completed_stub_source,
     mutant_source,
@@ -55,6 +56,7 @@ def test_correct_style_gets_full_marks(name: str, corpus_runs: dict[str, Graded]
     run = corpus_runs[name]
     failed = [f"{c['id']}: {c['message']}" for t in run.report["tiers"] for c in t["checks"] if c["status"] != "passed"]
     assert run.code == 0 and run.report["score"] == 100.0, "\n\n".join(failed) or run.stderr
+    assert run.report["diagnosis"]["root_causes"] == [] and run.report["diagnosis"]["probes"] == []
 
 
 @pytest.mark.parametrize(
@@ -78,3 +80,17 @@ def test_property_checks_cannot_be_earned_without_the_maps(corpus_runs: dict[str
     """A function that ignores both attention maps, (1 - c)·value, fails every property check of the signed map."""
     run = corpus_runs["ignores_attention"]
     assert {check: run.check(check)["status"] for check in PROPERTY_CHECKS} == dict.fromkeys(PROPERTY_CHECKS, "failed")
+
+
+SILENT = ("ignores_attention",)  # no root cause (its output ignores both maps: nothing a probe reads fits)
+
+
+@pytest.mark.parametrize("name", sorted(ROOT_CAUSES))
+def test_first_root_cause_localises_the_bug(name: str, corpus_runs: dict[str, Graded]) -> None:
+    """The first root cause names the function and component where the bug is (docs/diagnosis.md), or none is given."""
+    causes = corpus_runs[name].report["diagnosis"]["root_causes"]
+    if name in SILENT:
+        assert causes == []
+        return
+    function, component, _ = ROOT_CAUSES[name]
+    assert causes and (causes[0]["function"], causes[0]["component"]) == (function, component), causes[:1]

@@ -18,6 +18,7 @@ def test_reference_gets_full_marks_on_several_seeds(reference_runs: dict[int, Gr
         assert run.report["score"] == run.report["max_score"] == 100.0
         assert run.report["seed"] == seed
         assert run.report["status"] == "passed"
+        assert run.report["diagnosis"] == {"root_causes": [], "unexplained": [], "probes": [], "maps": [], "duration_s": 0.0}
 
 
 def test_reference_reports_validate_against_the_schema(reference_runs: dict[int, Graded]) -> None:
@@ -81,3 +82,8 @@ def test_stub_scores_zero_with_not_implemented_messages(stub_run: Graded) -> Non
         assert check["status"] == "failed"
         assert "is not implemented yet" in check["message"].splitlines()[0], check
     assert "not implemented yet" in stub_run.stdout
+    causes = stub_run.report["diagnosis"]["root_causes"]
+    assert [(c["function"], c["component"], c["title"]) for c in causes] == [
+        (name, "load", f"{name} is not implemented yet") for name in ("differential_lambda", "differential_attention")
+    ]
+    assert sorted(check for cause in causes for check in cause["checks"]) == sorted(c["id"] for c in checks)

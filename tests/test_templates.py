@@ -160,7 +160,7 @@ def sample_report() -> dict[str, Any]:
         }
 
     return {
-        "schema_version": 2,
+        "schema_version": 3,
         "grader_version": "0.1.0",
         "exercise": "diff_attention",
         "submission": {

@@ -13,10 +13,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from grader.core.experiment import Frame, Measured
 from grader.worker.client import Worker
+
+if TYPE_CHECKING:
+    from grader.core.plugin import GradingContext
+    from grader.toolkit.rootcause import Evidence
 
 # An experiment takes a loaded worker and the run's seed and returns what that
 # implementation measured (grader.core.experiment), or raises
@@ -28,6 +32,9 @@ ExperimentFrame = Callable[[int], Frame]
 # A handout builder takes a seed and returns the files it adds to the student
 # handout beside the stub and the task statement: relative path -> text.
 HandoutBuilder = Callable[[int], dict[str, str]]
+# A diagnosis takes the grading context of a submission some of whose checks failed, and the report's
+# check objects, and returns what it found for the root causes (grader/core/diagnosis.py).
+Diagnose = Callable[["GradingContext", list[dict[str, Any]]], "Evidence"]
 
 
 class ExperimentUnavailable(Exception):
@@ -61,3 +68,4 @@ class Exercise:
     # worker is forked, with the operations solutions commonly use: whatever they import lazily
     # is then loaded while the disk can still be read (workers cannot read the package folders).
     warm_up: Path | None = None
+    diagnose: Diagnose | None = None  # probes and declarations behind the report's root causes

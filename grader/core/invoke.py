@@ -411,7 +411,7 @@ def _decode(reply: dict[str, Any], arrays: list[np.ndarray]) -> Outcome:
     status = _field(reply, "status", str)
     if status == "error":
         error = _error_text(_field(reply, "error", dict))
-        return Outcome(failure=f"the worker could not inspect the result ({error['type']}: {error['message']})")
+        return Outcome(failure=f"what the call returned could not be used ({error['type']}: {error['message']})")
     if status != "ok":
         raise MalformedReply(f"status {status!r}")
     outcome = Outcome()

@@ -58,6 +58,7 @@ class GradingContext:
     worker: Worker | None  # None when the submission could not be read
     functions: dict[str, dict[str, Any]]
     load_failure: str | None = None
+    source: str | None = None  # the submission's source as graded, for the diagnosis to quote its lines
     experiment: Measured | None = None  # the submission's run of the exercise's experiment, set by the check that makes it
     experiment_note: str | None = None
     cache: dict[Any, Any] = field(default_factory=dict)

@@ -28,9 +28,11 @@ import pytest
 from grader import CHECKOUT_DIR, PACKAGE_DIR, __version__
 from grader.core import notebook
 from grader.core.checksession import CheckSessionError, RunChecks, run_session
+from grader.core.diagnosis import Diagnosis, diagnose
 from grader.core.exercise import Exercise, ExperimentUnavailable
 from grader.core.experiment import ExperimentError, Measured, section
 from grader.core.plugin import GradingContext
+from grader.core.scoring import check_record
 from grader.worker.client import (
     ForkServer,
     Worker,
@@ -89,6 +91,7 @@ class Run:
     environment: dict[str, Any]
     started_at: str
     duration_s: float
+    diagnosis: Diagnosis  # the root causes (grader/core/diagnosis.py)
 
 
 def read_submission(path: Path) -> Submission:
@@ -310,8 +313,9 @@ def grade(
             functions, load_failure = _load(worker)
         if expecting is not None:  # (a truth that failed is computed again by its check, which then reports the error)
             concurrent.futures.wait([expecting])
-        context = GradingContext(options.seed, worker, functions, load_failure)
+        context = GradingContext(options.seed, worker, functions, load_failure, source=submission.source)
         checks = run_checks(context)
+        diagnosis = diagnose(exercise, context, [check_record(test) for test in checks])
         if pending is not None:
             preview = pending.result()
         assert preview is not None
@@ -335,6 +339,7 @@ def grade(
         environment=_environment(worker),
         started_at=started.isoformat(timespec="seconds"),
         duration_s=round(time.monotonic() - clock, 3),
+        diagnosis=diagnosis,
     )
 
 

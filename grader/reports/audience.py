@@ -6,6 +6,12 @@ title, tier, status, points, duration and visibility, but its message becomes
 :data:`HIDDEN_MESSAGE` and its worst ratio, hint and counterexample become
 null: those would tell the inputs and the expected values of the probe. The
 policy and the list of hidden checks are in docs/scoring.md.
+
+Root causes stay, also those of hidden checks, when they come from the
+student's own code (an exception and its traceback, what a function returns)
+or from the diagnosis's own probe inputs; a root cause found only through a
+hidden check's inputs (``"visibility": "hidden"``) is left out, and the
+checks it explained are listed as unexplained.
 """
 
 from __future__ import annotations
@@ -36,4 +42,11 @@ def for_audience(document: dict[str, Any], audience: str) -> dict[str, Any]:
                 if check["visibility"] == "hidden":
                     check["message"] = HIDDEN_MESSAGE
                     check.update(dict.fromkeys(WITHHELD))
+        diagnosis = document["diagnosis"]
+        withheld = [cause for cause in diagnosis["root_causes"] if cause["visibility"] == "hidden"]
+        shown["diagnosis"] = {
+            **diagnosis,
+            "root_causes": [cause for cause in diagnosis["root_causes"] if cause["visibility"] == "public"],
+            "unexplained": diagnosis["unexplained"] + [check for cause in withheld for check in cause["checks"]],
+        }
     return shown

@@ -73,3 +73,21 @@ def explanations(check: dict[str, Any]) -> list[str]:
             f"expected: {json.dumps(example.get('expected'))}\ngot:      {json.dumps(example.get('got'))}"
         )
     return [clean(text) for text in found]
+
+
+def root_causes(document: dict[str, Any]) -> list[str]:
+    """The report's root causes in words, one cleaned paragraph each, numbered in their order."""
+    found = []
+    for number, cause in enumerate((document.get("diagnosis") or {}).get("root_causes") or [], start=1):
+        place = f"{cause['function'] or 'the file'} / {cause['component']}"
+        checks = f"\nExplains: {', '.join(cause['checks'])}" if cause["checks"] else ""
+        found.append(clean(f"{number}. {cause['title']} [{place}]\n{cause['evidence']}\nFix: {cause['advice']}{checks}"))
+    return found
+
+
+def cause_of(document: dict[str, Any], check_id: str) -> str | None:
+    """"Root cause N: title" for the root cause that explains a check, or None."""
+    for number, cause in enumerate((document.get("diagnosis") or {}).get("root_causes") or [], start=1):
+        if check_id in cause["checks"]:
+            return clean(f"Root cause {number}: {cause['title']}")
+    return None

@@ -36,7 +36,7 @@ def document(score: float, execution_time: float, output: str, tests: list[dict[
 
 def results(report: dict[str, Any]) -> dict[str, Any]:
     """The results.json object of a report document."""
-    tests = [_test(number, check) for number, check in digest.checks(report) if check["status"] != "skipped"]
+    tests = [_test(number, check, digest.cause_of(report, check["id"])) for number, check in digest.checks(report) if check["status"] != "skipped"]
     return document(report["score"], report["duration_s"], _summary(report), tests)
 
 
@@ -45,27 +45,30 @@ def to_text(report: dict[str, Any]) -> str:
     return json.dumps(results(report), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
 
 
-def _test(number: str, check: dict[str, Any]) -> dict[str, Any]:
+def _test(number: str, check: dict[str, Any], cause: str | None) -> dict[str, Any]:
     return {
         "name": digest.clean(check["title"]) or check["id"],
         "number": number,
         "score": check["score"],
         "max_score": check["max_score"],
         "status": "passed" if check["status"] == "passed" else "failed",
-        "output": _check_output(check),
+        "output": _check_output(check, cause),
         "tags": [tag for tag in (check["tier"], check["id"]) if tag],
         "visibility": VISIBILITY[check["visibility"]],
     }
 
 
-def _check_output(check: dict[str, Any]) -> str:
-    """The check's message, then its hint and counterexample in words when it has them."""
-    return "\n\n".join([digest.clean(check["message"]).strip() or digest.NO_MESSAGE, *digest.explanations(check)])
+def _check_output(check: dict[str, Any], cause: str | None) -> str:
+    """The root cause that explains the check, its message, then its hint and counterexample in words when it has them."""
+    return "\n\n".join([*([cause] if cause else []), digest.clean(check["message"]).strip() or digest.NO_MESSAGE, *digest.explanations(check)])
 
 
 def _summary(report: dict[str, Any]) -> str:
-    """The text shown above the tests: points per tier, why loading failed, warnings, the seed."""
+    """The text shown above the tests: the root causes, points per tier, why loading failed, warnings, the seed."""
     lines = [f"diffgrade {report['grader_version']}: {digest.headline(report)}", ""]
+    causes = digest.root_causes(report)
+    if causes:
+        lines += ["Root causes, to fix in this order:", *(f"{cause}\n" for cause in causes)]
     lines += [digest.tier_line(tier) for tier in report["tiers"]]
     if report["status"] == "error":
         lines += ["", "A check failed inside the grader itself, so this score may be too low: please tell your instructor."]

@@ -1,6 +1,6 @@
 """The report as a short Markdown summary, e.g. for a CI job's step summary.
 
-A heading with the score, a table of the tiers, and a table of the checks
+A heading with the score, the root causes, a table of the tiers, and a table of the checks
 that did not pass with the first line of each message; then why the
 submission did not load and the worker's warnings, if any. Text from the
 report that appears inline (table cells, the submission's path) is put on one
@@ -30,6 +30,7 @@ def summary(report: dict[str, Any]) -> str:
         f"## diffgrade: {digest.headline(report)}",
         f"Submission {escape(submission['path'])}, seed {report['seed']}, "
         f"graded by diffgrade {escape(report['grader_version'])} in {report['duration_s']:.1f} s.",
+        *_root_causes(report),
         _tier_table(report["tiers"]),
         _failures(report),
     ]
@@ -72,6 +73,19 @@ def _tier_table(tiers: list[dict[str, Any]]) -> str:
         passed = f"{tier['passed']}/{tier['total']}" if ran else "–"
         rows.append([escape(f"{tier['name']} {tier['title']}"), score, passed])
     return _table(["Tier", "Points", "Checks passed"], ["---", "---:", "---:"], rows)
+
+
+def _root_causes(report: dict[str, Any]) -> list[str]:
+    """The numbered root causes, each on one escaped line, or nothing when there are none."""
+    causes = (report.get("diagnosis") or {}).get("root_causes") or []
+    if not causes:
+        return []
+    items = [
+        f"{number}. **{escape(cause['title'])}** ({escape(cause['function'] or 'the file')} / {escape(cause['component'])}): "
+        f"{escape(cause['evidence'])} Fix: {escape(cause['advice'])}" + (f" Explains: {escape(', '.join(cause['checks']))}." if cause["checks"] else "")
+        for number, cause in enumerate(causes, start=1)
+    ]
+    return ["### Root causes, to fix in this order\n\n" + "\n".join(items)]
 
 
 def _failures(report: dict[str, Any]) -> str:

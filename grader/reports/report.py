@@ -29,7 +29,7 @@ from grader import CHECKOUT_DIR, __version__
 from grader.core.exercise import Exercise
 from grader.core.scoring import check_record, overall_status, tally
 from grader.core.session import Run
-from grader.reports import counterexample_view, svgchart
+from grader.reports import counterexample_view, diagnosis_view, svgchart
 from grader.reports.schema import SCHEMA_VERSION
 from grader.toolkit import safetext
 
@@ -40,6 +40,8 @@ CUT_NOTE = " [... {cut:,} more characters cut: a report is limited to {limit:,} 
 def build(exercise: Exercise, run: Run) -> dict[str, Any]:
     """The JSON report of ``run``."""
     checks = [check_record(test) for test in run.checks]
+    for check in checks:  # a check failed only because of an earlier root cause says so instead of its own message
+        check["message"] = run.diagnosis.notes.get(check["id"], check["message"])
     tiers, score, max_score = tally(checks, exercise.tiers)
     document = _json_safe(
         {
@@ -61,6 +63,7 @@ def build(exercise: Exercise, run: Run) -> dict[str, Any]:
             "score": score,
             "max_score": max_score,
             "status": overall_status(checks),
+            "diagnosis": run.diagnosis.section,
             "tiers": tiers,
             "experiment": run.experiment,
             "worker": run.worker,
@@ -158,6 +161,7 @@ def environment(html: bool) -> jinja2.Environment:
     if html:
         page = jinja2.Environment(loader=loader, autoescape=jinja2.select_autoescape(["html", "j2"]), undefined=jinja2.StrictUndefined)
         page.globals["counterexample_view"] = counterexample_view.view
+        page.globals["map_view"] = diagnosis_view.map_view
         return page
     return jinja2.Environment(
         loader=loader, autoescape=False, trim_blocks=True, lstrip_blocks=True,

@@ -15,8 +15,9 @@ from typing import Any
 
 from grader.core import experiment
 from grader.reports.audience import AUDIENCES
+from grader.toolkit.rootcause import COMPONENTS
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _NUMBER = {"type": "number"}
 _NULLABLE_NUMBER = {"type": ["number", "null"]}
@@ -140,6 +141,29 @@ _EXPERIMENT = _object(
     rules="experiment",
 )
 
+_DIAGNOSIS = _object(
+    {
+        "root_causes": {
+            "type": "array",
+            "items": _object(
+                {
+                    "function": _NULLABLE_STRING,
+                    "component": {"type": "string", "enum": list(COMPONENTS)},
+                    "title": _STRING,
+                    "evidence": _STRING,
+                    "advice": _STRING,
+                    "checks": _STRINGS,
+                    "visibility": {"type": "string", "enum": ["public", "hidden"]},
+                }
+            ),
+        },
+        "unexplained": _STRINGS,
+        "probes": _STRINGS,
+        "maps": {"type": "array", "items": _object({"function": _STRING, "title": _STRING, "expected": {"type": "array"}, "got": {"type": "array"}})},
+        "duration_s": {"type": "number", "minimum": 0},
+    }
+)
+
 SCHEMA: dict[str, Any] = _object(
     {
         "schema_version": {"type": "integer", "enum": [SCHEMA_VERSION]},
@@ -162,6 +186,7 @@ SCHEMA: dict[str, Any] = _object(
         "score": {"type": "number", "minimum": 0},
         "max_score": {"type": "number", "minimum": 0},
         "status": {"type": "string", "enum": ["passed", "failed", "error"]},
+        "diagnosis": _DIAGNOSIS,
         "tiers": {"type": "array", "items": _TIER},
         "experiment": _EXPERIMENT,
         "worker": _object(

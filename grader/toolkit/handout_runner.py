@@ -211,7 +211,8 @@ def graph_problem(entry: Dict[str, Any], outcome: Outcome, check: Dict[str, Any]
         return result
     if result.requires_grad and result.grad_fn is not None:
         return None
-    return f"the output has no autograd graph (requires_grad={result.requires_grad}); do not detach it or leave autograd"
+    made_anew = "requires grad but has no autograd history (made anew from values)" if result.requires_grad else "does not require grad (detached)"
+    return f"the output {made_anew} although its inputs require grad; keep every step in torch"
 
 
 def mismatch(what: str, got: Any, truth: Dict[str, Any]) -> Optional[str]:

@@ -692,6 +692,10 @@ class Run:
         if any(type(output) is not server.tensor_type for output in outputs):
             return {"status": "skipped", "reason": "the call did not return a plain torch.Tensor"}
         wanted = [i for i, t in enumerate(self.tensors) if t is not None and t.requires_grad]
+        for output, cotangent in zip(outputs, cotangents):
+            if list(output.shape) != list(cotangent.shape) and output.numel() != cotangent.size:
+                raise ValueError(f"the output has shape {list(output.shape)}, so no gradient could be taken with respect to an output "
+                                 f"of the expected shape {list(cotangent.shape)}")  # fmt: skip
         seeds = [
             torch.from_numpy(cotangent.copy()).to(output.dtype if output.is_floating_point() else torch.float64).reshape(output.shape)
             for output, cotangent in zip(outputs, cotangents)

@@ -26,6 +26,45 @@ WRONG_MISCONCEPTIONS = {
     "joint_normaliser": "joint_normaliser", "logit_difference": "logit_difference", "numpy_roundtrip": "output_detached",
 }  # fmt: skip
 
+_A, _L = "differential_attention", "differential_lambda"
+# Where the bug of each wrong submission (mutant or file in wrong/) is, as a root cause must say it
+# (docs/diagnosis.md): the function, the component, and words any right explanation of it contains.
+ROOT_CAUSES: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    **{name: (_A, "mask", ("mask",)) for name in (
+        "no_mask", "mask_first_branch_only", "mask_after_softmax", "mask_hides_diagonal", "mask_wrong_triangle",
+        "mask_greater_equal", "causal_default_false")},
+    "softmax_over_queries": (_A, "softmax", ("queries", "dim")),
+    **{name: (_A, "scale", ("scale", "√D")) for name in ("scale_inverse_d", "no_scale", "scale_value_width", "sdpa_double_scale")},
+    "naive_softmax_overflow": (_A, "stability", ("maximum", "stable", "overflow")),
+    "lambda_times_difference": (_A, "coefficient", ("λ(A1 − A2)", "whole difference")),
+    "branches_swapped": (_A, "branch", ("swapped",)),
+    "float32_inside": (_A, "dtype", ("float32",)),
+    "value_split_per_branch": (_A, "value", ("value",)),
+    "value_half_width": (_A, "value", ("half", "value")),
+    "rmsnorm_on_output": (_A, "softmax", ("norm",)),
+    "one_minus_lambda_init_on_output": (_A, "coefficient", ("λ_init", "0.8")),
+    **{name: (_L, "lambda", words) for name, words in (
+        ("lambda_no_exp", ("exp",)), ("lambda_no_init", ("lambda_init", "λ_init")), ("lambda_clamped", ("clamp",)),
+        ("lambda_default_changed", ("default",)), ("lambda_elementwise", ("element", "dot")))},
+    "lambda_sign_swapped": (_L, "sign", ("swapped", "sign")),
+    "lambda_python_float": (_L, "type", ("item", "number")),
+    "lambda_shape_one": (_L, "shape", ("shape",)),
+    "lambda_float64_returned": (_L, "dtype", ("dtype",)),
+    "float64_returned": (_A, "dtype", ("dtype",)),
+    "returns_tuple": (_A, "type", ("tuple",)),
+    "inplace_query_scaling": (_A, "mutation", ("in-place", "in place")),
+    "view_on_strided": (_A, "strided", (".view", "reshape")),
+    **{name: (_A, "graph", words) for name, words in (
+        ("output_detached", ("autograd", "detach")), ("coefficient_as_float", ("coefficient",)),
+        ("coefficient_detached", ("coefficient",)), ("value_detached", ("value",)), ("second_branch_no_grad", ("q2", "k2")),
+        ("numpy_roundtrip", ("autograd", "numpy")))},
+    **{name: (_A, "backward", words) for name, words in (
+        ("backward_no_rowsum", ("q1", "k1")), ("backward_missing_scale", ("q1", "k1")), ("backward_lambda_sign", ("coefficient",)))},
+    "joint_normaliser": (_A, "softmax", ("normalised together", "normaliser")),
+    "logit_difference": (_A, "branch", ("softmax(S1 − λ",)),
+    "ignores_attention": (_A, "softmax", ("map",)),
+}  # fmt: skip
+
 
 @dataclass(frozen=True)
 class Mutant:

@@ -147,7 +147,10 @@ def _graph_problem(item: Observed, result: Returned) -> str | None:
     """An output detached from autograd."""
     if result.requires_grad and result.has_grad_fn:
         return None
-    return f"the output has no autograd graph (requires_grad={result.requires_grad}); do not detach it or leave autograd"
+    if result.requires_grad:
+        return ("the output requires grad but has no autograd history (grad_fn is None): it was made anew from values "
+                "(torch.tensor(...), .detach().requires_grad_()), so no gradient reaches the inputs; keep every step in torch")  # fmt: skip
+    return "the output does not require grad although its inputs do: it was detached (.detach(), .numpy(), torch.no_grad()); keep every step in torch"
 
 
 @check("T1", 3, "Every argument binds by position and by name, as the contract's signatures order and name them")

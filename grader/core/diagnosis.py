@@ -1,0 +1,93 @@
+"""The diagnosis of one graded submission: its root causes, worked out after its checks ran.
+
+Nothing here runs for a submission whose checks all passed. Otherwise the
+file's own failures come first (it does not load, a function is missing),
+then whatever the exercise's ``diagnose`` finds (contract slips, probes,
+named misconceptions; see grader/exercises/diffattn/diagnosis.py), ordered
+and matched to the failed checks by :mod:`grader.toolkit.rootcause`. A
+diagnosis is explanation only: it never changes a verdict or a score, and an
+error while working it out leaves the report with the causes found without
+the exercise's part.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from grader.core.exercise import Exercise
+from grader.core.plugin import GradingContext
+from grader.toolkit import rootcause, slips
+from grader.toolkit.rootcause import Evidence, Finding
+
+LOAD_ADVICE = "fix this first: no check can call a function from a file that does not import"
+_NAMED = re.compile(r"No module named '([\w.]+)'|name '(\w+)' is not defined|cannot import name '(\w+)'")
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """The report's ``diagnosis`` section, and the notes that replace the messages of checks failed only as consequences."""
+
+    section: dict[str, Any]
+    notes: dict[str, str] = field(default_factory=dict)
+
+
+def empty() -> dict[str, Any]:
+    """The section of a submission with nothing to diagnose."""
+    return {"root_causes": [], "unexplained": [], "probes": [], "maps": [], "duration_s": 0.0}
+
+
+def _load_function(load_failure: str, source: str | None) -> str | None:
+    """The function whose code the load error is in (by line, else the one using the missing name), or None."""
+    lines = [int(n) for n in re.findall(r"line (\d+)", load_failure)]
+    found = slips.function_of_line(source, lines[-1]) if lines else None
+    named = _NAMED.search(load_failure)
+    if found is not None or named is None or not source:
+        return found
+    name = next(g for g in named.groups() if g).split(".")[0]
+    definitions = re.findall(r"^(?:async\s+)?def\s+(\w+)", source, flags=re.M)
+    using = [f for f in definitions if any(re.search(rf"\b{re.escape(name)}\b", text) for _, text in slips.function_lines(source, f)[1:])]
+    return using[0] if using else None
+
+
+def file_findings(context: GradingContext) -> list[Finding]:
+    """The file does not load, or a required function is missing or not callable."""
+    if context.load_failure is not None:
+        shown = " ".join(line.strip() for line in context.load_failure.strip().splitlines()[:2])
+        function = _load_function(context.load_failure, context.source)
+        return [Finding(function, "load", "load", "The file does not load", f"Loading it failed: {shown}", LOAD_ADVICE)]
+    found = []
+    for name, described in context.functions.items():
+        kind = described.get("kind")
+        if kind == "missing":
+            found.append(Finding(name, "load", "load", f"{name} is not defined", f"The file defines no function named {name}.",
+                                 f"define {name} with the contract's name and signature"))  # fmt: skip
+        elif kind == "not_callable":
+            found.append(Finding(name, "load", "load", f"{name} is not a function", f"{name} is a {described.get('type', 'value')}, not a function.",
+                                 f"define {name} as a function"))  # fmt: skip
+    return found
+
+
+def diagnose(exercise: Exercise, context: GradingContext, records: list[dict[str, Any]]) -> Diagnosis:
+    """The diagnosis of a submission whose checks gave ``records`` (the report's check objects)."""
+    if not any(r.get("status") == "failed" for r in records):
+        return Diagnosis(empty())
+    started = time.monotonic()
+    evidence = Evidence()
+    if exercise.diagnose is not None:
+        try:
+            evidence = exercise.diagnose(context, records)
+        except Exception:  # explanation only: a failure here must not cost the report its other causes
+            evidence = Evidence()
+    findings = file_findings(context) + rootcause.with_hints(evidence.findings, evidence.hints)
+    found = rootcause.assemble(records, evidence.roles, findings)
+    section = {
+        "root_causes": rootcause.to_json(found),
+        "unexplained": list(found.unexplained),
+        "probes": list(evidence.probes),
+        "maps": list(evidence.maps),
+        "duration_s": round(time.monotonic() - started, 3),
+    }
+    return Diagnosis(section, dict(found.notes))

@@ -1,0 +1,435 @@
+"""The forward probes of differential_attention, and what their answers mean.
+
+* **the maps**: with value = the identity (one-hot rows) the output *is* the
+  signed map ``A1 − cA2``; at coefficients 0, ½ and 2 it must be affine
+  in c with the first map as intercept and minus the second as slope, and
+  linear in value with one map for every column. The combination is fitted
+  on the true maps (a sign, swapped branches, λ on the wrong map, an extra
+  factor such as 1 − λ_init), a map that is not affine in c is matched
+  against the ways λ gets into the logits or the normaliser, and each map
+  the submission built is explained by
+  :func:`grader.toolkit.attention_maps.explain` (mask, scale, axis,
+  transposition, queries and keys of the other branch);
+* **the causal flag**: with ``causal`` omitted the map must be masked, with
+  False it must not be (nor normalised across heads or batch);
+* **which input matters**: the last token's key or value must not reach
+  earlier queries under the causal mask, the second half of value must
+  reach the output;
+* **stability**: float32 logits of hundreds (all large, a future key far
+  above the visible ones, branch 2 far from branch 1, every visible logit
+  far below zero) against the oracle.
+
+:func:`run` runs them in that order, after randomness and before the
+gradients (:mod:`grader.exercises.diffattn.probes`), and stops looking at the
+forward once one has localised it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from grader.exercises.diffattn import oracle
+from grader.exercises.diffattn.cases import ATTENTION, INPUT_NAMES
+from grader.exercises.diffattn.probes import (
+    ATTENTION_GRADS, B, D, FLOAT32_LIKE, H, T, Found, attention_subject, attention_values, gradients_probe,
+    identity_values, is_right, layout_probe, precision_finding, randomness_probe, scales, truth,
+)  # fmt: skip
+from grader.toolkit import attention_maps, probes
+from grader.toolkit.attention_maps import MapModel
+from grader.toolkit.domain import exact
+from grader.toolkit.probes import Perturbation, Values
+from grader.worker.client import Worker
+
+COEFFICIENTS = (0.0, 0.5, 2.0)  # the readouts' coefficients: three points test that the map is affine in c
+# The gradient comparisons, in turn: every input requiring grad; queries frozen; value frozen; only value and
+# the coefficient; a Python-float coefficient; a zero coefficient.
+FROZEN_RUNS = ((ATTENTION_GRADS, None), (("k1", "k2", "value", "coefficient"), None), (("q1", "k1", "q2", "k2", "coefficient"), None),
+               (("value", "coefficient"), None), (INPUT_NAMES, None), (ATTENTION_GRADS, 0.0))  # fmt: skip
+MASK_TEXT = {
+    "none": ("queries see future keys: the causal mask is missing",
+             "add −∞ to the logits where key j > query i, before the softmax (`masked_fill(future, float('-inf'))`)"),
+    "strict": ("the mask hides the diagonal too: a token must see itself", "mask only key j > query i (`triu(diagonal=1)`), keep j = i visible"),
+    "upper": ("the mask is the wrong way round: queries see the future and not the past",
+              "mask key j > query i (above the diagonal), keep j ≤ i"),
+    "zero": ("masked logits are set to 0 instead of −∞, so future keys still get weight",
+             "fill the masked logits with −∞ (`masked_fill(future, float('-inf'))`), not 0"),
+    "after": ("future weights are zeroed after the softmax, so rows no longer sum to 1",
+              "apply the mask to the logits before the softmax, not to the weights after it"),
+    "causal": ("the causal mask is applied although causal=False", "apply the mask only when causal is True"),
+}  # fmt: skip
+SOURCE_TEXT = {  # the logits from other inputs than q_i, k_i: component, title, what is right
+    "roles": ("softmax", "Queries and keys are swapped in the logits (K Qᵀ instead of Q Kᵀ)", "the queries' rows and the keys' must not change roles"),
+    "keys": ("branch", "The keys of the two branches are swapped", "each branch uses its own keys (q1 with k1, q2 with k2)"),
+    "mixed": ("branch", "The two branches' queries and keys are mixed up", "each branch uses its own queries and keys (q1 with k1, q2 with k2)"),
+}  # fmt: skip
+SCALE_WORDS = {
+    "1/D": "1/D: divided by sqrt(D) twice", "1/√(2D)": "1/sqrt(2D): D taken from value's width 2D", "1/√T": "1/sqrt(T): T is the sequence length",
+    "1 (no scaling)": "no division by sqrt(D) at all", "√D": "sqrt(D): multiplied instead of divided", "2/√D": "2/sqrt(D)",
+}  # fmt: skip
+
+
+def _branch_words(branches: Sequence[int]) -> str:
+    """"both branches" or "branch i"."""
+    return "both branches" if len(branches) == 2 else f"branch {branches[0]}"
+
+
+def _map_findings(found: Found, fits: Mapping[int, attention_maps.MapFit]) -> bool:
+    """Findings for what the fitted maps of each branch change from the contract's; whether there was any."""
+    changes: dict[tuple[str, Any], list[int]] = {}
+    for branch, fit in fits.items():
+        for name in fit.changes:
+            value = (fit.model.query, fit.model.key) if name in ("query", "key") else getattr(fit.model, name)
+            key = ("source" if name in ("query", "key") else name, value if name != "scale" else fit.scale_name or f"{fit.model.scale:.4g}")
+            if branch not in changes.setdefault(key, []):
+                changes[key].append(branch)
+    for (name, value), branches in changes.items():
+        where = _branch_words(branches)
+        if name == "mask":
+            title, advice = MASK_TEXT[value]
+            found.add(ATTENTION, "mask", "forward", f"{title[0].upper()}{title[1:]} ({where})",
+                      f"The map read out of your output ({where}) has {attention_maps.MASKS[value]}.", advice)
+        elif name == "factor":
+            named = attention_maps.named_scale(value, scales(D, T))
+            component, title = ("scale", f"The weights are scaled by {named} after the softmax") if named else \
+                ("coefficient", f"The map is multiplied by {value:.4g}")  # fmt: skip
+            found.add(ATTENTION, component, "forward", title,
+                      f"The map read out of your output ({where}) is {named or f'{value:.4g}'} times a softmax: its rows sum to that, not to 1.",
+                      "scale the logits Q Kᵀ by 1/√D before the softmax, and leave the weights as the softmax gives them")  # fmt: skip
+        elif name == "scale":
+            said = f" ({SCALE_WORDS[value]})" if value in SCALE_WORDS else ""
+            found.add(ATTENTION, "scale", "forward", f"The logits are scaled by {value} instead of 1/√D",
+                      f"The map read out of your output ({where}) fits softmax(s·QKᵀ) with s = {value}{said}, not 1/√D = 1/sqrt(D) "
+                      f"(D = {D}, the width of q and k).", "divide Q Kᵀ by √D once, with D = q1.shape[-1]")  # fmt: skip
+        elif name == "axis":
+            found.add(ATTENTION, "softmax", "forward", "The softmax normalises over the queries, not the keys",
+                      f"In the map read out of your output ({where}) the columns sum to 1, not the rows.", "use softmax(..., dim=-1), over the key axis")  # fmt: skip
+        elif name == "transposed":
+            found.add(ATTENTION, "softmax", "forward", "The attention map is transposed",
+                      f"The map read out of your output ({where}) is the transpose of the right one: its columns are the rows of softmax(QKᵀ/√D + M).",
+                      "multiply the map (queries × keys) by value without transposing it, and compute Q Kᵀ, not K Qᵀ")  # fmt: skip
+        elif name == "source":
+            query, key = value
+            own = {query, key} in ({"q1", "k1"}, {"q2", "k2"})
+            component, title, uses = SOURCE_TEXT["roles" if own else "keys" if (query, key) in (("q1", "k2"), ("q2", "k1")) else "mixed"]
+            found.add(ATTENTION, component, "forward", title, f"The map read out of your output for {where} is built from {query} and {key}: {uses}.",
+                      "compute the logits as q @ k.transpose(-2, -1), A1 from q1 and k1, A2 from q2 and k2")  # fmt: skip
+    return bool(changes)
+
+
+@dataclass(frozen=True)
+class Combination:
+    """How the readouts at several coefficients are made of the true maps: R(c) = a + c·b, with a = w·A, b = v·A."""
+
+    weights: tuple[float, float, float, float]  # (a's A1 and A2 weights, b's A1 and A2 weights)
+    fits: bool
+
+
+def _combination(a: np.ndarray, b: np.ndarray, maps: tuple[np.ndarray, np.ndarray]) -> Combination:
+    """Least squares a ≈ w1 A1 + w2 A2 and b ≈ v1 A1 + v2 A2 over every head (the finite entries of a and b)."""
+    finite = np.isfinite(a.ravel()) & np.isfinite(b.ravel())
+    if not finite.any():
+        return Combination((0.0, 0.0, 0.0, 0.0), False)
+    basis = np.stack([m.ravel()[finite] for m in maps], axis=1)
+    solved = [np.linalg.lstsq(basis, x.ravel()[finite], rcond=None)[0] for x in (a, b)]
+    residual = max(float(np.max(np.abs(basis @ s - x.ravel()[finite]))) for s, x in zip(solved, (a, b)))
+    (w1, w2), (v1, v2) = ((float(round(w, 6)) for w in s) for s in solved)
+    return Combination((w1, w2, v1, v2), residual <= attention_maps.FITS)
+
+
+COMBINATIONS = {
+    (1.0, 0.0, 0.0, 1.0): ("sign", "The second map is added instead of subtracted (A1 + λA2)",
+                           "Read out of your output, the signed map is A1 + λ·A2: the sign of λ·A2 is wrong.", "compute (A1 − λ·A2) V"),
+    (-1.0, 0.0, 0.0, 1.0): ("sign", "The signed map has the wrong sign (λA2 − A1)",
+                            "Read out of your output, the signed map is λ·A2 − A1, the negative of A1 − λ·A2.", "compute (A1 − λ·A2) V"),
+    (0.0, 1.0, -1.0, 0.0): ("branch", "The branches are swapped (A2 − λA1)",
+                            "Read out of your output, the signed map is A2 − λ·A1: the first map is the second branch's.", "compute (A1 − λ·A2) V: λ multiplies the second map"),
+    (0.0, -1.0, 1.0, 0.0): ("coefficient", "λ multiplies the first map (λA1 − A2)",
+                            "Read out of your output, the signed map is λ·A1 − A2.", "compute (A1 − λ·A2) V: λ multiplies the second map only"),
+    (0.0, 0.0, 1.0, -1.0): ("coefficient", "λ multiplies the whole difference (λ(A1 − A2))",
+                            "Read out of your output, the signed map is λ·(A1 − A2): at λ = 0 the output is 0, not ordinary attention.", "compute (A1 − λ·A2) V: λ multiplies the second map only"),
+    (1.0, 0.0, 0.0, 0.0): ("coefficient", "The second map is never subtracted",
+                           "Read out of your output, the signed map is A1 whatever λ is.", "compute (A1 − λ·A2) V"),
+    (1.0, 0.0, -1.0, 0.0): ("branch", "Both maps come from the first branch (A1 − λA1)",
+                            "Read out of your output, the signed map is A1 − λ·A1: the second map is built from q1 and k1 too.",
+                            "compute A2 from q2 and k2"),
+    (0.0, 1.0, 0.0, -1.0): ("branch", "Both maps come from the second branch (A2 − λA2)",
+                            "Read out of your output, the signed map is A2 − λ·A2: the first map is built from q2 and k2 too.",
+                            "compute A1 from q1 and k1"),
+}  # fmt: skip
+
+
+def _combination_finding(found: Found, combination: Combination) -> bool:
+    """A finding when the signed map mixes the true maps the wrong way; whether there was one."""
+    w1, w2, v1, v2 = combination.weights
+    if not combination.fits or combination.weights == (1.0, 0.0, 0.0, -1.0):
+        return False
+    named = COMBINATIONS.get(combination.weights)
+    if named is not None:
+        component, title, evidence, advice = named
+    elif w2 == 0.0 and v1 == 0.0 and abs(w1 + v2) < 1e-6:
+        component, title = "coefficient", f"The output is multiplied by {w1:.4g}"
+        factor = " (1 − λ_init, a step that belongs after the head norm, outside this function)" if round(w1, 6) in (0.8, 0.2) else ""
+        evidence = f"Read out of your output, the signed map is {w1:.4g}·(A1 − λ·A2){factor}."
+        advice = "return (A1 − λ·A2) V itself, with no extra factor"
+    else:
+        component, title = "coefficient", "The two maps are combined with the wrong weights"
+        evidence = f"Read out of your output, the signed map is ({w1:.3g}·A1 + {w2:.3g}·A2) + λ·({v1:.3g}·A1 + {v2:.3g}·A2), not A1 − λ·A2."
+        advice = "compute (A1 − λ·A2) V"
+    found.add(ATTENTION, component, "forward", title, evidence, advice)
+    return True
+
+
+# How students let λ into the map other than as A1 − λA2: name, component, title, evidence, advice.
+NOT_AFFINE = (
+    ("divided", "coefficient", "The output is divided by (1 − λ)",
+     "the signed map is (A1 − λ·A2)/(1 − λ)", "return (A1 − λ·A2) V with no division: the rows of the signed map sum to 1 − λ by design"),
+    ("logits", "branch", "One softmax of the logits' difference instead of the difference of two softmax maps",
+     "the signed map is softmax(S1 − λ·S2): λ enters the logits, before one softmax", "normalise each branch on its own: A1 − λ·A2 with A_i = softmax(S_i)"),
+    ("joint", "softmax", "The two maps are normalised together instead of each on its own",
+     "the signed map is (E1 − λ·E2)/rowsum(E1 − λ·E2) with E_i = exp(S_i)", "apply a softmax to each branch separately, then subtract: A1 − λ·A2"),
+)  # fmt: skip
+
+
+def _not_affine_maps(kind: str, values: Values, c: float) -> np.ndarray:
+    """The signed map of head-wise inputs when λ enters as ``kind`` says (see :data:`NOT_AFFINE`)."""
+    s1, s2 = ((values[q] @ np.swapaxes(values[k], -1, -2)) / math.sqrt(D) for q, k in (("q1", "k1"), ("q2", "k2")))
+    visible = attention_maps.keep(T, "causal")
+    if kind == "divided":
+        return (oracle.attention_maps(values["q1"], values["k1"], True) - c * oracle.attention_maps(values["q2"], values["k2"], True)) / (1.0 - c)
+    if kind == "logits":
+        logits = np.where(visible, s1 - c * s2, -np.inf)
+        e = np.exp(logits - logits.max(axis=-1, keepdims=True))
+        return e / e.sum(axis=-1, keepdims=True)
+    top = np.maximum(np.where(visible, s1, -np.inf).max(axis=-1, keepdims=True), np.where(visible, s2, -np.inf).max(axis=-1, keepdims=True))
+    e1, e2 = (np.where(visible, np.exp(x - top), 0.0) for x in (s1, s2))
+    return (e1 - c * e2) / (e1 - c * e2).sum(axis=-1, keepdims=True)
+
+
+def _not_affine(found: Found, values: Values, read: Sequence[np.ndarray]) -> None:
+    """A finding for a signed map that is not affine in λ: one of :data:`NOT_AFFINE`, else that it is not."""
+    for kind, component, title, formula, advice in NOT_AFFINE:
+        with np.errstate(all="ignore"):
+            if all(is_right(r, _not_affine_maps(kind, values, c), attention_maps.FITS) for r, c in zip(read, COEFFICIENTS)):
+                found.add(ATTENTION, component, "forward", title, f"Read out of your output at λ = 0, ½ and 2, {formula}, which is not affine in λ.", advice)
+                return
+    found.add(ATTENTION, "coefficient", "forward", "The output is not affine in the coefficient",
+              "Read out of your output at λ = 0, ½ and 2, the signed map does not change linearly with λ, as A1 − λ·A2 does.",
+              "use the coefficient exactly once, as the factor of the second map")  # fmt: skip
+
+
+def _heads(values: Values, h: int) -> dict[str, np.ndarray]:
+    """The [T, D] queries and keys of head ``h``."""
+    return {n: np.asarray(values[n][0, h]) for n in INPUT_NAMES[:4]}
+
+
+def _explain_maps(values: Values, maps: Mapping[int, np.ndarray], causal: bool) -> dict[int, attention_maps.MapFit] | None:
+    """Each branch's map explained on every head (the same model), or None when one cannot be."""
+    fits: dict[int, attention_maps.MapFit] = {}
+    sources = [(q, k) for q in ("q1", "q2", "k1", "k2") for k in ("k1", "k2", "q1", "q2") if q != k]
+    for branch, got in maps.items():
+        expected = MapModel(f"q{branch}", f"k{branch}", "causal" if causal else "none", scale=1 / math.sqrt(D))
+        per_head = [attention_maps.explain(got[0, h], _heads(values, h), expected, sources, scales(D, T)) for h in range(H)]
+        first = per_head[0]
+        if first is None or any(f is None or f.changes != first.changes or not f.model.same(first.model) for f in per_head):
+            return None
+        fits[branch] = first
+    return fits
+
+
+def _show(found: Found, title: str, expected: np.ndarray, got: np.ndarray) -> None:
+    """Keep a map of head 0 for the report, next to the expected one."""
+    found.maps.append({"function": ATTENTION, "title": title, "expected": expected[0, 0].tolist(), "got": got[0, 0].tolist()})
+
+
+def _value_finding(found: Found, plain: np.ndarray, doubled: np.ndarray, moved: np.ndarray) -> bool:
+    """A finding when the output is not linear in value or mixes some columns of value with another map; whether there was one."""
+    read_again = moved[..., (np.arange(T) + D) % (2 * D)]
+    return found.first(
+        ATTENTION,
+        (not np.allclose(doubled, 2.0 * plain, rtol=1e-6, atol=1e-9, equal_nan=True), "softmax", "The output is normalised after the aggregation",
+         "Doubling value did not double the output: (A1 − λA2)V is linear in V, so something (an RMSNorm, a layer norm) rescales the output.",
+         "return (A1 − λ·A2) V itself; the head normalisation is outside this function"),
+        (not np.allclose(read_again, plain[..., :T], rtol=1e-6, atol=1e-9, equal_nan=True), "value", "Different columns of value are weighted by different maps",
+         "The same tokens placed in other columns of value came out with other weights: every column of value must be mixed by the one signed map.",
+         "compute (A1 − λ·A2) @ value with the whole of value, not each branch with its own half"),
+    )  # fmt: skip
+
+
+def maps_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool:
+    """Read the signed map out at several coefficients (and value doubled, and its tokens moved to other columns),
+    explain it; whether the forward was localised."""
+    values = attention_values(rng)
+    shifted = np.zeros((B, H, T, 2 * D))
+    shifted[..., np.arange(T), (np.arange(T) + D) % (2 * D)] = 1.0
+    points = [{**values, "value": identity_values(), "coefficient": np.asarray(c)} for c in COEFFICIENTS]
+    points += [{**values, "value": v, "coefficient": np.asarray(COEFFICIENTS[1])} for v in (2.0 * identity_values(), shifted)]
+    found.probes.append(f"{ATTENTION}: maps read out with one-hot values, linear in value")
+    outputs = [out for out in probes.sweep(worker, attention_subject(True), points) if out is not None and out.shape == (B, H, T, 2 * D)]
+    if len(outputs) < len(points):
+        return False
+    if _value_finding(found, outputs[1], outputs[-2], outputs[-1]):
+        return True
+    read = [out[..., :T] for out in outputs[: len(COEFFICIENTS)]]
+    true_maps = (oracle.attention_maps(values["q1"], values["k1"], True), oracle.attention_maps(values["q2"], values["k2"], True))
+    intercept, slope, residual = probes.affine_fit(COEFFICIENTS, read)
+    if residual > attention_maps.FITS:
+        _not_affine(found, values, read)
+        return True
+    combination = _combination(intercept, slope, true_maps)
+    if _combination_finding(found, combination):
+        return True
+    if combination.fits:
+        return False
+    fits = _explain_maps(values, {1: intercept, 2: -slope}, causal=True)
+    if fits is None:
+        return False
+    _show(found, "First map A1 (read at λ = 0)", true_maps[0], intercept)
+    return _map_findings(found, fits)
+
+
+def _unmasked_finding(found: Found, values: Values, read: np.ndarray) -> bool:
+    """A finding for a map read with causal=False that no softmax over the keys gives: a softmax over the heads or
+    the batch, or log-probabilities; whether there was one."""
+    axes = [axis for axis in attention_maps.normalised_axes(read) if axis < 2]  # the batch (B = 1: every weight 1) or the heads
+    axis = axes[0] if axes else 0
+    logarithms = np.isfinite(read).all() and (read <= 0).all() and is_right(np.exp(read), oracle.attention_maps(values["q1"], values["k1"], False), FLOAT32_LIKE)
+    return found.first(
+        ATTENTION,
+        (bool(axes), "softmax", f"The softmax normalises over the {('batch', 'heads')[axis]} axis (dim={axis}), not the keys",
+         f"With causal=False, the map read out of your output sums to 1 across {('the batch', 'the heads')[axis]}, not along each query's row.",
+         "use softmax(..., dim=-1), over the key axis"),
+        (bool(logarithms), "softmax", "The map holds log-probabilities (log_softmax instead of softmax)",
+         "With causal=False, the map read out of your output is the logarithm of the right one: every weight is at most 0.",
+         "use torch.softmax, not torch.log_softmax"),
+    )  # fmt: skip
+
+
+def causal_flag_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool:
+    """The map with causal omitted must be the causal one, with causal=False the unmasked one; whether either is not."""
+    values = attention_values(rng)
+    found.probes.append(f"{ATTENTION}: the maps with causal omitted and False")
+    point = {**values, "value": identity_values(), "coefficient": np.asarray(0.0)}
+    outcomes = probes.ask(worker, [attention_subject(causal).request(point) for causal in (None, False)])
+    localised = False
+    for causal, outcome in zip((None, False), outcomes):
+        out = probes.output(outcome)
+        if out is None or out.shape != (B, H, T, 2 * D):
+            continue
+        masked = causal is None
+        if is_right(out[..., :T], oracle.attention_maps(values["q1"], values["k1"], masked)):
+            continue
+        if not masked and _unmasked_finding(found, values, out[..., :T]):
+            return True
+        fits = _explain_maps(values, {1: out[..., :T]}, causal=masked)
+        if fits is None or fits[1].changes != ("mask",):
+            continue
+        got = fits[1].model.mask
+        if masked and got == "none":
+            found.add(ATTENTION, "mask", "forward", "causal defaults to False: a call without it is not masked",
+                      "When causal is left out, the map read out of your output has no mask; with causal=True it is masked.",
+                      "declare `causal: bool = True`, as the contract's signature does")  # fmt: skip
+            localised = True
+        elif not masked:
+            title, advice = MASK_TEXT["causal"] if got == "causal" else MASK_TEXT[got]
+            found.add(ATTENTION, "mask", "forward", title[0].upper() + title[1:], f"With causal=False, the map read out of your output has {attention_maps.MASKS[got]}.", advice)
+            localised = True
+    return localised
+
+
+def dependence_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool:
+    """Perturb one input at a time: future keys and values must not reach earlier queries, all of value must matter."""
+    values = attention_values(rng)
+    last, earlier = (..., T - 1, slice(None)), (..., slice(0, T - 1), slice(None))
+    perturbations = [
+        Perturbation("k1", last, "the last token's key of branch 1", forbidden=earlier),
+        Perturbation("k2", last, "the last token's key of branch 2", forbidden=earlier),
+        Perturbation("value", last, "the last token's value", forbidden=earlier),
+        Perturbation("q1", last, "the last query of branch 1", forbidden=earlier),
+        Perturbation("value", (..., slice(D, 2 * D)), "the second half of value (columns D to 2D)", required=(...,)),
+    ]
+    found.probes.append(f"{ATTENTION}: which input matters")
+    effects = probes.dependence(worker, attention_subject(True), values, perturbations, rng)
+    if effects is None:
+        return False
+    leaks = [e.perturbation.label for e in effects if e.leaked]
+    localised = False
+    if leaks[:1] == ["the last query of branch 1"]:
+        found.add(ATTENTION, "softmax", "forward", "Each query's output depends on the other queries",
+                  "Changing the last query of branch 1 changed the outputs of earlier queries: the softmax normalises across queries.",
+                  "use softmax(..., dim=-1), over the key axis of each query's row")  # fmt: skip
+        localised = True
+    elif leaks:
+        found.add(ATTENTION, "mask", "forward", "Queries see future tokens: the causal mask does not hold",
+                  f"Under causal=True, changing {' and '.join(leaks)} changed the outputs of earlier queries.",
+                  "add −∞ to the logits of both branches where key j > query i, before the softmax")  # fmt: skip
+        localised = True
+    if any(e.ignored for e in effects):
+        found.add(ATTENTION, "value", "forward", "The second half of value never reaches the output",
+                  "Changing columns D to 2D of value left the output unchanged: the output must use all 2D columns of value.",
+                  "multiply the signed map by the whole of value, shape [B, H, T, 2D]")  # fmt: skip
+        localised = True
+    return localised
+
+
+def _large(rng: np.random.Generator, kind: str) -> dict[str, np.ndarray]:
+    """float32-exact inputs whose scaled logits reach hundreds, arranged as ``kind`` says."""
+    values = attention_values(rng)
+    root = math.sqrt(D)
+    direction = rng.standard_normal(D)
+    direction /= np.linalg.norm(direction)
+    if kind == "all":
+        values["q1"], values["q2"] = values["q1"] * 120.0, values["q2"] * 120.0
+    elif kind == "future":  # the last key aligned with every query: far above the visible logits of earlier queries
+        for n in ("q1", "q2"):
+            values[n] = np.broadcast_to(direction * 20.0, (B, H, T, D)) + values[n] * 0.1
+        for n in ("k1", "k2"):
+            values[n] = values[n] * 0.1
+            values[n][..., T - 1, :] = direction * 300.0 * root / 20.0
+    elif kind == "branches":
+        values["q2"] = values["q2"] * 150.0
+    else:  # every logit far below zero
+        for n, m in (("q1", "k1"), ("q2", "k2")):
+            values[n] = np.broadcast_to(-direction * 20.0, (B, H, T, D)) + values[n] * 0.1
+            values[m] = np.broadcast_to(direction * 8.0 * root, (B, H, T, D)) + values[m] * 0.1
+    return {n: exact(v, "float32") for n, v in values.items()}
+
+
+def stability_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool:
+    """float32 calls with logits of hundreds against the oracle; whether one fails."""
+    kinds = {"all": "every logit is large", "future": "a future key's logit is far above the visible ones",
+             "branches": "branch 2's logits are far from branch 1's", "below": "every visible logit is far below zero"}  # fmt: skip
+    cases = {kind: _large(rng, kind) for kind in kinds}
+    found.probes.append(f"{ATTENTION}: float32 logits of hundreds")
+    outputs = probes.sweep(worker, attention_subject(True, "float32"), list(cases.values()))
+    failing = [kinds[k] for (k, values), out in zip(cases.items(), outputs) if not is_right(out, truth(values, True), FLOAT32_LIKE)]
+    if not failing:
+        return False
+    bad = "NaN or infinite" if any(out is not None and not np.isfinite(out).all() for out in outputs) else "wrong"
+    found.add(ATTENTION, "stability", "forward", "The softmax is not numerically stable in float32",
+              f"With float32 logits of several hundred, your output is {bad} when {' / '.join(failing)}; ordinary logits give the right output.",
+              "subtract each row's maximum over its visible keys, per branch, before exp (or use torch.softmax)")  # fmt: skip
+    return True
+
+
+def run(worker: Worker, rng: np.random.Generator, found: Found, forward: bool, gradients: bool, source: str | None) -> None:
+    """The attention probes: randomness first (it spoils the others), then the forward (``forward``: a value check failed),
+    then the gradients (``gradients``: a gradient check failed)."""
+    values = attention_values(rng)
+    base = randomness_probe(worker, attention_subject(True), values, ATTENTION_GRADS, found)
+    if base is None:
+        return
+    if forward:
+        right = is_right(base, truth(values, True))
+        localised = maps_probe(worker, rng, found) or causal_flag_probe(worker, rng, found) or dependence_probe(worker, rng, found)
+        if right and not localised:
+            stability_probe(worker, rng, found) or layout_probe(worker, attention_subject, values, found)
+        elif not localised:
+            unmasked = probes.sweep(worker, attention_subject(False), [values])[0]
+            precision_finding(found, ATTENTION, base, truth(values, True)) or precision_finding(found, ATTENTION, unmasked, truth(values, False))
+    if gradients:
+        runs = [(values if c is None else {**values, "coefficient": np.asarray(c)}, grads) for grads, c in FROZEN_RUNS]
+        gradients_probe(worker, attention_subject(True), runs, rng.standard_normal((B, H, T, 2 * D)), rng, found, source)

@@ -1,0 +1,198 @@
+"""The diagnosis of differential attention: what each check judges, the calls the checks made, which probes to run.
+
+:func:`diagnose` is the exercise's ``Exercise.diagnose``: after the checks of
+a submission ran and some failed, it reads the checks' own calls for
+contract slips (:mod:`grader.toolkit.slips`), turns the checks' named
+misconceptions into findings, runs the probes of every function with a
+failed check (:mod:`grader.exercises.diffattn.probes`) and hands all of it,
+with what each check judges (:data:`ROLES`), to the harness, which orders the
+root causes (:mod:`grader.toolkit.rootcause`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from grader.core.invoke import Outcome
+from grader.core.plugin import GradingContext
+from grader.exercises.diffattn import attention_probes, lambda_probes, probes, suite
+from grader.exercises.diffattn.cases import ATTENTION, COEFFICIENT_KINDS, INPUT_NAMES, LAMBDA, LAMBDA_NAMES, AttentionCase, LambdaCase
+from grader.toolkit.verdicts import function_problem
+from grader.toolkit import domain, slips
+from grader.toolkit.rootcause import Evidence, Finding, Role
+from grader.toolkit.slips import Observed
+
+BOTH = (LAMBDA, ATTENTION)
+_ALL_ATTENTION = {ATTENTION: (*INPUT_NAMES, "coefficient")}
+
+
+def _attention(aspect: str, *inputs: str) -> Role:
+    """The role of a check of differential_attention alone (for gradients, of ``inputs``)."""
+    return Role((ATTENTION,), aspect, {ATTENTION: inputs} if inputs else {})
+
+
+ROLES: dict[str, Role] = {
+    "lambda_returns_0dim_tensor": Role((LAMBDA,), "type"),
+    "lambda_keeps_dtype": Role((LAMBDA,), "dtype"),
+    "attention_returns_one_tensor": _attention("type"),
+    "attention_keeps_dtype": _attention("dtype"),
+    "strided_inputs_accepted": Role(BOTH, "strided"),
+    "coefficient_kinds_accepted": _attention("coefficient"),
+    "inputs_not_modified": Role(BOTH, "mutation"),
+    "graph_attached": Role(BOTH, "graph"),
+    "arguments_bind": Role(BOTH, "values", also=("binding",)),
+    "lambda_values": Role((LAMBDA,), "values"),
+    **{name: _attention("values") for name in (
+        "causal_values", "noncausal_values", "coefficient_values", "large_logit_values", "strided_values", "row_sums",
+        "lambda_zero_is_attention", "identical_maps_cancel", "toy_offset_scaling")},
+    "values_with_gradients": Role(BOTH, "values"),
+    "repeated_calls": Role(BOTH, "values", also=("gradients",)),
+    "value_gradient": _attention("gradients", "value"),
+    "branch_one_gradients": _attention("gradients", "q1", "k1"),
+    "branch_two_gradients": _attention("gradients", "q2", "k2"),
+    "coefficient_gradient": _attention("gradients", "coefficient"),
+    "strided_gradients": Role((ATTENTION,), "gradients", _ALL_ATTENTION),
+    "lambda_gradients": Role((LAMBDA,), "gradients", {LAMBDA: LAMBDA_NAMES}),
+    "end_to_end_gradients": Role(BOTH, "gradients", {LAMBDA: LAMBDA_NAMES, **_ALL_ATTENTION}),
+}  # fmt: skip
+
+# A named misconception (grader/exercises/diffattn/misconceptions.py) -> the function, component and stage it localises.
+_FORWARD_HINTS = {
+    "lambda": ("lambda_default_changed", "lambda_no_init", "lambda_no_exp", "lambda_terms_added", "lambda_clamped",
+               "lambda_elementwise", "lambda_sum_of_exponentials", "lambda_sum_not_dot"),
+    "mask": ("causal_default_false", "mask_first_branch_only", "mask_second_branch_only", "no_mask", "mask_after_softmax",
+             "mask_hides_diagonal", "mask_wrong_triangle"),
+    "softmax": ("softmax_over_queries", "joint_normaliser", "normalised_output"),
+    "scale": ("scale_inverse_d", "scale_value_width", "no_scale"),
+    "stability": ("softmax_overflow",),
+    "branch": ("logit_difference", "branches_swapped"),
+    "coefficient": ("lambda_times_difference", "lambda_on_first_branch", "one_minus_lambda_init"),
+    "value": ("value_half_width", "value_split_per_branch"),
+    "dtype": ("float32_inside",),
+}  # fmt: skip
+HINTS: dict[str, tuple[str, str, str, tuple[str, ...]]] = {
+    **{hint: (LAMBDA if component == "lambda" else ATTENTION, component, "forward", ()) for component, ids in _FORWARD_HINTS.items() for hint in ids},
+    "lambda_sign_swapped": (LAMBDA, "sign", "forward", ()),
+    "output_detached": (ATTENTION, "graph", "contract", ()),
+    "value_detached": (ATTENTION, "graph", "gradients", ("value",)),
+    "coefficient_detached": (ATTENTION, "graph", "gradients", ("coefficient",)),
+    "first_branch_detached": (ATTENTION, "graph", "gradients", ("q1", "k1")),
+    "second_branch_detached": (ATTENTION, "graph", "gradients", ("q2", "k2")),
+    **{hint: (ATTENTION, "backward", "gradients", ()) for hint in ("coefficient_gradient_sign", "backward_missing_scale", "backward_no_rowsum")},
+}  # fmt: skip
+# The case sets whose calls the slip analysis reads (with gradients or not), and those only hidden checks show.
+SETS = (("lambda_values", False), ("lambda_values", True), ("lambda_strided", False), ("lambda_bindings", False),
+        ("lambda_frozen_subsets", True), ("attention_causal", False), ("attention_noncausal", False),
+        ("attention_coefficients", False), ("attention_large_logits", False), ("attention_strided", False),
+        ("attention_strided", True), ("attention_gradients", True), ("frozen_subsets", True), ("end_to_end", True),
+        ("attention_bindings", False), ("row_sums", False), ("lambda_zero", False), ("identical_maps", False))  # fmt: skip
+HIDDEN_SETS = ("attention_large_logits", "attention_strided", "lambda_strided")
+ACROSS_CALLS = ("repeated_calls",)
+"""Checks whose failure may come from state kept between calls (a cache): they alone do not send a function's probes looking at its forward."""
+ATTRIBUTE_COMPONENTS = {"the memory layout": "strided", "the coefficient": "coefficient", "the inputs' dtype": "dtype",
+                        "causal": "mask", "the autograd mode": "graph"}  # fmt: skip
+
+
+def name_shape(function: str, got: tuple[int, ...], expected: tuple[int, ...]) -> tuple[str, str, str, str] | None:
+    """(component, title, evidence, advice) for the wrong shapes students' bugs produce, or None."""
+    if function == LAMBDA and len(got) == 1 and got[0] > 1:
+        return ("lambda", "λ is computed element by element (a vector), not with dot products",
+                f"It returned a vector of shape {list(got)}, the vectors' own shape, where λ is one number (shape []).",
+                "λ = exp(q1·k1) − exp(q2·k2) + λ_init with dot products (torch.dot or (q * k).sum()), giving a 0-dim tensor")  # fmt: skip
+    if function == LAMBDA:
+        return ("shape", f"λ has shape {list(got)} instead of [] (a 0-dim tensor)",
+                f"It returned shape {list(got)} where a 0-dim tensor (shape []) is expected.",
+                "index with [0] or .squeeze() so that λ is 0-dim; torch.dot already gives a 0-dim tensor")  # fmt: skip
+    if len(got) == 4 and got[:3] == expected[:3] and 2 * got[3] == expected[3]:
+        return ("value", f"{ATTENTION} uses only half of value",
+                f"It returned shape [B, H, T, D] = {list(got)} where [B, H, T, 2D] = {list(expected)}, the shape of value, is expected: "
+                "only D of value's 2D columns reach the output.", "multiply the signed map by all of value (shape [B, H, T, 2D])")  # fmt: skip
+    if len(got) == 4 and got[:3] == expected[:3] and got[3] == expected[2]:
+        return ("value", f"{ATTENTION} returns the attention map, not the output",
+                f"It returned shape [B, H, T, T] = {list(got)}: the signed map, never multiplied by value ([B, H, T, 2D] = {list(expected)} expected).",
+                "return (A1 − λ·A2) @ value")  # fmt: skip
+    return None
+
+
+DECLARATIONS = slips.Declarations(ATTRIBUTE_COMPONENTS, name_shape)
+
+
+def _attributes(case: LambdaCase | AttentionCase, grads: bool) -> dict[str, str]:
+    """How a call of ``case`` was made, in words (the slip analysis contrasts calls that failed with those that did not)."""
+    found = {"the inputs' dtype": case.dtype, "the argument binding": case.binding}
+    if not grads:
+        found["the autograd mode"] = case.grad_mode
+    if isinstance(case, LambdaCase):
+        return found | {"the memory layout": "non-contiguous" if case.layout != "contiguous" else "contiguous"}
+    coefficient = f"computed by {LAMBDA}" if case.lambda_case is not None else COEFFICIENT_KINDS[case.coefficient_kind]
+    causal = "left out" if case.causal is None else str(case.causal)
+    layout = "non-contiguous" if any(layout != "contiguous" for layout in case.layouts) else "contiguous"
+    return found | {"the coefficient": coefficient, "causal": causal, "the memory layout": layout}
+
+
+def observed(grading: GradingContext) -> list[Observed]:
+    """Every call the checks made (from the run's memo: no new call), as the slip analysis reads it."""
+    found = []
+    for set_name, grads in SETS:
+        for i, case in enumerate(getattr(suite, set_name)(grading.seed)):
+            outcome: Outcome | None = grading.cache.get((set_name, i, grads))
+            if outcome is None:
+                continue
+            public = set_name not in HIDDEN_SETS
+            attributes = _attributes(case, grads)
+            if isinstance(case, LambdaCase):
+                found.append(Observed(LAMBDA, outcome, 0, (), case.dtype, attributes, LAMBDA_NAMES, grads, public))
+                continue
+            names: tuple[str, ...] = (*INPUT_NAMES, "coefficient")
+            if case.lambda_case is not None:  # the request's tensors: λ's four vectors, then attention's five
+                lam = case.lambda_case
+                found.append(Observed(LAMBDA, outcome, 0, (), lam.dtype, _attributes(lam, grads), LAMBDA_NAMES + ("",) * 5, grads, public))
+                names = ("",) * 4 + INPUT_NAMES
+            b, h, t, d = case.q1.shape
+            index = int(case.lambda_case is not None)
+            found.append(Observed(ATTENTION, outcome, index, (b, h, t, 2 * d), case.dtype, attributes, names, grads, public))
+    return found
+
+
+def hint_findings(records: list[dict[str, Any]]) -> list[Finding]:
+    """The named misconceptions of the failed checks, as findings (the first of each id)."""
+    found, seen = [], set()
+    for record in records:
+        hint = record.get("hint")
+        if record.get("status") != "failed" or not isinstance(hint, dict) or hint.get("id") not in HINTS or hint["id"] in seen:
+            continue
+        seen.add(hint["id"])
+        function, component, stage, inputs = HINTS[hint["id"]]
+        aspect = {"forward": "values", "gradients": "gradients", "contract": "graph"}[stage]
+        explains = frozenset({"values", "gradients"} if stage == "forward" else {"gradients", aspect})
+        note = probes.FORWARD_NOTE if stage == "forward" else None
+        found.append(Finding(function, component, stage, str(hint.get("text", "")), f"It matches a known mistake: {hint.get('text', '')}",
+                             f"the formula: {hint.get('maths', '')}", aspect=aspect, explains=explains, inputs=inputs, note=note,
+                             public=record.get("visibility") == "public"))  # fmt: skip
+    return found
+
+
+def diagnose(grading: GradingContext, records: list[dict[str, Any]]) -> Evidence:
+    """The evidence for the root causes of a submission some of whose checks failed (see the module's docstring)."""
+    evidence = Evidence(roles=ROLES, hints=hint_findings(records))
+    if grading.load_failure is not None:
+        return evidence
+    evidence.findings += slips.findings(observed(grading), grading.source, DECLARATIONS)
+    failed = [ROLES[r["id"]] for r in records if r.get("status") == "failed" and r.get("id") in ROLES and r["id"] not in ACROSS_CALLS]
+    failed += [replace(ROLES[r["id"]], aspect="state") for r in records if r.get("status") == "failed" and r.get("id") in ACROSS_CALLS]
+    blocked = {f.function for f in evidence.findings if f.blocks}
+    found = probes.Found()
+    rng = domain.generator(grading.seed, "probes")
+    runs = ((LAMBDA, lambda_probes.run), (ATTENTION, attention_probes.run))
+    own = {function: {role.aspect for role in failed if role.functions == (function,)} for function, _ in runs}
+    for function, run in runs:
+        # a check of both functions (end to end) sends a function's probes only when the other has no failed check of its own
+        shared = {role.aspect for role in failed if len(role.functions) > 1 and not any(own[f] for f in role.functions if f != function)}
+        aspects = own[function] | shared
+        if grading.worker is None or function in blocked or function_problem(grading, function) is not None or not aspects:
+            continue
+        run(grading.worker, rng, found, "values" in aspects, "gradients" in aspects, grading.source)
+    evidence.findings += found.findings
+    evidence.probes, evidence.maps = found.probes, found.maps
+    return evidence

@@ -1,0 +1,147 @@
+"""The forward probes of differential_lambda, and what their answers mean.
+
+λ at zero vectors (lambda_init given and omitted) and along a line in each
+exponent must follow ``exp(q1·k1) − exp(q2·k2) + λ_init`` (which names a
+missing λ_init, a changed default, missing exponentials, swapped or added
+terms, a clamp); each of the four vectors must matter; exponents of ±60 in
+float32 and 100 in float64 must give finite, right values. :func:`run` runs
+them after randomness and before the gradients
+(:mod:`grader.exercises.diffattn.probes`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from grader.exercises.diffattn import oracle
+from grader.exercises.diffattn.cases import LAMBDA, LAMBDA_NAMES
+from grader.exercises.diffattn.probes import (
+    FLOAT32_LIKE, Found, gradients_probe, is_right, lambda_subject, layout_probe, precision_finding, randomness_probe,
+)  # fmt: skip
+from grader.toolkit import probes
+from grader.toolkit.domain import exact
+from grader.toolkit.probes import Perturbation, Values
+from grader.worker.client import Worker
+
+LAMBDA_INIT = 0.37  # given to the probes' calls: not the default 0.2, nor 0.8
+LINE = (-0.8, 0.5, 1.2)  # the values of q·k along the line
+LAMBDA_RUNS = (LAMBDA_NAMES, ("k1", "k2"))  # the gradient comparisons: every vector requiring grad, then only the keys
+RANGE_TEXT = {  # what a wrong λ for large exponents means, by the vectors' dtype: component, title, evidence, advice
+    "float64": ("dtype", "float64 inputs are computed in float32",
+                "With float64 vectors and q1·k1 = {a:.4g}, λ is {got:.4g}: it overflows where float64 does not, so the computation runs in float32.",
+                "compute in the inputs' dtype throughout"),
+    "float32": ("stability", "λ overflows for large exponents",
+                "With float32 vectors, q1·k1 = {a:.4g} and q2·k2 = {b:.4g}, λ is {got:.4g} although exp of each is finite in float32.",
+                "compute exp(q1·k1) − exp(q2·k2) directly: factorings such as exp(b)·expm1(a − b) overflow"),
+}  # fmt: skip
+
+
+def lambda_values(rng: np.random.Generator, init: float | None = LAMBDA_INIT, length: int = 3) -> dict[str, np.ndarray]:
+    """Four λ vectors of dot products about ±0.5 (lambda_init given unless None)."""
+    found = {n: rng.uniform(0.3, 1.0, length) * rng.choice([-1.0, 1.0], length) / math.sqrt(length) for n in LAMBDA_NAMES}
+    return found if init is None else {**found, "lambda_init": np.asarray(init)}
+
+
+def lambda_truth(values: Values) -> float:
+    """The oracle's λ for probe vectors (lambda_init as given, else the default 0.2)."""
+    q1, k1, q2, k2 = (values[n] for n in LAMBDA_NAMES)
+    return oracle.scalar_lambda(q1, k1, q2, k2, float(values.get("lambda_init", 0.2)))
+
+
+def _line(direction: np.ndarray, branch: int, t: float) -> dict[str, np.ndarray]:
+    """Vectors with q_branch·k_branch = t and the other pair zero."""
+    zero = np.zeros_like(direction)
+    pair = {f"q{branch}": t * direction, f"k{branch}": direction}
+    return {n: pair.get(n, zero) for n in LAMBDA_NAMES} | {"lambda_init": np.asarray(LAMBDA_INIT)}
+
+
+def lambda_structure_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool:
+    """λ at zero vectors and along a line in each exponent; whether it strays from exp(q1·k1) − exp(q2·k2) + λ_init."""
+    direction = rng.standard_normal(3)
+    direction /= np.linalg.norm(direction)
+    zero = {n: np.zeros(3) for n in LAMBDA_NAMES}
+    points = [{**zero, "lambda_init": np.asarray(LAMBDA_INIT)}, zero] + [_line(direction, b, t) for b in (1, 2) for t in LINE]
+    found.probes.append(f"{LAMBDA}: at zero vectors and along a line")
+    answers = probes.sweep(worker, lambda_subject(), points)
+    if any(g is None or g.size != 1 for g in answers):
+        return False
+    got = [float(np.asarray(g).reshape(())) for g in answers]
+    at_zero, default = got[0], got[1]
+    first, second = (np.array(got[2 + 3 * i : 5 + 3 * i]) - at_zero for i in range(2))
+    grow, line = np.expm1(np.array(LINE)), np.array(LINE)
+
+    def close(a: np.ndarray | float, b: np.ndarray | float) -> bool:
+        """Equal but for rounding."""
+        return bool(np.allclose(a, b, rtol=1e-6, atol=1e-9))
+
+    right = close(at_zero, LAMBDA_INIT) and close(first, grow) and close(second, -grow)
+    formula = "λ = exp(q1·k1) − exp(q2·k2) + λ_init"
+    return found.first(
+        LAMBDA,
+        (close(at_zero, LAMBDA_INIT) and not close(default, 0.2), "lambda", f"The default lambda_init is {default:.4g}, not 0.2",
+         f"With lambda_init left out and all four vectors zero, λ is {default:.4g}; it must be the default 0.2.", "declare `lambda_init: float = 0.2`"),
+        (close(at_zero, 0.0), "lambda", "lambda_init is not added",
+         f"With all four vectors zero and lambda_init = {LAMBDA_INIT}, λ is 0: exp(0) − exp(0) + λ_init is λ_init.", "add lambda_init to the difference of exponentials"),
+        (close(first, -grow) and close(second, grow), "sign", "The two exponentials are swapped (exp(q2·k2) − exp(q1·k1))",
+         "Along a line, λ decreases as q1·k1 grows and increases as q2·k2 grows: the difference has the wrong sign.", formula),
+        (close(first, line) and close(second, -line), "lambda", "The exponentials are missing",
+         "Along a line, λ changes by exactly q1·k1 (and −q2·k2), not by exp(q1·k1) − 1.", formula),
+        (close(first, grow) and close(second, grow), "lambda", "The second exponential is added, not subtracted",
+         "Along a line, λ grows with q2·k2 as it does with q1·k1.", f"{formula}: subtract exp(q2·k2)"),
+        (max(got) <= 1.0 + 1e-12 and min(got) >= -1e-12 and not close(first, grow), "lambda", "λ is clamped to [0, 1]",
+         f"Along a line, λ stays within [0, 1] where {formula[4:]} leaves it.", "do not clamp λ: any real value is valid"),
+        (not right, "lambda", "λ does not follow exp(q1·k1) − exp(q2·k2) + λ_init",
+         f"At zero vectors λ is {at_zero:.4g} (λ_init = {LAMBDA_INIT}); along a line where q1·k1 goes from {LINE[0]} to {LINE[-1]} it changes by "
+         f"{', '.join(f'{x:.3g}' for x in first)} instead of {', '.join(f'{x:.3g}' for x in grow)}.", f"{formula}, with dot products q·k = Σ_d q_d k_d"),
+    )  # fmt: skip
+
+
+def lambda_dependence_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool:
+    """Each of the four vectors must change λ; whether one does not."""
+    values = lambda_values(rng)
+    found.probes.append(f"{LAMBDA}: which input matters")
+    effects = probes.dependence(worker, lambda_subject(), values, [Perturbation(n, (...,), n, required=(...,)) for n in LAMBDA_NAMES], rng)
+    ignored = [e.perturbation.label for e in effects or () if e.ignored]
+    if not ignored:
+        return False
+    found.add(LAMBDA, "lambda", "forward", f"λ does not depend on {', '.join(ignored)}",
+              f"Changing {', '.join(ignored)} left λ unchanged.", "λ = exp(q1·k1) − exp(q2·k2) + λ_init uses all four vectors")  # fmt: skip
+    return True
+
+
+def lambda_range_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool:
+    """Exponents of ±60 in float32 and 100 in float64 must give finite, right λ; whether they do not."""
+    direction = rng.standard_normal(3)
+    direction /= np.linalg.norm(direction)
+    pairs = {"float32": ((60.0, -60.0), (-60.0, 60.0)), "float64": ((100.0, 5.0),)}
+    found.probes.append(f"{LAMBDA}: large exponents")
+    for dtype, exponents in pairs.items():
+        points = [{"q1": a * direction, "k1": direction, "q2": b * direction, "k2": direction, "lambda_init": np.asarray(LAMBDA_INIT)}
+                  for a, b in exponents]  # fmt: skip
+        points = [{n: exact(v, dtype) for n, v in p.items()} for p in points]
+        for point, got in zip(points, probes.sweep(worker, lambda_subject(dtype), points)):
+            expected = np.asarray(lambda_truth(point))
+            if got is None or got.size != 1 or is_right(got.reshape(()), expected, FLOAT32_LIKE):
+                continue
+            a, b = (float(point[f"q{i}"] @ point[f"k{i}"]) for i in (1, 2))
+            component, title, evidence, advice = RANGE_TEXT[dtype]
+            found.add(LAMBDA, component, "forward", title, evidence.format(a=a, b=b, got=float(got.reshape(()))), advice)
+            return True
+    return False
+
+
+def run(worker: Worker, rng: np.random.Generator, found: Found, forward: bool, gradients: bool, source: str | None) -> None:
+    """The λ probes: randomness, then (``forward``) structure, dependence, range, precision and layouts, then (``gradients``) the gradients."""
+    values = lambda_values(rng)
+    base = randomness_probe(worker, lambda_subject(), values, LAMBDA_NAMES, found)
+    if base is None:
+        return
+    if forward:
+        localised = lambda_structure_probe(worker, rng, found) or lambda_dependence_probe(worker, rng, found)
+        localised = localised or lambda_range_probe(worker, rng, found)
+        if not localised and base.size == 1:
+            precision_finding(found, LAMBDA, base.reshape(()), np.asarray(lambda_truth(values))) or layout_probe(worker, lambda_subject, values, found)
+    if gradients:
+        gradients_probe(worker, lambda_subject(), [(values, grads) for grads in LAMBDA_RUNS], np.asarray(1.3), rng, found, source)

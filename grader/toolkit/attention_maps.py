@@ -1,0 +1,210 @@
+"""Which softmax attention map a submission computed: a small model fitted to a map read out of it.
+
+An exercise reads a T×T attention map out of the submission (one-hot values
+turn the output into the map, see grader/exercises/diffattn/probes.py) and
+asks :func:`explain` which map of the family below it is, starting from the
+one the contract asks for and allowing one, then two, changes:
+
+* the logits ``Q Kᵀ`` from which pair of the inputs (the keys of the other
+  branch, queries and keys swapped);
+* how future keys are treated (:data:`MASKS`);
+* the axis the softmax normalises (keys or queries);
+* whether the map is transposed;
+* the scale of the logits, fitted by least squares on the logarithms of the
+  visible entries (the ratio of two entries of a line is ``exp(s·ΔS)``) and
+  named when it is one of the exercise's candidates (1/√D, 1/D, ...);
+* a factor multiplying the whole map after the softmax (a scale applied to
+  the weights instead of the logits), fitted by least squares.
+
+The fit is numpy in float64 and knows nothing of the submission but the map.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, replace
+from typing import Mapping, Sequence
+
+import numpy as np
+
+MASKS = {
+    "causal": "future keys hidden (key j > query i)",
+    "none": "no mask",
+    "strict": "the diagonal hidden too (key j ≥ query i)",
+    "upper": "the past hidden instead of the future (key j < query i)",
+    "zero": "future logits set to 0 instead of −∞",
+    "after": "future weights zeroed after the softmax, rows not renormalised",
+}
+AXES = ("keys", "queries")
+FITS = 1e-6
+"""A model fits when no entry of the map is further than this from its prediction (entries are at most 1)."""
+SCALE_MATCH = 1e-3
+"""A fitted scale is a named candidate when within this relative distance of it."""
+
+
+@dataclass(frozen=True)
+class MapModel:
+    """One softmax attention map: logits ``scale · (query input)(key input)ᵀ``, a mask, an axis, maybe transposed,
+    times ``factor``."""
+
+    query: str
+    key: str
+    mask: str
+    axis: str = "keys"
+    transposed: bool = False
+    scale: float = 1.0
+    factor: float = 1.0
+
+    def same(self, other: MapModel) -> bool:
+        """Whether two models are one: the same fields, the same scale and factor up to rounding."""
+        numbers = ((self.scale, other.scale), (self.factor, other.factor))
+        return self.differences(replace(other, factor=self.factor), False) == [] and all(abs(a - b) <= SCALE_MATCH * abs(b) for a, b in numbers)
+
+    def differences(self, other: MapModel, scales_differ: bool) -> list[str]:
+        """The fields in which this model differs from ``other`` (``scale`` when ``scales_differ``)."""
+        fields = [name for name in ("query", "key", "mask", "axis", "transposed", "factor") if getattr(self, name) != getattr(other, name)]
+        return fields + (["scale"] if scales_differ else [])
+
+
+@dataclass(frozen=True)
+class MapFit:
+    """The model that explains a map, its scale's name (None when the fitted scale is no candidate), and its largest error."""
+
+    model: MapModel
+    scale_name: str | None
+    error: float
+    changes: tuple[str, ...]  # what differs from the expected model
+
+
+def keep(t: int, mask: str) -> np.ndarray:
+    """Which keys each query may see under ``mask`` (T×T booleans, rows are queries)."""
+    below = np.arange(t)[None, :] - np.arange(t)[:, None]  # key index minus query index
+    return {"none": np.ones((t, t), dtype=bool), "strict": below < 0, "upper": below >= 0}.get(mask, below <= 0)
+
+
+def _softmax_rows(logits: np.ndarray, visible: np.ndarray) -> np.ndarray:
+    """Softmax of each row over its visible entries (0 elsewhere; NaN for a row with none)."""
+    masked = np.where(visible, logits, -np.inf)
+    with np.errstate(invalid="ignore"):
+        e = np.exp(masked - masked.max(axis=1, keepdims=True))
+        return e / e.sum(axis=1, keepdims=True)
+
+
+def predict(model: MapModel, tensors: Mapping[str, np.ndarray]) -> np.ndarray:
+    """The map ``model`` gives for the [T, D] inputs ``tensors``."""
+    logits = model.scale * (tensors[model.query] @ tensors[model.key].T)
+    t = logits.shape[0]
+    visible = keep(t, model.mask)
+    if model.mask == "zero":
+        logits, visible = np.where(visible, logits, 0.0), np.ones((t, t), dtype=bool)
+    elif model.mask == "after":
+        visible = np.ones((t, t), dtype=bool)
+    found = _softmax_rows(logits, visible) if model.axis == "keys" else _softmax_rows(logits.T, visible.T).T
+    if model.mask == "after":
+        found = found * keep(t, "causal")
+    return model.factor * (found.T if model.transposed else found)
+
+
+def _fitted_scale(got: np.ndarray, logits: np.ndarray, visible: np.ndarray) -> float | None:
+    """The s that best explains log got = s·logits + (a constant per row) over the visible entries, or None."""
+    xs, ys = [], []
+    for row, (g, s, v) in enumerate(zip(got, logits, visible)):
+        usable = v & np.isfinite(g) & (g > 0)
+        if usable.sum() >= 2:
+            x, y = s[usable], np.log(g[usable])
+            xs.append(x - x.mean())
+            ys.append(y - y.mean())
+    if not xs:
+        return None
+    x, y = np.concatenate(xs), np.concatenate(ys)
+    spread = float(x @ x)
+    return None if spread < 1e-12 else float(x @ y) / spread
+
+
+def _scale_of(structure: MapModel, got: np.ndarray, tensors: Mapping[str, np.ndarray]) -> float | None:
+    """The scale that fits ``got`` best for the other fields of ``structure``."""
+    frame = got.T if structure.transposed else got
+    logits = tensors[structure.query] @ tensors[structure.key].T
+    visible = keep(len(got), "causal" if structure.mask in ("zero", "after") else structure.mask)
+    if structure.axis == "queries":
+        frame, logits, visible = frame.T, logits.T, visible.T
+    return _fitted_scale(frame, logits, visible)
+
+
+def _factor(got: np.ndarray, predicted: np.ndarray) -> float:
+    """The factor f that best makes f·predicted equal got (1.0 when within FITS of it, or nothing to fit)."""
+    both = np.isfinite(got) & np.isfinite(predicted)
+    spread = float(predicted[both] @ predicted[both])
+    if spread < 1e-12:
+        return 1.0
+    factor = float(got[both] @ predicted[both]) / spread
+    return 1.0 if abs(factor - 1.0) <= FITS else factor
+
+
+def error(model: MapModel, got: np.ndarray, tensors: Mapping[str, np.ndarray]) -> float:
+    """The largest distance between ``got`` and the model's map (lines the model leaves empty are not compared)."""
+    expected = predict(model, tensors)
+    compared = np.isfinite(expected)
+    if got.shape != expected.shape or not compared.any():
+        return float("inf")
+    with np.errstate(invalid="ignore"):
+        gaps = np.abs(got - expected)[compared]
+    return float("inf") if not np.isfinite(gaps).all() else float(gaps.max())
+
+
+def normalised_axes(maps: np.ndarray) -> list[int]:
+    """The axes of a stack of maps (any leading axes, then queries and keys) along which every line sums to 1.
+
+    An axis of length 1 counts only when the maps are all ones along it (a
+    softmax over it makes every weight 1).
+    """
+    found = []
+    for axis in range(maps.ndim):
+        with np.errstate(invalid="ignore"):
+            sums = maps.sum(axis=axis)
+        if np.isfinite(sums).all() and np.allclose(sums, 1.0, rtol=0.0, atol=FITS):
+            found.append(axis)
+    return found
+
+
+def named_scale(scale: float, scales: Mapping[str, float]) -> str | None:
+    """The name of the candidate scale within :data:`SCALE_MATCH` of ``scale``, or None."""
+    for name, value in scales.items():
+        if abs(scale - value) <= SCALE_MATCH * abs(value):
+            return name
+    return None
+
+
+def explain(
+    got: np.ndarray, tensors: Mapping[str, np.ndarray], expected: MapModel, sources: Sequence[tuple[str, str]],
+    scales: Mapping[str, float], changes: int = 2,
+) -> MapFit | None:  # fmt: skip
+    """The model with the fewest changes from ``expected`` (at most ``changes``) that fits ``got``, or None.
+
+    ``sources`` are the (query, key) input pairs the logits may come from;
+    ``scales`` the candidate scales by name (the expected one among them).
+    """
+    if got.ndim != 2 or got.shape[0] != got.shape[1] or not np.isfinite(got).any():
+        return None
+    wanted = (expected.query, expected.key, expected.mask, expected.axis, expected.transposed)
+    candidates = []
+    for (query, key), mask, axis, transposed in itertools.product(sources, MASKS, AXES, (False, True)):
+        fields = (query, key, mask, axis, transposed)
+        changed = sum(a != b for a, b in zip(fields, wanted))
+        if changed <= changes:
+            candidates.append((changed, fields))
+    for _, (query, key, mask, axis, transposed) in sorted(candidates, key=lambda pair: pair[0]):
+        structure = MapModel(query, key, mask, axis, transposed, expected.scale)
+        scale = _scale_of(structure, got, tensors)
+        if scale is None:
+            continue
+        name = named_scale(scale, scales)
+        model = replace(structure, scale=scales[name] if name else scale)
+        model = replace(model, factor=_factor(got, predict(model, tensors)))
+        changed_fields = model.differences(expected, model.scale != expected.scale)
+        if len(changed_fields) > changes:
+            continue
+        gap = error(model, got, tensors)
+        if gap <= FITS:
+            return MapFit(model, name, gap, tuple(changed_fields))
+    return None

@@ -1,0 +1,311 @@
+"""Probes: extra calls into the worker that localise a fault, for any exercise.
+
+A probe runs only when some check failed. It calls one submitted function on
+small float64 inputs of its own (never the checks' inputs, so what it finds
+may be shown to every audience), in one diagnostic round trip
+(:func:`grader.core.invoke.invoke_many` with ``diagnostic=True``: one call's
+timeout in all, and a failure counts against nothing), and reports facts
+about the submission's own behaviour, without any knowledge of the right
+answer:
+
+* :func:`consistency`: the submission's gradients against finite differences
+  of its *own* forward, input by input, along a random direction.
+  Agreement means gradient failures follow from the forward; disagreement for
+  some inputs means the backward (a custom Function, a detach, ``no_grad``) is
+  wrong for those.
+* :func:`dependence`: one input perturbed at a time; which output elements
+  moved. A :class:`Perturbation` says where something must move (an input the
+  output must depend on) and where nothing may (a future key under a causal
+  mask).
+* :func:`determinism`: the same call twice must give the same output.
+* :func:`sweep`: the output for a list of inputs, e.g. along a line or at
+  several values of a scalar argument; :func:`affine_fit` tells whether it
+  is affine in that scalar.
+
+An exercise declares a :class:`Subject` per function: how to build a worker
+request from named input values (see grader/exercises/diffattn/probes.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from grader.core.invoke import Outcome, Request, invoke_many
+from grader.worker.client import Worker
+
+Values = Mapping[str, np.ndarray]
+"""Named float64 inputs of one call (a 0-dim array for a scalar input)."""
+CHANGED = 1e-9
+"""An output element moved when it changed by more than this times the output's largest magnitude (at least 1)."""
+AGREEMENT = 0.02
+"""A gradient agrees with the finite difference of the forward when they differ by at most this share of their size."""
+STEP = 1e-3
+"""The forward-difference step along a direction whose largest element is 1 (its error, about STEP relative, is well
+below :data:`AGREEMENT`; a forward computed in float32 adds a few 1e-3)."""
+
+
+@dataclass(frozen=True)
+class Built:
+    """A request, and the tensor number in it of each named input that requires grad."""
+
+    request: Request
+    positions: Mapping[str, int]
+
+
+Builder = Callable[[Values, tuple[str, ...], "np.ndarray | None"], Built]
+"""(values, the inputs that require grad, the cotangent or None for no backward pass) -> the request."""
+
+
+@dataclass(frozen=True)
+class Subject:
+    """A function as the probes call it: its name and how to build a request for named input values."""
+
+    function: str
+    build: Builder
+
+    def request(self, values: Values, grads: tuple[str, ...] = (), cotangent: np.ndarray | None = None) -> Built:
+        """The request calling the function on ``values``; with a ``cotangent``, a backward pass for ``grads``."""
+        return self.build(values, grads, cotangent)
+
+
+def ask(worker: Worker, built: Sequence[Built]) -> list[Outcome]:
+    """The outcomes of independent requests, in one diagnostic round trip."""
+    return invoke_many(worker, [b.request for b in built], diagnostic=True)
+
+
+def output(outcome: Outcome) -> np.ndarray | None:
+    """The values of the last call of a request when it returned one plain tensor, else None."""
+    if outcome.failure is not None or not outcome.results:
+        return None
+    if any(r.raised is not None for r in outcome.results):
+        return None
+    last = outcome.results[-1]
+    return None if not last.exact_tensor or last.value is None else np.asarray(last.value, dtype=np.float64)
+
+
+def raised(outcome: Outcome) -> dict[str, str] | None:
+    """The exception a request's calls raised, if one did."""
+    return next((r.raised for r in outcome.results if r.raised is not None), None)
+
+
+def moved(base: np.ndarray, other: np.ndarray) -> np.ndarray:
+    """Which elements of ``other`` differ from ``base`` beyond rounding (NaN against a number counts)."""
+    scale = max(1.0, float(np.nanmax(np.abs(base), initial=0.0)))
+    with np.errstate(invalid="ignore"):
+        differs = np.abs(other - base) > CHANGED * scale
+    return differs | (np.isnan(base) != np.isnan(other))
+
+
+def replaced(values: Values, name: str, new: np.ndarray) -> dict[str, np.ndarray]:
+    """A copy of ``values`` with input ``name`` replaced by ``new``."""
+    return {**values, name: np.asarray(new, dtype=np.float64)}
+
+
+# ---- which input matters ------------------------------------------------------------------
+
+Index = tuple[Any, ...]
+"""A numpy index (slices, integers, Ellipsis) into an input or an output."""
+
+
+@dataclass(frozen=True)
+class Perturbation:
+    """One input changed in one place, and where the output must and must not move.
+
+    ``required``: some output element there must move (the output depends on
+    this part of the input); ``forbidden``: none there may (a future key under
+    a causal mask). Either may be None. ``label`` names the part in words, e.g.
+    "the last token's key of branch 1".
+    """
+
+    input: str
+    where: Index
+    label: str
+    required: Index | None = None
+    forbidden: Index | None = None
+
+
+@dataclass(frozen=True)
+class Effect:
+    """What a perturbation did: the output elements that moved, and whether the declaration was kept."""
+
+    perturbation: Perturbation
+    moved: np.ndarray
+
+    @property
+    def ignored(self) -> bool:
+        """Nothing moved where something must."""
+        where = self.perturbation.required
+        return where is not None and not bool(self.moved[where].any())
+
+    @property
+    def leaked(self) -> bool:
+        """Something moved where nothing may."""
+        where = self.perturbation.forbidden
+        return where is not None and bool(self.moved[where].any())
+
+
+def perturb(values: Values, perturbation: Perturbation, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """``values`` with a random change of size about 1 added at the perturbation's place."""
+    changed = np.array(values[perturbation.input], dtype=np.float64)
+    part = changed[perturbation.where]
+    changed[perturbation.where] = part + rng.uniform(0.5, 1.5, np.shape(part)) * rng.choice([-1.0, 1.0], np.shape(part))
+    return replaced(values, perturbation.input, changed)
+
+
+def dependence(
+    worker: Worker, subject: Subject, values: Values, perturbations: Sequence[Perturbation], rng: np.random.Generator
+) -> list[Effect] | None:
+    """The effect of each perturbation on the output, or None when the base call gave no output."""
+    calls = [subject.request(values)] + [subject.request(perturb(values, p, rng)) for p in perturbations]
+    found = [output(o) for o in ask(worker, calls)]
+    base = found[0]
+    if base is None:
+        return None
+    return [Effect(p, moved(base, got)) for p, got in zip(perturbations, found[1:]) if got is not None and got.shape == base.shape]
+
+
+# ---- determinism ---------------------------------------------------------------------------
+
+
+def determinism(worker: Worker, subject: Subject, values: Values, grads: tuple[str, ...] = ()) -> tuple[float, np.ndarray] | None:
+    """The largest difference between two identical calls (``grads`` requiring grad, as in training) and the first output;
+    None when they gave no output.
+
+    A difference of 0.0 means the calls agreed bit for bit, as any deterministic
+    function must; a NaN in one output where the other has a number counts as 1.
+    """
+    first, second = (output(o) for o in ask(worker, [subject.request(values, grads)] * 2))
+    if first is None or second is None or first.shape != second.shape:
+        return None
+    both = np.isfinite(first) & np.isfinite(second)
+    gap = float(np.abs(first - second)[both].max(initial=0.0)) + float((np.isfinite(first) != np.isfinite(second)).any())
+    return gap, first
+
+
+# ---- forward against backward --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """The submission's directional derivative for one input against its own forward's finite difference."""
+
+    input: str
+    status: str  # "agrees", "missing" (no gradient where the forward moves), "differs" or "not_finite"
+    gradient: float  # <gradient, direction>
+    difference: float  # (L(x + h·u) - L(x)) / h with L = <cotangent, output>
+
+
+@dataclass(frozen=True)
+class Consistency:
+    """Per input, whether the gradient agrees with the forward; or why the comparison could not be made."""
+
+    agreements: tuple[Agreement, ...] = ()
+    problem: str | None = None  # the backward pass raised, or no output came back
+
+    def named(self, status: str) -> list[str]:
+        """The inputs whose agreement has ``status``."""
+        return [a.input for a in self.agreements if a.status == status]
+
+
+def _judge(name: str, gradient: np.ndarray | None, difference: float, direction: np.ndarray, scale: float) -> Agreement:
+    """Compare one gradient along ``direction`` with the finite difference (``scale``: the size of the others, for a floor)."""
+    if gradient is None:
+        along = 0.0
+    elif gradient.shape != direction.shape:
+        return Agreement(name, "differs", float("nan"), difference)
+    else:
+        along = float(np.sum(gradient * direction))
+    if not np.isfinite(along):
+        return Agreement(name, "not_finite", along, difference)
+    tolerance = AGREEMENT * max(abs(along), abs(difference)) + 1e-6 * scale
+    if abs(along - difference) <= tolerance:
+        return Agreement(name, "agrees", along, difference)
+    missing = gradient is None or not np.any(gradient)
+    return Agreement(name, "missing" if missing else "differs", along, difference)
+
+
+def consistency(
+    worker: Worker, subject: Subject, values: Values, inputs: tuple[str, ...], cotangent: np.ndarray, rng: np.random.Generator
+) -> Consistency:
+    """The submission's gradients for ``inputs`` against finite differences of its own forward.
+
+    Each input moves along its own random direction (largest element 1) by
+    :data:`STEP`, the calls' inputs requiring grad as in the backward call, so
+    that the forward takes the path the gradients come from. One round trip
+    moves all inputs at once: when the sum of the directional derivatives
+    agrees with that difference, every gradient does (almost surely). Only
+    otherwise does a second round trip move one input at a time, to name those
+    that disagree.
+    """
+    directions = {}
+    for name in inputs:
+        shape = np.shape(values[name])
+        direction = rng.uniform(0.5, 1.0, shape) * rng.choice([-1.0, 1.0], shape)
+        directions[name] = np.asarray(direction / np.max(np.abs(direction)), dtype=np.float64)
+    moved_all = {**values, **{name: values[name] + STEP * directions[name] for name in inputs}}
+    backward = subject.request(values, inputs, cotangent)
+    found = ask(worker, [backward, subject.request(moved_all, inputs)])
+    base = output(found[0])
+    if base is None or not np.isfinite(base).all():
+        return Consistency(problem=raised_text(found[0]) or "the call gave no finite output")
+    if found[0].backward_error is not None:
+        return Consistency(problem=found[0].backward_error)
+    gradients = {}
+    for name in inputs:
+        got = found[0].grads.get(backward.positions[name])
+        gradients[name] = None if got is None else np.asarray(got, dtype=np.float64)
+
+    def difference(outcome: Outcome) -> float | None:
+        """(L(moved) − L(base)) / STEP for a call with moved inputs, or None when it gave no output of the base's shape."""
+        moved_output = output(outcome)
+        return None if moved_output is None or moved_output.shape != base.shape else float(np.sum(cotangent * (moved_output - base)) / STEP)
+
+    together = difference(found[1])
+    shaped = all(g is None or g.shape == directions[name].shape for name, g in gradients.items())
+    if together is not None and shaped:
+        combined = sum(0.0 if g is None else float(np.sum(g * directions[name])) for name, g in gradients.items())
+        overall = _judge("all", np.asarray([combined]), together, np.ones(1), max(abs(together), 1.0))
+        if overall.status == "agrees":
+            return Consistency(tuple(Agreement(name, "agrees", float("nan"), float("nan")) for name in inputs))
+    alone = [difference(o) for o in ask(worker, [subject.request(replaced(values, name, values[name] + STEP * directions[name]), inputs) for name in inputs])]
+    if any(d is None for d in alone):
+        return Consistency(problem="a call with a slightly changed input gave no output of the same shape")
+    scale = max([abs(d) for d in alone if d is not None] + [1.0])
+    return Consistency(tuple(_judge(name, gradients[name], d, directions[name], scale) for name, d in zip(inputs, alone) if d is not None))
+
+
+def raised_text(outcome: Outcome) -> str | None:
+    """A request's failure or the exception its calls raised, as one line, or None."""
+    error = raised(outcome)
+    if outcome.failure is not None:
+        return outcome.failure
+    return None if error is None else f"{error['type']}: {error['message']}"
+
+
+# ---- sweeps --------------------------------------------------------------------------------
+
+
+def sweep(worker: Worker, subject: Subject, points: Sequence[Values]) -> list[np.ndarray | None]:
+    """The output at each point (None where there is none), in one round trip."""
+    return [output(o) for o in ask(worker, [subject.request(p) for p in points])]
+
+
+def affine_fit(xs: Sequence[float], ys: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray, float]:
+    """Least-squares ``y ≈ a + x·b`` elementwise over points of one shape: (a, b, largest residual).
+
+    An element that is not finite at some point is NaN in ``a`` and ``b`` and
+    left out of the residual.
+    """
+    x = np.asarray(xs, dtype=np.float64)
+    stacked = np.stack([np.asarray(y, dtype=np.float64) for y in ys])
+    shape = stacked.shape[1:]
+    flat = stacked.reshape(len(x), -1)
+    finite = np.isfinite(flat).all(axis=0)
+    design = np.stack([np.ones_like(x), x], axis=1)
+    solution = np.full((2, flat.shape[1]), np.nan)
+    solution[:, finite], *_ = np.linalg.lstsq(design, flat[:, finite], rcond=None)
+    residual = float(np.max(np.abs(design @ solution[:, finite] - flat[:, finite]), initial=0.0))
+    return solution[0].reshape(shape), solution[1].reshape(shape), residual

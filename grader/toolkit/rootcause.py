@@ -1,0 +1,197 @@
+"""Root causes: from failed checks, probe findings and named misconceptions to a short ordered list.
+
+A :class:`Finding` says what is wrong in one function and which part of it
+(a component of :data:`COMPONENTS`), with its evidence in one or two
+sentences and advice; the probes (:mod:`grader.toolkit.probes`), the
+contract slips (:mod:`grader.toolkit.slips`) and the exercise's named
+misconceptions produce them. :func:`assemble` merges findings that say the
+same thing, keeps a named misconception only where the probes agree with it
+(same function and component) or found nothing at its stage, orders them
+(the file does not load, then the contract, then forward values, then
+gradients) and gives each failed check to the first cause that explains it:
+one that makes the function's results unusable (the file does not load, a
+wrong type or shape, an exception on every call), else one that tests the
+check's own property, else the first whose consequence the check only
+suffers. A check explained as a consequence gets a note in place of its
+message: it could not be judged because of an earlier cause.
+
+The exercise says what each check judges (a :class:`Role`); a check without
+one is taken to involve every function and to judge its values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Mapping, Sequence
+
+COMPONENTS = (
+    "load", "type", "shape", "dtype", "mutation", "graph", "mask", "scale", "softmax", "branch", "sign",
+    "coefficient", "value", "lambda", "backward", "randomness", "stability", "strided",
+)  # fmt: skip
+STAGES = ("load", "contract", "forward", "gradients")
+ASPECTS = ("type", "dtype", "strided", "coefficient", "mutation", "graph", "binding", "values", "gradients")
+"""What a check judges: the result's type and shape, its dtype, strided inputs accepted, coefficient kinds
+accepted, inputs left unmodified, a graph attached, arguments bound, forward values, gradients."""
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing wrong in one function (None: the whole file), with what shows it and what to do.
+
+    ``aspect`` is the kind of check that tests this very fault (its message
+    then stands); ``explains`` the kinds of checks that fail because of it;
+    ``blocks``: the function's results cannot be used at all, so every check
+    of it fails because of this. ``inputs``: for a gradient finding, the
+    inputs whose gradients it concerns (empty: all). ``note``: what a check
+    failed only as a consequence says instead of its message (None: it keeps
+    its message). ``public``: whether students may see it (it comes from the
+    probes' own inputs or from the student's own code and exceptions, never
+    from a hidden check's inputs or expected values). ``signature``: text
+    that, found in a failed check's message (in any case), shows the check
+    suffers this fault (an exception's wording), whatever the check judges.
+    """
+
+    function: str | None
+    component: str
+    stage: str
+    title: str
+    evidence: str
+    advice: str
+    aspect: str | None = None
+    explains: frozenset[str] = frozenset()
+    blocks: bool = False
+    inputs: tuple[str, ...] = ()
+    note: str | None = None
+    public: bool = True
+    signature: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.component not in COMPONENTS or self.stage not in STAGES:
+            raise ValueError(f"unknown component {self.component!r} or stage {self.stage!r}")
+
+
+@dataclass(frozen=True)
+class Role:
+    """What a check judges (one of :data:`ASPECTS`, and ``also`` others), of which functions, and for gradients of which inputs per function."""
+
+    functions: tuple[str, ...]
+    aspect: str
+    inputs: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    also: tuple[str, ...] = ()
+
+
+@dataclass
+class Evidence:
+    """What an exercise's diagnosis found: findings, named misconceptions (as findings), what each check
+    judges, the probes that ran, maps read out of the submission (JSON-ready, see docs/report-schema.md)."""
+
+    findings: list[Finding] = field(default_factory=list)
+    hints: list[Finding] = field(default_factory=list)
+    roles: Mapping[str, Role] = field(default_factory=dict)
+    probes: list[str] = field(default_factory=list)
+    maps: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _involves(finding: Finding, role: Role, message: str) -> bool:
+    """Whether ``finding`` can explain a failure of a check with ``role`` whose message is ``message``."""
+    if finding.stage == "load" and finding.function is None:
+        return True
+    if finding.function is not None and finding.function not in role.functions:
+        return False
+    if finding.blocks or finding.stage == "load" or (finding.signature is not None and finding.signature.lower() in message.lower()):
+        return True
+    judged = (role.aspect, *role.also)
+    if not set(judged) & (finding.explains | {finding.aspect}):
+        return False
+    wanted = role.inputs.get(finding.function or "", ())
+    return not (finding.inputs and wanted) or bool(set(finding.inputs) & set(wanted))
+
+
+def merged(findings: Sequence[Finding]) -> list[Finding]:
+    """One finding per function, component and stage: the first, with the second's evidence when it adds any."""
+    kept: dict[tuple[str | None, str, str], Finding] = {}
+    for finding in findings:
+        key = (finding.function, finding.component, finding.stage)
+        first = kept.get(key)
+        if first is None:
+            kept[key] = finding
+        elif finding.evidence not in first.evidence and first.evidence.count(". ") < 1:
+            kept[key] = replace(first, evidence=f"{first.evidence} {finding.evidence}", public=first.public and finding.public,
+                                inputs=tuple(dict.fromkeys(first.inputs + finding.inputs)))  # fmt: skip
+    return list(kept.values())
+
+
+def with_hints(findings: Sequence[Finding], hints: Sequence[Finding]) -> list[Finding]:
+    """The findings, each named misconception merged into the finding of its function and component.
+
+    A misconception that the probes contradict (they localised another
+    component of its function at the same stage) is dropped; one about which
+    they found nothing at its stage is kept as a finding of its own.
+    """
+    found = list(findings)
+    for hint in hints:
+        same = [i for i, f in enumerate(found) if (f.function, f.component) == (hint.function, hint.component)]
+        if same:
+            first = found[same[0]]
+            if hint.evidence not in first.evidence:
+                found[same[0]] = replace(first, evidence=f"{first.evidence} {hint.evidence}")
+        elif not any(f.function == hint.function and f.stage == hint.stage for f in findings):
+            found.append(hint)
+    return found
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """The ordered root causes, the failed check ids each explains, the notes replacing consequences' messages."""
+
+    causes: tuple[Finding, ...]
+    checks: tuple[tuple[str, ...], ...]
+    unexplained: tuple[str, ...]
+    notes: Mapping[str, str]
+
+
+def assemble(records: Sequence[Mapping[str, Any]], roles: Mapping[str, Role], findings: Sequence[Finding]) -> Diagnosis:
+    """Order the findings and give each failed check (``records``: the report's check objects) to one of them."""
+    ordered = sorted(merged(findings), key=lambda f: STAGES.index(f.stage))
+    everything = tuple(dict.fromkeys(f.function for f in ordered if f.function is not None))
+    default = Role(everything, "values")
+    explained: dict[int, list[str]] = {}
+    unexplained, notes = [], {}
+    for record in records:
+        if record.get("status") != "failed":
+            continue
+        role = roles.get(str(record["id"]), default)
+        candidates = [i for i, f in enumerate(ordered) if _involves(f, role, str(record.get("message", "")))]
+        if not candidates:
+            unexplained.append(str(record["id"]))
+            continue
+        blocking = [i for i in candidates if ordered[i].blocks or ordered[i].stage == "load"]
+        direct = [i for i in candidates if ordered[i].aspect in (role.aspect, *role.also)]
+        chosen = (blocking or direct or candidates)[0]
+        explained.setdefault(chosen, []).append(str(record["id"]))
+        cause = ordered[chosen]
+        if chosen not in direct and cause.stage != "load" and cause.note and cause.public:
+            notes[str(record["id"])] = f"Not judged: {cause.note}. See the root cause “{cause.title}”."
+    kept = sorted(explained)  # a cause that explains no failed check is no root cause
+    return Diagnosis(
+        causes=tuple(ordered[i] for i in kept),
+        checks=tuple(tuple(explained.get(i, ())) for i in kept),
+        unexplained=tuple(unexplained),
+        notes=notes,
+    )
+
+
+def to_json(diagnosis: Diagnosis) -> list[dict[str, Any]]:
+    """The report's ``root_causes`` (docs/report-schema.md)."""
+    return [
+        {
+            "function": cause.function,
+            "component": cause.component,
+            "title": cause.title,
+            "evidence": cause.evidence,
+            "advice": cause.advice,
+            "checks": list(checks),
+            "visibility": "public" if cause.public else "hidden",
+        }
+        for cause, checks in zip(diagnosis.causes, diagnosis.checks)
+    ]

@@ -1,0 +1,323 @@
+"""Contract slips: the usual causes of a contract failure, read from the calls the checks already made.
+
+No extra call is made. For each function, :func:`findings` looks at what its
+calls returned or raised and names:
+
+* a Python number, a tuple or another object returned instead of one tensor
+  (``.item()``, ``float()``, ``math.exp`` on the way; the student's line when
+  the source shows one);
+* an output of the wrong shape or dtype;
+* an exception, classified by torch's own wording (``.view`` on a strided
+  input, an in-place operation on a leaf that requires grad, mismatched
+  dtypes or sizes) or, failing that, by the one way of calling that alone
+  makes it happen (only strided inputs, only a tensor coefficient, ...);
+  with the student's line from the traceback;
+* an input modified in place (values or version counter changed), with the
+  line that does it when the source shows one;
+* an output without autograd history although its inputs require grad.
+
+An :class:`Observed` call carries the attributes of how it was made, which
+the exercise chooses and maps to components (a strided layout: ``strided``).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from grader.core.invoke import SKIPPED, Outcome, Returned
+from grader.toolkit.rootcause import ASPECTS, Finding
+
+FRAME = re.compile(r'File "[^"\n]*", line (\d+), in ([^\n]+)\n[ \t]+([^\n]+)')
+# torch's wording of an exception -> (component, what it means, what to do)
+EXCEPTION_KINDS: tuple[tuple[tuple[str, ...], str, str, str], ...] = (
+    (("view size is not compatible", "use .reshape("), "strided",
+     "`.view` needs memory laid out contiguously, and non-contiguous inputs (transposed, permuted or sliced views) are not",
+     "use `.reshape` (or `.contiguous()` first) instead of `.view`"),
+    (("leaf variable that requires grad is being used in an in-place operation",
+      "a view of a leaf variable that requires grad is being used in an in-place",
+      "has been modified by an inplace operation"), "mutation",
+     "an in-place operation changes a tensor that autograd needs, here an input",
+     "compute on new tensors (`x = x / s`, not `x /= s` or `x.div_(s)`); never modify an input"),
+    (("does not require grad and does not have a grad_fn", "numpy() on tensor that requires grad"), "graph",
+     "the result was cut off from autograd", "keep every step in torch: no `.detach()`, `.numpy()` or `torch.no_grad()` on the way"),
+    (("expected scalar type", "same dtype", "found dtype", "expected both vectors to have same dtype", "but got double",
+      "but got float", "expected m1 and m2 to have the same dtype"), "dtype",
+     "tensors of different dtypes meet in one operation", "create every tensor with the inputs' dtype (`dtype=q1.dtype`)"),
+    (("must match the size", "shapes cannot be multiplied", "size mismatch", "dimension out of range",
+      "inconsistent tensor size", "is invalid for input of size", "doesn't match the broadcast shape",
+      "expected size", "mat1 and mat2 shapes"), "shape",
+     "tensor sizes that do not fit together meet in one operation", "check the shapes of every step against the contract"),
+    (("only one element tensors can be converted", "cannot be converted to scalar"), "type",
+     "a tensor of several elements was turned into a Python number", "keep tensors: no `.item()` or `float()`"),
+)  # fmt: skip
+_TO_FLOAT = r"\bfloat\((?!\s*[\"'])"  # float(x), not float("-inf")
+CANNOT_RUN = ("NameError", "UnboundLocalError", "ImportError", "ModuleNotFoundError", "AttributeError")
+"""Exceptions that, raised by every call, mean the function cannot run at all (a typo, a missing import)."""
+NUMBER_SLIPS = re.compile(rf"\.item\(\)|\bmath\.(exp|log|sqrt)\(|{_TO_FLOAT}|\.tolist\(\)")
+GRAPH_SLIPS = re.compile(rf"\.detach\(\)|no_grad|\.numpy\(\)|torch\.tensor\(|\.data\b|\.item\(\)|{_TO_FLOAT}")
+INPLACE = r"\b{name}\b\s*(\.\w+_\(|[-+*/]=|\[[^\]]*\]\s*=(?!=))"
+ASPECT_OF = {"type": "type", "shape": "type", "dtype": "dtype", "strided": "strided", "coefficient": "coefficient",
+             "mutation": "mutation", "graph": "graph", "load": None}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Observed:
+    """One call a check made: its function, the contract's output shape and dtype, how it was made, what came of it.
+
+    ``index`` is the call's position in its request; ``inputs`` names the
+    request's input tensors by number ("" for those of the request's other
+    calls); ``grads``: its inputs required grad;
+    ``public``: the call belongs to a check students see.
+    """
+
+    function: str
+    outcome: Outcome
+    index: int
+    shape: tuple[int, ...]
+    dtype: str
+    attributes: Mapping[str, str]
+    inputs: tuple[str, ...]
+    grads: bool
+    public: bool = True
+
+    @property
+    def result(self) -> Returned | None:
+        """What the call returned or raised (None: the request failed, or an earlier call did)."""
+        if self.outcome.failure is not None or self.index >= len(self.outcome.results):
+            return None
+        earlier = self.outcome.results[: self.index]
+        return None if any(r.raised is not None for r in earlier) else self.outcome.results[self.index]
+
+
+ShapeNames = Callable[[str, tuple[int, ...], tuple[int, ...]], "tuple[str, str, str, str] | None"]
+"""(function, shape got, shape expected) -> (component, title, evidence, advice) for a wrong shape the exercise can name, or None."""
+
+
+@dataclass(frozen=True)
+class Declarations:
+    """What the exercise tells the slip analysis: attribute -> component, and how to name a wrong shape."""
+
+    components: Mapping[str, str]  # attribute of a call (e.g. "layout") -> the component a failure only there points at
+    shapes: ShapeNames
+
+
+# ---- the submission's source ----------------------------------------------------------------------
+
+
+def function_lines(source: str | None, name: str) -> list[tuple[int, str]]:
+    """The numbered lines of the module-level function ``name`` (every line of the file when it is not found)."""
+    if not source:
+        return []
+    lines = source.splitlines()
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        tree = None
+    for node in tree.body if tree is not None else []:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
+            return [(n, lines[n - 1]) for n in range(node.lineno, (node.end_lineno or node.lineno) + 1)]
+    return list(enumerate(lines, start=1))
+
+
+def first_line(source: str | None, name: str, pattern: re.Pattern[str]) -> str:
+    """", line N: `code`" for the first line of function ``name`` matching ``pattern`` outside comments, or ""."""
+    for number, text in function_lines(source, name):
+        code = text.split("#", 1)[0]
+        if pattern.search(code):
+            return f" (line {number}: `{code.strip()}`)"
+    return ""
+
+
+def frame(traceback: str) -> str:
+    """" at line N (in f): `code`" for the innermost frame of the student's code in a traceback, or ""."""
+    frames = FRAME.findall(traceback or "")
+    if not frames:
+        return ""
+    line, where, code = frames[-1]
+    return f" at line {line} (in {where.strip()}): `{code.strip()}`"
+
+
+def function_of_line(source: str | None, line: int) -> str | None:
+    """The module-level function whose definition holds ``line`` (found by indentation, so a file that does not parse works too)."""
+    current = None
+    for number, text in enumerate((source or "").splitlines(), start=1):
+        if number > line:
+            break
+        match = re.match(r"(?:async\s+)?def\s+(\w+)", text)
+        if match:
+            current = match.group(1)
+        elif text.strip() and not text[0].isspace() and not text.lstrip().startswith(("#", "@", ")")):
+            current = None
+    return current
+
+
+# ---- the calls ------------------------------------------------------------------------------------
+
+
+def _contrast(failing: Sequence[Observed], working: Sequence[Observed]) -> tuple[str, str] | None:
+    """An attribute value every failing call has and no working call has, or None."""
+    if not failing or not working:
+        return None
+    for key, value in failing[0].attributes.items():
+        if all(c.attributes.get(key) == value for c in failing) and not any(c.attributes.get(key) == value for c in working):
+            return key, value
+    return None
+
+
+def exception_kind(text: str) -> tuple[str, str, str, str] | None:
+    """(component, meaning, advice, the words that told) of an exception's "Type: message" from torch's wording, or None."""
+    lowered = text.lower()
+    for fragments, component, meaning, advice in EXCEPTION_KINDS:
+        for fragment in fragments:
+            if fragment.lower() in lowered:
+                return component, meaning, advice, fragment
+    return None
+
+
+def _finding(function: str, component: str, title: str, evidence: str, advice: str, *, blocks: bool = False,
+             explains: frozenset[str] = frozenset(), note: str | None = None, public: bool = True) -> Finding:  # fmt: skip
+    """A contract finding, its aspect from its component."""
+    return Finding(function, component, "contract", title, evidence, advice, aspect=ASPECT_OF.get(component, "type"),
+                   explains=explains, blocks=blocks, note=note, public=public)  # fmt: skip
+
+
+def _raised(function: str, calls: Sequence[Observed], source: str | None, declared: Declarations) -> list[Finding]:
+    """Findings for the exceptions a function raised, one per kind of exception."""
+    groups: dict[tuple[str, str], list[Observed]] = {}
+    for call in calls:
+        result = call.result
+        if result is not None and result.raised is not None and result.raised is not SKIPPED:
+            told = exception_kind(f"{result.raised['type']}: {result.raised['message']}")
+            groups.setdefault((result.raised["type"], told[0] if told else result.raised["message"][:80]), []).append(call)
+    found = []
+    for (kind, _), failing in groups.items():
+        error = failing[0].result.raised if failing[0].result is not None else None
+        assert error is not None
+        working = [c for c in calls if c.result is not None and c.result.raised is None]
+        only = _contrast(failing, working)
+        classified = exception_kind(f"{kind}: {error['message']}")
+        message = error["message"].strip().splitlines()[0] if error["message"].strip() else ""
+        where = frame(error.get("traceback", ""))
+        evidence = f"It raised {kind}: {message}{where}" + (f", only when {only[0]} is {only[1]}" if only else "") + "."
+        everywhere = len(failing) == sum(c.result is not None for c in calls)  # (a call after another that raised has no result)
+        if kind == "NotImplementedError":
+            found.append(replace(_finding(function, "load", f"{function} is not implemented yet", evidence, f"write the body of {function}",
+                                          blocks=everywhere), signature="NotImplementedError"))  # fmt: skip
+            continue
+        if classified is not None:
+            component, meaning, advice, _ = classified
+        elif only is not None and only[0] in declared.components:
+            component, meaning, advice = declared.components[only[0]], f"the call fails only when {only[0]} is {only[1]}", \
+                "make the function accept every input the contract allows"  # fmt: skip
+        elif everywhere and kind in CANNOT_RUN:
+            component, meaning, advice = "load", "it cannot run at all", "fix the name or import the traceback points at"
+        else:
+            continue
+        title = f"{function} raises {kind}: {meaning}"
+        signature = classified[3] if classified else f"{kind}: {message}"[:120]
+        found.append(replace(_finding(function, component, title, evidence, advice, blocks=everywhere,
+                                      explains=frozenset({ASPECT_OF.get(component) or "type"})), signature=signature))  # fmt: skip
+    return found
+
+
+def _not_tensors(function: str, calls: Sequence[Observed], source: str | None) -> list[Finding]:
+    """A finding when the function returned something other than one plain tensor."""
+    others = [c for c in calls if c.result is not None and c.result.raised is None and not c.result.exact_tensor]
+    if not others:
+        return []
+    got = others[0].result
+    assert got is not None
+    everywhere = len(others) == len([c for c in calls if c.result is not None and c.result.raised is None])
+    note = f"{function} returned a {got.type_name}, not a tensor"
+    if got.length is not None:
+        title = f"{function} returns a {got.type_name.rsplit('.', 1)[-1]} of {got.length} items instead of one tensor"
+        evidence = f"It returned a {got.type_name} of {got.length} item(s) where one torch.Tensor is expected."
+        advice = "return only the output tensor (no attention weights or other extra values)"
+    elif got.type_name in ("builtins.float", "builtins.int"):
+        title = f"{function} returns a Python number instead of a tensor"
+        evidence = f"It returned {got.type_name} {got.repr}{first_line(source, function, NUMBER_SLIPS)}: `.item()`, `float()` and `math.exp` turn a tensor into a number, which has no dtype and no gradient."
+        advice = "keep torch operations throughout (`torch.exp`, tensor arithmetic) and return the 0-dim tensor"
+    elif got.is_tensor:
+        title = f"{function} returns a subclass of torch.Tensor ({got.type_name})"
+        evidence = f"It returned a {got.type_name}, not a plain torch.Tensor."
+        advice = "return a plain torch.Tensor"
+    else:
+        title = f"{function} returns a {got.type_name} instead of a tensor"
+        evidence = f"It returned {got.type_name} {got.repr}."
+        advice = "return a torch.Tensor computed with torch operations"
+    return [_finding(function, "type", title, evidence, advice, blocks=everywhere, explains=frozenset(ASPECTS), note=note)]
+
+
+def _shapes(function: str, calls: Sequence[Observed], declared: Declarations) -> list[Finding]:
+    """A finding when the function returned tensors of the wrong shape (or, of the right shape, the wrong dtype)."""
+    tensors = [c for c in calls if c.result is not None and c.result.exact_tensor]
+    wrong = [c for c in tensors if c.result is not None and c.result.shape != c.shape]
+    if wrong:
+        call = next((c for c in wrong if c.public), wrong[0])
+        got = tuple(call.result.shape or ()) if call.result is not None else ()
+        named = declared.shapes(function, got, call.shape)
+        component, title, evidence, advice = named or (
+            "shape", f"{function} returns the wrong shape",
+            f"It returned shape {list(got)} where {list(call.shape)} is expected.", "check the shape of every step against the contract",
+        )  # fmt: skip
+        note = f"{function} returned tensors of the wrong shape"
+        return [Finding(function, component, "contract", title, evidence, advice, aspect="type", blocks=True, note=note,
+                        public=any(c.public for c in wrong))]  # fmt: skip
+    mistyped = [c for c in tensors if c.result is not None and c.result.dtype != c.dtype]
+    if not mistyped:
+        return []
+    call = mistyped[0]
+    assert call.result is not None
+    only = _contrast(mistyped, [c for c in tensors if all(c is not m for m in mistyped)])
+    when = f" for {only[1]} inputs" if only and only[0] == "dtype" else ""
+    evidence = f"It returned {call.result.dtype} where the inputs are {call.dtype}{when}."
+    note = f"{function} returned the wrong dtype"
+    return [_finding(function, "dtype", f"{function} does not keep its inputs' dtype", evidence,
+                     "compute in the inputs' dtype, or cast the result back with `.to(q1.dtype)`",
+                     explains=frozenset({"dtype", "strided", "coefficient"}), note=note)]  # fmt: skip
+
+
+def _mutations(function: str, calls: Sequence[Observed], source: str | None) -> list[Finding]:
+    """A finding when calls changed their inputs (values or version counters)."""
+    def changed(call: Observed) -> list[str]:
+        """The call's own inputs it changed (a request's other tensors belong to other calls)."""
+        return [call.inputs[i] for i in call.outcome.changed_inputs if i < len(call.inputs) and call.inputs[i]]
+
+    changing = [c for c in calls if c.outcome.failure is None and changed(c)]
+    if not changing:
+        return []
+    names = sorted({name for c in changing for name in changed(c)})
+    only = _contrast(changing, [c for c in calls if c.outcome.failure is None and not changed(c)])
+    pattern = re.compile("|".join(INPLACE.format(name=re.escape(n)) for n in names) or r"(?!)")
+    line = first_line(source, function, pattern)
+    when = f", only when {only[0]} is {only[1]}" if only else ""
+    evidence = f"Calls changed its input(s) {', '.join(names)} (values or version counter){when}{line}."
+    return [_finding(function, "mutation", f"{function} modifies its inputs in place", evidence,
+                     "compute on new tensors (`q = q / s`, not `q /= s` or `q.mul_(s)`); never write into an input",
+                     explains=frozenset({"mutation"}))]  # fmt: skip
+
+
+def _detached(function: str, calls: Sequence[Observed], source: str | None) -> list[Finding]:
+    """A finding when outputs of inputs that require grad carry no autograd history."""
+    graded = [c for c in calls if c.grads and c.result is not None and c.result.exact_tensor and c.result.shape == c.shape]
+    cut = [c for c in graded if c.result is not None and not (c.result.requires_grad and c.result.has_grad_fn)]
+    if not cut or len(cut) < len(graded):  # a path cut for some inputs only is for the gradient probes to name
+        return []
+    evidence = (f"Its output has no autograd history (grad_fn is None) although its inputs require grad"
+                f"{first_line(source, function, GRAPH_SLIPS)}.")  # fmt: skip
+    return [_finding(function, "graph", f"{function}'s output is cut off from autograd", evidence,
+                     "keep every step in torch: no `.detach()`, `.numpy()`, `.item()`, `torch.tensor(...)` or `torch.no_grad()` on the way",
+                     explains=frozenset({"graph", "gradients"}), note="no gradient can flow through an output without autograd history")]  # fmt: skip
+
+
+def findings(calls: Sequence[Observed], source: str | None, declared: Declarations) -> list[Finding]:
+    """The contract slips of every function in ``calls``, those that make its results unusable first."""
+    found: list[Finding] = []
+    for function in dict.fromkeys(c.function for c in calls):
+        mine = [c for c in calls if c.function == function]
+        found += _raised(function, mine, source, declared) + _not_tensors(function, mine, source) + _shapes(function, mine, declared)
+        found += _mutations(function, mine, source) + _detached(function, mine, source)
+    return sorted(found, key=lambda f: not f.blocks)

@@ -1,0 +1,138 @@
+"""Small wrong implementations for the probes' tests, each a one-place edit of a short correct file.
+
+They are not the corpus the diagnosis is measured on (tests/corpus/mutants.py,
+tests/corpus/diagnosis): each names the bug a probe must localise, as the
+root cause must say it: the function and its component (docs/diagnosis.md).
+"""
+
+from __future__ import annotations
+
+BASE = '''import math
+
+import torch
+
+
+def differential_lambda(q1, k1, q2, k2, lambda_init=0.2):
+    return torch.exp(torch.dot(q1, k1)) - torch.exp(torch.dot(q2, k2)) + lambda_init
+
+
+def _map(q, k, causal):
+    s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if causal:
+        t = q.shape[-2]
+        s = s.masked_fill(torch.ones(t, t, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
+    return torch.softmax(s, dim=-1)
+
+
+def differential_attention(q1, k1, q2, k2, value, coefficient, causal=True):
+    return (_map(q1, k1, causal) - coefficient * _map(q2, k2, causal)) @ value
+'''
+_LAMBDA = "torch.exp(torch.dot(q1, k1)) - torch.exp(torch.dot(q2, k2)) + lambda_init"
+_OUT = "(_map(q1, k1, causal) - coefficient * _map(q2, k2, causal)) @ value"
+_A, _L = "differential_attention", "differential_lambda"
+_CUSTOM_LAMBDA = '''
+
+class _Lambda(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q1, k1, q2, k2, lambda_init):
+        a, b = torch.dot(q1, k1), torch.dot(q2, k2)
+        ctx.save_for_backward(q1, k1, q2, k2, a, b)
+        return torch.exp(a) - torch.exp(b) + lambda_init
+
+    @staticmethod
+    def backward(ctx, g):
+        q1, k1, q2, k2, a, b = ctx.saved_tensors
+        e1, e2 = a, b
+        return g * e1 * k1, g * e1 * q1, -g * e2 * k2, -g * e2 * q2, None
+
+
+def differential_lambda(q1, k1, q2, k2, lambda_init=0.2):
+    return _Lambda.apply(q1, k1, q2, k2, lambda_init)
+'''
+_CUSTOM_ATTENTION = '''
+
+class _Mixed(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, a1, a2, coefficient):
+        ctx.save_for_backward(a2, coefficient)
+        return a1 - coefficient * a2
+
+    @staticmethod
+    def backward(ctx, g):
+        a2, coefficient = ctx.saved_tensors
+        return g, -coefficient * g, (g * a2).sum()  # the coefficient's gradient has the wrong sign
+
+
+def differential_attention(q1, k1, q2, k2, value, coefficient, causal=True):
+    c = coefficient if torch.is_tensor(coefficient) else torch.tensor(float(coefficient), dtype=q1.dtype)
+    return _Mixed.apply(_map(q1, k1, causal), _map(q2, k2, causal), c) @ value
+'''
+
+# name -> (text of BASE, what a student wrote instead, the function and component the first finding must name)
+VARIANTS: dict[str, tuple[str, str, str, str]] = {
+    "sign": ("- coefficient *", "+ coefficient *", _A, "sign"),
+    "keys_swapped": (_OUT, "(_map(q1, k2, causal) - coefficient * _map(q2, k1, causal)) @ value", _A, "branch"),
+    "mask_zero": ('float("-inf")', "0.0", _A, "mask"),
+    "no_mask": ("    if causal:\n        t", "    if False:\n        t", _A, "mask"),
+    "mask_one_branch": (_OUT, "(_map(q1, k1, causal) - coefficient * _map(q2, k2, False)) @ value", _A, "mask"),
+    "diagonal_hidden": ("triu(1)", "triu(0)", _A, "mask"),
+    "wrong_triangle": ("triu(1)", "tril(-1)", _A, "mask"),
+    "causal_default_false": ("causal=True", "causal=False", _A, "mask"),
+    "softmax_over_queries": ("dim=-1", "dim=-2", _A, "softmax"),
+    "softmax_over_heads": ("dim=-1", "dim=1", _A, "softmax"),
+    "transposed_map": (_OUT, "(_map(q1, k1, causal) - coefficient * _map(q2, k2, causal)).transpose(-2, -1) @ value", _A, "softmax"),
+    "scale_by_t": ("math.sqrt(q.shape[-1])", "math.sqrt(q.shape[-2])", _A, "scale"),
+    "scale_by_d": ("math.sqrt(q.shape[-1])", "q.shape[-1]", _A, "scale"),
+    "scale_after_softmax": ("    return torch.softmax(s, dim=-1)\n", "    return torch.softmax(s * math.sqrt(q.shape[-1]), dim=-1) / math.sqrt(q.shape[-1])\n",
+                            _A, "scale"),  # fmt: skip
+    "second_map_from_first_branch": (_OUT, "(_map(q1, k1, causal) - coefficient * _map(q1, k1, causal)) @ value", _A, "branch"),
+    "divided_by_one_minus_lambda": (_OUT, _OUT + " / (1 - coefficient)", _A, "coefficient"),
+    "lambda_times_difference": (_OUT, "coefficient * (_map(q1, k1, causal) - _map(q2, k2, causal)) @ value", _A, "coefficient"),
+    "one_minus_lambda_init": (_OUT, "0.8 * " + _OUT, _A, "coefficient"),
+    "dropout_left_on": ("return torch.softmax(s, dim=-1)", "return torch.nn.functional.dropout(torch.softmax(s, dim=-1), p=0.1)", _A, "randomness"),
+    "normalised_output": (_OUT, "torch.nn.functional.rms_norm(" + _OUT + ", (value.shape[-1],))", _A, "softmax"),
+    "naive_softmax": ("return torch.softmax(s, dim=-1)", "e = torch.exp(s)\n    return e / e.sum(-1, keepdim=True)", _A, "stability"),
+    "float32_inside": (_OUT, "((_map(q1.float(), k1.float(), causal) - coefficient * _map(q2.float(), k2.float(), causal)) @ value.float()).to(value.dtype)",
+                       _A, "dtype"),  # fmt: skip
+    "value_detached": (_OUT, _OUT.replace("@ value", "@ value.detach()"), _A, "graph"),
+    "coefficient_float": ("- coefficient *", "- float(coefficient) *", _A, "graph"),
+    "second_branch_detached": (_OUT, "(_map(q1, k1, causal) - coefficient * _map(q2.detach(), k2.detach(), causal)) @ value", _A, "graph"),
+    "lambda_no_exp": (_LAMBDA, "torch.dot(q1, k1) - torch.dot(q2, k2) + lambda_init", _L, "lambda"),
+    "lambda_no_init": (_LAMBDA, "torch.exp(torch.dot(q1, k1)) - torch.exp(torch.dot(q2, k2))", _L, "lambda"),
+    "lambda_sign": (_LAMBDA, "torch.exp(torch.dot(q2, k2)) - torch.exp(torch.dot(q1, k1)) + lambda_init", _L, "sign"),
+    "lambda_default": ("lambda_init=0.2", "lambda_init=0.8", _L, "lambda"),
+    "lambda_clamped": (_LAMBDA, "(" + _LAMBDA + ").clamp(0, 1)", _L, "lambda"),
+    "lambda_sum_not_dot": (_LAMBDA, "torch.exp((q1 + k1).sum()) - torch.exp((q2 + k2).sum()) + lambda_init", _L, "lambda"),
+    "lambda_float32": (_LAMBDA, "(torch.exp(torch.dot(q1.float(), k1.float())) - torch.exp(torch.dot(q2.float(), k2.float())) + lambda_init).to(q1.dtype)",
+                       _L, "dtype"),  # fmt: skip
+}
+# Whole functions replaced: name -> (the function removed from BASE, what replaces it, function, component)
+REPLACED: dict[str, tuple[str, str, str, str]] = {
+    "lambda_backward_without_exp": ("differential_lambda", _CUSTOM_LAMBDA, _L, "backward"),
+    "attention_backward_wrong_for_one_input": ("differential_attention", _CUSTOM_ATTENTION, _A, "backward"),
+}
+
+
+def _without(source: str, function: str) -> str:
+    """``source`` without the module-level function ``function``."""
+    start = source.index(f"def {function}(")
+    end = source.find("\n\n\ndef ", start)
+    return source[:start] + (source[end + 3 :] if end != -1 else "")
+
+
+def source(name: str) -> str:
+    """The text of the wrong implementation ``name`` (a key of VARIANTS or REPLACED), or of BASE for "base"."""
+    if name == "base":
+        return BASE
+    if name in REPLACED:
+        function, new, _, _ = REPLACED[name]
+        return _without(BASE, function).rstrip("\n") + "\n" + new
+    old, new, _, _ = VARIANTS[name]
+    assert BASE.count(old) == 1, f"{name}: the old text must occur once"
+    return BASE.replace(old, new)
+
+
+def place(name: str) -> tuple[str, str]:
+    """The function and component the first finding for ``name`` must name."""
+    _, _, function, component = (VARIANTS | REPLACED)[name]
+    return function, component

@@ -1,0 +1,160 @@
+"""The probes: the toolkit's (grader/toolkit/probes.py, attention_maps.py) and the first exercise's declarations of them.
+
+Each small wrong implementation of tests/corpus/probes runs in a real worker
+through the exercise's probes; its first finding (in the order root causes
+take: contract, forward, gradients) must name the function and component of
+its bug, and correct implementations must get no finding at all.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+from conftest import ROOT
+from corpus.probes import REPLACED, VARIANTS, place, source
+
+from grader.exercises.diffattn import attention_probes, lambda_probes
+from grader.exercises.diffattn.probes import Found
+from grader.toolkit import attention_maps, domain, probes
+from grader.toolkit.attention_maps import MapModel
+from grader.toolkit.rootcause import STAGES, Finding
+from grader.worker.client import ForkServer, Worker, WorkerLimits
+
+FUNCTIONS = ["differential_lambda", "differential_attention"]
+
+
+@pytest.fixture(scope="module")
+def forks() -> Iterator[ForkServer]:
+    """One fork server for every submission of this module."""
+    with ForkServer() as server:
+        yield server
+
+
+def findings(forks: ForkServer, text: str) -> list[Finding]:
+    """Every finding of both functions' probes (forward and gradients) for a submission, in root-cause order."""
+    worker = Worker(text, "submission.py", FUNCTIONS, WorkerLimits(call_timeout_s=20), forks)
+    try:
+        assert worker.load()["status"] == "ok"
+        found = Found()
+        rng = domain.generator(1, "probes")
+        lambda_probes.run(worker, rng, found, True, True, text)
+        attention_probes.run(worker, rng, found, True, True, text)
+    finally:
+        worker.close()
+    return sorted(found.findings, key=lambda f: STAGES.index(f.stage))
+
+
+@pytest.mark.parametrize("name", sorted(VARIANTS) + sorted(REPLACED))
+def test_the_first_finding_localises_the_bug(forks: ForkServer, name: str) -> None:
+    """Sign, branches, mask (filled with 0, on one branch, hiding the diagonal, ...), softmax axis, transposition,
+    scales, λ's structure, randomness, stability, precision, detached paths, a custom backward wrong for one input."""
+    found = findings(forks, source(name))
+    assert found, f"{name}: no finding"
+    assert (found[0].function, found[0].component) == place(name), [(f.component, f.title) for f in found]
+
+
+@pytest.mark.parametrize("path", ["reference/diff_attention.py", "tests/corpus/correct/custom_function.py",
+                                  "tests/corpus/correct/online_softmax.py", "tests/corpus/correct/finite_mask.py"])  # fmt: skip
+def test_correct_implementations_get_no_finding(forks: ForkServer, path: str) -> None:
+    """Every probe, forward and gradients, runs on right code without finding anything."""
+    assert findings(forks, (ROOT / path).read_text()) == []
+
+
+def test_the_base_of_the_variants_is_right(forks: ForkServer) -> None:
+    """The short correct file the variants edit gets no finding either."""
+    assert findings(forks, source("base")) == []
+
+
+def test_a_custom_backward_is_named_with_its_inputs(forks: ForkServer) -> None:
+    """The gradient that disagrees with the submission's own forward is named, and those that agree too."""
+    found = [f for f in findings(forks, source("attention_backward_wrong_for_one_input")) if f.component == "backward"]
+    assert found[0].inputs == ("coefficient",) and "q1, k1, q2, k2, value agree" in found[0].evidence
+
+
+def test_a_detached_branch_names_its_inputs(forks: ForkServer) -> None:
+    """No gradient reaches the second branch's queries and keys: the finding names them, and only them."""
+    found = [f for f in findings(forks, source("second_branch_detached")) if f.component == "graph"]
+    assert found[0].inputs == ("q2", "k2")
+
+
+# ---- the toolkit on its own ------------------------------------------------------------------
+
+
+def _softmax(logits: np.ndarray) -> np.ndarray:
+    e = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+@pytest.fixture
+def tensors() -> dict[str, np.ndarray]:
+    """Queries and keys of two branches, T = 5 and D = 3."""
+    rng = np.random.default_rng(3)
+    return {name: rng.standard_normal((5, 3)) for name in ("q1", "k1", "q2", "k2")}
+
+
+EXPECTED = MapModel("q1", "k1", "causal", scale=1 / math.sqrt(3))
+SOURCES = [("q1", "k1"), ("q1", "k2"), ("q2", "k1"), ("k1", "q1")]
+SCALES = {"1/√D": 1 / math.sqrt(3), "1/D": 1 / 3, "1/√T": 1 / math.sqrt(5), "1": 1.0}
+
+
+def test_a_right_map_fits_the_expected_model(tensors: dict[str, np.ndarray]) -> None:
+    """The contract's map is explained with no change."""
+    fit = attention_maps.explain(attention_maps.predict(EXPECTED, tensors), tensors, EXPECTED, SOURCES, SCALES)
+    assert fit is not None and fit.changes == () and fit.scale_name == "1/√D"
+
+
+@pytest.mark.parametrize(
+    "model, changes, scale",
+    [
+        (MapModel("q1", "k1", "causal", scale=1 / 3), ("scale",), "1/D"),
+        (MapModel("q1", "k1", "causal", scale=0.9), ("scale",), None),
+        (MapModel("q1", "k1", "none", scale=1 / math.sqrt(3)), ("mask",), "1/√D"),
+        (MapModel("q1", "k1", "zero", scale=1 / math.sqrt(3)), ("mask",), "1/√D"),
+        (MapModel("q1", "k1", "after", scale=1 / math.sqrt(3)), ("mask",), "1/√D"),
+        (MapModel("q1", "k1", "causal", "queries", scale=1 / math.sqrt(3)), ("axis",), "1/√D"),
+        (MapModel("q1", "k1", "causal", transposed=True, scale=1 / math.sqrt(3)), ("transposed",), "1/√D"),
+        (MapModel("q1", "k2", "causal", scale=1 / math.sqrt(3)), ("key",), "1/√D"),
+        (MapModel("q1", "k1", "strict", scale=1 / math.sqrt(5)), ("mask", "scale"), "1/√T"),
+    ],
+)
+def test_a_wrong_map_is_explained_by_its_changes(tensors: dict[str, np.ndarray], model: MapModel, changes: tuple[str, ...], scale: str | None) -> None:
+    """Scale (named or fitted), mask, axis, transposition and the logits' source, alone or two at once."""
+    fit = attention_maps.explain(attention_maps.predict(model, tensors), tensors, EXPECTED, SOURCES, SCALES)
+    assert fit is not None and fit.changes == changes and fit.scale_name == scale
+    assert fit.model.scale == pytest.approx(model.scale)
+
+
+def test_a_map_outside_the_family_is_not_explained(tensors: dict[str, np.ndarray]) -> None:
+    """A map no model of at most two changes gives is left unexplained rather than forced."""
+    noise = np.random.default_rng(0).uniform(size=(5, 5))
+    assert attention_maps.explain(noise / noise.sum(axis=1, keepdims=True), tensors, EXPECTED, SOURCES, SCALES) is None
+
+
+def test_normalised_axes() -> None:
+    """The axes along which every line sums to 1: keys, queries, heads, or a softmax over an axis of one element."""
+    rng = np.random.default_rng(1)
+    logits = rng.standard_normal((1, 2, 4, 4))
+    assert attention_maps.normalised_axes(_softmax(logits)) == [3]
+    assert 1 in attention_maps.normalised_axes(np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True))
+    assert attention_maps.normalised_axes(np.ones((1, 2, 4, 4))) == [0]
+
+
+def test_affine_fit_leaves_non_finite_elements_out() -> None:
+    """y = a + x·b is recovered where every point is finite; NaN elsewhere, and the residual ignores it."""
+    a, b = np.array([1.0, 2.0, np.nan]), np.array([3.0, -1.0, 0.0])
+    points = [a + x * b for x in (0.0, 0.5, 2.0)]
+    intercept, slope, residual = probes.affine_fit([0.0, 0.5, 2.0], points)
+    assert np.allclose(intercept[:2], a[:2]) and np.allclose(slope[:2], b[:2]) and np.isnan(intercept[2]) and residual < 1e-12
+
+
+def test_an_effect_says_what_was_ignored_and_what_leaked() -> None:
+    """A perturbation's declared places: nothing moved where something must, something moved where nothing may."""
+    perturbation = probes.Perturbation("k", (..., -1, slice(None)), "the last key", required=(..., -1, slice(None)), forbidden=(..., slice(0, -1), slice(None)))
+    base = np.zeros((1, 1, 3, 2))
+    moved = base.copy()
+    moved[..., 0, :] = 1.0
+    effect = probes.Effect(perturbation, probes.moved(base, moved))
+    assert effect.ignored and effect.leaked

@@ -1,0 +1,274 @@
+"""Root causes: their order and the checks they explain, contract slips, what students see, and every output leading with them."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import xml.etree.ElementTree as ET
+from typing import Any
+
+import pytest
+from conftest import ROOT, run_cli
+from test_ci_outputs import _document
+
+from grader.core import diagnosis
+from grader.core.invoke import Outcome, Returned
+from grader.core.plugin import GradingContext
+from grader.exercises.diffattn.diagnosis import DECLARATIONS
+from grader.reports import audience, gradescope, junit, markdown, report
+from grader.reports.schema import validate
+from grader.toolkit import rootcause, slips
+from grader.toolkit.rootcause import Finding, Role
+from grader.toolkit.slips import Observed
+
+A, L = "differential_attention", "differential_lambda"
+VALUES = frozenset({"values", "gradients"})
+
+
+def _record(check_id: str, status: str = "failed", message: str = "failed", visibility: str = "public") -> dict[str, Any]:
+    return {"id": check_id, "status": status, "message": message, "visibility": visibility, "hint": None}
+
+
+ROLES = {
+    "returns_tensor": Role((A,), "type"),
+    "keeps_dtype": Role((A,), "dtype"),
+    "not_modified": Role((A, L), "mutation"),
+    "values": Role((A,), "values"),
+    "value_gradient": Role((A,), "gradients", {A: ("value",)}),
+    "branch_gradients": Role((A,), "gradients", {A: ("q1", "k1")}),
+    "lambda_values": Role((L,), "values"),
+}
+MASK = Finding(A, "mask", "forward", "Queries see future keys", "The map has no mask.", "mask the future", aspect="values",
+               explains=VALUES, note="the forward is already wrong")  # fmt: skip
+SHAPE = Finding(A, "shape", "contract", "Wrong shape", "It returned [2].", "return [4]", aspect="type", blocks=True, note="wrong shape")
+DETACHED = Finding(A, "graph", "gradients", "No gradient reaches value", "…", "keep the graph", aspect="gradients",
+                   explains=frozenset({"gradients"}), inputs=("value",))  # fmt: skip
+
+
+def test_causes_are_ordered_load_contract_forward_gradients() -> None:
+    """Whatever order they were found in, the file's failure comes first, then the contract, the forward, the gradients."""
+    load = Finding(None, "load", "load", "The file does not load", "SyntaxError", "fix it")
+    found = rootcause.assemble([_record(i) for i in ROLES], ROLES, [DETACHED, MASK, SHAPE, load])
+    assert [c.stage for c in found.causes] == ["load"]  # the file's failure explains every check: the others explain nothing
+    found = rootcause.assemble([_record(i) for i in ROLES], ROLES, [DETACHED, MASK, SHAPE])
+    assert [c.component for c in found.causes] == ["shape"]
+    found = rootcause.assemble([_record(i) for i in ("values", "value_gradient", "branch_gradients")], ROLES, [DETACHED, MASK])
+    assert [c.component for c in found.causes] == ["mask", "graph"]
+
+
+def test_a_check_goes_to_the_cause_of_its_own_property_and_consequences_say_so() -> None:
+    """A gradient check with a named detached input goes to that cause; the others follow the wrong forward, with a note."""
+    records = [_record("values", message="Mismatched"), _record("value_gradient"), _record("branch_gradients", message="numbers")]
+    found = rootcause.assemble(records, ROLES, [MASK, DETACHED])
+    assert dict(zip([c.component for c in found.causes], found.checks)) == {"mask": ("values", "branch_gradients"), "graph": ("value_gradient",)}
+    assert set(found.notes) == {"branch_gradients"}
+    assert found.notes["branch_gradients"].startswith("Not judged: the forward is already wrong") and "“Queries see future keys”" in found.notes["branch_gradients"]
+
+
+def test_a_blocking_contract_cause_explains_every_check_of_its_function() -> None:
+    """A wrong shape explains the function's checks of every kind; the one that tests the shape keeps its message."""
+    records = [_record(i) for i in ("returns_tensor", "keeps_dtype", "not_modified", "values", "lambda_values")]
+    found = rootcause.assemble(records, ROLES, [SHAPE])
+    assert found.checks == (("returns_tensor", "keeps_dtype", "not_modified", "values"),)
+    assert found.unexplained == ("lambda_values",) and set(found.notes) == {"keeps_dtype", "not_modified", "values"}
+
+
+def test_an_exception_explains_the_checks_whose_messages_carry_it() -> None:
+    """A signature found in a failed check's message (in any case) explains it whatever the check judges."""
+    raised = Finding(A, "strided", "contract", "view on strided inputs", "…", "reshape", aspect="strided", signature="view size is not compatible")
+    records = [_record("not_modified", message="could not be checked: RuntimeError: View size is not compatible with ..."), _record("values")]
+    found = rootcause.assemble(records, ROLES, [raised])
+    assert found.checks == (("not_modified",),) and found.unexplained == ("values",) and not found.notes
+
+
+def test_hidden_causes_put_no_note_on_checks_and_unexplaining_causes_are_dropped() -> None:
+    """A cause students may not see names no check in its place; a cause that explains no failed check is no root cause."""
+    hidden = Finding(A, "stability", "forward", "Overflow", "…", "…", aspect="values", explains=VALUES, note="wrong", public=False)
+    found = rootcause.assemble([_record("values"), _record("branch_gradients")], ROLES, [hidden, DETACHED])
+    assert [c.title for c in found.causes] == ["Overflow"] and not found.notes
+
+
+def test_named_misconceptions_are_kept_only_where_the_probes_agree() -> None:
+    """Same function and component: merged; another component at the same stage: dropped; nothing found there: kept."""
+    agreeing = Finding(A, "mask", "forward", "no mask", "It matches a known mistake: no mask.", "…")
+    contradicting = Finding(A, "scale", "forward", "1/D", "It matches a known mistake: 1/D.", "…")
+    elsewhere = Finding(L, "lambda", "forward", "no exp", "It matches a known mistake: no exp.", "…")
+    found = rootcause.with_hints([MASK], [agreeing, contradicting, elsewhere])
+    assert [f.title for f in found] == ["Queries see future keys", "no exp"]
+    assert found[0].evidence == "The map has no mask. It matches a known mistake: no mask."
+
+
+def test_root_causes_json_validates() -> None:
+    """The report's diagnosis section: every key, a component of the vocabulary, a visibility."""
+    found = rootcause.assemble([_record("values")], ROLES, [MASK])
+    document = _document()
+    document["diagnosis"] = {**diagnosis.empty(), "root_causes": rootcause.to_json(found)}
+    assert validate(document) == []
+    document["diagnosis"]["root_causes"][0]["component"] = "state"
+    assert validate(document) and pytest.raises(ValueError, Finding, A, "state", "forward", "t", "e", "a")
+
+
+# ---- contract slips -----------------------------------------------------------------------------
+
+SOURCE = '''def differential_lambda(q1, k1, q2, k2, lambda_init=0.2):
+    x = torch.exp(torch.dot(q1, k1)).item()
+    return x
+
+
+def differential_attention(q1, k1, q2, k2, value, coefficient, causal=True):
+    q1 /= 2  # halves the queries
+    return value
+'''
+
+
+def _call(result: Returned, function: str = A, changed: tuple[int, ...] = (), **attributes: str) -> Observed:
+    shape, names = ((1, 1, 2, 4), ("q1", "k1", "q2", "k2", "value")) if function == A else ((), ("q1", "k1", "q2", "k2"))
+    outcome = Outcome(functions=[function], results=[result], changed_inputs=list(changed))
+    return Observed(function, outcome, 0, shape, "float32", {"the memory layout": "contiguous", **attributes}, names, False)
+
+
+def _tensor(shape: tuple[int, ...] = (1, 1, 2, 4), dtype: str = "float32") -> Returned:
+    return Returned(type_name="torch.Tensor", is_tensor=True, exact_tensor=True, shape=shape, dtype=dtype, requires_grad=True, has_grad_fn=True)
+
+
+def _raised(message: str, kind: str = "RuntimeError", line: int = 7) -> Returned:
+    trace = f'  File "sub.py", line {line}, in differential_attention\n    flat = q1.view(-1)\n'
+    return Returned(raised={"type": kind, "message": message, "traceback": trace})
+
+
+def test_a_python_number_is_named_with_the_line_that_makes_it() -> None:
+    """.item(), float() and math.exp on the way give a number: a blocking type slip quoting the student's line."""
+    (found,) = slips.findings([_call(Returned(type_name="builtins.float", repr="0.53"), L)], SOURCE, DECLARATIONS)
+    assert (found.function, found.component, found.blocks) == (L, "type", True)
+    assert "(line 2: `x = torch.exp(torch.dot(q1, k1)).item()`)" in found.evidence
+
+
+def test_a_wrong_shape_is_named_by_the_exercise() -> None:
+    """Half of value's width: the exercise names the component (value); a λ of the vectors' shape is element by element."""
+    (half,) = slips.findings([_call(_tensor((1, 1, 2, 2)))], None, DECLARATIONS)
+    assert (half.component, half.blocks) == ("value", True)
+    (elementwise,) = slips.findings([_call(_tensor((3,)), L)], None, DECLARATIONS)
+    assert elementwise.component == "lambda"
+
+
+def test_an_exception_is_classified_by_torchs_wording_or_by_the_calls_it_alone_hits() -> None:
+    """`.view` on a strided input (with the student's line), an error only for one kind of coefficient, a NameError everywhere."""
+    view = "view size is not compatible with input tensor's size and stride"
+    calls = [_call(_raised(view), **{"the memory layout": "non-contiguous"}), _call(_tensor())]
+    (found,) = slips.findings(calls, SOURCE, DECLARATIONS)
+    assert (found.component, found.blocks, found.signature) == ("strided", False, "view size is not compatible")
+    assert "at line 7 (in differential_attention): `flat = q1.view(-1)`" in found.evidence
+    calls = [_call(_raised("'float' object has no attribute 'item'", "AttributeError"), **{"the coefficient": "Python float"}),
+             _call(_tensor(), **{"the coefficient": "0-dim tensor"})]  # fmt: skip
+    assert [f.component for f in slips.findings(calls, None, DECLARATIONS)] == ["coefficient"]
+    (typo,) = slips.findings([_call(_raised("name '_mapp' is not defined", "NameError"))], None, DECLARATIONS)
+    assert (typo.component, typo.blocks) == ("load", True)
+
+
+def test_a_modified_input_is_named_with_the_in_place_line() -> None:
+    """An input whose values or version changed: the mutation slip names it and the line that writes into it."""
+    (found,) = slips.findings([_call(_tensor(), changed=(0,)), _call(_tensor())], SOURCE, DECLARATIONS)
+    assert found.component == "mutation" and "q1" in found.evidence and "(line 7: `q1 /= 2`)" in found.evidence
+
+
+def test_an_output_without_history_is_a_slip_only_when_every_graded_call_has_none() -> None:
+    """A wholly detached output is a contract slip; a path cut for some inputs only is left to the gradient probes."""
+    detached = Returned(type_name="torch.Tensor", is_tensor=True, exact_tensor=True, shape=(1, 1, 2, 4), dtype="float32")
+    graded = [Observed(A, Outcome(functions=[A], results=[r]), 0, (1, 1, 2, 4), "float32", {}, ("q1",), True) for r in (detached, detached)]
+    assert [f.component for f in slips.findings(graded, None, DECLARATIONS)] == ["graph"]
+    graded[1] = Observed(A, Outcome(functions=[A], results=[_tensor()]), 0, (1, 1, 2, 4), "float32", {}, ("q1",), True)
+    assert slips.findings(graded, None, DECLARATIONS) == []
+
+
+def test_the_file_does_not_load_names_the_function_of_its_line() -> None:
+    """A syntax error's line, or the function that uses a missing module, is where the load failure is."""
+    context = GradingContext(1, None, {}, "SyntaxError at line 7, column 5: invalid syntax", source=SOURCE)
+    (found,) = diagnosis.file_findings(context)
+    assert (found.function, found.component, found.stage) == (A, "load", "load")
+    context = GradingContext(1, None, {}, "importing the submission raised ModuleNotFoundError: No module named 'torch'", source=SOURCE)
+    assert diagnosis.file_findings(context)[0].function == L
+    missing = GradingContext(1, None, {L: {"kind": "missing"}, A: {"kind": "callable"}})
+    assert [(f.function, f.title) for f in diagnosis.file_findings(missing)] == [(L, f"{L} is not defined")]
+
+
+# ---- what students see, and every output ------------------------------------------------------------
+
+CAUSES = [
+    {"function": A, "component": "mask", "title": "Queries see future keys: the causal mask is missing (both branches)",
+     "evidence": "The map read out of your output (both branches) has no mask, so every query attends to the tokens after it as well.",
+     "advice": "add −∞ to the logits where key j > query i, before the softmax", "checks": ["keeps_dtype", "row_sums"], "visibility": "public"},
+    {"function": A, "component": "stability", "title": "Overflow", "evidence": "found on hidden inputs", "advice": "subtract the maximum",
+     "checks": ["lambda_values"], "visibility": "hidden"},
+]  # fmt: skip
+
+
+@pytest.fixture
+def diagnosed() -> dict[str, Any]:
+    """A whole (instructor) report with two root causes, one of them found through a hidden check."""
+    document = _document()
+    document["audience"] = "instructor"
+    document["diagnosis"] = {**diagnosis.empty(), "root_causes": copy.deepcopy(CAUSES), "unexplained": ["graph_attached"]}
+    assert validate(document) == []
+    return document
+
+
+def test_students_see_every_cause_but_those_found_through_hidden_inputs(diagnosed: dict[str, Any]) -> None:
+    """The hidden one is left out and its checks are listed as unexplained; the instructor sees both."""
+    student = audience.for_audience(diagnosed, "student")["diagnosis"]
+    assert [c["title"] for c in student["root_causes"]] == [CAUSES[0]["title"]]
+    assert student["unexplained"] == ["graph_attached", "lambda_values"]
+    assert len(audience.for_audience(diagnosed, "instructor")["diagnosis"]["root_causes"]) == 2
+
+
+def test_the_terminal_opens_with_the_causes_wrapped_at_word_boundaries(diagnosed: dict[str, Any]) -> None:
+    """The causes come before the first tier, every line fits 80 columns, and no word is cut."""
+    text = report.render_text(diagnosed, [])
+    assert text.index("ROOT CAUSES") < text.index("T1 Contract")
+    assert all(len(line) <= 80 for line in text.splitlines())
+    words = " ".join(line.strip() for line in text[text.index(" 1. ") : text.index("Fix:")].splitlines())
+    assert CAUSES[0]["evidence"] in words and "keeps_dtype [root cause 1]" in text
+
+
+def test_the_html_report_opens_with_the_causes_and_links_them_to_their_checks(diagnosed: dict[str, Any]) -> None:
+    """The root-cause section precedes the summary; each check it explains points back at it."""
+    page = report.render_html(diagnosed)
+    assert page.index('id="causes-heading"') < page.index('id="summary-heading"')
+    assert 'href="#cause-1"' in page and re.search(r'<a href="#check-1-2"><code>keeps_dtype</code></a>', page)
+
+
+def test_the_ci_summaries_open_with_the_causes(diagnosed: dict[str, Any]) -> None:
+    """Gradescope's text and each explained test, JUnit's first suite and failure text, the Markdown after its title."""
+    results = gradescope.results(diagnosed)
+    assert results["output"].splitlines()[2] == "Root causes, to fix in this order:"
+    explained = next(t for t in results["tests"] if t["tags"][-1] == "keeps_dtype")
+    assert explained["output"].startswith(f"Root cause 1: {CAUSES[0]['title']}")
+    root = ET.fromstring(junit.to_xml(diagnosed).split("\n", 1)[1])
+    assert root[0].get("name") == "Root causes" and root[0].find("system-out").text.startswith("1. Queries see future keys")
+    assert root.get("tests") == str(sum(len(t["checks"]) for t in diagnosed["tiers"]))
+    summary = markdown.summary(diagnosed)
+    assert summary.index("### Root causes") < summary.index("| Tier |") and "1. **Queries see future keys" in summary
+
+
+def test_without_causes_every_output_is_as_before() -> None:
+    """A report whose diagnosis is empty gets no root-cause block anywhere."""
+    document = _document()
+    assert "ROOT CAUSES" not in report.render_text(document, []) and "causes-heading" not in report.render_html(document)
+    assert "Root causes" not in gradescope.to_text(document) + junit.to_xml(document) + markdown.summary(document)
+
+
+def test_a_graded_mutant_leads_every_output_with_its_root_cause(tmp_path: Any) -> None:
+    """End to end, with student reports: a half-width output is one root cause (value) for every failed check."""
+    source = (ROOT / "tests" / "corpus" / "correct" / "row_loop.py").read_text()
+    path = tmp_path / "half.py"
+    path.write_text(source.replace("* value[:, :, :visible]).sum(dim=2)", "* value[:, :, :visible, :width]).sum(dim=2)"))
+    outputs = {name: tmp_path / name for name in ("results.json", "junit.xml", "summary.md")}
+    run = run_cli([str(path), "--seed", "4", "--no-preview", "--tiers", "T1,T2", "--audience", "student", "--gradescope", str(outputs["results.json"]),
+                   "--junit", str(outputs["junit.xml"]), "--markdown", str(outputs["summary.md"])], tmp_path)  # fmt: skip
+    causes = run.report["diagnosis"]["root_causes"]
+    failed = [c["id"] for t in run.report["tiers"] for c in t["checks"] if c["status"] == "failed"]
+    assert [(c["function"], c["component"]) for c in causes] == [(A, "value")] and causes[0]["checks"] == failed
+    assert run.stdout.index("ROOT CAUSES") < run.stdout.index("T1 Contract") and run.html.index("causes-heading") < run.html.index("summary-heading")
+    assert "Root causes" in json.loads(outputs["results.json"].read_text())["output"]
+    assert "Root causes" in outputs["junit.xml"].read_text() and "### Root causes" in outputs["summary.md"].read_text()
+    assert run.check("inputs_not_modified")["message"].startswith("Not judged: differential_attention returned tensors of the wrong shape")
