@@ -17,7 +17,7 @@ from conftest import ROOT
 from corpus.probes import REPLACED, VARIANTS, place, source
 
 from grader.exercises.diffattn import attention_probes, lambda_probes
-from grader.exercises.diffattn.probes import Found
+from grader.exercises.diffattn.probes import Found, gradient_finding
 from grader.toolkit import attention_maps, domain, probes
 from grader.toolkit.attention_maps import MapModel
 from grader.toolkit.rootcause import STAGES, Finding
@@ -50,7 +50,8 @@ def findings(forks: ForkServer, text: str) -> list[Finding]:
 @pytest.mark.parametrize("name", sorted(VARIANTS) + sorted(REPLACED))
 def test_the_first_finding_localises_the_bug(forks: ForkServer, name: str) -> None:
     """Sign, branches, mask (filled with 0, on one branch, hiding the diagonal, ...), softmax axis, transposition,
-    scales, λ's structure, randomness, stability, precision, detached paths, a custom backward wrong for one input."""
+    scales, λ's structure, randomness, stability, precision, detached paths
+    (a whole input, or a piece such as the softmax's normaliser), a custom backward wrong for one input."""
     found = findings(forks, source(name))
     assert found, f"{name}: no finding"
     assert (found[0].function, found[0].component) == place(name), [(f.component, f.title) for f in found]
@@ -78,6 +79,27 @@ def test_a_detached_branch_names_its_inputs(forks: ForkServer) -> None:
     """No gradient reaches the second branch's queries and keys: the finding names them, and only them."""
     found = [f for f in findings(forks, source("second_branch_detached")) if f.component == "graph"]
     assert found[0].inputs == ("q2", "k2")
+
+
+def _judged(statuses: dict[str, str], source: str) -> Finding:
+    """The one finding a gradient comparison with these per-input statuses gives for ``source``."""
+    found = Found()
+    result = probes.Consistency(tuple(probes.Agreement(name, status, 1.0, 0.5) for name, status in statuses.items()))
+    assert gradient_finding(found, "f", "", result, source)
+    (finding,) = found.findings
+    return finding
+
+
+def test_a_gradient_at_odds_with_its_forward_is_blamed_on_what_computed_it() -> None:
+    """A hand-written backward is at fault when there is one; without one, a piece cut out of the graph; a NaN
+    gradient beside finite differences of a finite forward is a stability fault of the backward's inputs."""
+    statuses = {"x": "differs", "y": "agrees"}
+    custom = _judged(statuses, "class F(torch.autograd.Function):\n    def backward(ctx, g): ...")
+    assert (custom.component, custom.inputs) == ("backward", ("x",)) and "y agree" in custom.evidence
+    autograd = _judged(statuses, "def f(x, y):\n    return x / x.sum().detach()")
+    assert (autograd.component, autograd.inputs) == ("graph", ("x",)) and ".detach()" in autograd.advice
+    assert _judged({"x": "not_finite"}, "def f(x):\n    return torch.where(x > 0, x, torch.exp(x * 1e3))").component == "stability"
+    assert _judged({"x": "not_finite"}, "def backward(ctx, g): ...").component == "backward"
 
 
 # ---- the toolkit on its own ------------------------------------------------------------------

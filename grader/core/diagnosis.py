@@ -23,6 +23,7 @@ from grader.toolkit import rootcause, slips
 from grader.toolkit.rootcause import Evidence, Finding
 
 LOAD_ADVICE = "fix this first: no check can call a function from a file that does not import"
+_ASSIGNED = re.compile(r"^(\w+)\s*(?::[^=]*)?=(?!=)")
 _NAMED = re.compile(r"No module named '([\w.]+)'|name '(\w+)' is not defined|cannot import name '(\w+)'")
 
 
@@ -40,15 +41,22 @@ def empty() -> dict[str, Any]:
 
 
 def _load_function(load_failure: str, source: str | None) -> str | None:
-    """The function whose code the load error is in (by line, else the one using the missing name), or None."""
+    """The function whose code the load error is in: by line, else the one using the name the error is about.
+
+    That name is the one the message says is missing, or one the failing
+    line defines at the top level (a module constant that cannot be computed
+    is the fault of the function that needs it).
+    """
     lines = [int(n) for n in re.findall(r"line (\d+)", load_failure)]
     found = slips.function_of_line(source, lines[-1]) if lines else None
-    named = _NAMED.search(load_failure)
-    if found is not None or named is None or not source:
+    if found is not None or not source:
         return found
-    name = next(g for g in named.groups() if g).split(".")[0]
+    named = _NAMED.search(load_failure)
+    failing = source.splitlines()[lines[-1] - 1] if lines and lines[-1] <= len(source.splitlines()) else ""
+    names = [next(g for g in named.groups() if g).split(".")[0]] if named else _ASSIGNED.findall(failing)
     definitions = re.findall(r"^(?:async\s+)?def\s+(\w+)", source, flags=re.M)
-    using = [f for f in definitions if any(re.search(rf"\b{re.escape(name)}\b", text) for _, text in slips.function_lines(source, f)[1:])]
+    using = [f for f in definitions
+             if any(re.search(rf"\b{re.escape(name)}\b", text) for name in names for _, text in slips.function_lines(source, f)[1:])]  # fmt: skip
     return using[0] if using else None
 
 

@@ -194,7 +194,7 @@ def gradient_finding(found: Found, function: str, condition: str, result: Consis
         found.add(function, "backward", "gradients", "The backward pass fails",
                   f"Differentiating your output raised {result.problem}{condition}.", "make the backward pass return one gradient per input, of its shape")  # fmt: skip
         return True
-    missing, differs = result.named("missing"), result.named("differs") + result.named("not_finite")
+    missing, differs, infinite = result.named("missing"), result.named("differs"), result.named("not_finite")
     agree = result.named("agrees")
     rest = f"; {', '.join(agree)} agree" if agree else ""
     if missing:
@@ -205,11 +205,27 @@ def gradient_finding(found: Found, function: str, condition: str, result: Consis
                   "keep the path from every input to the output in torch: no .detach(), .item(), float(), torch.no_grad() or torch.tensor(...)",
                   inputs=tuple(missing), signature=NO_GRAPH)  # fmt: skip
         return True
+    custom = _uses_custom_backward(source)
+    if infinite and not custom:
+        found.add(function, "stability", "gradients", f"The gradient for {', '.join(infinite)} is not finite",
+                  f"Your gradient for {', '.join(infinite)} holds NaN or infinity where finite differences of your own forward are finite{condition}{rest}.",
+                  "a masked or discarded branch still enters the backward pass (torch.where keeps the gradient of both sides, so an exp "
+                  "or division that overflows on the discarded side gives NaN): make every branch finite before selecting",
+                  inputs=tuple(infinite))  # fmt: skip
+        return True
+    differs += infinite
     if differs:
-        found.add(function, "backward", "gradients", f"The gradient for {', '.join(differs)} is wrong",
-                  f"Your gradient for {', '.join(differs)} disagrees with finite differences of your own forward{condition}{rest}.",
-                  "fix the backward pass for those inputs (a hand-written backward, or a detach that cuts part of the graph)",
-                  inputs=tuple(differs))  # fmt: skip
+        # without a hand-written backward, autograd differentiates the forward it ran: a gradient can only
+        # disagree with that forward where part of the computation was hidden from it
+        evidence = f"Your gradient for {', '.join(differs)} disagrees with finite differences of your own forward{condition}{rest}."
+        if custom:
+            found.add(function, "backward", "gradients", f"The gradient for {', '.join(differs)} is wrong", evidence,
+                      "fix the backward pass for those inputs", inputs=tuple(differs))  # fmt: skip
+        else:
+            found.add(function, "graph", "gradients", f"Part of the computation of {', '.join(differs)}'s gradient is hidden from autograd",
+                      f"{evidence} Your file has no hand-written backward, so autograd differentiated a forward with a piece cut out of its graph.",
+                      "look for .detach(), .data, torch.no_grad() or a value turned into a Python number or a new tensor in the forward, "
+                      "and keep that piece in the graph", inputs=tuple(differs))  # fmt: skip
         return True
     return False
 

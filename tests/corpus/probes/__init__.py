@@ -96,6 +96,8 @@ VARIANTS: dict[str, tuple[str, str, str, str]] = {
                        _A, "dtype"),  # fmt: skip
     "value_detached": (_OUT, _OUT.replace("@ value", "@ value.detach()"), _A, "graph"),
     "coefficient_float": ("- coefficient *", "- float(coefficient) *", _A, "graph"),
+    "normaliser_detached": ("return torch.softmax(s, dim=-1)",
+                            "e = torch.exp(s - s.amax(-1, keepdim=True))\n    return e / e.sum(-1, keepdim=True).detach()", _A, "graph"),
     "second_branch_detached": (_OUT, "(_map(q1, k1, causal) - coefficient * _map(q2.detach(), k2.detach(), causal)) @ value", _A, "graph"),
     "lambda_no_exp": (_LAMBDA, "torch.dot(q1, k1) - torch.dot(q2, k2) + lambda_init", _L, "lambda"),
     "lambda_no_init": (_LAMBDA, "torch.exp(torch.dot(q1, k1)) - torch.exp(torch.dot(q2, k2))", _L, "lambda"),
