@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-CORPUS = ROOT / "tests" / "corpus" / "diagnosis"
+CORPORA = ROOT / "tests" / "corpus"
 LAMBDA, ATTENTION = "differential_lambda", "differential_attention"
 # Old hint id -> (function, the label components it stands for); None: the function of the check it is on.
 HINT_PLACES: dict[str, tuple[str | None, set[str]]] = {
@@ -72,12 +72,12 @@ HINT_PLACES: dict[str, tuple[str | None, set[str]]] = {
 }
 
 
-def grade_corpus(seed: int, grader_root: Path, out: Path) -> dict[str, dict[str, Any]]:
+def grade_corpus(corpus: Path, seed: int, grader_root: Path, out: Path) -> dict[str, dict[str, Any]]:
     """Grade every corpus file in one batch; return each one's instructor report by its label key."""
     folder = out / "class"
     folder.mkdir()
     for kind in ("wrong", "correct"):
-        for path in sorted((CORPUS / kind).glob("*.py")):
+        for path in sorted((corpus / kind).glob("*.py")):
             (folder / f"{kind}__{path.stem}.py").write_text(path.read_text())
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(grader_root), os.environ.get("PYTHONPATH")]))}
     command = [sys.executable, "-m", "grader", "batch", str(folder), "--out", str(out / "reports"), "--seed", str(seed),
@@ -121,10 +121,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seed", type=int, default=20261201)
     parser.add_argument("--grader-root", type=Path, default=ROOT, help="the checkout whose diffgrade grades")
+    parser.add_argument("--corpus", choices=("diagnosis", "diagnosis_unseen"), default="diagnosis",
+                        help="the folder of tests/corpus to grade (diagnosis_unseen was written after the diagnosis was)")
     args = parser.parse_args()
-    labels = json.loads((CORPUS / "labels.json").read_text())
+    corpus = CORPORA / args.corpus
+    labels = json.loads((corpus / "labels.json").read_text())
     with tempfile.TemporaryDirectory() as folder:
-        reports = grade_corpus(args.seed, args.grader_root.resolve(), Path(folder))
+        reports = grade_corpus(corpus, args.seed, args.grader_root.resolve(), Path(folder))
     wrong = sorted(k for k, v in labels.items() if not v["correct"])
     localised, named, mistaken, silent = [], [], [], []
     print(f"{'submission':<40} {'label':<34} first root cause")
@@ -147,7 +150,7 @@ def main() -> None:
     correct = sorted(k for k, v in labels.items() if v["correct"])
     hinted = [k for k in correct if first_cause(reports[k]) is not None]
     n = len(wrong)
-    print(f"\nseed {args.seed}, grader {args.grader_root}: {n} wrong, {len(correct)} correct")
+    print(f"\ncorpus {args.corpus}, seed {args.seed}, grader {args.grader_root}: {n} wrong, {len(correct)} correct")
     print(f"first root cause localises the bug: {len(localised)}/{n} ({100 * len(localised) / n:.0f}%)")
     print(f"first root cause names the bug:     {len(named)}/{n} ({100 * len(named) / n:.0f}%)")
     print(f"first root cause is wrong:          {len(mistaken)}/{n}" + (f" ({', '.join(mistaken)})" if mistaken else ""))

@@ -31,6 +31,8 @@ def hang():
         pass
 def leave():
     raise SystemExit(0)
+def hoard():
+    raise MemoryError("no room")
 """
 
 
@@ -106,7 +108,19 @@ def test_a_function_that_keeps_crashing_is_not_called_again(forks: ForkServer) -
         assert _lambda_call(worker) == pytest.approx(0.2, abs=1e-15)
     finally:
         worker.close()
-    assert messages[2] == "not run: crash already crashed or hung the worker 2 times"
+    assert messages[2] == "not run: crash already crashed, hung or raised MemoryError in the worker 2 times"
+
+
+def test_a_function_that_keeps_running_out_of_memory_is_not_called_again(forks: ForkServer) -> None:
+    """A MemoryError (the worker's memory limit reached) counts as a crash does: after two, the function fails at once."""
+    worker = Worker(MISBEHAVING, "misbehaving.py", FUNCTIONS, WorkerLimits(call_timeout_s=3), forks)
+    try:
+        outcomes = [invoke(worker, Request((Call("hoard"),))) for _ in range(3)]
+        assert _lambda_call(worker) == pytest.approx(0.2, abs=1e-15)
+    finally:
+        worker.close()
+    assert [o.failure is None and (o.results[0].raised or {}).get("type") for o in outcomes[:2]] == ["MemoryError", "MemoryError"]
+    assert outcomes[2].failure == "not run: hoard already crashed, hung or raised MemoryError in the worker 2 times"
 
 
 def test_restart_cap_stops_endless_crashes(forks: ForkServer) -> None:

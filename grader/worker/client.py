@@ -72,6 +72,14 @@ class WorkerLimits:
 Reply = tuple[dict[str, Any], list[np.ndarray]]
 
 
+def _out_of_memory(header: dict[str, Any], reply: Reply) -> list[str]:
+    """The functions whose calls in ``reply`` raised MemoryError: they reached the worker's memory limit, which
+    costs every later call as much again, so they count as failures as crashes and hangs do."""
+    made = header.get("calls", [])
+    return sorted({str(call.get("fn")) for call, done in zip(made, reply[0].get("calls", []))
+                   if isinstance(done, dict) and (done.get("error") or {}).get("type") == "MemoryError"})  # fmt: skip
+
+
 class ReplyRefused(Exception):
     """A reply whose arrays are larger than its request can need: refused unread, the worker still in step."""
 
@@ -226,7 +234,7 @@ class Worker:
     ) -> Reply:
         """Send one request and return the reply, restarting a dead worker first.
 
-        Functions that already crashed or hung the worker
+        Functions that already crashed or hung the worker, or raised MemoryError,
         ``max_failures_per_function`` times are not called again, so one broken
         function cannot use up the restarts that the others need. A
         ``diagnostic`` request (extra calls that only explain a failure) gets
@@ -240,10 +248,12 @@ class Worker:
         timeout = min(self.limits.call_timeout_s * (1 if diagnostic else count), self._remaining())  # per call, also in a batch
         try:
             self._send({"op": "run", **header}, arrays, timeout, what)
-            return self._receive(timeout, what, limit)
+            reply = self._receive(timeout, what, limit)
         except WorkerFailure:
             self._count_failure(functions if not diagnostic else [])
             raise
+        self._count_failure(_out_of_memory(header, reply) if not diagnostic else [])
+        return reply
 
     def run_each(
         self, requests: list[tuple[dict[str, Any], list[np.ndarray]]], limits: list[protocol.Limit | None] | None = None
@@ -287,7 +297,9 @@ class Worker:
                     answers.append(self._used_up())
                     break
                 try:
-                    answers.append(self._receive(min(self.limits.call_timeout_s * count, remaining), what, limit))
+                    reply = self._receive(min(self.limits.call_timeout_s * count, remaining), what, limit)
+                    self._count_failure(_out_of_memory(header, reply))
+                    answers.append(reply)
                 except ReplyRefused as exc:
                     answers.append(exc)
         except WorkerFailure as exc:
@@ -296,7 +308,7 @@ class Worker:
         return answers
 
     def _count_failure(self, functions: list[str]) -> None:
-        """One more crash or hang of each of ``functions`` (see ``max_failures_per_function``)."""
+        """One more crash, hang or MemoryError of each of ``functions`` (see ``max_failures_per_function``)."""
         for name in functions:
             self._failures[name] = self._failures.get(name, 0) + 1
 
@@ -310,14 +322,14 @@ class Worker:
     def _ready_for(self, header: dict[str, Any]) -> list[str]:
         """Check that ``header``'s request may run, restart and reload the worker if needed; return its functions.
 
-        Functions that already crashed or hung the worker
+        Functions that already crashed or hung the worker, or raised MemoryError,
         ``max_failures_per_function`` times are not called again, and nothing
         runs once the time budget is used up (a WorkerFailure says which).
         """
         functions = self._functions_of(header)
         for name in functions:
             if self._failures.get(name, 0) >= self.limits.max_failures_per_function:
-                raise WorkerFailure(f"not run: {name} already crashed or hung the worker {self._failures[name]} times")
+                raise WorkerFailure(f"not run: {name} already crashed, hung or raised MemoryError in the worker {self._failures[name]} times")
         if self._remaining() <= 0:
             raise self._used_up()
         if self._process is None or self._process.poll() is not None:
