@@ -182,7 +182,8 @@ def test_an_output_without_history_is_a_slip_only_when_every_graded_call_has_non
 
 
 def test_the_file_does_not_load_names_the_function_of_its_line() -> None:
-    """A syntax error's line, the function that uses a missing module, or the one that uses a module constant that fails, is where the load failure is."""
+    """A syntax error's line, the innermost required function of the traceback (a smoke test left at the top level),
+    the function that uses a missing module, or the one that uses a module constant that fails, is where the load failure is."""
     context = GradingContext(1, None, {}, "SyntaxError at line 7, column 5: invalid syntax", source=SOURCE)
     (found,) = diagnosis.file_findings(context)
     assert (found.function, found.component, found.stage) == (A, "load", "load")
@@ -192,6 +193,8 @@ def test_the_file_does_not_load_names_the_function_of_its_line() -> None:
                "def differential_attention(q1, k1, q2, k2, value, coefficient):\n    return value + NEG\n"
     failure = 'File "submission.py", line 3, in <module>\nAttributeError: \'torch.finfo\' object has no attribute \'minimum\''
     assert diagnosis.file_findings(GradingContext(1, None, {}, failure, source=constant))[0].function == A
+    smoke_test = 'raised ValueError: bad\n  File "s.py", line 9, in <module>\n  File "s.py", line 5, in differential_attention\n  File "s.py", line 2, in check_inputs'
+    assert diagnosis.file_findings(GradingContext(1, None, {}, smoke_test, source=SOURCE), (L, A))[0].function == A
     missing = GradingContext(1, None, {L: {"kind": "missing"}, A: {"kind": "callable"}})
     assert [(f.function, f.title) for f in diagnosis.file_findings(missing)] == [(L, f"{L} is not defined")]
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 from grader.core.exercise import Exercise
 from grader.core.plugin import GradingContext
@@ -40,31 +40,36 @@ def empty() -> dict[str, Any]:
     return {"root_causes": [], "unexplained": [], "probes": [], "maps": [], "duration_s": 0.0}
 
 
-def _load_function(load_failure: str, source: str | None) -> str | None:
-    """The function whose code the load error is in: by line, else the one using the name the error is about.
+def _load_function(load_failure: str, source: str | None, required: Sequence[str]) -> str | None:
+    """The required function whose code the load error is in, or None (the whole file).
 
-    That name is the one the message says is missing, or one the failing
-    line defines at the top level (a module constant that cannot be computed
-    is the fault of the function that needs it).
+    The traceback's innermost frame in one of ``required`` (every function
+    of the file when that is empty) wins: a module-level smoke test that
+    calls it, or its own syntax error; else the function that uses the name
+    the error is about, the one the message says is missing or one the
+    failing line defines at the top level (a module constant that cannot be
+    computed is the fault of the function that needs it).
     """
+    definitions = re.findall(r"^(?:async\s+)?def\s+(\w+)", source or "", flags=re.M)
+    wanted = set(required) or set(definitions)
+    frames = [name for name in re.findall(r"line \d+, in (\S+)", load_failure) if name in wanted]
     lines = [int(n) for n in re.findall(r"line (\d+)", load_failure)]
-    found = slips.function_of_line(source, lines[-1]) if lines else None
-    if found is not None or not source:
-        return found
+    by_line = slips.function_of_line(source, lines[-1]) if lines else None
+    if frames or by_line in wanted or not source:
+        return frames[-1] if frames else by_line if by_line in wanted else None
     named = _NAMED.search(load_failure)
     failing = source.splitlines()[lines[-1] - 1] if lines and lines[-1] <= len(source.splitlines()) else ""
     names = [next(g for g in named.groups() if g).split(".")[0]] if named else _ASSIGNED.findall(failing)
-    definitions = re.findall(r"^(?:async\s+)?def\s+(\w+)", source, flags=re.M)
-    using = [f for f in definitions
-             if any(re.search(rf"\b{re.escape(name)}\b", text) for name in names for _, text in slips.function_lines(source, f)[1:])]  # fmt: skip
+    using = [f for f in definitions if f in wanted
+             and any(re.search(rf"\b{re.escape(name)}\b", text) for name in names for _, text in slips.function_lines(source, f)[1:])]  # fmt: skip
     return using[0] if using else None
 
 
-def file_findings(context: GradingContext) -> list[Finding]:
-    """The file does not load, or a required function is missing or not callable."""
+def file_findings(context: GradingContext, required: Sequence[str] = ()) -> list[Finding]:
+    """The file does not load (in which of the ``required`` functions, when it can tell), or a required function is missing or not callable."""
     if context.load_failure is not None:
         shown = " ".join(line.strip() for line in context.load_failure.strip().splitlines()[:2])
-        function = _load_function(context.load_failure, context.source)
+        function = _load_function(context.load_failure, context.source, required)
         return [Finding(function, "load", "load", "The file does not load", f"Loading it failed: {shown}", LOAD_ADVICE)]
     found = []
     for name, described in context.functions.items():
@@ -89,7 +94,7 @@ def diagnose(exercise: Exercise, context: GradingContext, records: list[dict[str
             evidence = exercise.diagnose(context, records)
         except Exception:  # explanation only: a failure here must not cost the report its other causes
             evidence = Evidence()
-    findings = file_findings(context) + rootcause.with_hints(evidence.findings, evidence.hints)
+    findings = file_findings(context, exercise.functions) + rootcause.with_hints(evidence.findings, evidence.hints)
     found = rootcause.assemble(records, evidence.roles, findings)
     section = {
         "root_causes": rootcause.to_json(found),

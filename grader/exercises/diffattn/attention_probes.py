@@ -108,9 +108,11 @@ def _map_findings(found: Found, fits: Mapping[int, attention_maps.MapFit]) -> bo
             found.add(ATTENTION, "softmax", "forward", "The softmax normalises over the queries, not the keys",
                       f"In the map read out of your output ({where}) the columns sum to 1, not the rows.", "use softmax(..., dim=-1), over the key axis")  # fmt: skip
         elif name == "transposed":
-            found.add(ATTENTION, "softmax", "forward", "The attention map is transposed",
+            # the exact transpose of a row-softmax map (columns summing to 1) comes from how the map meets value, Pᵀ V:
+            # transposed logits or a softmax over another axis give other maps, which the model tells apart
+            found.add(ATTENTION, "value", "forward", "The map is applied to value transposed (Pᵀ V instead of P V)",
                       f"The map read out of your output ({where}) is the transpose of the right one: its columns are the rows of softmax(QKᵀ/√D + M).",
-                      "multiply the map (queries × keys) by value without transposing it, and compute Q Kᵀ, not K Qᵀ")  # fmt: skip
+                      "multiply the map (queries × keys) by value as it is, map @ value, with no transpose of the map in that product")  # fmt: skip
         elif name == "source":
             query, key = value
             own = {query, key} in ({"q1", "k1"}, {"q2", "k2"})
@@ -221,6 +223,18 @@ def _not_affine(found: Found, values: Values, read: Sequence[np.ndarray]) -> Non
               "use the coefficient exactly once, as the factor of the second map")  # fmt: skip
 
 
+def _added_coefficient(found: Found, slope: np.ndarray) -> bool:
+    """A finding when λ moves every entry of the map by the same amount, future keys included: it is added, not a factor of A2."""
+    finite = slope[np.isfinite(slope)]
+    if finite.size == 0 or float(np.ptp(finite)) > attention_maps.FITS or abs(float(finite.mean())) <= attention_maps.FITS:
+        return False
+    found.add(ATTENTION, "coefficient", "forward", "λ is added to the map instead of multiplying the second map",
+              f"Read out of your output, each change of λ by 1 moves every entry of the signed map by {float(finite.mean()):.4g}, "
+              "for every query and key alike (masked future keys too): λ enters as a constant term, not as λ·A2.",
+              "compute A1 − λ·A2: multiply the second map by λ, do not add λ to it")  # fmt: skip
+    return True
+
+
 def _heads(values: Values, h: int) -> dict[str, np.ndarray]:
     """The [T, D] queries and keys of head ``h``."""
     return {n: np.asarray(values[n][0, h]) for n in INPUT_NAMES[:4]}
@@ -278,6 +292,8 @@ def maps_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool:
     intercept, slope, residual = probes.affine_fit(COEFFICIENTS, read)
     if residual > attention_maps.FITS:
         _not_affine(found, values, read)
+        return True
+    if _added_coefficient(found, slope):
         return True
     combination = _combination(intercept, slope, true_maps)
     if _combination_finding(found, combination):
@@ -398,6 +414,17 @@ def _large(rng: np.random.Generator, kind: str) -> dict[str, np.ndarray]:
     return {n: exact(v, "float32") for n, v in values.items()}
 
 
+def _leaks_at_large_logits(worker: Worker, rng: np.random.Generator, cases: Sequence[Values]) -> bool:
+    """Whether, in one of these float32 cases, the last token's value reaches the outputs of earlier queries under causal=True."""
+    last, earlier = (..., T - 1, slice(None)), (..., slice(0, T - 1), slice(None))
+    future = Perturbation("value", last, "the last token's value", forbidden=earlier)
+    for values in cases:
+        effects = probes.dependence(worker, attention_subject(True, "float32"), values, [future], rng)
+        if effects and effects[0].leaked:
+            return True
+    return False
+
+
 def stability_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool:
     """float32 calls with logits of hundreds against the oracle; whether one fails."""
     kinds = {"all": "every logit is large", "future": "a future key's logit is far above the visible ones",
@@ -409,6 +436,14 @@ def stability_probe(worker: Worker, rng: np.random.Generator, found: Found) -> b
     if not failing:
         return False
     bad = "NaN or infinite" if any(out is not None and not np.isfinite(out).all() for out in outputs) else "wrong"
+    if bad == "wrong" and _leaks_at_large_logits(worker, rng, [values for (k, values), out in zip(cases.items(), outputs)
+                                                             if not is_right(out, truth(values, True), FLOAT32_LIKE)]):  # fmt: skip
+        found.add(ATTENTION, "mask", "forward", "Masked keys still get weight when the logits are large: the mask is a finite number",
+                  f"With float32 logits of several hundred, your output is finite but wrong when {' / '.join(failing)}, and there the last "
+                  "token's value changes the outputs of earlier queries; ordinary logits give the right output. A masked logit set to (or "
+                  "lowered by) a finite number is no longer negligible beside visible logits of hundreds.",
+                  "fill masked logits with −∞ (float('-inf')), not with a large negative number, before the softmax")  # fmt: skip
+        return True
     found.add(ATTENTION, "stability", "forward", "The softmax is not numerically stable in float32",
               f"With float32 logits of several hundred, your output is {bad} when {' / '.join(failing)}; ordinary logits give the right output.",
               "subtract each row's maximum over its visible keys, per branch, before exp (or use torch.softmax)")  # fmt: skip

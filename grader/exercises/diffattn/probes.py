@@ -189,6 +189,12 @@ def gradient_finding(found: Found, function: str, condition: str, result: Consis
                       f"Differentiating your output{condition} raised {result.problem}", "keep the path to the output in torch whatever requires grad: "
                       "no torch.no_grad() or .detach() depending on which inputs require grad", signature=NO_GRAPH)  # fmt: skip
             return True
+        if told is not None and told[3] == "has been modified by an inplace operation":  # torch says so in the backward pass only
+            found.add(function, "backward", "gradients", "An in-place operation overwrites a tensor the backward pass needs",
+                      f"Differentiating your output{condition} raised {result.problem}", "compute on new tensors (`x = x * s`, not `x *= s` or "
+                      "`x.mul_(s)`) after a tensor has been used by an operation whose gradient needs it (softmax, exp, a product)",
+                      signature=told[3])  # fmt: skip
+            return True
         if told is not None or "grad" not in result.problem.lower():
             return False  # a detached output or an in-place operation is a contract slip; a failing forward is not the backward's fault
         found.add(function, "backward", "gradients", "The backward pass fails",
