@@ -18,6 +18,7 @@ from grader.commands import options
 from grader.exercises.diffattn import suite
 from grader.exercises.diffattn.handout import HANDOUT
 from grader.toolkit.handout import DATA_FILE, RUNNER_FILE, declared_checks, inputs_seed
+from grader.toolkit.verdicts import PHRASES
 
 SEED = 7
 HIDDEN_SETS = ("attention_strided", "lambda_strided", "attention_large_logits")
@@ -143,8 +144,15 @@ def test_runner_on_the_stub_says_not_implemented(bundle: Path, tmp_path: Path) -
     total = len(json.loads((bundle / DATA_FILE).read_text())["checks"])
     assert done.returncode == 1
     assert f"0 of {total} public checks passed." in done.stdout
-    assert "differential_attention is not implemented yet (it raised NotImplementedError)" in done.stdout
+    assert "differential_attention is not implemented yet (it raised NotImplementedError: " in done.stdout
     assert "Traceback" not in done.stdout + done.stderr
+
+
+def test_the_runner_words_its_findings_as_the_grader_does(bundle: Path) -> None:
+    """The data file carries the grader's own templates (verdicts.PHRASES), which the runner formats: one wording."""
+    assert json.loads((bundle / DATA_FILE).read_text())["phrases"] == PHRASES
+    runner = (bundle / RUNNER_FILE).read_text()
+    assert "not implemented yet" not in runner and "version counter changed" not in runner and "autograd history" not in runner
 
 
 def test_runner_reports_a_missing_file_in_one_line(bundle: Path) -> None:

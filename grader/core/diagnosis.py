@@ -95,7 +95,7 @@ def diagnose(exercise: Exercise, context: GradingContext, records: list[dict[str
         except Exception:  # explanation only: a failure here must not cost the report its other causes
             evidence = Evidence()
     findings = file_findings(context, exercise.functions) + rootcause.with_hints(evidence.findings, evidence.hints)
-    found = rootcause.assemble(records, evidence.roles, findings)
+    found = rootcause.assemble(records, context.roles, findings)
     section = {
         "root_causes": rootcause.to_json(found),
         "unexplained": list(found.unexplained),

@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 import pytest
 
 from grader.core.experiment import Measured
+from grader.toolkit.rootcause import Role
 from grader.worker.client import Worker
+
+if TYPE_CHECKING:
+    from grader.toolkit.handout import Recipe
 
 MARKER = "diffgrade_check"
 
@@ -38,16 +42,26 @@ VISIBILITIES = ("public", "hidden")
 
 
 def check(
-    tier: str, points: float, title: str, visibility: str = "public"
+    tier: str, points: float, title: str, visibility: str = "public", *, judges: Role | None = None, replay: Recipe | None = None
 ) -> Callable[[Callable[..., None]], Callable[..., None]]:
-    """Mark a test function as a graded check worth ``points`` in ``tier``.
+    """Mark a test function as a graded check worth ``points`` in ``tier``: its one declaration.
 
     A ``hidden`` check shows students only its title, status and points (see
-    grader.reports.audience); a ``public`` one shows everything.
+    grader.reports.audience); a ``public`` one shows everything. ``judges``
+    says what it judges, of which functions and inputs, for the root causes
+    (docs/diagnosis.md; None: every function's values). ``replay`` says how
+    the student handout replays it (grader.toolkit.handout; None: the
+    handout leaves it out, as it leaves out every hidden check).
     """
     if visibility not in VISIBILITIES:
         raise ValueError(f"'visibility' must be one of {VISIBILITIES} (got {visibility!r})")
-    return getattr(pytest.mark, MARKER)(tier=tier, points=float(points), title=title, visibility=visibility)
+    marked = {"tier": tier, "points": float(points), "title": title, "visibility": visibility, "judges": judges, "replay": replay}
+    return getattr(pytest.mark, MARKER)(**marked)
+
+
+def declared_id(item: pytest.Item) -> str:
+    """The id of a check: its test function's name without ``test_``."""
+    return item.name.removeprefix("test_")
 
 
 @dataclass
@@ -61,6 +75,7 @@ class GradingContext:
     source: str | None = None  # the submission's source as graded, for the diagnosis to quote its lines
     experiment: Measured | None = None  # the submission's run of the exercise's experiment, set by the check that makes it
     experiment_note: str | None = None
+    roles: dict[str, Role] = field(default_factory=dict)  # what each check judges, from its declaration (set by the plugin)
     cache: dict[Any, Any] = field(default_factory=dict)
     notes: dict[str, tuple[str, float | None]] = field(default_factory=dict)
     explanations: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -95,6 +110,7 @@ class GradingPlugin:
     def __init__(self, tiers: set[str]) -> None:
         self._context: GradingContext | None = None
         self.tiers = tiers
+        self.roles: dict[str, Role] = {}
 
     @property
     def context(self) -> GradingContext:
@@ -105,6 +121,7 @@ class GradingPlugin:
 
     @context.setter
     def context(self, context: GradingContext) -> None:
+        context.roles = self.roles
         self._context = context
 
     @pytest.fixture
@@ -113,9 +130,11 @@ class GradingPlugin:
         return self.context
 
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
-        """Skip checks of unselected tiers (they stay in the report as skipped)."""
+        """Skip checks of unselected tiers (they stay in the report as skipped); keep what each check judges."""
         for item in items:
             marker = item.get_closest_marker(MARKER)
+            if marker is not None and marker.kwargs.get("judges") is not None:
+                self.roles[declared_id(item)] = marker.kwargs["judges"]
             if marker is None:
                 item.add_marker(pytest.mark.skip(reason="not a graded check"))
             elif marker.kwargs["tier"] not in self.tiers:
@@ -145,7 +164,7 @@ class GradingPlugin:
         if marker is None:
             return {}
         described: dict[str, Any] = {
-            "id": item.name.removeprefix("test_"),
+            "id": declared_id(item),
             "title": str(marker.kwargs["title"]),
             "tier": str(marker.kwargs["tier"]),
             "points": float(marker.kwargs["points"]),

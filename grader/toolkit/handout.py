@@ -11,8 +11,9 @@ sets, and so is any public check's call on a hidden set
 (:attr:`~grader.toolkit.casesets.CaseSet.hidden`): the handout holds no input
 of a hidden probe, no oracle and no reference code.
 
-How each public check is replayed is its :class:`Recipe`; a check without
-one (or marked hidden) is not in the handout, and the README says so.
+How each public check is replayed is the :class:`Recipe` its declaration
+gives (``replay`` of :func:`grader.core.plugin.check`); a check without one
+(or marked hidden) is not in the handout, and the README says so.
 
 The handout's inputs can never be a graded run's: they are drawn with
 :func:`inputs_seed`, the handout's seed moved above every seed the grader
@@ -39,10 +40,13 @@ from grader.core.plugin import MARKER
 from grader.toolkit.casesets import CaseSet
 from grader.toolkit.domain import CallSequence
 from grader.toolkit.tolerance import Truth
+from grader.toolkit.verdicts import PHRASES
 
 DATA_FILE = "public_checks.json"
 RUNNER_FILE = "run_checks.py"
-DATA_FORMAT = 2  # 2: the runner's "difference" judge (two calls' outputs subtracted) replaced diff_attention's "offset"
+# 2: the runner's "difference" judge (two calls' outputs subtracted) replaced diff_attention's "offset";
+# 3: "phrases", the grader's own wording of the findings both make (grader.toolkit.verdicts.PHRASES)
+DATA_FORMAT = 3
 HANDOUT_DOMAIN = 2**32  # handout inputs are drawn with seeds from here on; graded runs use [0, 2**32 - 1]
 HANDOUT_ELEMENTS = 4096  # the largest output a handout call keeps (graded runs also make larger calls)
 Calls = dict[str, dict[str, Any]]
@@ -72,7 +76,7 @@ class Recipe:
 
 
 def declared_checks(package: str) -> dict[str, dict[str, Any]]:
-    """Every check's declaration (tier, points, title, visibility) by id, in grading order, from the check modules of ``package``."""
+    """Every check's declaration (tier, points, title, visibility, judges, replay) by id, in grading order, from the check modules of ``package``."""
     found: dict[str, dict[str, Any]] = {}
     modules = sorted(info.name for info in pkgutil.iter_modules(importlib.import_module(package).__path__) if info.name.startswith("test_"))
     for name in modules:
@@ -142,7 +146,7 @@ class Handout:
     """What an exercise's handout is made of.
 
     ``checks_package`` holds the check modules (their declarations give the
-    public checks, in grading order); ``recipes`` replay them by check id.
+    public checks, in grading order, and how each is replayed).
     A case's call is ``request(case, with gradients)``, its input tensors'
     names ``names(case)`` (in the order of the request's ``inputs``), its
     right output ``value(case)`` (or ``truths[case set](case)`` for a set
@@ -159,7 +163,6 @@ class Handout:
     submission: str
     statement: str
     checks_package: str
-    recipes: Mapping[str, Recipe]
     request: Callable[[Any, bool], Request]
     names: Callable[[Any], list[str]]
     value: Callable[[Any], Truth]
@@ -178,7 +181,7 @@ class Handout:
         checks: list[dict[str, Any]] = []
         calls: Calls = {}
         for check_id, declared in declared_checks(self.checks_package).items():
-            recipe = self.recipes.get(check_id)
+            recipe: Recipe | None = declared.get("replay")
             if recipe is None or declared.get("visibility", "public") != "public":
                 continue
             entry: dict[str, Any] = {"id": check_id, "tier": declared["tier"], "title": declared["title"], "kind": recipe.kind}
@@ -195,7 +198,8 @@ class Handout:
                                   if self.small(case)]  # fmt: skip
                 entry["grads"] = list(recipe.grads)
             checks.append(entry)
-        return {"format": DATA_FORMAT, "seed": seed, "inputs_seed": drawn, "submission": self.submission, "checks": checks, "calls": calls}
+        return {"format": DATA_FORMAT, "seed": seed, "inputs_seed": drawn, "submission": self.submission, "phrases": dict(PHRASES),
+                "checks": checks, "calls": calls}  # fmt: skip
 
     def add_call(self, calls: Calls, name: str, case: Any, grads: bool, kind: str, truth: Callable[[Any], Truth] | None = None) -> str:
         """Describe the call of ``case`` (``name``: its set and index) once, with the truths that ``kind`` needs (values: ``truth``); return its key."""

@@ -35,6 +35,12 @@ HERE = Path(__file__).resolve().parent
 DATA = HERE / "public_checks.json"
 FLOATING = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 MORE = "  (and {} more call(s) with problems)"
+PHRASES: Dict[str, str] = {}  # the grader's wording of the findings both make, read from the data file by main()
+
+
+def say(key: str, **fields: Any) -> str:
+    """A finding in the grader's own words (its template from the data file, with the fields filled in)."""
+    return PHRASES[key].format(**fields)
 
 
 class Outcome:
@@ -60,17 +66,18 @@ def load(path: Path) -> Any:
     except SyntaxError as exc:
         stop(1, f"{path.name} could not be imported: {type(exc).__name__} at line {exc.lineno}: {exc.msg}")
     except BaseException as exc:  # any error in the student's file (SystemExit included) is reported, never raised
-        stop(1, f"importing {path.name} {raised(exc, path)}")
+        stop(1, raised(f"importing {path.name}", exc, path))
     return module
 
 
-def raised(exc: BaseException, path: Path) -> str:
-    """What an exception says, in one line, with the last place in the submission it passed through."""
+def raised(who: str, exc: BaseException, path: Path) -> str:
+    """What ``who`` (a function, "importing the file", "the backward pass") did when it raised ``exc``, in one line,
+    with the last place in the submission the exception passed through."""
     if isinstance(exc, NotImplementedError):
-        return "is not implemented yet (it raised NotImplementedError)"
+        return say("not_implemented", function=who, message=exc)
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if Path(f.filename).resolve() == path]
     where = f" (at line {frames[-1].lineno} of {path.name}, in {frames[-1].name})" if frames else ""
-    return f"raised {type(exc).__name__}: {exc}{where}"
+    return f"{who} raised {type(exc).__name__}: {exc}{where}"
 
 
 def make_tensor(spec: Dict[str, Any]) -> torch.Tensor:
@@ -124,7 +131,7 @@ def run(entry: Dict[str, Any], module: Any, path: Path) -> Outcome:
             with mode():  # (the inputs are made outside it: they are the caller's ordinary tensors)
                 outcome.results.append(function(*args, **kwargs))
         except BaseException as exc:  # the student's exception (SystemExit, KeyboardInterrupt included) is the finding
-            outcome.problem = f"{call['function']} {raised(exc, path)}"
+            outcome.problem = raised(call["function"], exc, path)
             return outcome
         outcome.values.append(outcome.results[-1].detach().clone() if type(outcome.results[-1]) is torch.Tensor else None)
     names = [spec["name"] for spec in specs]
@@ -138,7 +145,7 @@ def run(entry: Dict[str, Any], module: Any, path: Path) -> Outcome:
             grads = torch.autograd.grad(result, [t for _, t in wanted], cotangent, allow_unused=True)
             outcome.grads = {n: g for (n, _), g in zip(wanted, grads)}
         except BaseException as exc:  # a broken graph is a finding too
-            outcome.backward_problem = f"the backward pass {raised(exc, path)}"
+            outcome.backward_problem = raised("the backward pass", exc, path)
         outcome.changed += [n for n in changed(tensors, names, before) if n not in outcome.changed]
     return outcome
 
@@ -155,11 +162,13 @@ def plain_tensor(entry: Dict[str, Any], outcome: Outcome) -> Any:
     result = outcome.results[-1]
     if type(result) is torch.Tensor:
         return result
+    function = entry["request"]["calls"][-1]["function"]
+    kind = f"{type(result).__module__}.{type(result).__qualname__}"
     if isinstance(result, torch.Tensor):
-        return f"returned a {type(result).__name__}, a subclass of torch.Tensor; return a plain torch.Tensor"
+        return say("subclass", function=function, type=kind)
     if isinstance(result, (tuple, list)):
-        return f"returned a {type(result).__name__} of {len(result)} item(s); expected one torch.Tensor"
-    return f"returned {type(result).__name__} {str(result)[:80]}; expected a torch.Tensor"
+        return say("several_items", function=function, type=kind, count=len(result))
+    return say("not_a_tensor", function=function, type=kind, repr=repr(result)[:80])
 
 
 def shaped_tensor(entry: Dict[str, Any], outcome: Outcome) -> Any:
@@ -168,7 +177,7 @@ def shaped_tensor(entry: Dict[str, Any], outcome: Outcome) -> Any:
     if isinstance(result, str):
         return result
     if list(result.shape) != entry["shape"]:
-        return f"expected shape {entry['shape']}, got {list(result.shape)}"
+        return say("shape", expected=entry["shape"], got=list(result.shape))
     return result
 
 
@@ -188,9 +197,9 @@ def dtype_problem(entry: Dict[str, Any], outcome: Outcome, check: Dict[str, Any]
     if isinstance(result, str):
         return result
     if str(result.dtype) != f"torch.{entry['dtype']}":
-        return f"expected dtype torch.{entry['dtype']} (the inputs' dtype), got {result.dtype}"
+        return say("dtype", expected=entry["dtype"], got=str(result.dtype).replace("torch.", ""))
     if result.device.type != "cpu":
-        return f"expected device cpu (the inputs' device), got {result.device}"
+        return say("device", got=result.device)
     return None
 
 
@@ -200,7 +209,7 @@ def unchanged_problem(entry: Dict[str, Any], outcome: Outcome, check: Dict[str, 
     if isinstance(result, str):
         return f"could not be checked: {result}"
     if outcome.changed:
-        return f"modified its input(s) {', '.join(outcome.changed)} (values or version counter); compute on new tensors instead"
+        return say("modified", names=", ".join(outcome.changed))
     return None
 
 
@@ -211,8 +220,7 @@ def graph_problem(entry: Dict[str, Any], outcome: Outcome, check: Dict[str, Any]
         return result
     if result.requires_grad and result.grad_fn is not None:
         return None
-    made_anew = "requires grad but has no autograd history (made anew from values)" if result.requires_grad else "does not require grad (detached)"
-    return f"the output {made_anew} although its inputs require grad; keep every step in torch"
+    return say("made_anew" if result.requires_grad else "detached")
 
 
 def mismatch(what: str, got: Any, truth: Dict[str, Any]) -> Optional[str]:
@@ -331,6 +339,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if not DATA.is_file():
         stop(2, f"the data file {DATA.name} is missing; it must sit beside this script")
     data = json.loads(DATA.read_text(encoding="utf-8"))
+    PHRASES.update(data["phrases"])
     parser = argparse.ArgumentParser(prog="run_checks.py", description="Run the public checks on your file.")
     parser.add_argument("submission", nargs="?", default=str(HERE / data["submission"]),
                         help=f"the file to check (default: {data['submission']} beside this script)")

@@ -15,8 +15,9 @@ check's own property, else the first whose consequence the check only
 suffers. A check explained as a consequence gets a note in place of its
 message: it could not be judged because of an earlier cause.
 
-The exercise says what each check judges (a :class:`Role`); a check without
-one is taken to involve every function and to judge its values.
+Each check's declaration says what it judges (a :class:`Role`, the
+``judges`` of :func:`grader.core.plugin.check`); a check without one is
+taken to involve every function and to judge its values.
 """
 
 from __future__ import annotations
@@ -82,12 +83,11 @@ class Role:
 
 @dataclass
 class Evidence:
-    """What an exercise's diagnosis found: findings, named misconceptions (as findings), what each check
-    judges, the probes that ran, maps read out of the submission (JSON-ready, see docs/report-schema.md)."""
+    """What an exercise's diagnosis found: findings, named misconceptions (as findings), the probes that ran,
+    maps read out of the submission (JSON-ready, see docs/report-schema.md)."""
 
     findings: list[Finding] = field(default_factory=list)
     hints: list[Finding] = field(default_factory=list)
-    roles: Mapping[str, Role] = field(default_factory=dict)
     probes: list[str] = field(default_factory=list)
     maps: list[dict[str, Any]] = field(default_factory=list)
 

@@ -21,6 +21,42 @@ FLOATING = ("float16", "bfloat16", "float32", "float64")
 """The floating-point dtypes a result may have when the contract asks only for "a floating tensor"."""
 
 
+# One wording for each finding that both the checks and the student handout's runner report. The
+# handout writes these templates into its data file and the runner formats them from there, so the
+# grader and the runner cannot drift apart (grader.toolkit.handout, handout_runner).
+PHRASES: dict[str, str] = {
+    "not_implemented": "{function} is not implemented yet (it raised NotImplementedError: {message})",
+    "several_items": "{function} returned a {type} of {count} item(s); expected one torch.Tensor (return only the output, not extra values)",
+    "subclass": "{function} returned a {type}, a subclass of torch.Tensor; return a plain torch.Tensor",
+    "not_a_tensor": "{function} returned {type} {repr}; expected a torch.Tensor",
+    "shape": "expected shape {expected}, got {got}",
+    "dtype": "expected dtype {expected} (the inputs' dtype), got {got}",
+    "device": "expected device cpu (the inputs' device), got {got}",
+    "modified": "modified its input(s) {names} (values or version counter changed); compute on new tensors instead",
+    "made_anew": "the output requires grad but has no autograd history (grad_fn is None): it was made anew from values "
+    "(torch.tensor(...), .detach().requires_grad_()), so no gradient reaches the inputs; keep every step in torch",
+    "detached": "the output does not require grad although its inputs do: it was detached (.detach(), .numpy(), torch.no_grad()); "
+    "keep every step in torch",
+}
+
+
+def phrase(key: str, **fields: object) -> str:
+    """The finding ``key`` of :data:`PHRASES` with its fields filled in."""
+    return PHRASES[key].format(**fields)
+
+
+def modified_inputs(names: list[str]) -> str:
+    """The finding for a call that changed the named inputs (values or version counters)."""
+    return phrase("modified", names=", ".join(names))
+
+
+def graph_problem(requires_grad: bool, has_grad_fn: bool) -> str | None:
+    """The finding for an output of inputs that require grad, or None when it is attached to their graph."""
+    if requires_grad and has_grad_fn:
+        return None
+    return phrase("made_anew" if requires_grad else "detached")
+
+
 def function_problem(grading: GradingContext, name: str) -> str | None:
     """Why ``name`` cannot be called at all (missing, not callable), from what the worker said when it loaded the submission, or None."""
     described = grading.functions.get(name, {})
@@ -39,7 +75,7 @@ def raised(name: str, error: dict[str, str], note: str | None = None) -> str:
     is added to a TypeError, which such a signature causes.
     """
     if error["type"] == "NotImplementedError":
-        return f"{name} is not implemented yet (it raised NotImplementedError: {error['message']})"
+        return phrase("not_implemented", function=name, message=error["message"])
     trace = f"\n{error['traceback'].rstrip()}" if error["traceback"].strip() else ""
     hint = f"\n(Probably because {note}.)" if note and error["type"] == "TypeError" else ""
     return f"{name} raised {error['type']}: {error['message']}{trace}{hint}"
@@ -63,13 +99,10 @@ def tensor_result(outcome: Outcome, index: int) -> tuple[Returned | None, str | 
     if result.exact_tensor:
         return result, None
     if result.is_tensor:
-        return None, f"{name} returned a {result.type_name}, a subclass of torch.Tensor; return a plain torch.Tensor"
+        return None, phrase("subclass", function=name, type=result.type_name)
     if result.length is not None:
-        return None, (
-            f"{name} returned a {result.type_name} of {result.length} item(s); "
-            "expected one torch.Tensor (return only the output, not extra values)"
-        )
-    return None, f"{name} returned {result.type_name} {result.repr}; expected a torch.Tensor"
+        return None, phrase("several_items", function=name, type=result.type_name, count=result.length)
+    return None, phrase("not_a_tensor", function=name, type=result.type_name, repr=result.repr)
 
 
 def returned_values(outcome: Outcome, index: int) -> np.ndarray | None:
@@ -86,11 +119,11 @@ def finding(what: str, problem: str | None) -> Comparison | None:
 def shape_dtype_problem(result: Returned, shape: tuple[int, ...], dtype: str) -> str | None:
     """The problem with a tensor's shape, dtype or device, or None."""
     if result.shape != shape:
-        return f"expected shape {list(shape)}, got {list(result.shape or ())}"
+        return phrase("shape", expected=list(shape), got=list(result.shape or ()))
     if result.dtype != dtype:
-        return f"expected dtype {dtype} (the inputs' dtype), got {result.dtype}"
+        return phrase("dtype", expected=dtype, got=result.dtype)
     if result.device != "cpu":
-        return f"expected device cpu (the inputs' device), got {result.device}"
+        return phrase("device", got=result.device)
     return None
 
 

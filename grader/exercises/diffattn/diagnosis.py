@@ -4,9 +4,9 @@
 a submission ran and some failed, it reads the checks' own calls for
 contract slips (:mod:`grader.toolkit.slips`), turns the checks' named
 misconceptions into findings, runs the probes of every function with a
-failed check (:mod:`grader.exercises.diffattn.probes`) and hands all of it,
-with what each check judges (:data:`ROLES`), to the harness, which orders the
-root causes (:mod:`grader.toolkit.rootcause`).
+failed check (:mod:`grader.exercises.diffattn.probes`) and hands all of it
+to the harness, which orders the root causes (:mod:`grader.toolkit.rootcause`)
+with what each check judges (its declaration's ``judges``).
 """
 
 from __future__ import annotations
@@ -20,42 +20,8 @@ from grader.exercises.diffattn import attention_probes, lambda_probes, probes, s
 from grader.exercises.diffattn.cases import ATTENTION, COEFFICIENT_KINDS, INPUT_NAMES, LAMBDA, LAMBDA_NAMES, AttentionCase, LambdaCase
 from grader.toolkit.verdicts import function_problem
 from grader.toolkit import domain, slips
-from grader.toolkit.rootcause import Evidence, Finding, Role
+from grader.toolkit.rootcause import Evidence, Finding
 from grader.toolkit.slips import Observed
-
-BOTH = (LAMBDA, ATTENTION)
-_ALL_ATTENTION = {ATTENTION: (*INPUT_NAMES, "coefficient")}
-
-
-def _attention(aspect: str, *inputs: str) -> Role:
-    """The role of a check of differential_attention alone (for gradients, of ``inputs``)."""
-    return Role((ATTENTION,), aspect, {ATTENTION: inputs} if inputs else {})
-
-
-ROLES: dict[str, Role] = {
-    "lambda_returns_0dim_tensor": Role((LAMBDA,), "type"),
-    "lambda_keeps_dtype": Role((LAMBDA,), "dtype"),
-    "attention_returns_one_tensor": _attention("type"),
-    "attention_keeps_dtype": _attention("dtype"),
-    "strided_inputs_accepted": Role(BOTH, "strided"),
-    "coefficient_kinds_accepted": _attention("coefficient"),
-    "inputs_not_modified": Role(BOTH, "mutation"),
-    "graph_attached": Role(BOTH, "graph"),
-    "arguments_bind": Role(BOTH, "values", also=("binding",)),
-    "lambda_values": Role((LAMBDA,), "values"),
-    **{name: _attention("values") for name in (
-        "causal_values", "noncausal_values", "coefficient_values", "large_logit_values", "strided_values", "row_sums",
-        "lambda_zero_is_attention", "identical_maps_cancel", "toy_offset_scaling")},
-    "values_with_gradients": Role(BOTH, "values"),
-    "repeated_calls": Role(BOTH, "values", also=("gradients",)),
-    "value_gradient": _attention("gradients", "value"),
-    "branch_one_gradients": _attention("gradients", "q1", "k1"),
-    "branch_two_gradients": _attention("gradients", "q2", "k2"),
-    "coefficient_gradient": _attention("gradients", "coefficient"),
-    "strided_gradients": Role((ATTENTION,), "gradients", _ALL_ATTENTION),
-    "lambda_gradients": Role((LAMBDA,), "gradients", {LAMBDA: LAMBDA_NAMES}),
-    "end_to_end_gradients": Role(BOTH, "gradients", {LAMBDA: LAMBDA_NAMES, **_ALL_ATTENTION}),
-}  # fmt: skip
 
 # A named misconception (grader/exercises/diffattn/misconceptions.py) -> the function, component and stage it localises.
 _FORWARD_HINTS = {
@@ -175,12 +141,13 @@ def hint_findings(records: list[dict[str, Any]]) -> list[Finding]:
 
 def diagnose(grading: GradingContext, records: list[dict[str, Any]]) -> Evidence:
     """The evidence for the root causes of a submission some of whose checks failed (see the module's docstring)."""
-    evidence = Evidence(roles=ROLES, hints=hint_findings(records))
+    evidence = Evidence(hints=hint_findings(records))
+    roles = grading.roles
     if grading.load_failure is not None:
         return evidence
     evidence.findings += slips.findings(observed(grading), grading.source, DECLARATIONS)
-    failed = [ROLES[r["id"]] for r in records if r.get("status") == "failed" and r.get("id") in ROLES and r["id"] not in ACROSS_CALLS]
-    failed += [replace(ROLES[r["id"]], aspect="state") for r in records if r.get("status") == "failed" and r.get("id") in ACROSS_CALLS]
+    failed = [roles[r["id"]] for r in records if r.get("status") == "failed" and r.get("id") in roles and r["id"] not in ACROSS_CALLS]
+    failed += [replace(roles[r["id"]], aspect="state") for r in records if r.get("status") == "failed" and r.get("id") in ACROSS_CALLS]
     blocked = {f.function for f in evidence.findings if f.blocks}
     found = probes.Found()
     rng = domain.generator(grading.seed, "probes")

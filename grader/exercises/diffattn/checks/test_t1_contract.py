@@ -10,11 +10,15 @@ from grader.core.plugin import GradingContext, check
 from grader.exercises.diffattn import suite
 from grader.exercises.diffattn.cases import AttentionCase, LambdaCase
 from grader.exercises.diffattn.signatures import signature_order_problem
+from grader.exercises.diffattn.declared import GRADIENT_CALLS, LAMBDA_CALLS, LAMBDA_GRAD_CALLS, OUTPUT_CALLS, attention, of_both, of_lambda
 from grader.exercises.diffattn.suite import ATTENTION, LAMBDA
 from grader.toolkit.casesets import CaseSet
 from grader.toolkit.compare import Comparison, combine
+from grader.toolkit.handout import Recipe
 from grader.toolkit.verdicts import (
     finding,
+    graph_problem,
+    modified_inputs,
     kind_problem,
     shape_dtype_problem,
     summarise,
@@ -79,44 +83,51 @@ def _shape_and_dtype(item: Observed, result: Returned) -> str | None:
     return shape_dtype_problem(result, item.shape, item.dtype)
 
 
-@check("T1", 2, "differential_lambda returns a 0-dim floating torch.Tensor")
+@check("T1", 2, "differential_lambda returns a 0-dim floating torch.Tensor",
+       judges=of_lambda("type"), replay=Recipe("kind", LAMBDA_CALLS))  # fmt: skip
 def test_lambda_returns_0dim_tensor(grading: GradingContext) -> None:
     observed = _lambdas(grading, suite.lambda_values)
     grading.conclude(_judge(observed, _kind, f"{len(observed)} calls returned a 0-dim floating torch.Tensor."))
 
 
-@check("T1", 2, "differential_lambda keeps the dtype and device of its inputs")
+@check("T1", 2, "differential_lambda keeps the dtype and device of its inputs",
+       judges=of_lambda("dtype"), replay=Recipe("dtype", LAMBDA_CALLS))  # fmt: skip
 def test_lambda_keeps_dtype(grading: GradingContext) -> None:
     success = "float32 and float64 vectors gave lambda in their own dtype, on the CPU."
     grading.conclude(_judge(_lambdas(grading, suite.lambda_values), _shape_and_dtype, success))
 
 
-@check("T1", 2, "differential_attention returns one tensor of shape [B, H, T, 2D]")
+@check("T1", 2, "differential_attention returns one tensor of shape [B, H, T, 2D]",
+       judges=attention("type"), replay=Recipe("kind", OUTPUT_CALLS))  # fmt: skip
 def test_attention_returns_one_tensor(grading: GradingContext) -> None:
     observed = _attentions(grading, suite.attention_causal) + _attentions(grading, suite.attention_noncausal)
     grading.conclude(_judge(observed, _kind, f"{len(observed)} calls returned one dense torch.Tensor shaped like value."))
 
 
-@check("T1", 2, "differential_attention keeps the dtype and device of its inputs")
+@check("T1", 2, "differential_attention keeps the dtype and device of its inputs",
+       judges=attention("dtype"), replay=Recipe("dtype", OUTPUT_CALLS))  # fmt: skip
 def test_attention_keeps_dtype(grading: GradingContext) -> None:
     observed = _attentions(grading, suite.attention_causal) + _attentions(grading, suite.attention_noncausal)
     grading.conclude(_judge(observed, _shape_and_dtype, "float32 and float64 inputs gave outputs in their own dtype, on the CPU."))
 
 
-@check("T1", 2, "Both functions accept non-contiguous (strided) inputs and inputs at a storage offset", visibility="hidden")
+@check("T1", 2, "Both functions accept non-contiguous (strided) inputs and inputs at a storage offset", visibility="hidden",
+       judges=of_both("strided"))  # fmt: skip
 def test_strided_inputs_accepted(grading: GradingContext) -> None:
     observed = _attentions(grading, suite.attention_strided) + _lambdas(grading, suite.lambda_strided)
     grading.conclude(_judge(observed, _shape_and_dtype, "Transposed, head-permuted, sliced and fused-projection views and tensors at a storage offset were accepted by both functions."))
 
 
-@check("T1", 2, "differential_attention accepts a Python float or a 0-dim tensor coefficient")
+@check("T1", 2, "differential_attention accepts a Python float or a 0-dim tensor coefficient",
+       judges=attention("coefficient"), replay=Recipe("dtype", ((suite.attention_coefficients, False), *GRADIENT_CALLS)))  # fmt: skip
 def test_coefficient_kinds_accepted(grading: GradingContext) -> None:
     observed = _attentions(grading, suite.attention_coefficients) + _attentions(grading, suite.attention_gradients, grads=True)
     success = "Python-float and 0-dim tensor coefficients, with and without requires_grad, were accepted."
     grading.conclude(_judge(observed, _shape_and_dtype, success))
 
 
-@check("T1", 3, "Inputs are never modified (values and version counters)")
+@check("T1", 3, "Inputs are never modified (values and version counters)",
+       judges=of_both("mutation"), replay=Recipe("unchanged", ((suite.attention_coefficients, False), *GRADIENT_CALLS, *LAMBDA_CALLS, *LAMBDA_GRAD_CALLS)))  # fmt: skip
 def test_inputs_not_modified(grading: GradingContext) -> None:
     observed = (
         _attentions(grading, suite.attention_coefficients)
@@ -131,13 +142,14 @@ def test_inputs_not_modified(grading: GradingContext) -> None:
         if problem is not None:
             problem = finding(item.what, f"could not be checked: {problem.message}")
         elif item.outcome.changed_inputs:
-            changed = ", ".join(item.input_names[i] for i in item.outcome.changed_inputs)
-            problem = finding(item.what, f"modified its input(s) {changed} (values or version counter changed); compute on new tensors instead")
+            changed = [item.input_names[i] for i in item.outcome.changed_inputs]
+            problem = finding(item.what, modified_inputs(changed))
         findings.append(problem)
     grading.conclude(summarise(findings, f"{len(observed)} calls, forward and backward, left every input unchanged."))
 
 
-@check("T1", 2, "Outputs carry an autograd graph when inputs require grad")
+@check("T1", 2, "Outputs carry an autograd graph when inputs require grad",
+       judges=of_both("graph"), replay=Recipe("graph", (*GRADIENT_CALLS, *LAMBDA_GRAD_CALLS)))  # fmt: skip
 def test_graph_attached(grading: GradingContext) -> None:
     observed = _attentions(grading, suite.attention_gradients, grads=True) + _lambdas(grading, suite.lambda_values, grads=True)
     grading.conclude(_judge(observed, _graph_problem, "Outputs of inputs that require grad are attached to the autograd graph."))
@@ -145,15 +157,11 @@ def test_graph_attached(grading: GradingContext) -> None:
 
 def _graph_problem(item: Observed, result: Returned) -> str | None:
     """An output detached from autograd."""
-    if result.requires_grad and result.has_grad_fn:
-        return None
-    if result.requires_grad:
-        return ("the output requires grad but has no autograd history (grad_fn is None): it was made anew from values "
-                "(torch.tensor(...), .detach().requires_grad_()), so no gradient reaches the inputs; keep every step in torch")  # fmt: skip
-    return "the output does not require grad although its inputs do: it was detached (.detach(), .numpy(), torch.no_grad()); keep every step in torch"
+    return graph_problem(result.requires_grad, result.has_grad_fn)
 
 
-@check("T1", 3, "Every argument binds by position and by name, as the contract's signatures order and name them")
+@check("T1", 3, "Every argument binds by position and by name, as the contract's signatures order and name them",
+       judges=of_both("values", also=("binding",)), replay=Recipe("values", ((suite.lambda_bindings, False), (suite.attention_bindings, False))))  # fmt: skip
 def test_arguments_bind(grading: GradingContext) -> None:
     verdict = combine(suite.value_verdicts(grading, suite.lambda_bindings) + suite.value_verdicts(grading, suite.attention_bindings))
     notes = [signature_order_problem(name, grading.functions.get(name, {}).get("parameters")) for name in (LAMBDA, ATTENTION)]

@@ -5,9 +5,11 @@ from __future__ import annotations
 from grader.core.plugin import GradingContext, check
 from grader.exercises.diffattn import counterexample, expected, misconceptions, suite
 from grader.exercises.diffattn.cases import AttentionCase
+from grader.exercises.diffattn.declared import LAMBDA_CALLS, attention, of_both, of_lambda
 from grader.exercises.diffattn.suite import ATTENTION
 from grader.toolkit.casesets import CaseSet
 from grader.toolkit.compare import Comparison, combine, compare
+from grader.toolkit.handout import Recipe
 from grader.toolkit.verdicts import grads_verdict, tensor_result, values_verdict
 
 
@@ -19,7 +21,8 @@ def _attention_values(grading: GradingContext, case_set: CaseSet[AttentionCase],
     grading.conclude(verdict)
 
 
-@check("T2", 5, "differential_lambda matches exp(q1·k1) - exp(q2·k2) + lambda_init (exponents up to the dtype's finite limit)")
+@check("T2", 5, "differential_lambda matches exp(q1·k1) - exp(q2·k2) + lambda_init (exponents up to the dtype's finite limit)",
+       judges=of_lambda("values"), replay=Recipe("values", LAMBDA_CALLS))  # fmt: skip
 def test_lambda_values(grading: GradingContext) -> None:
     verdicts = suite.value_verdicts(grading, suite.lambda_values)
     verdict = combine(verdicts)
@@ -28,32 +31,38 @@ def test_lambda_values(grading: GradingContext) -> None:
     grading.conclude(verdict)
 
 
-@check("T2", 5, "Causal outputs match the softmax oracle (T from 1 to 320, D from 1 to 64, the default causal=True)")
+@check("T2", 5, "Causal outputs match the softmax oracle (T from 1 to 320, D from 1 to 64, the default causal=True)",
+       judges=attention("values"), replay=Recipe("values", ((suite.attention_causal, False),)))  # fmt: skip
 def test_causal_values(grading: GradingContext) -> None:
     _attention_values(grading, suite.attention_causal)
 
 
-@check("T2", 4, "Outputs with causal=False match the oracle (no mask on either branch)")
+@check("T2", 4, "Outputs with causal=False match the oracle (no mask on either branch)",
+       judges=attention("values"), replay=Recipe("values", ((suite.attention_noncausal, False),)))  # fmt: skip
 def test_noncausal_values(grading: GradingContext) -> None:
     _attention_values(grading, suite.attention_noncausal)
 
 
-@check("T2", 4, "Negative, zero, greater-than-one and tensor coefficients give the right outputs")
+@check("T2", 4, "Negative, zero, greater-than-one and tensor coefficients give the right outputs",
+       judges=attention("values"), replay=Recipe("values", ((suite.attention_coefficients, False),)))  # fmt: skip
 def test_coefficient_values(grading: GradingContext) -> None:
     _attention_values(grading, suite.attention_coefficients)
 
 
-@check("T2", 4, "float32 inputs with scaled logits of 100 to 1000 give finite, correct outputs", visibility="hidden")
+@check("T2", 4, "float32 inputs with scaled logits of 100 to 1000 give finite, correct outputs", visibility="hidden",
+       judges=attention("values"))  # fmt: skip
 def test_large_logit_values(grading: GradingContext) -> None:
     _attention_values(grading, suite.attention_large_logits)
 
 
-@check("T2", 3, "Strided inputs and inputs at a storage offset give the same values as contiguous ones", visibility="hidden")
+@check("T2", 3, "Strided inputs and inputs at a storage offset give the same values as contiguous ones", visibility="hidden",
+       judges=attention("values"))  # fmt: skip
 def test_strided_values(grading: GradingContext) -> None:
     _attention_values(grading, suite.attention_strided)
 
 
-@check("T2", 3, "Rows of the signed map sum to 1 - λ: a value offset shared by every token adds (1 - λ) times it to every output")
+@check("T2", 3, "Rows of the signed map sum to 1 - λ: a value offset shared by every token adds (1 - λ) times it to every output",
+       judges=attention("values"), replay=Recipe("values", ((suite.row_sums, False),)))  # fmt: skip
 def test_row_sums(grading: GradingContext) -> None:
     found = suite.row_sums(grading.seed)
     verdicts = []
@@ -72,23 +81,27 @@ def test_row_sums(grading: GradingContext) -> None:
     grading.conclude(verdict)
 
 
-@check("T2", 3, "λ = 0 gives ordinary softmax attention")
+@check("T2", 3, "λ = 0 gives ordinary softmax attention",
+       judges=attention("values"), replay=Recipe("values", ((suite.lambda_zero, False),)))  # fmt: skip
 def test_lambda_zero_is_attention(grading: GradingContext) -> None:
     _attention_values(grading, suite.lambda_zero, expected.branch_one_output)
 
 
-@check("T2", 2, "Identical maps cancel at λ = 1 and scale A1·V by 1 - λ otherwise")
+@check("T2", 2, "Identical maps cancel at λ = 1 and scale A1·V by 1 - λ otherwise",
+       judges=attention("values"), replay=Recipe("values", ((suite.identical_maps, False),)))  # fmt: skip
 def test_identical_maps_cancel(grading: GradingContext) -> None:
     _attention_values(grading, suite.identical_maps, expected.identical_maps_output)
 
 
-@check("T2", 3, "Calls that build an autograd graph return the same correct values (no separate training path)")
+@check("T2", 3, "Calls that build an autograd graph return the same correct values (no separate training path)",
+       judges=of_both("values"), replay=Recipe("values", ((suite.lambda_values, True), (suite.attention_gradients, True), (suite.end_to_end, True))))  # fmt: skip
 def test_values_with_gradients(grading: GradingContext) -> None:
     sets = (suite.lambda_values, suite.attention_gradients, suite.end_to_end)
     grading.conclude(combine([v for case_set in sets for v in suite.value_verdicts(grading, case_set, grads=True)]))
 
 
-@check("T2", 4, "Repeated calls answer for their current inputs: the same tensors again, inputs updated in place, memory reused")
+@check("T2", 4, "Repeated calls answer for their current inputs: the same tensors again, inputs updated in place, memory reused",
+       judges=of_both("values", also=("gradients",)), replay=Recipe("sequence", ((suite.sequences, False),)))  # fmt: skip
 def test_repeated_calls(grading: GradingContext) -> None:
     verdicts = []
     for i, sequence in enumerate(suite.sequences(grading.seed)):

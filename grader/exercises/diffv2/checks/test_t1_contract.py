@@ -8,9 +8,11 @@ from grader.core.invoke import Outcome, Returned
 from grader.core.plugin import GradingContext, check
 from grader.exercises.diffv2 import suite
 from grader.exercises.diffv2.cases import Case
+from grader.exercises.diffv2.declared import DIFF_OUTPUT_CALLS, GQA_OUTPUT_CALLS, GRADIENT_CALLS
 from grader.toolkit.casesets import CaseSet
 from grader.toolkit.compare import Comparison, combine
-from grader.toolkit.verdicts import finding, kind_problem, shape_dtype_problem, summarise
+from grader.toolkit.handout import Recipe
+from grader.toolkit.verdicts import finding, graph_problem, kind_problem, modified_inputs, shape_dtype_problem, summarise
 
 Problem = Callable[[Case, Returned], str | None]
 Sets = list[tuple[CaseSet[Case], bool]]  # (case set, with gradients)
@@ -44,24 +46,25 @@ def _shape_and_dtype(case: Case, result: Returned) -> str | None:
 
 def _graph(case: Case, result: Returned) -> str | None:
     """An output attached to the autograd graph."""
-    if result.requires_grad and result.has_grad_fn:
-        return None
-    return f"the output has no autograd graph (requires_grad={result.requires_grad}); do not detach it or leave autograd"
+    return graph_problem(result.requires_grad, result.has_grad_fn)
 
 
-@check("T1", 3, "gqa_attention returns one tensor of shape [B, T, Hq, D] (Hkv = 1, Hkv = Hq, G = 2 and 4 included)")
+@check("T1", 3, "gqa_attention returns one tensor of shape [B, T, Hq, D] (Hkv = 1, Hkv = Hq, G = 2 and 4 included)",
+       replay=Recipe("kind", GQA_OUTPUT_CALLS))  # fmt: skip
 def test_gqa_returns_one_tensor(grading: GradingContext) -> None:
     sets = [(suite.gqa_causal, False), (suite.gqa_noncausal, False)]
     grading.conclude(_judge(grading, sets, _kind, "Every call returned one dense floating torch.Tensor of shape [B, T, Hq, D]."))
 
 
-@check("T1", 3, "diff_v2_attention returns one tensor of shape [B, T, H, D] with H = Hq / 2")
+@check("T1", 3, "diff_v2_attention returns one tensor of shape [B, T, H, D] with H = Hq / 2",
+       replay=Recipe("kind", DIFF_OUTPUT_CALLS))  # fmt: skip
 def test_diff_v2_returns_one_tensor(grading: GradingContext) -> None:
     sets = [(suite.diff_causal, False), (suite.diff_noncausal, False)]
     grading.conclude(_judge(grading, sets, _kind, "Every call returned one dense floating torch.Tensor of shape [B, T, Hq / 2, D]."))
 
 
-@check("T1", 3, "Both functions keep the dtype (float32, float64) and device of their inputs")
+@check("T1", 3, "Both functions keep the dtype (float32, float64) and device of their inputs",
+       replay=Recipe("dtype", (*GQA_OUTPUT_CALLS, *DIFF_OUTPUT_CALLS)))  # fmt: skip
 def test_dtype_and_device_kept(grading: GradingContext) -> None:
     sets = [(s, False) for s in (suite.gqa_causal, suite.gqa_noncausal, suite.diff_causal, suite.diff_noncausal)]
     grading.conclude(_judge(grading, sets, _shape_and_dtype, "float32 and float64 inputs gave outputs in their own dtype, on the CPU."))
@@ -74,7 +77,8 @@ def test_strided_inputs_accepted(grading: GradingContext) -> None:
     grading.conclude(_judge(grading, sets, _shape_and_dtype, success))
 
 
-@check("T1", 3, "Inputs are never modified, forward or backward (values and version counters)")
+@check("T1", 3, "Inputs are never modified, forward or backward (values and version counters)",
+       replay=Recipe("unchanged", ((suite.gqa_causal, False), (suite.diff_causal, False), *GRADIENT_CALLS)))  # fmt: skip
 def test_inputs_not_modified(grading: GradingContext) -> None:
     sets = [(suite.gqa_causal, False), (suite.diff_causal, False), (suite.diff_strided, False),
             (suite.gqa_gradients, True), (suite.diff_gradients, True)]  # fmt: skip
@@ -84,19 +88,20 @@ def test_inputs_not_modified(grading: GradingContext) -> None:
         if problem is not None:
             findings.append(finding(what, f"could not be checked: {problem}"))
         elif outcome.changed_inputs:
-            changed = ", ".join(case.names[n] for n in outcome.changed_inputs if n < len(case.names))
-            findings.append(finding(what, f"modified its input(s) {changed} (values or version counter changed); compute on new tensors instead"))
+            findings.append(finding(what, modified_inputs([case.names[n] for n in outcome.changed_inputs if n < len(case.names)])))
     count = sum(len(case_set(grading.seed)) for case_set, _ in sets)
     grading.conclude(summarise(findings, f"{count} calls, forward and backward, left every input unchanged."))
 
 
-@check("T1", 3, "Outputs are attached to the autograd graph when inputs require grad")
+@check("T1", 3, "Outputs are attached to the autograd graph when inputs require grad",
+       replay=Recipe("graph", GRADIENT_CALLS))  # fmt: skip
 def test_graph_attached(grading: GradingContext) -> None:
     sets = [(suite.gqa_gradients, True), (suite.diff_gradients, True)]
     grading.conclude(_judge(grading, sets, _graph, "Outputs of inputs that require grad are attached to the autograd graph."))
 
 
-@check("T1", 2, "Every argument binds by position and by name, as the contract's signatures order and name them")
+@check("T1", 2, "Every argument binds by position and by name, as the contract's signatures order and name them",
+       replay=Recipe("values", ((suite.gqa_bindings, False), (suite.diff_bindings, False))))  # fmt: skip
 def test_arguments_bind(grading: GradingContext) -> None:
     verdict = combine(suite.value_verdicts(grading, suite.gqa_bindings) + suite.value_verdicts(grading, suite.diff_bindings))
     notes = [suite.RUNNER.order_problem(grading, name) for name in suite.FUNCTIONS]

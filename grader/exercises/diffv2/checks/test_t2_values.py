@@ -7,8 +7,10 @@ from collections.abc import Callable
 from grader.core.plugin import GradingContext, check
 from grader.exercises.diffv2 import counterexample, expected, misconceptions, suite
 from grader.exercises.diffv2.cases import Case
+from grader.exercises.diffv2.declared import GRADIENT_CALLS
 from grader.toolkit.casesets import CaseSet
 from grader.toolkit.compare import combine, compare
+from grader.toolkit.handout import Recipe
 from grader.toolkit.tolerance import Truth
 from grader.toolkit.verdicts import returned_values
 
@@ -23,22 +25,26 @@ def _values(grading: GradingContext, *case_sets: CaseSet[Case], truth: Callable[
     grading.conclude(verdict)
 
 
-@check("T2", 5, "gqa_attention, causal: matches the oracle (T = 1 to 320, Hkv = 1, Hkv = Hq, G = 2, 3 and 4, the default causal=True)")
+@check("T2", 5, "gqa_attention, causal: matches the oracle (T = 1 to 320, Hkv = 1, Hkv = Hq, G = 2, 3 and 4, the default causal=True)",
+       replay=Recipe("values", ((suite.gqa_causal, False),)))  # fmt: skip
 def test_gqa_causal_values(grading: GradingContext) -> None:
     _values(grading, suite.gqa_causal)
 
 
-@check("T2", 4, "gqa_attention, causal=False: matches the oracle (no mask)")
+@check("T2", 4, "gqa_attention, causal=False: matches the oracle (no mask)",
+       replay=Recipe("values", ((suite.gqa_noncausal, False),)))  # fmt: skip
 def test_gqa_noncausal_values(grading: GradingContext) -> None:
     _values(grading, suite.gqa_noncausal)
 
 
-@check("T2", 5, "diff_v2_attention, causal: matches A[:, :, 0::2] − σ(ℓ)·A[:, :, 1::2] (T = 1 to 320, Hkv = 1, G = 2 and 4)")
+@check("T2", 5, "diff_v2_attention, causal: matches A[:, :, 0::2] − σ(ℓ)·A[:, :, 1::2] (T = 1 to 320, Hkv = 1, G = 2 and 4)",
+       replay=Recipe("values", ((suite.diff_causal, False),)))  # fmt: skip
 def test_diff_v2_causal_values(grading: GradingContext) -> None:
     _values(grading, suite.diff_causal)
 
 
-@check("T2", 4, "diff_v2_attention, causal=False: matches the oracle")
+@check("T2", 4, "diff_v2_attention, causal=False: matches the oracle",
+       replay=Recipe("values", ((suite.diff_noncausal, False),)))  # fmt: skip
 def test_diff_v2_noncausal_values(grading: GradingContext) -> None:
     _values(grading, suite.diff_noncausal)
 
@@ -48,7 +54,8 @@ def test_large_logit_values(grading: GradingContext) -> None:
     _values(grading, suite.gqa_large_logits, suite.diff_large_logits)
 
 
-@check("T2", 4, "Saturated gates (lambda_logits of ±100 to ±1000, float32 and float64) give finite, correct outputs")
+@check("T2", 4, "Saturated gates (lambda_logits of ±100 to ±1000, float32 and float64) give finite, correct outputs",
+       replay=Recipe("values", ((suite.diff_saturated, False),)))  # fmt: skip
 def test_saturated_gate_values(grading: GradingContext) -> None:
     _values(grading, suite.diff_saturated)
 
@@ -58,7 +65,8 @@ def test_strided_values(grading: GradingContext) -> None:
     _values(grading, suite.gqa_strided, suite.diff_strided)
 
 
-@check("T2", 4, "Rows of each signed map sum to 1 − σ(ℓ_t): a value offset c shared by every token adds (1 − σ(ℓ[t, i]))·c to output [t, i]")
+@check("T2", 4, "Rows of each signed map sum to 1 − σ(ℓ_t): a value offset c shared by every token adds (1 − σ(ℓ[t, i]))·c to output [t, i]",
+       replay=Recipe("values", ((suite.diff_offsets, False),)))  # fmt: skip
 def test_row_sums(grading: GradingContext) -> None:
     found = suite.diff_offsets(grading.seed)
     verdicts = suite.value_verdicts(grading, suite.diff_offsets)
@@ -74,12 +82,14 @@ def test_row_sums(grading: GradingContext) -> None:
     grading.conclude(verdict)
 
 
-@check("T2", 3, "As ℓ → −∞ (every gate logit at most −100) the output is ordinary attention of the even query heads")
+@check("T2", 3, "As ℓ → −∞ (every gate logit at most −100) the output is ordinary attention of the even query heads",
+       replay=Recipe("values", ((suite.diff_gate_off, False),)))  # fmt: skip
 def test_gate_off_is_even_heads(grading: GradingContext) -> None:
     _values(grading, suite.diff_gate_off, truth=expected.even_heads)
 
 
-@check("T2", 4, "Calls that build an autograd graph return the same correct values (no separate training path)")
+@check("T2", 4, "Calls that build an autograd graph return the same correct values (no separate training path)",
+       replay=Recipe("values", GRADIENT_CALLS))  # fmt: skip
 def test_values_with_gradients(grading: GradingContext) -> None:
     sets = (suite.gqa_gradients, suite.diff_gradients)
     grading.conclude(combine([v for case_set in sets for v in suite.value_verdicts(grading, case_set, grads=True)]))

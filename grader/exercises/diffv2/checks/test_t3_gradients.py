@@ -5,8 +5,10 @@ from __future__ import annotations
 from grader.core.plugin import GradingContext, check
 from grader.exercises.diffv2 import counterexample, expected, misconceptions, suite, toy
 from grader.exercises.diffv2.cases import DIFF_V2, Case
+from grader.exercises.diffv2.declared import DIFF_GRADIENT_CALLS
 from grader.toolkit.casesets import CaseSet
 from grader.toolkit.compare import Comparison, combine
+from grader.toolkit.handout import Recipe
 from grader.toolkit.verdicts import function_problem, grads_verdict
 
 
@@ -27,27 +29,32 @@ def _gradients(grading: GradingContext, case_sets: tuple[CaseSet[Case], ...], ke
     grading.conclude(verdict)
 
 
-@check("T3", 8, "gqa_attention: gradients of q, k and v (k and v summed over each group's query heads) match the VJPs")
+@check("T3", 8, "gqa_attention: gradients of q, k and v (k and v summed over each group's query heads) match the VJPs",
+       replay=Recipe("grads", ((suite.gqa_gradients, True),), ("q", "k", "v")))  # fmt: skip
 def test_gqa_gradients(grading: GradingContext) -> None:
     _gradients(grading, (suite.gqa_gradients,), ("q", "k", "v"))
 
 
-@check("T3", 5, "diff_v2_attention: the gradient of v matches Σ_h Aᵀ·dO over each group's query heads")
+@check("T3", 5, "diff_v2_attention: the gradient of v matches Σ_h Aᵀ·dO over each group's query heads",
+       replay=Recipe("grads", DIFF_GRADIENT_CALLS, ("v",)))  # fmt: skip
 def test_diff_v2_value_gradient(grading: GradingContext) -> None:
     _gradients(grading, (suite.diff_gradients,), ("v",))
 
 
-@check("T3", 7, "diff_v2_attention: the gradients of q and k match the softmax VJP (dO = G for head 2i, −σ(ℓ)·G for head 2i + 1)")
+@check("T3", 7, "diff_v2_attention: the gradients of q and k match the softmax VJP (dO = G for head 2i, −σ(ℓ)·G for head 2i + 1)",
+       replay=Recipe("grads", DIFF_GRADIENT_CALLS, ("q", "k")))  # fmt: skip
 def test_diff_v2_query_key_gradients(grading: GradingContext) -> None:
     _gradients(grading, (suite.diff_gradients,), ("q", "k"))
 
 
-@check("T3", 6, "diff_v2_attention: the gradient of lambda_logits matches −σ(ℓ)(1 − σ(ℓ))·Σ_d G·A[:, :, 1::2]")
+@check("T3", 6, "diff_v2_attention: the gradient of lambda_logits matches −σ(ℓ)(1 − σ(ℓ))·Σ_d G·A[:, :, 1::2]",
+       replay=Recipe("grads", DIFF_GRADIENT_CALLS, ("lambda_logits",)))  # fmt: skip
 def test_gate_gradient(grading: GradingContext) -> None:
     _gradients(grading, (suite.diff_gradients,), ("lambda_logits",))
 
 
-@check("T3", 4, "Saturated gates (±100 to ±1000): every gradient finite and correct, float32 and float64")
+@check("T3", 4, "Saturated gates (±100 to ±1000): every gradient finite and correct, float32 and float64",
+       replay=Recipe("grads", ((suite.diff_saturated, True),), ("q", "k", "v", "lambda_logits")))  # fmt: skip
 def test_saturated_gate_gradients(grading: GradingContext) -> None:
     _gradients(grading, (suite.diff_saturated,), ("q", "k", "v", "lambda_logits"))
 
@@ -57,7 +64,8 @@ def test_strided_gradients(grading: GradingContext) -> None:
     _gradients(grading, (suite.gqa_strided, suite.diff_strided), ("q", "k", "v", "lambda_logits"))
 
 
-@check("T3", 6, "Toy experiment: a value offset shared by every token comes out scaled by 1 − σ(ℓ[t, i]) for each token and head")
+@check("T3", 6, "Toy experiment: a value offset shared by every token comes out scaled by 1 − σ(ℓ[t, i]) for each token and head",
+       replay=Recipe("difference"))  # fmt: skip
 def test_toy_offset_scaling(grading: GradingContext) -> None:
     problem = function_problem(grading, DIFF_V2)
     if problem is not None or grading.worker is None:
