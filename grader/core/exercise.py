@@ -11,6 +11,7 @@ finds the installed exercises.
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -69,3 +70,30 @@ class Exercise:
     # is then loaded while the disk can still be read (workers cannot read the package folders).
     warm_up: Path | None = None
     diagnose: Diagnose | None = None  # probes and declarations behind the report's root causes
+
+
+@dataclass(frozen=True)
+class Preparation:
+    """An exercise's ``expect`` and ``prepare``, from the modules of ``package`` that hold what runs share.
+
+    Each module named in ``truths`` has ``prepare(seed)``, which computes the
+    oracle's truths of its cases; the module ``catalogue`` has ``CATALOGUE``,
+    whose ``prepare(seed, until)`` makes the misconceptions' predictions (see
+    grader.toolkit.misconceptions). The modules are imported when first
+    needed, so that listing the exercises imports none of them.
+    """
+
+    package: str
+    truths: tuple[str, ...] = ("suite", "toy")
+    catalogue: str = "misconceptions"
+
+    def expect(self, seed: int) -> None:
+        """The oracle's truths for every case graded with ``seed``."""
+        for name in self.truths:
+            importlib.import_module(f"{self.package}.{name}").prepare(seed)
+
+    def prepare(self, seed: int, until: Callable[[], bool] | None = None) -> None:
+        """What every submission graded with ``seed`` shares: the oracle's truths, then the misconceptions' predictions
+        until ``until()`` is true (those left are made when a diagnosis needs them)."""
+        self.expect(seed)
+        importlib.import_module(f"{self.package}.{self.catalogue}").CATALOGUE.prepare(seed, until)

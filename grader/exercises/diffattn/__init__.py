@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable
 
-from grader.core.exercise import Exercise
+from grader.core.exercise import Exercise, Preparation
 
 HERE = Path(__file__).resolve().parent
+SHARED = Preparation(__name__)  # the oracle's truths of suite and toy, then the misconceptions' predictions
 
 
 def exercise() -> Exercise:
@@ -26,26 +26,10 @@ def exercise() -> Exercise:
         default_reference="reference/diff_attention.py",
         experiment=toy.experiment,
         experiment_frame=toy.frame,
-        prepare=_prepare,
-        expect=_expect,
+        prepare=SHARED.prepare,
+        expect=SHARED.expect,
         handout=handout.HANDOUT.files,
         warm_up=HERE / "warm_up.py",
         diagnose=diagnosis.diagnose,
     )
 
-
-def _expect(seed: int) -> None:
-    """The oracle's truths for every case graded with ``seed``."""
-    from grader.exercises.diffattn import suite, toy
-
-    suite.prepare(seed)
-    toy.prepare(seed)
-
-
-def _prepare(seed: int, until: Callable[[], bool] | None = None) -> None:
-    """What every submission graded with ``seed`` shares: the oracle's truths, then the misconceptions' predictions
-    until ``until()`` is true (those left are made when a diagnosis needs them)."""
-    from grader.exercises.diffattn import misconceptions
-
-    _expect(seed)
-    misconceptions.CATALOGUE.prepare(seed, until)

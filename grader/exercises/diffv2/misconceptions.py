@@ -534,4 +534,3 @@ CATALOGUE = Catalogue(
     ),
 )
 attach_hint = CATALOGUE.attach_hint
-prepare = CATALOGUE.prepare
