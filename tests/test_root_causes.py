@@ -166,6 +166,20 @@ def test_an_exception_is_classified_by_torchs_wording_or_by_the_calls_it_alone_h
     assert (typo.component, typo.blocks) == ("load", True)
 
 
+def test_sizes_that_do_not_fit_on_a_mask_line_are_the_masks_fault() -> None:
+    """A size mismatch where the mask is applied (a mask buffer of a fixed length) is a mask cause; a dtype mismatch
+    on such a line, or a size mismatch elsewhere, keeps the exception's own component."""
+    def at(code: str, message: str) -> list[str]:
+        trace = f'  File "sub.py", line 9, in differential_attention\n    {code}\n'
+        raised = Returned(raised={"type": "RuntimeError", "message": message, "traceback": trace})
+        return [f.component for f in slips.findings([_call(raised)], None, DECLARATIONS)]
+
+    sizes = "The size of tensor a (64) must match the size of tensor b (83) at non-singleton dimension 3"
+    assert at('s = s.masked_fill(~visible[:t, :t], float("-inf"))', sizes) == ["mask"]
+    assert at("s = q @ k.transpose(-2, -1)", sizes) == ["shape"]
+    assert at("s = s + mask", "expected scalar type Double but found Float") == ["dtype"]
+
+
 def test_a_modified_input_is_named_with_the_in_place_line() -> None:
     """An input whose values or version changed: the mutation slip names it and the line that writes into it."""
     (found,) = slips.findings([_call(_tensor(), changed=(0,)), _call(_tensor())], SOURCE, DECLARATIONS)

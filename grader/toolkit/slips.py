@@ -25,7 +25,7 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from grader.core.invoke import SKIPPED, Outcome, Returned
 from grader.toolkit.rootcause import ASPECTS, Finding
@@ -102,6 +102,9 @@ class Declarations:
 
     components: Mapping[str, str]  # attribute of a call (e.g. "layout") -> the component a failure only there points at
     shapes: ShapeNames
+    # a pattern of the student's line where tensors of sizes that do not fit met -> the component that line belongs to
+    # (e.g. the mask's operations); the exception's own wording names the component otherwise
+    lines: Mapping[str, str] = field(default_factory=dict)
 
 
 # ---- the submission's source ----------------------------------------------------------------------
@@ -209,6 +212,10 @@ def _raised(function: str, calls: Sequence[Observed], source: str | None, declar
             continue
         if classified is not None:
             component, meaning, advice, _ = classified
+            code = FRAME.findall(error.get("traceback", "") or "")
+            owner = next((c for pattern, c in declared.lines.items() if code and re.search(pattern, code[-1][2])), None)
+            if component == "shape" and owner is not None:
+                component = owner
         elif only is not None and only[0] in declared.components:
             component, meaning, advice = declared.components[only[0]], f"the call fails only when {only[0]} is {only[1]}", \
                 "make the function accept every input the contract allows"  # fmt: skip

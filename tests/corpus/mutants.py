@@ -46,6 +46,7 @@ ROOT_CAUSES: dict[str, tuple[str, str, tuple[str, ...]]] = {
     **{name: (_L, "lambda", words) for name, words in (
         ("lambda_no_exp", ("exp",)), ("lambda_no_init", ("lambda_init", "λ_init")), ("lambda_clamped", ("clamp",)),
         ("lambda_default_changed", ("default",)), ("lambda_elementwise", ("element", "dot")))},
+    "coefficient_as_float": (_A, "coefficient", ("Python number", "float(")),
     "lambda_sign_swapped": (_L, "sign", ("swapped", "sign")),
     "lambda_python_float": (_L, "type", ("item", "number")),
     "lambda_shape_one": (_L, "shape", ("shape",)),
@@ -55,8 +56,7 @@ ROOT_CAUSES: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "inplace_query_scaling": (_A, "mutation", ("in-place", "in place")),
     "view_on_strided": (_A, "strided", (".view", "reshape")),
     **{name: (_A, "graph", words) for name, words in (
-        ("output_detached", ("autograd", "detach")), ("coefficient_as_float", ("coefficient",)),
-        ("coefficient_detached", ("coefficient",)), ("value_detached", ("value",)), ("second_branch_no_grad", ("q2", "k2")),
+        ("output_detached", ("autograd", "detach")), ("coefficient_detached", ("coefficient",)), ("value_detached", ("value",)), ("second_branch_no_grad", ("q2", "k2")),
         ("numpy_roundtrip", ("autograd", "numpy")))},
     **{name: (_A, "backward", words) for name, words in (
         ("backward_no_rowsum", ("q1", "k1")), ("backward_missing_scale", ("q1", "k1")), ("backward_lambda_sign", ("coefficient",)))},

@@ -187,8 +187,9 @@ def _combination_finding(found: Found, combination: Combination) -> bool:
 
 # How students let λ into the map other than as A1 − λA2: name, component, title, evidence, advice.
 NOT_AFFINE = (
-    ("divided", "coefficient", "The output is divided by (1 − λ)",
-     "the signed map is (A1 − λ·A2)/(1 − λ)", "return (A1 − λ·A2) V with no division: the rows of the signed map sum to 1 − λ by design"),
+    ("divided", "softmax", "The signed map is normalised again: its rows sum to 1, not to 1 − λ",
+     "the signed map is (A1 − λ·A2)/(1 − λ), the difference divided by its row sums (or by 1 − λ)",
+     "return (A1 − λ·A2) V with no further normalisation or division: the rows of the signed map sum to 1 − λ by design"),
     ("logits", "branch", "One softmax of the logits' difference instead of the difference of two softmax maps",
      "the signed map is softmax(S1 − λ·S2): λ enters the logits, before one softmax", "normalise each branch on its own: A1 − λ·A2 with A_i = softmax(S_i)"),
     ("joint", "softmax", "The two maps are normalised together instead of each on its own",
@@ -218,6 +219,14 @@ def _not_affine(found: Found, values: Values, read: Sequence[np.ndarray]) -> Non
             if all(is_right(r, _not_affine_maps(kind, values, c), attention_maps.FITS) for r, c in zip(read, COEFFICIENTS)):
                 found.add(ATTENTION, component, "forward", title, f"Read out of your output at λ = 0, ½ and 2, {formula}, which is not affine in λ.", advice)
                 return
+    with np.errstate(all="ignore"):
+        absolute = all(np.allclose(np.abs(r).sum(axis=-1), 1.0, atol=attention_maps.FITS) for r in read)
+    if absolute:
+        found.add(ATTENTION, "softmax", "forward", "The signed map is normalised by the sum of its absolute values",
+                  "Read out of your output at λ = 0, ½ and 2, every row of the signed map has absolute values summing to 1: it was "
+                  "divided by the sum of its absolute values, where its rows must sum to 1 − λ.",
+                  "return (A1 − λ·A2) V with no further normalisation: the signed map is not a probability distribution")  # fmt: skip
+        return
     found.add(ATTENTION, "coefficient", "forward", "The output is not affine in the coefficient",
               "Read out of your output at λ = 0, ½ and 2, the signed map does not change linearly with λ, as A1 − λ·A2 does.",
               "use the coefficient exactly once, as the factor of the second map")  # fmt: skip

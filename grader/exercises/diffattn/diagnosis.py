@@ -81,7 +81,9 @@ def name_shape(function: str, got: tuple[int, ...], expected: tuple[int, ...]) -
     return None
 
 
-DECLARATIONS = slips.Declarations(ATTRIBUTE_COMPONENTS, name_shape)
+# The student's lines where tensors of sizes that do not fit meet, by the operation: applying or building the causal mask.
+LINE_COMPONENTS = {r"masked_fill|\btril\(|\btriu\(": "mask"}
+DECLARATIONS = slips.Declarations(ATTRIBUTE_COMPONENTS, name_shape, LINE_COMPONENTS)
 
 
 def _attributes(case: LambdaCase | AttentionCase, grads: bool) -> dict[str, str]:

@@ -14,6 +14,7 @@ each function are in :mod:`grader.exercises.diffattn.attention_probes` and
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -180,6 +181,19 @@ def _uses_custom_backward(source: str | None) -> bool:
     return "def backward" in (source or "")
 
 
+def _cutting_line(source: str | None, function: str, name: str) -> tuple[int, str, str] | None:
+    """The first line of ``function`` that takes ``name`` out of the autograd graph: (number, text, "number" for a
+    Python number made of it, "detach" for a tensor cut off), or None."""
+    number = re.compile(rf"\b{re.escape(name)}\b\S*\.(item|tolist)\(\)|\bfloat\(\s*{re.escape(name)}\b")
+    detach = re.compile(rf"\b{re.escape(name)}\b\S*\.(detach\(\)|data\b|numpy\(\))|torch\.tensor\(\s*{re.escape(name)}\b")
+    for line, text in slips.function_lines(source, function)[1:]:
+        code = text.split("#")[0]
+        for pattern, kind in ((detach, "detach"), (number, "number")):  # `x.detach() if tensor else float(x)` cuts a tensor by detaching
+            if pattern.search(code):
+                return line, text.strip(), kind
+    return None
+
+
 def gradient_finding(found: Found, function: str, condition: str, result: Consistency, source: str | None) -> bool:
     """A finding from one gradient comparison: inputs without gradient (graph) or with a wrong one (backward); whether there was one."""
     if result.problem is not None:
@@ -203,10 +217,21 @@ def gradient_finding(found: Found, function: str, condition: str, result: Consis
     missing, differs, infinite = result.named("missing"), result.named("differs"), result.named("not_finite")
     agree = result.named("agrees")
     rest = f"; {', '.join(agree)} agree" if agree else ""
+    cut = {name: _cutting_line(source, function, name) for name in missing}
+    numbers = [name for name, line in cut.items() if line is not None and line[2] == "number"]
+    if missing == ["coefficient"] and numbers:
+        number, text, _ = cut["coefficient"] or (0, "", "")
+        found.add(function, "coefficient", "gradients", "The coefficient is turned into a Python number, so it gets no gradient",
+                  f"Your output changes with the coefficient{condition}, yet no gradient reaches it{rest}: line {number}, `{text}`, "
+                  "makes it a Python number.", "keep a tensor coefficient a tensor (coefficient * A2 works for a Python float and a "
+                  "tensor alike): no .item() or float()", inputs=("coefficient",), signature=NO_GRAPH)  # fmt: skip
+        return True
     if missing:
-        component = "backward" if _uses_custom_backward(source) else "graph"
+        lines = [f"line {line[0]}, `{line[1]}`" for line in cut.values() if line is not None]
+        component = "backward" if _uses_custom_backward(source) and not lines else "graph"
         found.add(function, component, "gradients", f"No gradient reaches {', '.join(missing)}",
-                  f"Your output changes with {', '.join(missing)}{condition}, yet no gradient reaches {'it' if len(missing) == 1 else 'them'}{rest}.",
+                  f"Your output changes with {', '.join(missing)}{condition}, yet no gradient reaches {'it' if len(missing) == 1 else 'them'}{rest}"
+                  + (f"; the path is cut at {' and '.join(lines)}." if lines else "."),
                   "return a gradient for every input that requires grad" if component == "backward" else
                   "keep the path from every input to the output in torch: no .detach(), .item(), float(), torch.no_grad() or torch.tensor(...)",
                   inputs=tuple(missing), signature=NO_GRAPH)  # fmt: skip

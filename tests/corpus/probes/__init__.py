@@ -86,7 +86,7 @@ VARIANTS: dict[str, tuple[str, str, str, str]] = {
     "scale_after_softmax": ("    return torch.softmax(s, dim=-1)\n", "    return torch.softmax(s * math.sqrt(q.shape[-1]), dim=-1) / math.sqrt(q.shape[-1])\n",
                             _A, "scale"),  # fmt: skip
     "second_map_from_first_branch": (_OUT, "(_map(q1, k1, causal) - coefficient * _map(q1, k1, causal)) @ value", _A, "branch"),
-    "divided_by_one_minus_lambda": (_OUT, _OUT + " / (1 - coefficient)", _A, "coefficient"),
+    "divided_by_one_minus_lambda": (_OUT, _OUT + " / (1 - coefficient)", _A, "softmax"),
     "coefficient_added": (_OUT, "(_map(q1, k1, causal) - (coefficient + _map(q2, k2, causal))) @ value", _A, "coefficient"),
     "mask_filled_with_minus_100": ('float("-inf")', "-100.0", _A, "mask"),
     "softmax_overwritten_in_place": ("    return torch.softmax(s, dim=-1)\n", "    p = torch.softmax(s, dim=-1)\n    p *= 1.0\n    return p\n", _A, "backward"),
@@ -98,7 +98,7 @@ VARIANTS: dict[str, tuple[str, str, str, str]] = {
     "float32_inside": (_OUT, "((_map(q1.float(), k1.float(), causal) - coefficient * _map(q2.float(), k2.float(), causal)) @ value.float()).to(value.dtype)",
                        _A, "dtype"),  # fmt: skip
     "value_detached": (_OUT, _OUT.replace("@ value", "@ value.detach()"), _A, "graph"),
-    "coefficient_float": ("- coefficient *", "- float(coefficient) *", _A, "graph"),
+    "coefficient_float": ("- coefficient *", "- float(coefficient) *", _A, "coefficient"),
     "normaliser_detached": ("return torch.softmax(s, dim=-1)",
                             "e = torch.exp(s - s.amax(-1, keepdim=True))\n    return e / e.sum(-1, keepdim=True).detach()", _A, "graph"),
     "second_branch_detached": (_OUT, "(_map(q1, k1, causal) - coefficient * _map(q2.detach(), k2.detach(), causal)) @ value", _A, "graph"),
