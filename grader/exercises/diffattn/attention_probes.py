@@ -20,7 +20,7 @@
   far below zero) against the oracle.
 
 :func:`run` runs them in that order, after randomness and before the
-gradients (:mod:`grader.exercises.diffattn.probes`), and stops looking at the
+gradients (:mod:`grader.toolkit.findings`), and stops looking at the
 forward once one has localised it.
 """
 
@@ -34,11 +34,11 @@ import numpy as np
 
 from grader.exercises.diffattn import oracle
 from grader.exercises.diffattn.cases import ATTENTION, INPUT_NAMES
-from grader.exercises.diffattn.probes import (
-    ATTENTION_GRADS, B, D, FLOAT32_LIKE, H, T, Found, attention_subject, attention_values, gradients_probe,
-    identity_values, is_right, layout_probe, precision_finding, randomness_probe, scales, truth,
-)  # fmt: skip
+from grader.exercises.diffattn.probes import ATTENTION_GRADS, B, D, H, T, attention_subject, attention_values, identity_values, scales, truth
 from grader.toolkit import attention_maps, probes
+from grader.toolkit.findings import (
+    FLOAT32_LIKE, Found, GradientRun, gradients_probe, is_right, layout_probe, precision_finding, randomness_probe,
+)  # fmt: skip
 from grader.toolkit.attention_maps import MapModel
 from grader.toolkit.domain import exact
 from grader.toolkit.probes import Perturbation, Values
@@ -431,5 +431,6 @@ def run(worker: Worker, rng: np.random.Generator, found: Found, forward: bool, g
             unmasked = probes.sweep(worker, attention_subject(False), [values])[0]
             precision_finding(found, ATTENTION, base, truth(values, True)) or precision_finding(found, ATTENTION, unmasked, truth(values, False))
     if gradients:
-        runs = [(values if c is None else {**values, "coefficient": np.asarray(c)}, grads) for grads, c in FROZEN_RUNS]
+        runs = [GradientRun(values, grads) if c is None else GradientRun({**values, "coefficient": np.asarray(c)}, grads, f" at coefficient {c:g}")
+                for grads, c in FROZEN_RUNS]  # fmt: skip
         gradients_probe(worker, attention_subject(True), runs, rng.standard_normal((B, H, T, 2 * D)), rng, found, source)
