@@ -35,6 +35,19 @@ MASKS = {
     "zero": "future logits set to 0 instead of −∞",
     "after": "future weights zeroed after the softmax, rows not renormalised",
 }
+# What each mask (or the mask applied although causal=False) means, and what to do: title, advice.
+MASK_TEXT = {
+    "none": ("queries see future keys: the causal mask is missing",
+             "add −∞ to the logits where key j > query i, before the softmax (`masked_fill(future, float('-inf'))`)"),
+    "strict": ("the mask hides the diagonal too: a token must see itself", "mask only key j > query i (`triu(diagonal=1)`), keep j = i visible"),
+    "upper": ("the mask is the wrong way round: queries see the future and not the past",
+              "mask key j > query i (above the diagonal), keep j ≤ i"),
+    "zero": ("masked logits are set to 0 instead of −∞, so future keys still get weight",
+             "fill the masked logits with −∞ (`masked_fill(future, float('-inf'))`), not 0"),
+    "after": ("future weights are zeroed after the softmax, so rows no longer sum to 1",
+              "apply the mask to the logits before the softmax, not to the weights after it"),
+    "causal": ("the causal mask is applied although causal=False", "apply the mask only when causal is True"),
+}  # fmt: skip
 AXES = ("keys", "queries")
 FITS = 1e-6
 """A model fits when no entry of the map is further than this from its prediction (entries are at most 1)."""

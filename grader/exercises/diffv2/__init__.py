@@ -12,7 +12,7 @@ HERE = Path(__file__).resolve().parent
 
 def exercise() -> Exercise:
     """The exercise description the harness grades with."""
-    from grader.exercises.diffv2 import handout, toy
+    from grader.exercises.diffv2 import diagnosis, handout, toy
 
     return Exercise(
         name="diff_v2",
@@ -30,6 +30,7 @@ def exercise() -> Exercise:
         expect=_expect,
         handout=handout.files,
         warm_up=HERE / "warm_up.py",
+        diagnose=diagnosis.diagnose,
     )
 
 
