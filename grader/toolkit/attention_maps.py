@@ -144,6 +144,12 @@ def _scale_of(structure: MapModel, got: np.ndarray, tensors: Mapping[str, np.nda
     return _fitted_scale(frame, logits, visible)
 
 
+def fitted_scale(structure: MapModel, got: np.ndarray, tensors: Mapping[str, np.ndarray]) -> float | None:
+    """The logit scale that explains ``got`` best for the other fields of ``structure`` (unrounded: a scale rounded to
+    float32 shows), or None when no line has two usable entries."""
+    return _scale_of(structure, got, tensors)
+
+
 def _factor(got: np.ndarray, predicted: np.ndarray) -> float:
     """The factor f that best makes f·predicted equal got (1.0 when within FITS of it, or nothing to fit)."""
     both = np.isfinite(got) & np.isfinite(predicted)
