@@ -63,11 +63,12 @@ class Found:
         return False
 
     def add(self, function: str, component: str, stage: str, title: str, evidence: str, advice: str, **extra: Any) -> None:
-        """Record a finding of the probes (forward ones explain value and, as a consequence, gradient checks)."""
+        """Record a finding of the probes (forward ones explain value and, as a consequence, gradient checks; a cut graph also
+        explains checks that outputs have a graph)."""
         if stage == "forward":
             extra = {"aspect": "values", "explains": VALUES_AND_GRADIENTS, "note": FORWARD_NOTE, **extra}
-        elif stage == "gradients":
-            extra = {"aspect": "gradients", "explains": frozenset({"gradients"}), **extra}
+        elif stage == "gradients":  # a path cut for some inputs also leaves outputs without a graph when only those require grad
+            extra = {"aspect": "gradients", "explains": frozenset({"gradients", "graph"} if component == "graph" else {"gradients"}), **extra}
         self.findings.append(Finding(function, component, stage, title, evidence, advice, **extra))
 
 
