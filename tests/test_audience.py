@@ -17,7 +17,7 @@ from grader.commands import grade_file
 from grader.exercises.diffattn.handout import HANDOUT
 from grader.reports.audience import HIDDEN_MESSAGE, for_audience
 from grader.reports.schema import validate
-from grader.toolkit.handout import declared_checks
+from grader.core.plugin import declared_checks
 
 HIDDEN = {"strided_inputs_accepted", "large_logit_values", "strided_values", "strided_gradients"}
 SEED = 4242

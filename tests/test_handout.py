@@ -17,7 +17,8 @@ from grader.commands import launch
 from grader.commands import options
 from grader.exercises.diffattn import suite
 from grader.exercises.diffattn.handout import HANDOUT
-from grader.toolkit.handout import DATA_FILE, RUNNER_FILE, declared_checks, inputs_seed
+from grader.core.plugin import declared_checks
+from grader.toolkit.handout import DATA_FILE, RUNNER_FILE, inputs_seed
 from grader.toolkit.verdicts import PHRASES
 
 SEED = 7

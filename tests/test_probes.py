@@ -17,7 +17,7 @@ from conftest import ROOT
 from corpus.probes import REPLACED, VARIANTS, place, source
 
 from grader.exercises.diffattn import attention_probes, lambda_probes
-from grader.exercises.diffattn.probes import Found, gradient_finding
+from grader.toolkit.findings import Found, gradient_finding
 from grader.toolkit import attention_maps, domain, probes
 from grader.toolkit.attention_maps import MapModel
 from grader.toolkit.rootcause import STAGES, Finding

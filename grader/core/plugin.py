@@ -9,7 +9,9 @@ points, message and closest ratio to pytest-json-report as JSON-safe metadata.
 
 from __future__ import annotations
 
+import importlib
 import math
+import pkgutil
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
@@ -176,3 +178,16 @@ class GradingPlugin:
         if call.excinfo is not None and not call.excinfo.errisinstance((pytest.fail.Exception, pytest.skip.Exception)):
             described["internal_error"] = f"{call.excinfo.typename}: {call.excinfo.value}"
         return described
+
+
+def declared_checks(package: str) -> dict[str, dict[str, Any]]:
+    """Every check's declaration (tier, points, title, visibility, judges, replay) by id, in grading order, from the check modules of ``package``."""
+    found: dict[str, dict[str, Any]] = {}
+    modules = sorted(info.name for info in pkgutil.iter_modules(importlib.import_module(package).__path__) if info.name.startswith("test_"))
+    for name in modules:
+        module = importlib.import_module(f"{package}.{name}")
+        for attribute, function in vars(module).items():
+            for mark in getattr(function, "pytestmark", ()):
+                if mark.name == MARKER:
+                    found[attribute.removeprefix("test_")] = dict(mark.kwargs)
+    return found

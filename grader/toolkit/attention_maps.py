@@ -35,6 +35,19 @@ MASKS = {
     "zero": "future logits set to 0 instead of −∞",
     "after": "future weights zeroed after the softmax, rows not renormalised",
 }
+# What each mask (or the mask applied although causal=False) means, and what to do: title, advice.
+MASK_TEXT = {
+    "none": ("queries see future keys: the causal mask is missing",
+             "add −∞ to the logits where key j > query i, before the softmax (`masked_fill(future, float('-inf'))`)"),
+    "strict": ("the mask hides the diagonal too: a token must see itself", "mask only key j > query i (`triu(diagonal=1)`), keep j = i visible"),
+    "upper": ("the mask is the wrong way round: queries see the future and not the past",
+              "mask key j > query i (above the diagonal), keep j ≤ i"),
+    "zero": ("masked logits are set to 0 instead of −∞, so future keys still get weight",
+             "fill the masked logits with −∞ (`masked_fill(future, float('-inf'))`), not 0"),
+    "after": ("future weights are zeroed after the softmax, so rows no longer sum to 1",
+              "apply the mask to the logits before the softmax, not to the weights after it"),
+    "causal": ("the causal mask is applied although causal=False", "apply the mask only when causal is True"),
+}  # fmt: skip
 AXES = ("keys", "queries")
 FITS = 1e-6
 """A model fits when no entry of the map is further than this from its prediction (entries are at most 1)."""
@@ -129,6 +142,12 @@ def _scale_of(structure: MapModel, got: np.ndarray, tensors: Mapping[str, np.nda
     if structure.axis == "queries":
         frame, logits, visible = frame.T, logits.T, visible.T
     return _fitted_scale(frame, logits, visible)
+
+
+def fitted_scale(structure: MapModel, got: np.ndarray, tensors: Mapping[str, np.ndarray]) -> float | None:
+    """The logit scale that explains ``got`` best for the other fields of ``structure`` (unrounded: a scale rounded to
+    float32 shows), or None when no line has two usable entries."""
+    return _scale_of(structure, got, tensors)
 
 
 def _factor(got: np.ndarray, predicted: np.ndarray) -> float:

@@ -24,10 +24,8 @@ with the very seed the handout was made with. The data file records both.
 
 from __future__ import annotations
 
-import importlib
 import json
 import math
-import pkgutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from grader.core.invoke import Request, ResultOf, TensorInput
-from grader.core.plugin import MARKER
+from grader.core.plugin import declared_checks
 from grader.toolkit.casesets import CaseSet
 from grader.toolkit.domain import CallSequence
 from grader.toolkit.tolerance import Truth
@@ -73,19 +71,6 @@ class Recipe:
     kind: str
     sets: tuple[tuple[CaseSet[Any], bool], ...] = ()
     grads: tuple[str, ...] = ()
-
-
-def declared_checks(package: str) -> dict[str, dict[str, Any]]:
-    """Every check's declaration (tier, points, title, visibility, judges, replay) by id, in grading order, from the check modules of ``package``."""
-    found: dict[str, dict[str, Any]] = {}
-    modules = sorted(info.name for info in pkgutil.iter_modules(importlib.import_module(package).__path__) if info.name.startswith("test_"))
-    for name in modules:
-        module = importlib.import_module(f"{package}.{name}")
-        for attribute, function in vars(module).items():
-            for mark in getattr(function, "pytestmark", ()):
-                if mark.name == MARKER:
-                    found[attribute.removeprefix("test_")] = dict(mark.kwargs)
-    return found
 
 
 def request_json(request: Request, names: list[str]) -> dict[str, Any]:

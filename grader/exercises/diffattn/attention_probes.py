@@ -20,7 +20,7 @@
   far below zero) against the oracle.
 
 :func:`run` runs them in that order, after randomness and before the
-gradients (:mod:`grader.exercises.diffattn.probes`), and stops looking at the
+gradients (:mod:`grader.toolkit.findings`), and stops looking at the
 forward once one has localised it.
 """
 
@@ -34,11 +34,11 @@ import numpy as np
 
 from grader.exercises.diffattn import oracle
 from grader.exercises.diffattn.cases import ATTENTION, INPUT_NAMES
-from grader.exercises.diffattn.probes import (
-    ATTENTION_GRADS, B, D, FLOAT32_LIKE, H, T, Found, attention_subject, attention_values, gradients_probe,
-    identity_values, is_right, layout_probe, precision_finding, randomness_probe, scales, truth,
-)  # fmt: skip
+from grader.exercises.diffattn.probes import ATTENTION_GRADS, B, D, H, T, attention_subject, attention_values, identity_values, scales, truth
 from grader.toolkit import attention_maps, probes
+from grader.toolkit.findings import (
+    FLOAT32_LIKE, Found, GradientRun, gradients_probe, is_right, layout_probe, precision_finding, randomness_probe,
+)  # fmt: skip
 from grader.toolkit.attention_maps import MapModel
 from grader.toolkit.domain import exact
 from grader.toolkit.probes import Perturbation, Values
@@ -49,18 +49,6 @@ COEFFICIENTS = (0.0, 0.5, 2.0)  # the readouts' coefficients: three points test 
 # the coefficient; a Python-float coefficient; a zero coefficient.
 FROZEN_RUNS = ((ATTENTION_GRADS, None), (("k1", "k2", "value", "coefficient"), None), (("q1", "k1", "q2", "k2", "coefficient"), None),
                (("value", "coefficient"), None), (INPUT_NAMES, None), (ATTENTION_GRADS, 0.0))  # fmt: skip
-MASK_TEXT = {
-    "none": ("queries see future keys: the causal mask is missing",
-             "add −∞ to the logits where key j > query i, before the softmax (`masked_fill(future, float('-inf'))`)"),
-    "strict": ("the mask hides the diagonal too: a token must see itself", "mask only key j > query i (`triu(diagonal=1)`), keep j = i visible"),
-    "upper": ("the mask is the wrong way round: queries see the future and not the past",
-              "mask key j > query i (above the diagonal), keep j ≤ i"),
-    "zero": ("masked logits are set to 0 instead of −∞, so future keys still get weight",
-             "fill the masked logits with −∞ (`masked_fill(future, float('-inf'))`), not 0"),
-    "after": ("future weights are zeroed after the softmax, so rows no longer sum to 1",
-              "apply the mask to the logits before the softmax, not to the weights after it"),
-    "causal": ("the causal mask is applied although causal=False", "apply the mask only when causal is True"),
-}  # fmt: skip
 SOURCE_TEXT = {  # the logits from other inputs than q_i, k_i: component, title, what is right
     "roles": ("softmax", "Queries and keys are swapped in the logits (K Qᵀ instead of Q Kᵀ)", "the queries' rows and the keys' must not change roles"),
     "keys": ("branch", "The keys of the two branches are swapped", "each branch uses its own keys (q1 with k1, q2 with k2)"),
@@ -89,7 +77,7 @@ def _map_findings(found: Found, fits: Mapping[int, attention_maps.MapFit]) -> bo
     for (name, value), branches in changes.items():
         where = _branch_words(branches)
         if name == "mask":
-            title, advice = MASK_TEXT[value]
+            title, advice = attention_maps.MASK_TEXT[value]
             found.add(ATTENTION, "mask", "forward", f"{title[0].upper()}{title[1:]} ({where})",
                       f"The map read out of your output ({where}) has {attention_maps.MASKS[value]}.", advice)
         elif name == "factor":
@@ -359,7 +347,7 @@ def causal_flag_probe(worker: Worker, rng: np.random.Generator, found: Found) ->
                       "declare `causal: bool = True`, as the contract's signature does")  # fmt: skip
             localised = True
         elif not masked:
-            title, advice = MASK_TEXT["causal"] if got == "causal" else MASK_TEXT[got]
+            title, advice = attention_maps.MASK_TEXT["causal"] if got == "causal" else attention_maps.MASK_TEXT[got]
             found.add(ATTENTION, "mask", "forward", title[0].upper() + title[1:], f"With causal=False, the map read out of your output has {attention_maps.MASKS[got]}.", advice)
             localised = True
     return localised
@@ -475,5 +463,6 @@ def run(worker: Worker, rng: np.random.Generator, found: Found, forward: bool, g
             unmasked = probes.sweep(worker, attention_subject(False), [values])[0]
             precision_finding(found, ATTENTION, base, truth(values, True)) or precision_finding(found, ATTENTION, unmasked, truth(values, False))
     if gradients:
-        runs = [(values if c is None else {**values, "coefficient": np.asarray(c)}, grads) for grads, c in FROZEN_RUNS]
+        runs = [GradientRun(values, grads) if c is None else GradientRun({**values, "coefficient": np.asarray(c)}, grads, f" at coefficient {c:g}")
+                for grads, c in FROZEN_RUNS]  # fmt: skip
         gradients_probe(worker, attention_subject(True), runs, rng.standard_normal((B, H, T, 2 * D)), rng, found, source)

@@ -16,10 +16,10 @@ from typing import Any
 
 from grader.core.invoke import Outcome
 from grader.core.plugin import GradingContext
-from grader.exercises.diffattn import attention_probes, lambda_probes, probes, suite
+from grader.exercises.diffattn import attention_probes, lambda_probes, suite
 from grader.exercises.diffattn.cases import ATTENTION, COEFFICIENT_KINDS, INPUT_NAMES, LAMBDA, LAMBDA_NAMES, AttentionCase, LambdaCase
 from grader.toolkit.verdicts import function_problem
-from grader.toolkit import domain, slips
+from grader.toolkit import domain, findings, slips
 from grader.toolkit.rootcause import Evidence, Finding
 from grader.toolkit.slips import Observed
 
@@ -125,20 +125,7 @@ def observed(grading: GradingContext) -> list[Observed]:
 
 def hint_findings(records: list[dict[str, Any]]) -> list[Finding]:
     """The named misconceptions of the failed checks, as findings (the first of each id)."""
-    found, seen = [], set()
-    for record in records:
-        hint = record.get("hint")
-        if record.get("status") != "failed" or not isinstance(hint, dict) or hint.get("id") not in HINTS or hint["id"] in seen:
-            continue
-        seen.add(hint["id"])
-        function, component, stage, inputs = HINTS[hint["id"]]
-        aspect = {"forward": "values", "gradients": "gradients", "contract": "graph"}[stage]
-        explains = frozenset({"values", "gradients"} if stage == "forward" else {"gradients", aspect})
-        note = probes.FORWARD_NOTE if stage == "forward" else None
-        found.append(Finding(function, component, stage, str(hint.get("text", "")), f"It matches a known mistake: {hint.get('text', '')}",
-                             f"the formula: {hint.get('maths', '')}", aspect=aspect, explains=explains, inputs=inputs, note=note,
-                             public=record.get("visibility") == "public"))  # fmt: skip
-    return found
+    return findings.hint_findings(records, HINTS)
 
 
 def diagnose(grading: GradingContext, records: list[dict[str, Any]]) -> Evidence:
@@ -151,7 +138,7 @@ def diagnose(grading: GradingContext, records: list[dict[str, Any]]) -> Evidence
     failed = [roles[r["id"]] for r in records if r.get("status") == "failed" and r.get("id") in roles and r["id"] not in ACROSS_CALLS]
     failed += [replace(roles[r["id"]], aspect="state") for r in records if r.get("status") == "failed" and r.get("id") in ACROSS_CALLS]
     blocked = {f.function for f in evidence.findings if f.blocks}
-    found = probes.Found()
+    found = findings.Found()
     rng = domain.generator(grading.seed, "probes")
     runs = ((LAMBDA, lambda_probes.run), (ATTENTION, attention_probes.run))
     own = {function: {role.aspect for role in failed if role.functions == (function,)} for function, _ in runs}

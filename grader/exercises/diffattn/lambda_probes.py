@@ -6,7 +6,7 @@ missing λ_init, a changed default, missing exponentials, swapped or added
 terms, a clamp); each of the four vectors must matter; exponents of ±60 in
 float32 and 100 in float64 must give finite, right values. :func:`run` runs
 them after randomness and before the gradients
-(:mod:`grader.exercises.diffattn.probes`).
+(:mod:`grader.toolkit.findings`).
 """
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ import numpy as np
 
 from grader.exercises.diffattn import oracle
 from grader.exercises.diffattn.cases import LAMBDA, LAMBDA_NAMES
-from grader.exercises.diffattn.probes import (
-    FLOAT32_LIKE, Found, gradients_probe, is_right, lambda_subject, layout_probe, precision_finding, randomness_probe,
+from grader.exercises.diffattn.probes import lambda_subject
+from grader.toolkit.findings import (
+    FLOAT32_LIKE, Found, GradientRun, gradients_probe, is_right, layout_probe, precision_finding, randomness_probe,
 )  # fmt: skip
 from grader.toolkit import probes
 from grader.toolkit.domain import exact
@@ -144,4 +145,4 @@ def run(worker: Worker, rng: np.random.Generator, found: Found, forward: bool, g
         if not localised and base.size == 1:
             precision_finding(found, LAMBDA, base.reshape(()), np.asarray(lambda_truth(values))) or layout_probe(worker, lambda_subject, values, found)
     if gradients:
-        gradients_probe(worker, lambda_subject(), [(values, grads) for grads in LAMBDA_RUNS], np.asarray(1.3), rng, found, source)
+        gradients_probe(worker, lambda_subject(), [GradientRun(values, grads) for grads in LAMBDA_RUNS], np.asarray(1.3), rng, found, source)

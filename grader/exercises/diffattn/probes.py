@@ -4,38 +4,29 @@ The harness's probes (:mod:`grader.toolkit.probes`) call a function through a
 :class:`Subject`; this module declares the two subjects, draws small float64
 inputs of the probes' own (B = 1, H = 2, T = 5, D = 3, so that 2D ≥ T and
 the candidate scales 1/√D, 1/D, 1/√(2D), 1/√T differ: what the probes show
-may be shown to students), and holds the probes that mean the same for both
-functions: randomness, precision, memory layouts and the gradients against
-finite differences of the submission's own forward. The forward probes of
-each function are in :mod:`grader.exercises.diffattn.attention_probes` and
+may be shown to students). The probes that mean the same for every function
+(randomness, precision, memory layouts, the gradients against finite
+differences of the submission's own forward) are the toolkit's
+(:mod:`grader.toolkit.findings`); the forward probes of each function are in
+:mod:`grader.exercises.diffattn.attention_probes` and
 :mod:`grader.exercises.diffattn.lambda_probes`.
 """
 
 from __future__ import annotations
 
 import math
-import re
-from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
 from grader.core.invoke import Argument, Call, Request, TensorInput
 from grader.exercises.diffattn import oracle
 from grader.exercises.diffattn.cases import ATTENTION, INPUT_NAMES, LAMBDA, LAMBDA_NAMES
-from grader.toolkit import domain, probes, slips
 from grader.toolkit.domain import exact
-from grader.toolkit.probes import Built, Consistency, Subject, Values
-from grader.toolkit.rootcause import Finding
-from grader.worker.client import Worker
+from grader.toolkit.probes import Built, Subject, Values
 
 B, H, T, D = 1, 2, 5, 3
-RIGHT = 1e-9  # a float64 probe's output is right within this share of its largest true magnitude
-FLOAT32_LIKE = 1e-4  # ... and only as accurate as float32 when off by at most this share
 ATTENTION_GRADS = (*INPUT_NAMES, "coefficient")
-FORWARD_NOTE = "the forward output of these calls is already wrong, so their gradients cannot match; fix the values first"
-VALUES_AND_GRADIENTS = frozenset({"values", "gradients"})
-NO_GRAPH = "does not require grad"  # how torch says a backward pass found no graph: a check failing so suffers a cut path
 
 
 def scales(d: int, t: int) -> dict[str, float]:
@@ -97,187 +88,3 @@ def truth(values: Values, causal: bool) -> np.ndarray:
     """The oracle's output for probe inputs."""
     q1, k1, q2, k2, value = (values[n] for n in INPUT_NAMES)
     return oracle.differential_attention(q1, k1, q2, k2, value, float(values["coefficient"]), causal)
-
-
-def is_right(got: np.ndarray | None, expected: np.ndarray, share: float = RIGHT) -> bool:
-    """Whether ``got`` equals ``expected`` within ``share`` of its largest magnitude."""
-    if got is None or got.shape != expected.shape or not np.isfinite(got).all():
-        return False
-    return bool(np.max(np.abs(got - expected)) <= share * max(1.0, float(np.max(np.abs(expected)))))
-
-
-@dataclass
-class Found:
-    """What the probes of one run found: findings, the probes that ran, maps to show."""
-
-    findings: list[Finding] = field(default_factory=list)
-    probes: list[str] = field(default_factory=list)
-    maps: list[dict[str, Any]] = field(default_factory=list)
-
-    def first(self, function: str, *candidates: tuple[bool, str, str, str, str]) -> bool:
-        """Record the first forward finding (component, title, evidence, advice) whose condition holds; whether one did."""
-        for holds, component, title, evidence, advice in candidates:
-            if holds:
-                self.add(function, component, "forward", title, evidence, advice)
-                return True
-        return False
-
-    def add(self, function: str, component: str, stage: str, title: str, evidence: str, advice: str, **extra: Any) -> None:
-        """Record a finding of the probes (forward ones explain value and, as a consequence, gradient checks)."""
-        if stage == "forward":
-            extra = {"aspect": "values", "explains": VALUES_AND_GRADIENTS, "note": FORWARD_NOTE, **extra}
-        elif stage == "gradients":
-            extra = {"aspect": "gradients", "explains": frozenset({"gradients"}), **extra}
-        self.findings.append(Finding(function, component, stage, title, evidence, advice, **extra))
-
-
-def layout_probe(worker: Worker, subject: Callable[..., Subject], values: Values, found: Found) -> bool:
-    """The same values in non-contiguous memory must give the same output; whether they do not."""
-    found.probes.append(f"{subject().function}: the same inputs in other memory layouts")
-    layouts = (*domain.NON_CONTIGUOUS, "offset")
-    outputs = probes.ask(worker, [subject(layout=layout).request(values) for layout in ("contiguous", *layouts)])
-    base = probes.output(outputs[0])
-    if base is None:
-        return False
-    failing = [(layout, o) for layout, o in zip(layouts, outputs[1:]) if not is_right(probes.output(o), base)]
-    if not failing:
-        return False
-    layout, outcome = failing[0]
-    error = probes.raised_text(outcome)
-    what = f"raises {error}" if error else "gives another output"
-    found.add(subject().function, "strided", "forward", "Non-contiguous inputs give other results",
-              f"The same input values held in {layout} memory (a non-contiguous view or a storage offset) {what} than in contiguous memory.",
-              "do not assume a memory layout: use reshape (not view), and never as_strided with hand-made strides or offsets")  # fmt: skip
-    return True
-
-
-def precision_finding(found: Found, function: str, got: np.ndarray | None, expected: np.ndarray) -> bool:
-    """A dtype finding when a float64 result is right only to float32's accuracy; whether there was one."""
-    if got is None or is_right(got, expected) or not is_right(got, expected, FLOAT32_LIKE):
-        return False
-    found.add(function, "dtype", "forward", "float64 inputs are computed in float32",
-              f"For float64 inputs your result is off by about {float(np.max(np.abs(got - expected))):.1g}, the accuracy of float32, not of float64.",
-              "compute in the inputs' dtype throughout: no .float(), no float32 constants or tensors created without dtype=")  # fmt: skip
-    return True
-
-
-def randomness_probe(worker: Worker, subject: Subject, values: Values, grads: tuple[str, ...], found: Found) -> np.ndarray | None:
-    """The output of two identical calls (``grads`` requiring grad), or None when they disagree (a randomness finding) or gave none."""
-    found.probes.append(f"{subject.function}: two identical calls")
-    agreed = probes.determinism(worker, subject, values, grads)
-    if agreed is None:
-        return None
-    gap, output = agreed
-    if not gap:
-        return output
-    found.add(subject.function, "randomness", "forward", "Two identical calls give different outputs",
-              f"Called twice with the same inputs, your function returned outputs up to {gap:.3g} apart: dropout or other randomness is left on.",
-              "remove dropout and any random step: the function must be deterministic")  # fmt: skip
-    return None
-
-
-def _uses_custom_backward(source: str | None) -> bool:
-    """Whether the submission defines its own backward pass (an autograd.Function)."""
-    return "def backward" in (source or "")
-
-
-def _cutting_line(source: str | None, function: str, name: str) -> tuple[int, str, str] | None:
-    """The first line of ``function`` that takes ``name`` out of the autograd graph: (number, text, "number" for a
-    Python number made of it, "detach" for a tensor cut off), or None."""
-    number = re.compile(rf"\b{re.escape(name)}\b\S*\.(item|tolist)\(\)|\bfloat\(\s*{re.escape(name)}\b")
-    detach = re.compile(rf"\b{re.escape(name)}\b\S*\.(detach\(\)|data\b|numpy\(\))|torch\.tensor\(\s*{re.escape(name)}\b")
-    for line, text in slips.function_lines(source, function)[1:]:
-        code = text.split("#")[0]
-        for pattern, kind in ((detach, "detach"), (number, "number")):  # `x.detach() if tensor else float(x)` cuts a tensor by detaching
-            if pattern.search(code):
-                return line, text.strip(), kind
-    return None
-
-
-def gradient_finding(found: Found, function: str, condition: str, result: Consistency, source: str | None) -> bool:
-    """A finding from one gradient comparison: inputs without gradient (graph) or with a wrong one (backward); whether there was one."""
-    if result.problem is not None:
-        told = slips.exception_kind(result.problem)
-        if told is not None and told[0] == "graph" and condition:
-            found.add(function, "graph", "gradients", f"The output is cut off from autograd{condition}",
-                      f"Differentiating your output{condition} raised {result.problem}", "keep the path to the output in torch whatever requires grad: "
-                      "no torch.no_grad() or .detach() depending on which inputs require grad", signature=NO_GRAPH)  # fmt: skip
-            return True
-        if told is not None and told[3] == "has been modified by an inplace operation":  # torch says so in the backward pass only
-            found.add(function, "backward", "gradients", "An in-place operation overwrites a tensor the backward pass needs",
-                      f"Differentiating your output{condition} raised {result.problem}", "compute on new tensors (`x = x * s`, not `x *= s` or "
-                      "`x.mul_(s)`) after a tensor has been used by an operation whose gradient needs it (softmax, exp, a product)",
-                      signature=told[3])  # fmt: skip
-            return True
-        if told is not None or "grad" not in result.problem.lower():
-            return False  # a detached output or an in-place operation is a contract slip; a failing forward is not the backward's fault
-        found.add(function, "backward", "gradients", "The backward pass fails",
-                  f"Differentiating your output raised {result.problem}{condition}.", "make the backward pass return one gradient per input, of its shape")  # fmt: skip
-        return True
-    missing, differs, infinite = result.named("missing"), result.named("differs"), result.named("not_finite")
-    agree = result.named("agrees")
-    rest = f"; {', '.join(agree)} agree" if agree else ""
-    cut = {name: _cutting_line(source, function, name) for name in missing}
-    numbers = [name for name, line in cut.items() if line is not None and line[2] == "number"]
-    if missing == ["coefficient"] and numbers:
-        number, text, _ = cut["coefficient"] or (0, "", "")
-        found.add(function, "coefficient", "gradients", "The coefficient is turned into a Python number, so it gets no gradient",
-                  f"Your output changes with the coefficient{condition}, yet no gradient reaches it{rest}: line {number}, `{text}`, "
-                  "makes it a Python number.", "keep a tensor coefficient a tensor (coefficient * A2 works for a Python float and a "
-                  "tensor alike): no .item() or float()", inputs=("coefficient",), signature=NO_GRAPH)  # fmt: skip
-        return True
-    if missing:
-        lines = [f"line {line[0]}, `{line[1]}`" for line in cut.values() if line is not None]
-        component = "backward" if _uses_custom_backward(source) and not lines else "graph"
-        found.add(function, component, "gradients", f"No gradient reaches {', '.join(missing)}",
-                  f"Your output changes with {', '.join(missing)}{condition}, yet no gradient reaches {'it' if len(missing) == 1 else 'them'}{rest}"
-                  + (f"; the path is cut at {' and '.join(lines)}." if lines else "."),
-                  "return a gradient for every input that requires grad" if component == "backward" else
-                  "keep the path from every input to the output in torch: no .detach(), .item(), float(), torch.no_grad() or torch.tensor(...)",
-                  inputs=tuple(missing), signature=NO_GRAPH)  # fmt: skip
-        return True
-    custom = _uses_custom_backward(source)
-    if infinite and not custom:
-        found.add(function, "stability", "gradients", f"The gradient for {', '.join(infinite)} is not finite",
-                  f"Your gradient for {', '.join(infinite)} holds NaN or infinity where finite differences of your own forward are finite{condition}{rest}.",
-                  "a masked or discarded branch still enters the backward pass (torch.where keeps the gradient of both sides, so an exp "
-                  "or division that overflows on the discarded side gives NaN): make every branch finite before selecting",
-                  inputs=tuple(infinite))  # fmt: skip
-        return True
-    differs += infinite
-    if differs:
-        # without a hand-written backward, autograd differentiates the forward it ran: a gradient can only
-        # disagree with that forward where part of the computation was hidden from it
-        evidence = f"Your gradient for {', '.join(differs)} disagrees with finite differences of your own forward{condition}{rest}."
-        if custom:
-            found.add(function, "backward", "gradients", f"The gradient for {', '.join(differs)} is wrong", evidence,
-                      "fix the backward pass for those inputs", inputs=tuple(differs))  # fmt: skip
-        else:
-            found.add(function, "graph", "gradients", f"Part of the computation of {', '.join(differs)}'s gradient is hidden from autograd",
-                      f"{evidence} Your file has no hand-written backward, so autograd differentiated a forward with a piece cut out of its graph.",
-                      "look for .detach(), .data, torch.no_grad() or a value turned into a Python number or a new tensor in the forward, "
-                      "and keep that piece in the graph", inputs=tuple(differs))  # fmt: skip
-        return True
-    return False
-
-
-def gradients_probe(worker: Worker, subject: Subject, runs: Sequence[tuple[Values, tuple[str, ...]]], cotangent: np.ndarray,
-                    rng: np.random.Generator, found: Found, source: str | None) -> None:  # fmt: skip
-    """The gradients against finite differences of the forward, run after run (inputs, which require grad) until one finds a fault.
-
-    When the forward is already known to be wrong, the first run alone tells
-    whether the backward is wrong too; the others look for faults that only
-    some inputs left without requires_grad bring out.
-    """
-    found.probes.append(f"{subject.function}: gradients against finite differences of its own forward")
-    everything = runs[0][1]
-    if any(f.function == subject.function and f.stage == "forward" for f in found.findings):
-        runs = runs[:1]
-    for values, grads in runs:
-        frozen = [n for n in everything if n not in grads]
-        condition = f" when {', '.join(frozen)} do{'es' if len(frozen) == 1 else ''} not require grad" if frozen else ""
-        if "coefficient" in values and float(values["coefficient"]) == 0.0:
-            condition += " at coefficient 0"
-        result = probes.consistency(worker, subject, values, grads, cotangent, rng)
-        if gradient_finding(found, subject.function, condition, result, source) or (not condition and NO_GRAPH in (result.problem or "")):
-            return  # (with every input requiring grad, a detached output is the contract slip's to name)

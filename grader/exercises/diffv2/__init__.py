@@ -12,7 +12,7 @@ SHARED = Preparation(__name__)  # the oracle's truths of suite and toy, then the
 
 def exercise() -> Exercise:
     """The exercise description the harness grades with."""
-    from grader.exercises.diffv2 import handout, toy
+    from grader.exercises.diffv2 import diagnosis, handout, toy
 
     return Exercise(
         name="diff_v2",
@@ -30,5 +30,6 @@ def exercise() -> Exercise:
         expect=SHARED.expect,
         handout=handout.files,
         warm_up=HERE / "warm_up.py",
+        diagnose=diagnosis.diagnose,
     )
 

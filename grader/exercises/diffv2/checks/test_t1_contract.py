@@ -7,8 +7,8 @@ from collections.abc import Callable, Iterator
 from grader.core.invoke import Outcome, Returned
 from grader.core.plugin import GradingContext, check
 from grader.exercises.diffv2 import suite
-from grader.exercises.diffv2.cases import Case
-from grader.exercises.diffv2.declared import DIFF_OUTPUT_CALLS, GQA_OUTPUT_CALLS, GRADIENT_CALLS
+from grader.exercises.diffv2.cases import DIFF_V2, GQA, Case
+from grader.exercises.diffv2.declared import DIFF_OUTPUT_CALLS, GQA_OUTPUT_CALLS, GRADIENT_CALLS, of, of_both
 from grader.toolkit.casesets import CaseSet
 from grader.toolkit.compare import Comparison, combine
 from grader.toolkit.handout import Recipe
@@ -50,27 +50,28 @@ def _graph(case: Case, result: Returned) -> str | None:
 
 
 @check("T1", 3, "gqa_attention returns one tensor of shape [B, T, Hq, D] (Hkv = 1, Hkv = Hq, G = 2 and 4 included)",
-       replay=Recipe("kind", GQA_OUTPUT_CALLS))  # fmt: skip
+       judges=of(GQA, "type"), replay=Recipe("kind", GQA_OUTPUT_CALLS))  # fmt: skip
 def test_gqa_returns_one_tensor(grading: GradingContext) -> None:
     sets = [(suite.gqa_causal, False), (suite.gqa_noncausal, False)]
     grading.conclude(_judge(grading, sets, _kind, "Every call returned one dense floating torch.Tensor of shape [B, T, Hq, D]."))
 
 
 @check("T1", 3, "diff_v2_attention returns one tensor of shape [B, T, H, D] with H = Hq / 2",
-       replay=Recipe("kind", DIFF_OUTPUT_CALLS))  # fmt: skip
+       judges=of(DIFF_V2, "type"), replay=Recipe("kind", DIFF_OUTPUT_CALLS))  # fmt: skip
 def test_diff_v2_returns_one_tensor(grading: GradingContext) -> None:
     sets = [(suite.diff_causal, False), (suite.diff_noncausal, False)]
     grading.conclude(_judge(grading, sets, _kind, "Every call returned one dense floating torch.Tensor of shape [B, T, Hq / 2, D]."))
 
 
 @check("T1", 3, "Both functions keep the dtype (float32, float64) and device of their inputs",
-       replay=Recipe("dtype", (*GQA_OUTPUT_CALLS, *DIFF_OUTPUT_CALLS)))  # fmt: skip
+       judges=of_both("dtype"), replay=Recipe("dtype", (*GQA_OUTPUT_CALLS, *DIFF_OUTPUT_CALLS)))  # fmt: skip
 def test_dtype_and_device_kept(grading: GradingContext) -> None:
     sets = [(s, False) for s in (suite.gqa_causal, suite.gqa_noncausal, suite.diff_causal, suite.diff_noncausal)]
     grading.conclude(_judge(grading, sets, _shape_and_dtype, "float32 and float64 inputs gave outputs in their own dtype, on the CPU."))
 
 
-@check("T1", 3, "Both functions accept strided views (transposed, head-permuted, sliced, fused, at a storage offset)", visibility="hidden")
+@check("T1", 3, "Both functions accept strided views (transposed, head-permuted, sliced, fused, at a storage offset)", visibility="hidden",
+       judges=of_both("strided"))  # fmt: skip
 def test_strided_inputs_accepted(grading: GradingContext) -> None:
     sets = [(suite.gqa_strided, False), (suite.diff_strided, False)]
     success = "Transposed, head-permuted, sliced and fused-projection views and tensors at a storage offset were accepted by both functions."
@@ -78,7 +79,7 @@ def test_strided_inputs_accepted(grading: GradingContext) -> None:
 
 
 @check("T1", 3, "Inputs are never modified, forward or backward (values and version counters)",
-       replay=Recipe("unchanged", ((suite.gqa_causal, False), (suite.diff_causal, False), *GRADIENT_CALLS)))  # fmt: skip
+       judges=of_both("mutation"), replay=Recipe("unchanged", ((suite.gqa_causal, False), (suite.diff_causal, False), *GRADIENT_CALLS)))  # fmt: skip
 def test_inputs_not_modified(grading: GradingContext) -> None:
     sets = [(suite.gqa_causal, False), (suite.diff_causal, False), (suite.diff_strided, False),
             (suite.gqa_gradients, True), (suite.diff_gradients, True)]  # fmt: skip
@@ -94,14 +95,14 @@ def test_inputs_not_modified(grading: GradingContext) -> None:
 
 
 @check("T1", 3, "Outputs are attached to the autograd graph when inputs require grad",
-       replay=Recipe("graph", GRADIENT_CALLS))  # fmt: skip
+       judges=of_both("graph"), replay=Recipe("graph", GRADIENT_CALLS))  # fmt: skip
 def test_graph_attached(grading: GradingContext) -> None:
     sets = [(suite.gqa_gradients, True), (suite.diff_gradients, True)]
     grading.conclude(_judge(grading, sets, _graph, "Outputs of inputs that require grad are attached to the autograd graph."))
 
 
 @check("T1", 2, "Every argument binds by position and by name, as the contract's signatures order and name them",
-       replay=Recipe("values", ((suite.gqa_bindings, False), (suite.diff_bindings, False))))  # fmt: skip
+       judges=of_both("values", also=("binding",)), replay=Recipe("values", ((suite.gqa_bindings, False), (suite.diff_bindings, False))))  # fmt: skip
 def test_arguments_bind(grading: GradingContext) -> None:
     verdict = combine(suite.value_verdicts(grading, suite.gqa_bindings) + suite.value_verdicts(grading, suite.diff_bindings))
     notes = [suite.RUNNER.order_problem(grading, name) for name in suite.FUNCTIONS]

@@ -6,8 +6,8 @@ from collections.abc import Callable
 
 from grader.core.plugin import GradingContext, check
 from grader.exercises.diffv2 import counterexample, expected, misconceptions, suite
-from grader.exercises.diffv2.cases import Case
-from grader.exercises.diffv2.declared import GRADIENT_CALLS
+from grader.exercises.diffv2.cases import DIFF_V2, GQA, Case
+from grader.exercises.diffv2.declared import GRADIENT_CALLS, of, of_both
 from grader.toolkit.casesets import CaseSet
 from grader.toolkit.compare import combine, compare
 from grader.toolkit.handout import Recipe
@@ -26,47 +26,49 @@ def _values(grading: GradingContext, *case_sets: CaseSet[Case], truth: Callable[
 
 
 @check("T2", 5, "gqa_attention, causal: matches the oracle (T = 1 to 320, Hkv = 1, Hkv = Hq, G = 2, 3 and 4, the default causal=True)",
-       replay=Recipe("values", ((suite.gqa_causal, False),)))  # fmt: skip
+       judges=of(GQA, "values"), replay=Recipe("values", ((suite.gqa_causal, False),)))  # fmt: skip
 def test_gqa_causal_values(grading: GradingContext) -> None:
     _values(grading, suite.gqa_causal)
 
 
 @check("T2", 4, "gqa_attention, causal=False: matches the oracle (no mask)",
-       replay=Recipe("values", ((suite.gqa_noncausal, False),)))  # fmt: skip
+       judges=of(GQA, "values"), replay=Recipe("values", ((suite.gqa_noncausal, False),)))  # fmt: skip
 def test_gqa_noncausal_values(grading: GradingContext) -> None:
     _values(grading, suite.gqa_noncausal)
 
 
 @check("T2", 5, "diff_v2_attention, causal: matches A[:, :, 0::2] − σ(ℓ)·A[:, :, 1::2] (T = 1 to 320, Hkv = 1, G = 2 and 4)",
-       replay=Recipe("values", ((suite.diff_causal, False),)))  # fmt: skip
+       judges=of(DIFF_V2, "values"), replay=Recipe("values", ((suite.diff_causal, False),)))  # fmt: skip
 def test_diff_v2_causal_values(grading: GradingContext) -> None:
     _values(grading, suite.diff_causal)
 
 
 @check("T2", 4, "diff_v2_attention, causal=False: matches the oracle",
-       replay=Recipe("values", ((suite.diff_noncausal, False),)))  # fmt: skip
+       judges=of(DIFF_V2, "values"), replay=Recipe("values", ((suite.diff_noncausal, False),)))  # fmt: skip
 def test_diff_v2_noncausal_values(grading: GradingContext) -> None:
     _values(grading, suite.diff_noncausal)
 
 
-@check("T2", 4, "float32 inputs with scaled logits of 100 to 1000 give finite, correct outputs", visibility="hidden")
+@check("T2", 4, "float32 inputs with scaled logits of 100 to 1000 give finite, correct outputs", visibility="hidden",
+       judges=of_both("values"))  # fmt: skip
 def test_large_logit_values(grading: GradingContext) -> None:
     _values(grading, suite.gqa_large_logits, suite.diff_large_logits)
 
 
 @check("T2", 4, "Saturated gates (lambda_logits of ±100 to ±1000, float32 and float64) give finite, correct outputs",
-       replay=Recipe("values", ((suite.diff_saturated, False),)))  # fmt: skip
+       judges=of(DIFF_V2, "values"), replay=Recipe("values", ((suite.diff_saturated, False),)))  # fmt: skip
 def test_saturated_gate_values(grading: GradingContext) -> None:
     _values(grading, suite.diff_saturated)
 
 
-@check("T2", 3, "Strided inputs and inputs at a storage offset give the same values as contiguous ones", visibility="hidden")
+@check("T2", 3, "Strided inputs and inputs at a storage offset give the same values as contiguous ones", visibility="hidden",
+       judges=of_both("values"))  # fmt: skip
 def test_strided_values(grading: GradingContext) -> None:
     _values(grading, suite.gqa_strided, suite.diff_strided)
 
 
 @check("T2", 4, "Rows of each signed map sum to 1 − σ(ℓ_t): a value offset c shared by every token adds (1 − σ(ℓ[t, i]))·c to output [t, i]",
-       replay=Recipe("values", ((suite.diff_offsets, False),)))  # fmt: skip
+       judges=of(DIFF_V2, "values"), replay=Recipe("values", ((suite.diff_offsets, False),)))  # fmt: skip
 def test_row_sums(grading: GradingContext) -> None:
     found = suite.diff_offsets(grading.seed)
     verdicts = suite.value_verdicts(grading, suite.diff_offsets)
@@ -83,13 +85,13 @@ def test_row_sums(grading: GradingContext) -> None:
 
 
 @check("T2", 3, "As ℓ → −∞ (every gate logit at most −100) the output is ordinary attention of the even query heads",
-       replay=Recipe("values", ((suite.diff_gate_off, False),)))  # fmt: skip
+       judges=of(DIFF_V2, "values"), replay=Recipe("values", ((suite.diff_gate_off, False),)))  # fmt: skip
 def test_gate_off_is_even_heads(grading: GradingContext) -> None:
     _values(grading, suite.diff_gate_off, truth=expected.even_heads)
 
 
 @check("T2", 4, "Calls that build an autograd graph return the same correct values (no separate training path)",
-       replay=Recipe("values", GRADIENT_CALLS))  # fmt: skip
+       judges=of_both("values"), replay=Recipe("values", GRADIENT_CALLS))  # fmt: skip
 def test_values_with_gradients(grading: GradingContext) -> None:
     sets = (suite.gqa_gradients, suite.diff_gradients)
     grading.conclude(combine([v for case_set in sets for v in suite.value_verdicts(grading, case_set, grads=True)]))

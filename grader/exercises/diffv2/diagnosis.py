@@ -1,0 +1,159 @@
+"""The diagnosis of DIFF V2: what each check judges, the calls the checks made, which probes to run.
+
+:func:`diagnose` is the exercise's ``Exercise.diagnose``: after the checks of
+a submission ran and some failed, it reads the checks' own calls for
+contract slips (:mod:`grader.toolkit.slips`), turns the checks' named
+misconceptions into findings (:data:`HINTS`), runs the probes of every
+function with a failed check (:mod:`grader.exercises.diffv2.probes`) and
+hands all of it, with what each check judges (the checks' declarations), to the
+harness, which orders the root causes (:mod:`grader.toolkit.rootcause`).
+
+``diff_v2_attention`` usually calls the submission's own ``gqa_attention``;
+when its source does, a fault of ``gqa_attention`` also explains the checks
+of ``diff_v2_attention`` (:func:`roles`), and ``diff_v2_attention``'s probes
+of a stage are skipped once ``gqa_attention``'s have localised a fault there
+(they would only find the same fault again, under the wrong name).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from typing import Any, Mapping
+
+from grader.core.invoke import Outcome
+from grader.core.plugin import GradingContext
+from grader.exercises.diffv2 import probes, suite
+from grader.exercises.diffv2.cases import DIFF_V2, GQA, TENSORS, Case
+from grader.toolkit import domain, findings, slips
+from grader.toolkit.rootcause import Evidence, Role
+from grader.toolkit.slips import Observed
+from grader.toolkit.verdicts import function_problem
+
+BOTH = (GQA, DIFF_V2)
+
+# A named misconception (grader/exercises/diffv2/misconceptions.py) -> the function, component and stage it localises.
+# The shared output variants name gqa_attention: diff_v2_attention is graded on them only through its maps.
+_SHARED = {"kv_heads_tiled": "heads", "scale_root_2d": "scale", "scale_inverse_d": "scale", "no_scale": "scale",
+           "causal_default_false": "mask", "no_mask": "mask", "mask_misplaced": "mask", "softmax_over_queries": "softmax",
+           "layout_bhtd": "layout"}  # fmt: skip
+_DIFF_V2_FORWARD = {"pairs_as_halves": "heads", "pairs_swapped": "heads", "causal_not_forwarded": "mask", "gate_without_sigmoid": "gate",
+                    "gate_exponential": "gate", "gate_complement": "gate", "gate_wrong_axis": "gate", "all_heads_returned": "heads",
+                    "output_rmsnorm": "output", "one_minus_lambda_init": "output"}  # fmt: skip
+HINTS: dict[str, tuple[str, str, str, tuple[str, ...]]] = {
+    **{hint: (GQA, component, "forward", ()) for hint, component in _SHARED.items()},
+    **{hint: (DIFF_V2, component, "forward", ()) for hint, component in _DIFF_V2_FORWARD.items()},
+    "gate_detached": (DIFF_V2, "graph", "gradients", ("lambda_logits",)),
+    "gate_slope_missing": (DIFF_V2, "gate", "gradients", ("lambda_logits",)),
+    "kv_gradients_averaged": (GQA, "backward", "gradients", ("k", "v")),
+    "logits_detached": (GQA, "graph", "gradients", ("q", "k")),
+    "value_detached": (GQA, "graph", "gradients", ("v",)),
+    "output_detached": (GQA, "graph", "contract", ()),
+    "float32_inside": (GQA, "dtype", "forward", ()),
+}  # fmt: skip
+ATTRIBUTE_COMPONENTS = {"the memory layout": "strided", "the inputs' dtype": "dtype", "causal": "mask", "the autograd mode": "graph"}
+
+
+def name_shape(function: str, got: tuple[int, ...], expected: tuple[int, ...]) -> tuple[str, str, str, str] | None:
+    """(component, title, evidence, advice) for the wrong shapes students' bugs produce, or None."""
+    if len(got) != 4 or len(expected) != 4:
+        return None
+    b, t, heads, d = expected
+    if function == DIFF_V2 and got == (b, t, 2 * heads, d):
+        return ("heads", f"{DIFF_V2} returns all 2H heads: the pairs are never combined",
+                f"It returned shape {list(got)}, the Hq = 2H query heads, where [B, T, H, D] = {list(expected)} is expected.",
+                "combine each pair into one head: A[:, :, 0::2] − σ(ℓ)[..., None]·A[:, :, 1::2]")  # fmt: skip
+    if got == (b, heads, t, d) and heads != t:
+        return ("layout", f"{function} returns [B, H, T, D] instead of [B, T, H, D]",
+                f"It returned shape {list(got)}: heads before tokens, where [B, T, H, D] = {list(expected)} is expected.",
+                "transpose(1, 2) the result back to [B, T, H, D]")  # fmt: skip
+    return None
+
+
+DECLARATIONS = slips.Declarations(ATTRIBUTE_COMPONENTS, name_shape)
+
+
+def _attributes(case: Case, grads: bool) -> dict[str, str]:
+    """How a call of ``case`` was made, in words (the slip analysis contrasts calls that failed with those that did not)."""
+    found = {"the inputs' dtype": case.dtype, "the argument binding": case.binding,
+             "causal": "left out" if case.causal is None else str(case.causal),
+             "the memory layout": "non-contiguous" if any(layout != "contiguous" for layout in case.memory_layouts) else "contiguous"}  # fmt: skip
+    if not grads:
+        found["the autograd mode"] = case.grad_mode
+    return found
+
+
+def observed(grading: GradingContext) -> list[Observed]:
+    """Every call the checks made (from the run's memo: no new call), as the slip analysis reads it."""
+    found = []
+    for case_set in suite.SETS:
+        for grads in (False, True):
+            for i, case in enumerate(case_set(grading.seed)):
+                outcome: Outcome | None = grading.cache.get((case_set.name, i, grads))
+                if outcome is None:
+                    continue
+                found.append(Observed(case.function, outcome, 0, case.output_shape, case.dtype, _attributes(case, grads), case.names, grads,
+                                      not case_set.hidden))  # fmt: skip
+    return found
+
+
+def calls_gqa(source: str | None) -> bool:
+    """Whether the submission's diff_v2_attention calls its gqa_attention."""
+    return any(re.search(rf"\b{GQA}\s*\(", text.split("#", 1)[0]) for _, text in slips.function_lines(source, DIFF_V2)[1:])
+
+
+def widened(declared: Mapping[str, Role], source: str | None) -> dict[str, Role]:
+    """What the checks judge (their declarations), with gqa_attention added to every check of diff_v2_attention when
+    diff_v2_attention calls it: a fault of the one is then the other's too."""
+    if not calls_gqa(source):
+        return dict(declared)
+    found = {}
+    for check, role in declared.items():
+        if DIFF_V2 in role.functions and GQA not in role.functions:
+            inputs = dict(role.inputs)
+            if DIFF_V2 in inputs:
+                inputs[GQA] = tuple(n for n in inputs[DIFF_V2] if n in TENSORS[GQA]) or TENSORS[GQA]
+            role = replace(role, functions=(*role.functions, GQA), inputs=inputs)
+        found[check] = role
+    return found
+
+
+def hint_findings(records: list[dict[str, Any]], declared: Mapping[str, Role]) -> list[findings.Finding]:
+    """The named misconceptions as findings. A variant :data:`HINTS` gives to gqa_attention (a shared output variant, a
+    gradient variant, a symptom) that no check of gqa_attention was hinted with names diff_v2_attention: its own
+    attention has the fault, gqa_attention's checks pass."""
+    gqa_checks = {check for check, role in declared.items() if GQA in role.functions}
+    hinted = {r["hint"]["id"] for r in records if r.get("id") in gqa_checks and r.get("status") == "failed" and isinstance(r.get("hint"), dict)}
+    hints = {hint: (DIFF_V2 if function == GQA and hint not in hinted else function, component, stage, inputs)
+             for hint, (function, component, stage, inputs) in HINTS.items()}  # fmt: skip
+    return findings.hint_findings(records, hints)
+
+
+def diagnose(grading: GradingContext, records: list[dict[str, Any]]) -> Evidence:
+    """The evidence for the root causes of a submission some of whose checks failed (see the module's docstring)."""
+    declared = grading.roles
+    evidence = Evidence(hints=hint_findings(records, declared))
+    grading.roles = widened(declared, grading.source)  # this submission's roles only: the declarations are left as they are
+    if grading.load_failure is not None:
+        return evidence
+    evidence.findings += slips.findings(observed(grading), grading.source, DECLARATIONS)
+    failed = [declared[r["id"]] for r in records if r.get("status") == "failed" and r.get("id") in declared]
+    blocked = {f.function for f in evidence.findings if f.blocks}
+    found = findings.Found()
+    rng = domain.generator(grading.seed, "probes")
+    own = {function: {role.aspect for role in failed if role.functions == (function,)} for function in BOTH}
+    nested = calls_gqa(grading.source)
+    for function in BOTH:
+        # a check of both functions sends a function's probes only when the other has no failed check of its own
+        shared = {role.aspect for role in failed if len(role.functions) > 1 and not any(own[f] for f in role.functions if f != function)}
+        aspects = own[function] | shared
+        if function == DIFF_V2 and nested:  # gqa_attention's faults, found already, are diff_v2_attention's too
+            if GQA in blocked:
+                continue
+            aspects -= {"values" if f.stage == "forward" else "gradients" for f in found.findings if f.function == GQA}
+        if grading.worker is None or function in blocked or function_problem(grading, function) is not None or not aspects & {"values", "gradients"}:
+            continue
+        probes.run(grading.worker, function, rng, found, "values" in aspects, "gradients" in aspects, grading.source)
+    evidence.findings += found.findings
+    evidence.probes, evidence.maps = found.probes, found.maps
+    return evidence

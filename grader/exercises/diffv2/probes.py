@@ -1,0 +1,502 @@
+"""The probes of DIFF V2: what they call, on which inputs, and what their answers mean.
+
+Small float64 inputs of the probes' own (B = 1, T = 17, Hq = 4, Hkv = 2,
+D = 34: G = 2, two pairs; D ≥ 2T so that one-hot values give each key/value
+head its own block of columns; T > 16 so that a blocked softmax has
+three blocks of 8; 1/√D, 1/D, 1/√(2D) and 1/√T differ), so what they show may be shown
+to students. Per function, in order, each stopping the search for the
+forward's fault once one has localised it:
+
+* **randomness**: two identical calls agree bit for bit (toolkit);
+* **gqa_attention's maps**: with one-hot values ``v[s, g] = e_{gT + s}`` the
+  output of query head ``h`` *is* its map, in the block of the key/value head
+  it reads; the block says which value head it reads, and
+  :func:`grader.toolkit.attention_maps.explain` which keys, mask, scale,
+  softmax axis and transposition built the map;
+* **the causal flag**: with ``causal`` omitted the output is the causal one,
+  with False the unmasked one;
+* **which input matters** (gqa_attention): a change of token 0's keys must
+  reach later tokens, of the last token's keys no earlier one, and of one
+  query only its own token and head;
+* **diff_v2_attention's pairs and gate**: with one-hot values and one gate
+  logit ℓ everywhere, each output head is fitted as a combination of the
+  true heads' outputs: which heads are paired (2i and 2i + 1, not halves or
+  swapped), the factor of the ungated head (1, not 1 − λ_init), the gate
+  (σ(ℓ), not ℓ, exp ℓ or 1 − σ(ℓ)), the output linear in v (no norm after);
+  one gate logit changed must move its own token and head only;
+* **saturated gates** (ℓ at ±100 to ±1000, float32 and float64): finite,
+  right outputs and a finite gradient for ℓ;
+* **stability, layouts, precision** (float32 logits of hundreds; strided
+  memory; a float64 result right only to float32's accuracy) when the plain
+  output is right or nothing else localised the fault;
+* **gradients** against finite differences of the function's own forward
+  (toolkit), with inputs frozen in turn and at ℓ = 0, the sigmoid's steepest
+  point, where a gate built on ``|ℓ|`` has a kink.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+
+from grader.core.invoke import Call, Request, TensorInput
+from grader.exercises.diffv2 import oracle
+from grader.exercises.diffv2.cases import DIFF_V2, GQA, TENSORS
+from grader.toolkit import attention_maps, probes
+from grader.toolkit.attention_maps import MapModel
+from grader.toolkit.domain import exact
+from grader.toolkit.findings import (
+    FLOAT32_LIKE, Found, GradientRun, gradients_probe, is_right, layout_probe, precision_finding, randomness_probe,
+)  # fmt: skip
+from grader.toolkit.probes import Built, Perturbation, Subject, Values
+from grader.worker.client import Worker
+
+B, T, HQ, HKV, D = 1, 17, 4, 2, 34
+G, H = HQ // HKV, HQ // 2
+GATES = (-2.0, 0.0, 1.5)  # the constant gate logits of the pair readouts
+SCALES = {"1/√D": 1 / math.sqrt(D), "1/D": 1 / D, "1/√(2D)": 1 / math.sqrt(2 * D), "1/√T": 1 / math.sqrt(T),
+          "1 (no scaling)": 1.0, "√D": math.sqrt(D), "2/√D": 2 / math.sqrt(D)}  # fmt: skip
+SCALE_WORDS = {"1/D": "divided by √D twice", "1/√(2D)": "D taken twice as large", "1/√T": "T is the sequence length, not the head width",
+               "1 (no scaling)": "no division by √D at all", "√D": "multiplied instead of divided"}  # fmt: skip
+# The gates students write instead of σ(ℓ): name, function, advice.
+GATE_FORMS = (
+    ("λ = ℓ: lambda_logits is used without the sigmoid", lambda x: x, "λ = torch.sigmoid(lambda_logits)"),
+    ("λ = exp(ℓ), DIFF V1's re-parameterisation", np.exp, "DIFF V2's gate is λ = torch.sigmoid(lambda_logits), bounded to (0, 1)"),
+    ("λ = 1 − σ(ℓ): the complement of the sigmoid", lambda x: 1.0 - oracle.sigmoids(x), "λ = torch.sigmoid(lambda_logits) itself"),
+)  # fmt: skip
+GQA_RUNS = (("q", "k", "v"), ("k", "v"), ("q",), ("q", "k"))
+DIFF_V2_RUNS = (("q", "k", "v", "lambda_logits"), ("q", "k", "v"), ("lambda_logits",), ("k", "v", "lambda_logits"))
+FITS = 1e-6  # a readout is a combination of the true heads' outputs when no entry is further than this from the fit
+
+
+def _request(function: str, values: Values, grads: tuple[str, ...], cotangent: np.ndarray | None, causal: bool | None, dtype: str,
+             layout: str) -> Built:  # fmt: skip
+    """``function``(q, k, v[, lambda_logits][, causal=...]) on ``values``, those in ``grads`` requiring grad."""
+    names = TENSORS[function]
+    tensors = tuple(TensorInput(exact(values[n], dtype), dtype, n in grads, layout) for n in names)
+    call = Call(function, tensors, {} if causal is None else {"causal": causal})
+    positions = {n: i for i, n in enumerate(names) if n in grads}
+    if cotangent is None:
+        return Built(Request((call,), inputs=tensors), positions)
+    return Built(Request((call,), backward_from=0, cotangent=exact(cotangent, dtype), inputs=tensors), positions)
+
+
+def subject(function: str, causal: bool | None = True, dtype: str = "float64", layout: str = "contiguous") -> Subject:
+    """``function`` with ``causal`` given (None: omitted), inputs in ``dtype`` and memory ``layout``."""
+    return Subject(function, lambda values, grads, cotangent: _request(function, values, grads, cotangent, causal, dtype, layout))
+
+
+def draw(rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Queries, keys and values of logits about 1 in size, and gate logits about N(0, 1.5²)."""
+    return {"q": rng.standard_normal((B, T, HQ, D)), "k": rng.standard_normal((B, T, HKV, D)), "v": rng.standard_normal((B, T, HKV, D)),
+            "lambda_logits": 1.5 * rng.standard_normal((B, T, H))}  # fmt: skip
+
+
+def one_hot() -> np.ndarray:
+    """Values v[s, g] = e_{gT + s}: the output of a query head is its map, in the columns of the key/value head it reads."""
+    value = np.zeros((B, T, HKV, D))
+    for g in range(HKV):
+        value[0, np.arange(T), g, g * T + np.arange(T)] = 1.0
+    return value
+
+
+def truth(function: str, values: Values, causal: bool) -> np.ndarray:
+    """The oracle's output for probe inputs."""
+    if function == GQA:
+        return oracle.gqa_attention(values["q"], values["k"], values["v"], causal)
+    return oracle.diff_v2_attention(values["q"], values["k"], values["v"], values["lambda_logits"], causal)
+
+
+def _shaped(out: np.ndarray | None, function: str) -> np.ndarray | None:
+    """``out`` when it has the function's output shape, else None."""
+    return out if out is not None and out.shape == (B, T, HQ if function == GQA else H, D) else None
+
+
+# ---- gqa_attention ------------------------------------------------------------------------
+
+
+def _heads_finding(found: Found, keys: Sequence[int], values: Sequence[int]) -> bool:
+    """A finding when query heads read other key or value heads than h // G; whether there was one."""
+    right = [h // G for h in range(HQ)]
+    wrong_keys, wrong_values = list(keys) != right, list(values) != right
+    if not wrong_keys and not wrong_values:
+        return False
+    tiled = [h % HKV for h in range(HQ)]
+    which = "keys and values" if wrong_keys and wrong_values else "keys" if wrong_keys else "values"
+    read = values if wrong_values else keys
+    how = " (h % Hkv, what Tensor.repeat or expand over a leading group axis gives)" if list(read) == tiled else ""
+    found.add(GQA, "heads", "forward", f"Query heads read the wrong key/value heads ({which})",
+              f"Read out of your output with one-hot values, query heads 0 to {HQ - 1} (Hq = {HQ}, Hkv = {HKV}, G = {G}) read the {which} of "
+              f"heads {list(read)}{how}, not h // G = {right}.",
+              "give query head h key/value head h // G: the G query heads of a group are contiguous "
+              "(k.repeat_interleave(G, dim=2), the same for k and v)")  # fmt: skip
+    return True
+
+
+def _map_findings(found: Found, fits: Sequence[attention_maps.MapFit]) -> bool:
+    """Findings for what the fitted maps change from softmax(q kᵀ/√D + M) other than the key head; whether there was any."""
+    changes = {name: fit for fit in fits for name in fit.changes if name not in ("query", "key")}
+    for name, fit in changes.items():
+        model = fit.model
+        if name == "mask":
+            title, advice = attention_maps.MASK_TEXT[model.mask]
+            found.add(GQA, "mask", "forward", title[0].upper() + title[1:],
+                      f"The maps read out of your output have {attention_maps.MASKS[model.mask]}.", advice)
+        elif name == "scale":
+            value = fit.scale_name or f"{model.scale:.4g}"
+            said = f" ({SCALE_WORDS[value]})" if value in SCALE_WORDS else ""
+            found.add(GQA, "scale", "forward", f"The logits are scaled by {value} instead of 1/√D",
+                      f"The maps read out of your output fit softmax(s·q kᵀ) with s = {value}{said}, not 1/√D (D = {D}, the head width).",
+                      "divide q kᵀ by √D once, with D = q.shape[-1]")  # fmt: skip
+        elif name == "axis":
+            found.add(GQA, "softmax", "forward", "The softmax normalises over the queries, not the keys",
+                      "In the maps read out of your output the columns sum to 1, not the rows.", "use softmax(..., dim=-1), over the key axis")
+        elif name == "transposed":
+            found.add(GQA, "softmax", "forward", "The attention map is transposed",
+                      "The maps read out of your output are the transposes of the right ones.", "compute q kᵀ (queries × keys) and apply it to v untransposed")
+        elif name == "factor":
+            found.add(GQA, "softmax", "forward", f"The weights are multiplied by {model.factor:.4g}",
+                      f"The maps read out of your output are {model.factor:.4g} times a softmax: their rows do not sum to 1.",
+                      "scale the logits before the softmax and leave the weights as the softmax gives them")  # fmt: skip
+    return bool(changes)
+
+
+def _float32_scale(found: Found, values: Values, maps: Sequence[np.ndarray]) -> bool:
+    """A scale finding when the maps fit softmax(s·q kᵀ) with s = 1/√D only to float32's accuracy; whether they do."""
+    right = SCALES["1/√D"]
+    fitted = []
+    for h, got in enumerate(maps):
+        scale = attention_maps.fitted_scale(MapModel("q", "k", "causal"), got, {"q": values["q"][0, :, h], "k": values["k"][0, :, h // G]})
+        if scale is None:
+            return False
+        fitted.append(scale)
+    off = max(abs(s - right) / right for s in fitted)
+    if not 1e-11 < off < 1e-6:
+        return False
+    found.add(GQA, "scale", "forward", "The scale 1/√D is computed in float32",
+              f"For float64 inputs your maps are softmax(s·q kᵀ) with s = {fitted[0]:.12g}, 1/√D = {right:.12g} rounded to float32 "
+              f"(off by {off:.1g} relative).", "compute the scale as a Python float (1 / math.sqrt(D)) or in the inputs' dtype")  # fmt: skip
+    return True
+
+
+def _unexplained_maps(found: Found, maps: Sequence[np.ndarray]) -> bool:
+    """A softmax finding for maps no model explains whose rows do not sum to 1, or that sum to 1 and hide exactly the future
+    yet are not proportional to exp of the logits; whether there was one."""
+    stacked = np.array(maps)
+    sums = stacked.sum(axis=-1)
+    finite = np.isfinite(sums)
+    if not finite.any():
+        return False
+    advice = ("normalise each row over all its visible keys; in an online softmax rescale the running sum and the accumulator "
+              "by exp(old max − new max) whenever the maximum grows")  # fmt: skip
+    if not np.allclose(sums[finite], 1.0, rtol=0.0, atol=1e-9):
+        worst = float(sums[finite][np.argmax(np.abs(sums[finite] - 1.0))])
+        found.add(GQA, "softmax", "forward", "The attention weights of a row do not sum to 1",
+                  f"Read out of your output with one-hot values, a query's weights sum to {worst:.4g}, not 1, and no softmax of q kᵀ "
+                  "explains them: the normaliser is wrong.", advice)  # fmt: skip
+        return True
+    visible = attention_maps.keep(T, "causal")
+    if not (np.all(stacked[:, ~visible] == 0.0) and np.all(stacked[:, visible] > 0.0)):
+        return False
+    found.add(GQA, "softmax", "forward", "The weights are not a softmax of the logits",
+              "Read out of your output with one-hot values, each query's weights sum to 1 and hide exactly the future keys, but their "
+              "ratios are not exp of the logits' differences for any scale: exponentials taken against different maxima (a blocked "
+              "or online softmax that does not rescale what it accumulated)?", advice)  # fmt: skip
+    return True
+
+
+def gqa_maps_probe(worker: Worker, values: Values, found: Found) -> bool:
+    """Read each query head's map out of the output with one-hot values and explain it; whether the forward was localised."""
+    found.probes.append(f"{GQA}: maps read out with one-hot values")
+    point = {**values, "v": one_hot()}
+    out = _shaped(probes.sweep(worker, subject(GQA), [point])[0], GQA)
+    if out is None or not np.isfinite(out).any():
+        return False
+    blocks = [[out[0, :, h, g * T:(g + 1) * T] for g in range(HKV)] for h in range(HQ)]
+    read = [int(np.argmax([np.nansum(np.abs(b)) for b in heads])) for heads in blocks]
+    if any(np.nan_to_num(np.abs(blocks[h][g])).max() > FITS for h in range(HQ) for g in range(HKV) if g != read[h]):
+        return False  # a head mixes the values of several heads: not a map
+    maps = [blocks[h][read[h]] for h in range(HQ)]
+    fits = []
+    for h, got in enumerate(maps):
+        tensors = {"q": values["q"][0, :, h], **{f"k{g}": values["k"][0, :, g] for g in range(HKV)}}
+        expected = MapModel("q", f"k{h // G}", "causal", scale=SCALES["1/√D"])
+        fit = attention_maps.explain(got, tensors, expected, [("q", f"k{g}") for g in range(HKV)], SCALES)
+        if fit is None:
+            return _heads_finding(found, [h // G for h in range(HQ)], read) or _unexplained_maps(found, maps)
+        fits.append(fit)
+    keys = [int(fit.model.key[1:]) for fit in fits]
+    localised = _heads_finding(found, keys, read)
+    if not localised and all(not fit.changes for fit in fits):
+        found.maps.append({"function": GQA, "title": "Map of query head 0", "expected": oracle.attention_maps(values["q"], values["k"], True)[0, 0].tolist(),
+                           "got": maps[0].tolist()})  # fmt: skip
+        return _float32_scale(found, values, maps)
+    return _map_findings(found, fits) or localised
+
+
+def _partly_masked(function: str, values: Values) -> list[np.ndarray]:
+    """The outputs with causal=False when only some maps are masked: for gqa_attention any proper subset of the query heads,
+    for diff_v2_attention the even or the odd heads of every pair."""
+    q, k, v = values["q"], values["k"], values["v"]
+    masked, plain = oracle.attention_maps(q, k, True), oracle.attention_maps(q, k, False)
+    if function == GQA:
+        found = []
+        for subset in range(1, 2**HQ - 1):
+            chosen = np.array([(subset >> h) & 1 for h in range(HQ)], dtype=bool)[None, :, None, None]
+            found.append(oracle.apply_maps(np.where(chosen, masked, plain), v, G))
+        return found
+    gates = np.swapaxes(oracle.sigmoids(values["lambda_logits"]), 1, 2)[..., None]
+    return [oracle.apply_maps(even[:, 0::2] - gates * odd[:, 1::2], v, G // 2) for even, odd in ((masked, plain), (plain, masked))]
+
+
+def causal_flag_probe(worker: Worker, function: str, values: Values, found: Found) -> bool:
+    """With causal omitted the output must be the causal one, with causal=False the unmasked one; whether either is not."""
+    found.probes.append(f"{function}: causal omitted, True and False")
+    asked = probes.ask(worker, [subject(function, causal).request(values) for causal in (None, True, False)])
+    outs = [_shaped(probes.output(o), function) for o in asked]
+    omitted, masked, unmasked = outs
+    right, plain = truth(function, values, True), truth(function, values, False)
+    return found.first(
+        function,
+        (is_right(omitted, plain) and is_right(masked, right), "mask", "causal defaults to False: a call without it is not masked",
+         "Called without causal, your output is the unmasked one; with causal=True it is right.",
+         "declare causal: bool = True, as the contract's signature does"),
+        (is_right(unmasked, right) and is_right(masked, right), "mask", "The causal mask is applied although causal=False",
+         "With causal=False your output is the causal one.", "apply the mask only when causal is True"),
+        (is_right(masked, right) and any(is_right(unmasked, mixed) for mixed in _partly_masked(function, values)), "mask",
+         "causal=False is not passed on to every attention call",
+         "With causal=True your output is right; with causal=False some of its heads are the causal ones and the others not.",
+         "pass causal on to every attention call (both heads of a pair, every gqa_attention call)"),
+    )  # fmt: skip
+
+
+def gqa_dependence_probe(worker: Worker, values: Values, rng: np.random.Generator, found: Found) -> bool:
+    """Perturb one input at a time: token 0's keys must reach later tokens, the last token's keys no earlier one,
+    one query only its own token and head; whether the forward was localised."""
+    found.probes.append(f"{GQA}: which input matters")
+    perturbations = [
+        Perturbation("q", (0, T - 1, 0), "the last token's query of head 0"),
+        Perturbation("k", (0, 0), "the keys of token 0", required=(0, slice(1, T))),
+        Perturbation("k", (0, T - 1), "the keys of the last token", forbidden=(0, slice(0, T - 1))),
+    ]
+    effects = probes.dependence(worker, subject(GQA), values, perturbations, rng)
+    if effects is None or len(effects) < len(perturbations):
+        return False
+    query, first, last = effects
+    own = np.zeros_like(query.moved)
+    own[0, T - 1, 0] = True
+    elsewhere = query.moved & ~own
+    same_head = elsewhere[0, :, 0].any()
+    other_heads = elsewhere[0, T - 1].any()
+    return found.first(
+        GQA,
+        (not query.moved[0, T - 1, 0].any() and bool(elsewhere.any()) or first.ignored, "layout",
+         "The [B, T, H, D] layout is misread: tokens and heads are mixed up",
+         "Changing " + ("token 0's keys left every later token's output unchanged" if first.ignored else
+                        "the last token's query of head 0 left its own output unchanged and moved other positions") +
+         ": attention runs over the wrong axis, or the result is reshaped instead of transposed back.",
+         "transpose(1, 2) to [B, H, T, D] before attending and transpose(1, 2) back (not reshape/view), or pass "
+         "[B, H, T, D] tensors to scaled_dot_product_attention"),
+        (bool(same_head), "softmax", "Each query's output depends on the other queries",
+         "Changing the last token's query of head 0 changed the outputs of other tokens of head 0: the softmax normalises across queries.",
+         "use softmax(..., dim=-1), over the keys"),
+        (bool(other_heads), "heads", "The heads are mixed: one head's query changes other heads' outputs",
+         "Changing the last token's query of head 0 changed the outputs of other heads.", "attend each query head on its own"),
+        (last.leaked, "mask", "Queries see future tokens: the causal mask does not hold",
+         "Under causal=True, changing the last token's keys changed the outputs of earlier tokens.",
+         "add −∞ to the logits where key s > query t, before the softmax"),
+    )  # fmt: skip
+
+
+def _large(rng: np.random.Generator, values: Values, kind: str) -> dict[str, np.ndarray]:
+    """float32-exact inputs whose scaled logits reach hundreds: all of them, or one future key far above the visible ones."""
+    large = {n: np.array(x) for n, x in values.items()}
+    if kind == "all":
+        large["q"] = large["q"] * 60.0
+    else:
+        direction = rng.standard_normal(D)
+        direction /= np.linalg.norm(direction)
+        large["q"] = np.broadcast_to(direction * 20.0, (B, T, HQ, D)) + large["q"] * 0.1
+        large["k"] = large["k"] * 0.1
+        large["k"][0, T - 1] = direction * 300.0 * math.sqrt(D) / 20.0
+    return {n: exact(x, "float32") for n, x in large.items()}
+
+
+def stability_probe(worker: Worker, function: str, values: Values, rng: np.random.Generator, found: Found) -> bool:
+    """float32 calls with logits of hundreds against the oracle; whether one fails."""
+    kinds = {"all": "every logit is large", "future": "a future key's logit is far above the visible ones"}
+    cases = {kind: _large(rng, values, kind) for kind in kinds}
+    found.probes.append(f"{function}: float32 logits of hundreds")
+    outs = probes.sweep(worker, subject(function, True, "float32"), list(cases.values()))
+    failing = [kinds[k] for (k, case), out in zip(cases.items(), outs) if not is_right(out, truth(function, case, True), FLOAT32_LIKE)]
+    if not failing:
+        return False
+    bad = "NaN or infinite" if any(out is not None and not np.isfinite(out).all() for out in outs) else "wrong"
+    found.add(function, "stability", "forward", "The softmax is not numerically stable in float32",
+              f"With float32 logits of several hundred, your output is {bad} when {' / '.join(failing)}; ordinary logits give the right output.",
+              "subtract each row's maximum over its visible keys (after the mask) before exp, or use torch.softmax")  # fmt: skip
+    return True
+
+
+# ---- diff_v2_attention --------------------------------------------------------------------
+
+
+def _fit(readout: np.ndarray, basis: np.ndarray) -> tuple[np.ndarray, float]:
+    """Least squares readout[t, :] ≈ Σ_h w_h basis[h, t, :] over every entry: (w, largest residual)."""
+    design = basis.reshape(len(basis), -1).T
+    weights = np.linalg.lstsq(design, readout.ravel(), rcond=None)[0]
+    return np.asarray(np.round(weights, 9)), float(np.max(np.abs(design @ weights - readout.ravel())))
+
+
+def _pair_findings(found: Found, weights: np.ndarray) -> bool:
+    """Findings for the heads' weights of each output head at each gate logit (GATES × H × HQ); whether there was any."""
+    used = [sorted(int(h) for h in np.flatnonzero(np.abs(weights[:, i]).max(axis=0) > 1e-6)) for i in range(H)]
+    if any(u != [2 * i, 2 * i + 1] for i, u in enumerate(used)):
+        halves = all(u == [i, i + H] for i, u in enumerate(used))
+        return found.first(DIFF_V2, (True, "heads", "Heads are paired as halves, not as even/odd neighbours" if halves else
+                                     "Output heads combine the wrong query heads",
+                                     f"Read out of your output, output heads 0 to {H - 1} combine query heads {used}, not (2i, 2i + 1) = "
+                                     f"{[[2 * i, 2 * i + 1] for i in range(H)]}.", "pair query heads 2i and 2i + 1: A[:, :, 0::2] and A[:, :, 1::2]"))  # fmt: skip
+    even, odd = weights[:, np.arange(H), 2 * np.arange(H)], weights[:, np.arange(H), 2 * np.arange(H) + 1]
+    sigma = oracle.sigmoids(np.asarray(GATES))[:, None]
+    if np.allclose(odd, 1.0, atol=1e-6) and np.allclose(even, -sigma, atol=1e-6):
+        return found.first(DIFF_V2, (True, "heads", "The pair's roles are swapped: the even head is gated",
+                                     "Read out of your output, each output head is A_2i+1 − σ(ℓ)·A_2i.",
+                                     "out = A[:, :, 0::2] − σ(ℓ)·A[:, :, 1::2]: the odd head is the gated one"))  # fmt: skip
+    factor = float(np.mean(even))
+    if not np.allclose(even, factor, atol=1e-6):
+        return False
+    if abs(factor - 1.0) > 1e-6:
+        v1 = " (1 − λ_init, DIFF V1's factor)" if round(factor, 6) in (0.8, 0.2) else ""
+        return found.first(DIFF_V2, (True, "output", f"The output is multiplied by {factor:.4g}",
+                                     f"Read out of your output, each output head is {factor:.4g}·(A_2i − σ(ℓ)·A_2i+1){v1}.",
+                                     "return A_2i − σ(ℓ)·A_2i+1 itself: DIFF V2 has no factor after the difference"))  # fmt: skip
+    gate = -odd / factor
+    if np.allclose(gate, sigma, rtol=1e-6, atol=1e-9):
+        return False
+    logits = np.asarray(GATES)[:, None]
+    for name, form, advice in GATE_FORMS:
+        if np.allclose(gate, form(logits) * np.ones_like(gate), rtol=1e-6, atol=1e-9):
+            return found.first(DIFF_V2, (True, "gate", f"The gate is wrong: {name}",
+                                         f"Read out of your output at ℓ = {', '.join(f'{g:g}' for g in GATES)}, the odd head is weighted "
+                                         f"by {', '.join(f'{x:.4g}' for x in gate[:, 0])}, not σ(ℓ) = {', '.join(f'{x:.4g}' for x in sigma[:, 0])}.",
+                                         advice))  # fmt: skip
+    return found.first(DIFF_V2, (True, "gate", "The gate is not σ(ℓ)",
+                                 f"Read out of your output at ℓ = {', '.join(f'{g:g}' for g in GATES)}, the odd head is weighted by "
+                                 f"{', '.join(f'{x:.4g}' for x in gate[:, 0])}, not σ(ℓ) = {', '.join(f'{x:.4g}' for x in sigma[:, 0])}.",
+                                 "λ = torch.sigmoid(lambda_logits), one per token and pair"))  # fmt: skip
+
+
+def pairs_probe(worker: Worker, values: Values, found: Found) -> bool:
+    """Read each output head out as a combination of the true heads' outputs, at several constant gates and with
+    value doubled; whether the forward was localised."""
+    found.probes.append(f"{DIFF_V2}: output heads read out as combinations of the query heads, at several gates")
+    points = [{**values, "v": one_hot(), "lambda_logits": np.full((B, T, H), g)} for g in GATES]
+    points.append({**points[1], "v": 2.0 * one_hot()})
+    outs = [_shaped(o, DIFF_V2) for o in probes.sweep(worker, subject(DIFF_V2), points)]
+    if any(o is None or not np.isfinite(o).all() for o in outs):
+        return False
+    basis = np.moveaxis(oracle.gqa_attention(values["q"], values["k"], one_hot(), True)[0], 1, 0)  # [HQ, T, D]
+    fitted = [[_fit(out[0, :, i], basis) for i in range(H)] for out in outs[: len(GATES)] if out is not None]
+    if max(residual for row in fitted for _, residual in row) > FITS:
+        doubled = outs[-1]
+        assert doubled is not None and outs[1] is not None
+        return found.first(DIFF_V2, (not np.allclose(doubled, 2.0 * outs[1], rtol=1e-6, atol=1e-9), "output",
+                                     "The output is normalised after the difference",
+                                     "Doubling v did not double your output: A_2i v − σ(ℓ)·A_2i+1 v is linear in v, so something (an RMSNorm, "
+                                     "a layer norm: DIFF V1's head norm) rescales it.", "return the gated difference itself; DIFF V2 has no norm after it"))  # fmt: skip
+    return _pair_findings(found, np.array([[w for w, _ in row] for row in fitted]))
+
+
+def gate_dependence_probe(worker: Worker, values: Values, rng: np.random.Generator, found: Found) -> bool:
+    """One gate logit changed must move its own token and output head, and nothing else; whether it does not."""
+    found.probes.append(f"{DIFF_V2}: which gate logit matters")
+    spots = ((T // 2, H - 1), (T - 1, 0))
+    perturbations = [Perturbation("lambda_logits", (0, t, i), f"lambda_logits[:, {t}, {i}]") for t, i in spots]
+    effects = probes.dependence(worker, subject(DIFF_V2), values, perturbations, rng)
+    if effects is None or len(effects) < len(perturbations):
+        return False
+    for (t, i), effect in zip(spots, effects):
+        own = np.zeros_like(effect.moved)
+        own[0, t, i] = True
+        elsewhere = effect.moved & ~own
+        if not effect.moved.any():
+            return found.first(DIFF_V2, (True, "gate", "The output ignores lambda_logits",
+                                         f"Changing lambda_logits[:, {t}, {i}] left your output unchanged.",
+                                         "gate the odd head of pair i at token t with σ(lambda_logits[:, t, i])"))  # fmt: skip
+        if elsewhere.any():
+            tokens = sorted({int(x) for x in np.argwhere(elsewhere[0])[:, 0]})
+            heads = sorted({int(x) for x in np.argwhere(elsewhere[0])[:, 1]})
+            where = "other tokens of the same head (averaged or reduced over tokens?)" if heads == [i] else "other tokens or heads"
+            return found.first(DIFF_V2, (True, "gate", "Each gate logit must act on its own token and head only",
+                                         f"Changing lambda_logits[:, {t}, {i}] changed the output at {where}: tokens {tokens}, heads {heads}.",
+                                         "λ[b, t, i] = σ(lambda_logits[b, t, i]) multiplies out[b, t, i] only: index it as [B, T, H] "
+                                         "(unsqueeze(-1)), no mean, transpose or reshape"))  # fmt: skip
+    return False
+
+
+def saturated_probe(worker: Worker, values: Values, found: Found, gradients: bool) -> bool:
+    """Gate logits at ±100 to ±1000, float32 and float64: the output finite and right, the gradient of ℓ finite; whether not."""
+    found.probes.append(f"{DIFF_V2}: saturated gates")
+    signs = np.where(np.arange(B * T * H).reshape(B, T, H) % 2 == 0, 1.0, -1.0)
+    runs = []
+    for dtype, size in (("float32", 150.0), ("float64", 800.0)):
+        point = {n: exact(x, dtype) for n, x in {**values, "lambda_logits": signs * size}.items()}
+        runs.append((dtype, point))
+    built = [subject(DIFF_V2, True, dtype).request(point, ("lambda_logits",), np.ones((B, T, H, D))) for dtype, point in runs]
+    outcomes = probes.ask(worker, built)
+    for (dtype, point), outcome, request in zip(runs, outcomes, built):
+        out = probes.output(outcome)
+        if out is None or outcome.failure is not None:
+            continue
+        if not is_right(out, truth(DIFF_V2, point, True), FLOAT32_LIKE):
+            return found.first(DIFF_V2, (True, "stability", "The gate overflows for saturated logits",
+                                         f"With {dtype} lambda_logits of ±{point['lambda_logits'].max():g}, your output is "
+                                         f"{'NaN or infinite' if not np.isfinite(out).all() else 'wrong'}: exp(±ℓ) overflows.",
+                                         "use torch.sigmoid (or exp(−|ℓ|) with both branches) for the gate"))  # fmt: skip
+        gradient = outcome.grads.get(request.positions["lambda_logits"])
+        if gradients and outcome.backward_error is None and gradient is not None and not np.isfinite(np.asarray(gradient, dtype=np.float64)).all():
+            found.add(DIFF_V2, "stability", "gradients", "The gate's gradient is NaN or infinite for saturated logits",
+                      f"With {dtype} lambda_logits of ±{point['lambda_logits'].max():g}, your output is right but the gradient of "
+                      "lambda_logits is not finite: exp(−ℓ) overflows in the backward pass (1 / (1 + exp(−ℓ))).",
+                      "use torch.sigmoid for the gate: its backward σ(1 − σ) never overflows", inputs=("lambda_logits",))  # fmt: skip
+            return True
+    return False
+
+
+# ---- both ---------------------------------------------------------------------------------
+
+
+def run(worker: Worker, function: str, rng: np.random.Generator, found: Found, forward: bool, gradients: bool, source: str | None) -> None:
+    """The probes of ``function``: randomness first (it spoils the others), then the forward (``forward``: a value check
+    failed), then the gradients (``gradients``: a gradient check failed)."""
+    values = draw(rng)
+    names = TENSORS[function]
+    base = randomness_probe(worker, subject(function), values, names, found)
+    if base is None:
+        return
+    if forward:
+        right = is_right(base, truth(function, values, True))
+        if function == GQA:
+            localised = gqa_maps_probe(worker, values, found) or causal_flag_probe(worker, GQA, values, found) or \
+                gqa_dependence_probe(worker, values, rng, found)  # fmt: skip
+        else:
+            localised = causal_flag_probe(worker, DIFF_V2, values, found) or pairs_probe(worker, values, found) or \
+                gate_dependence_probe(worker, values, rng, found)  # fmt: skip
+        if right and not localised and function == DIFF_V2:
+            localised = saturated_probe(worker, values, found, gradients)
+        if right and not localised:
+            stability_probe(worker, function, values, rng, found) or layout_probe(worker, lambda **kw: subject(function, **kw), values, found)
+        elif not localised:
+            precision_finding(found, function, base, truth(function, values, True))
+    elif function == DIFF_V2 and gradients and is_right(base, truth(function, values, True)):
+        saturated_probe(worker, values, found, True)
+    if gradients and not any(f.function == function and f.stage == "gradients" for f in found.findings):
+        frozen = GQA_RUNS if function == GQA else DIFF_V2_RUNS
+        runs = [GradientRun(values, grads) for grads in frozen]
+        if function == DIFF_V2:
+            runs.append(GradientRun({**values, "lambda_logits": np.zeros((B, T, H))}, names, " at lambda_logits = 0 (where σ is steepest)", "gate"))
+        cotangent = rng.standard_normal((B, T, HQ if function == GQA else H, D))
+        gradients_probe(worker, subject(function), runs, cotangent, rng, found, source)

@@ -1,0 +1,122 @@
+"""DIFF V2's root causes: its declarations cover every check and misconception, and graded files get the right first cause.
+
+A handful of wrong files of tests/corpus/v2 (one per kind of fault: heads,
+layout, gate, pairs, mask, stability, backward, graph, a contract slip) are
+graded in one ``diffgrade batch`` with the correct styles and the reference:
+each wrong file's first root cause names the function and component of its
+bug, and no correct file gets a root cause. ``benchmarks/diffv2_diagnosis.py``
+measures the whole corpus.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import ROOT
+
+from grader.core.plugin import declared_checks
+from grader.exercises.diffv2 import diagnosis, misconceptions
+from grader.exercises.diffv2.cases import DIFF_V2, GQA
+from grader.toolkit.rootcause import COMPONENTS
+
+CORPUS = ROOT / "tests" / "corpus" / "v2"
+CHECKS = ROOT / "grader" / "exercises" / "diffv2" / "checks"
+DECLARED = {check: declared["judges"] for check, declared in declared_checks("grader.exercises.diffv2.checks").items()}
+# wrong file -> (function, component) its first root cause must name
+EXPECTED = {
+    "repeat_not_interleave": (GQA, "heads"),
+    "sdpa_wrong_layout": (GQA, "layout"),
+    "online_no_rescale": (GQA, "softmax"),
+    "mask_under_no_grad": (GQA, "graph"),
+    "custom_fn_dk_mean": (GQA, "backward"),
+    "returns_tuple": (GQA, "type"),
+    "halves_not_pairs": (DIFF_V2, "heads"),
+    "gate_mean_over_tokens": (DIFF_V2, "gate"),
+    "causal_not_forwarded": (DIFF_V2, "mask"),
+    "naive_sigmoid": (DIFF_V2, "stability"),
+    "sigmoid_abs_kink": (DIFF_V2, "gate"),
+    "v1_rmsnorm": (DIFF_V2, "output"),
+}
+CORRECT = ("custom_function", "online_blocked", "sdpa_expand_mask")
+
+
+def test_every_check_has_a_role_and_every_misconception_a_place() -> None:
+    """Every V2 check declares what it judges; HINTS places every variant and symptom of the catalogue, with known components."""
+    checks = set(re.findall(r"^def test_(\w+)\(", "".join(p.read_text() for p in CHECKS.glob("test_*.py")), flags=re.M))
+    assert checks == set(DECLARED) and len(checks) == 24
+    ids = {v.id for family in misconceptions.CATALOGUE.families for v in family.variants}
+    ids |= {variant.id for variant, _ in misconceptions.CATALOGUE.symptoms}
+    assert ids == set(diagnosis.HINTS)
+    assert all(component in COMPONENTS for _, component, _, _ in diagnosis.HINTS.values())
+
+
+def test_checks_of_diff_v2_involve_gqa_only_when_it_calls_it() -> None:
+    """A diff_v2_attention built on the submission's gqa_attention suffers gqa_attention's faults, in its forward and its gradients."""
+    nested = "def gqa_attention(q, k, v, causal=True):\n    return q\n\ndef diff_v2_attention(q, k, v, lambda_logits, causal=True):\n    a = gqa_attention(q, k, v, causal)\n"
+    alone = nested.replace("a = gqa_attention(q, k, v, causal)", "a = q  # not gqa_attention(q, k, v)")
+    assert diagnosis.calls_gqa(nested) and not diagnosis.calls_gqa(alone)
+    assert diagnosis.widened(DECLARED, nested)["gate_gradient"].functions == (DIFF_V2, GQA)
+    assert diagnosis.widened(DECLARED, nested)["diff_v2_query_key_gradients"].inputs[GQA] == ("q", "k")
+    assert diagnosis.widened(DECLARED, alone)["gate_gradient"].functions == (DIFF_V2,)
+
+
+def test_a_shared_variant_hinted_only_on_diff_v2_checks_names_diff_v2() -> None:
+    """kv_heads_tiled on a gqa_attention check names gqa_attention; hinted on diff_v2_attention's checks alone, diff_v2_attention."""
+    def record(check: str) -> dict[str, Any]:
+        return {"id": check, "status": "failed", "visibility": "public", "hint": {"id": "kv_heads_tiled", "text": "tiled", "maths": "h // G"}}
+
+    assert [f.function for f in diagnosis.hint_findings([record("gqa_causal_values"), record("diff_v2_causal_values")], DECLARED)] == [GQA]
+    assert [f.function for f in diagnosis.hint_findings([record("diff_v2_causal_values")], DECLARED)] == [DIFF_V2]
+
+
+def test_wrong_shapes_are_named() -> None:
+    """2H heads returned is the pairs never combined; [B, H, T, D] is the layout."""
+    assert diagnosis.name_shape(DIFF_V2, (1, 5, 4, 3), (1, 5, 2, 3))[0] == "heads"  # type: ignore[index]
+    assert diagnosis.name_shape(GQA, (1, 4, 5, 3), (1, 5, 4, 3))[0] == "layout"  # type: ignore[index]
+    assert diagnosis.name_shape(GQA, (1, 5, 4), (1, 5, 4, 3)) is None
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    """The chosen wrong files, three correct styles and the reference, graded in one batch (instructor reports): stem -> report."""
+    students = tmp_path_factory.mktemp("v2_diagnosed")
+    for name in EXPECTED:
+        (students / f"{name}.py").write_text((CORPUS / "wrong" / f"{name}.py").read_text(encoding="utf-8"), encoding="utf-8")
+    for name in CORRECT:
+        (students / f"correct_{name}.py").write_text((CORPUS / "correct" / f"{name}.py").read_text(encoding="utf-8"), encoding="utf-8")
+    (students / "reference.py").write_text((ROOT / "reference" / "diff_v2_attention.py").read_text(encoding="utf-8"), encoding="utf-8")
+    out = tmp_path_factory.mktemp("v2_diagnosed_out")
+    command = [sys.executable, "-m", "grader", "batch", str(students), "--out", str(out), "--seed", "3", "--exercise", "diff_v2",
+               "--audience", "instructor"]  # fmt: skip
+    subprocess.run(command, capture_output=True, text=True, timeout=900, check=False)
+    return {folder.name: json.loads((folder / "report.json").read_text(encoding="utf-8")) for folder in out.iterdir() if (folder / "report.json").is_file()}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_the_first_root_cause_names_the_function_and_component(reports: dict[str, dict[str, Any]], name: str) -> None:
+    """The first cause is the labelled fault, it explains failed checks, and every failed check is explained."""
+    causes = reports[name]["diagnosis"]["root_causes"]
+    assert causes, name
+    assert (causes[0]["function"], causes[0]["component"]) == EXPECTED[name], causes[0]
+    assert causes[0]["checks"] and reports[name]["diagnosis"]["unexplained"] == []
+
+
+def test_correct_files_and_the_reference_get_no_root_cause(reports: dict[str, dict[str, Any]]) -> None:
+    """Full marks, no cause, no probe run."""
+    for name in (*(f"correct_{n}" for n in CORRECT), "reference"):
+        report = reports[name]
+        assert report["score"] == report["max_score"] and report["diagnosis"]["root_causes"] == [] and report["diagnosis"]["probes"] == [], name
+
+
+def test_the_terminal_opens_with_the_root_causes(tmp_path: Path) -> None:
+    """A graded V2 file prints its ROOT CAUSES block before the first tier."""
+    done = subprocess.run([sys.executable, "-m", "grader", "--exercise", "diff_v2", str(CORPUS / "wrong" / "exp_gate.py"), "--seed", "3",
+                           "--no-preview", "--json", str(tmp_path / "r.json"), "--html", str(tmp_path / "r.html")],
+                          capture_output=True, text=True, timeout=300, check=False, cwd=tmp_path)  # fmt: skip
+    assert done.stdout.index("ROOT CAUSES") < done.stdout.index("T1 Contract") and "gate" in done.stdout.lower()
