@@ -89,7 +89,7 @@ VARIANTS: dict[str, tuple[str, str, str, str]] = {
     "divided_by_one_minus_lambda": (_OUT, _OUT + " / (1 - coefficient)", _A, "softmax"),
     "coefficient_added": (_OUT, "(_map(q1, k1, causal) - (coefficient + _map(q2, k2, causal))) @ value", _A, "coefficient"),
     "mask_filled_with_minus_100": ('float("-inf")', "-100.0", _A, "mask"),
-    "softmax_overwritten_in_place": ("    return torch.softmax(s, dim=-1)\n", "    p = torch.softmax(s, dim=-1)\n    p *= 1.0\n    return p\n", _A, "backward"),
+    "softmax_overwritten_in_place": ("    return torch.softmax(s, dim=-1)\n", "    p = torch.softmax(s, dim=-1)\n    p *= 1.0\n    return p\n", _A, "graph"),
     "lambda_times_difference": (_OUT, "coefficient * (_map(q1, k1, causal) - _map(q2, k2, causal)) @ value", _A, "coefficient"),
     "one_minus_lambda_init": (_OUT, "0.8 * " + _OUT, _A, "coefficient"),
     "dropout_left_on": ("return torch.softmax(s, dim=-1)", "return torch.nn.functional.dropout(torch.softmax(s, dim=-1), p=0.1)", _A, "randomness"),
