@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-# The test exercise's checks are graded checks (they need a grading run's fixture), not tests of this suite.
-collect_ignore = ["exercises", "corpus"]  # a test exercise and student files, some named like tests (*_test.py)
+# The test exercise's checks are graded checks (they need a grading run's fixture), and the corpora are student
+# files (some named like tests, *_test.py): neither is a test of this suite.
+collect_ignore = ["exercises", "corpus"]
 REFERENCE = ROOT / "reference" / "diff_attention.py"
 STUB = ROOT / "exercise" / "diff_attention.py"
 
