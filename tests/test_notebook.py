@@ -249,6 +249,18 @@ def test_broken_notebook_is_graded_zero_with_the_reason(graded_notebooks: dict[s
     assert all(c["message"] == error for t in run.report["tiers"] for c in t["checks"])
 
 
+def test_a_diff_v2_notebook_is_detected_and_graded_like_a_file(tmp_path: Path) -> None:
+    """A correct DIFF V2 solution split over cells, with a magic, is graded by DIFF V2 (found from its functions) at 100."""
+    source = (ROOT / "tests" / "corpus" / "v2" / "correct" / "einsum_grouped.py").read_text()
+    head, _, tail = source.partition("def diff_v2_attention")
+    path = tmp_path / "diff_v2.ipynb"
+    path.write_bytes(notebook_bytes(("code", "%load_ext autoreload\n" + head), ("code", "def diff_v2_attention" + tail)))
+    run = grade(path, tmp_path / "graded", 5)
+    assert run.code == 0 and run.report["score"] == 100.0, run.stdout
+    assert run.report["exercise"] == "diff_v2"
+    assert [n.split(" ", 1)[0] for n in run.report["submission"]["notes"]] == ["Graded", "Removed"]
+
+
 # ---- size is counted before any text is built (issue 10, item 5) -----------------------------
 
 
