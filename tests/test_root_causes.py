@@ -153,7 +153,8 @@ def test_a_wrong_shape_is_named_by_the_exercise() -> None:
 
 
 def test_an_exception_is_classified_by_torchs_wording_or_by_the_calls_it_alone_hits() -> None:
-    """`.view` on a strided input (with the student's line), an error only for one kind of coefficient, a NameError everywhere."""
+    """`.view` on a strided input (with the student's line), an error only for one kind of coefficient, a NameError
+    everywhere, a tensor kept from a call under inference mode."""
     view = "view size is not compatible with input tensor's size and stride"
     calls = [_call(_raised(view), **{"the memory layout": "non-contiguous"}), _call(_tensor())]
     (found,) = slips.findings(calls, SOURCE, DECLARATIONS)
@@ -164,6 +165,9 @@ def test_an_exception_is_classified_by_torchs_wording_or_by_the_calls_it_alone_h
     assert [f.component for f in slips.findings(calls, None, DECLARATIONS)] == ["coefficient"]
     (typo,) = slips.findings([_call(_raised("name '_mapp' is not defined", "NameError"))], None, DECLARATIONS)
     assert (typo.component, typo.blocks) == ("load", True)
+    kept = "Inference tensors cannot be saved for backward. Please do not use Tensors created in inference mode"
+    (cached,) = slips.findings([_call(_raised(kept)), _call(_tensor())], None, DECLARATIONS)
+    assert cached.component == "graph" and "torch.inference_mode()" in cached.title
 
 
 def test_sizes_that_do_not_fit_on_a_mask_line_are_the_masks_fault() -> None:

@@ -133,6 +133,7 @@ ATT_CASES = {
     "E": att_case(1, 2, 5, 3, 1, True),                       # an int coefficient
     "T": att_case(1, 2, 96, 3, 0.45, True),                   # long sequence, causal
     "U": att_case(1, 1, 80, 4, -0.3, False),                  # long sequence, no mask
+    "I": att_case(1, 2, 9, 3, 0.6, True),                     # first called under inference_mode, then with gradients
 }
 ATT_LARGE = {  # float32 with logits of several hundred
     "L1": att_case(1, 2, 6, 4, 0.5, True, scale=20.0, grads=False),
@@ -205,7 +206,7 @@ def as_input(x: np.ndarray, dtype, strided: bool, rg: bool):
 
 
 def run(fn, arrays, kwargs, *, dtype, rg, strided=False, coef=None, coef_kind="python",
-        cot=None, seed=0, no_grad=False, flip_causal=False, mutate_then_recall=None):
+        cot=None, seed=0, no_grad=False, inference=False, flip_causal=False, mutate_then_recall=None):
     """Call fn once and record what happened."""
     res = {"exc": None, "out": None, "tensor": False, "shape": None, "dtype": None,
            "requires_grad": False, "mutated": False, "grads": None, "bexc": None}
@@ -235,8 +236,8 @@ def run(fn, arrays, kwargs, *, dtype, rg, strided=False, coef=None, coef_kind="p
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            if no_grad:
-                with torch.no_grad():
+            if no_grad or inference:
+                with torch.inference_mode() if inference else torch.no_grad():
                     out = fn(*args, **kwargs)
             else:
                 out = fn(*args, **kwargs)
@@ -287,13 +288,17 @@ def tier1(mod, which):
     r32 = go(mod, case, dtype=torch.float32, rg=False)
     rgr = go(mod, case, dtype=torch.float64, rg=True, coef_kind="tensor")
     rst = go(mod, case, dtype=torch.float64, rg=False, strided=True)
+    # a caller may evaluate under torch.inference_mode() and train afterwards: nothing kept from the first call may break the second
+    fresh = ATT_CASES["I"] if which == ATT else LAM_CASES["a"]
+    go(mod, fresh, dtype=torch.float64, rg=False, inference=True)
+    after = go(mod, fresh, dtype=torch.float64, rg=True, coef_kind="tensor")
     called = r64["exc"] is None
     return {
         "type": called and r64["tensor"],
         "shape": called and r64["shape"] == shape,
         "dtype": r64["dtype"] == torch.float64 and r32["dtype"] == torch.float32,
         "mutation": called and not r64["mutated"] and not r32["mutated"],
-        "graph": rgr["exc"] is None and rgr["requires_grad"],
+        "graph": rgr["exc"] is None and rgr["requires_grad"] and after["exc"] is None and after["requires_grad"],
         "strided": rst["exc"] is None and rst["shape"] == shape
         and (r64["out"] is None or rst["out"] is None or self_consistent(rst["out"], r64["out"])),
     }
