@@ -7,7 +7,11 @@ labels with words of its own, e.g. ``grouping`` for what the diagnosis calls
 when there is none. A correct file must get no root cause and 100. Every file
 is graded with ``diffgrade batch`` (instructor reports, so hidden causes count).
 
-    python benchmarks/diffv2_diagnosis.py 3
+    python benchmarks/diffv2_diagnosis.py [SEED] [CORPUS]
+
+CORPUS is a folder of tests/corpus: ``v2`` (the default; the probes were
+written with its labels in hand) or ``v2_unseen`` (written afterwards by
+someone who had not seen the diagnosis: the measure of how it generalises).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-CORPUS = Path(__file__).resolve().parents[1] / "tests" / "corpus" / "v2"
+CORPORA = Path(__file__).resolve().parents[1] / "tests" / "corpus"
 FITTING = {
     "grouping": {"heads"},  # which key/value head a query head reads
     "pairing": {"heads"},  # which query heads make a pair, and their roles
@@ -37,9 +41,9 @@ FITTING = {
 }
 
 
-def graded(kind: str, seed: int, out: Path) -> dict[str, dict[str, Any]]:
+def graded(corpus: Path, kind: str, seed: int, out: Path) -> dict[str, dict[str, Any]]:
     """Every file of ``kind`` graded with ``seed``: name -> report."""
-    command = [sys.executable, "-m", "grader", "batch", str(CORPUS / kind), "--out", str(out), "--seed", str(seed), "--exercise", "diff_v2",
+    command = [sys.executable, "-m", "grader", "batch", str(corpus / kind), "--out", str(out), "--seed", str(seed), "--exercise", "diff_v2",
                "--audience", "instructor"]  # fmt: skip
     subprocess.run(command, capture_output=True, text=True, timeout=1800, check=False)
     return {folder.name: json.loads((folder / "report.json").read_text()) for folder in out.iterdir() if (folder / "report.json").is_file()}
@@ -53,14 +57,14 @@ def verdict(label: dict[str, Any], causes: list[dict[str, Any]]) -> str:
     return "right" if first["function"] == label["function"] and first["component"] in FITTING[label["component"]] else "wrong"
 
 
-def main(seed: int) -> int:
+def main(seed: int, corpus: Path) -> int:
     """Grade the corpus, print a line per file and the totals; 1 when a correct file gets a cause or loses points."""
-    labels = json.loads((CORPUS / "labels.json").read_text())
+    labels = json.loads((corpus / "labels.json").read_text())
     counts = {"right": 0, "wrong": 0, "silent": 0}
     bad_correct = []
     with tempfile.TemporaryDirectory() as scratch:
         for kind in ("correct", "wrong"):
-            for name, report in sorted(graded(kind, seed, Path(scratch) / kind).items()):
+            for name, report in sorted(graded(corpus, kind, seed, Path(scratch) / kind).items()):
                 causes = report["diagnosis"]["root_causes"]
                 first = f"{causes[0]['function']}/{causes[0]['component']}: {causes[0]['title']}" if causes else "-"
                 if kind == "correct":
@@ -73,10 +77,10 @@ def main(seed: int) -> int:
                 counts[found] += 1
                 print(f"wrong   {name:26s} {label['function']}/{label['component']:9s} {found:6s} {first}")
     total = sum(counts.values())
-    print(f"SUMMARY seed {seed}: {total} wrong files, first cause right {counts['right']}, wrong {counts['wrong']}, silent {counts['silent']}; "
+    print(f"SUMMARY {corpus.name}, seed {seed}: {total} wrong files, first cause right {counts['right']}, wrong {counts['wrong']}, silent {counts['silent']}; "
           f"correct files with a cause or below 100: {', '.join(bad_correct) or 'none'}")  # fmt: skip
     return 1 if bad_correct else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(int(sys.argv[1]) if len(sys.argv) > 1 else 3))
+    sys.exit(main(int(sys.argv[1]) if len(sys.argv) > 1 else 3, CORPORA / (sys.argv[2] if len(sys.argv) > 2 else "v2")))
