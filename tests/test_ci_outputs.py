@@ -49,7 +49,7 @@ def _check(check_id: str, tier: str, status: str, points: float, message: str, d
     }  # fmt: skip
 
 
-def _document(load_error: str | None = None, statuses: dict[str, str] | None = None) -> dict[str, Any]:
+def sample_report(load_error: str | None = None, statuses: dict[str, str] | None = None) -> dict[str, Any]:
     """A student-audience report: T1 passed/failed/error, T2 two hidden checks, T3 not selected."""
     checks = [
         _check("returns_tensor", "T1", "passed", 3.0, "7 calls returned a tensor.", 0.25),
@@ -85,7 +85,7 @@ def _document(load_error: str | None = None, statuses: dict[str, str] | None = N
 
 def test_gradescope_has_exactly_the_specified_keys() -> None:
     """Top level and every test carry exactly the keys of the Gradescope specification that diffgrade uses."""
-    results = json.loads(gradescope.to_text(_document()))
+    results = json.loads(gradescope.to_text(sample_report()))
     assert set(results) == RESULT_KEYS
     assert all(set(test) == TEST_KEYS for test in results["tests"])
     assert gradescope.document(0.0, 0.0, "", []).keys() == RESULT_KEYS
@@ -93,7 +93,7 @@ def test_gradescope_has_exactly_the_specified_keys() -> None:
 
 def test_gradescope_lists_one_test_per_check_that_ran() -> None:
     """Skipped checks are left out, so the tests' points add up to the report's score and maximum."""
-    results = gradescope.results(_document())
+    results = gradescope.results(sample_report())
     rows = [(t["number"], t["tags"], t["status"], t["score"], t["max_score"]) for t in results["tests"]]
     assert rows == [
         ("1.1", ["T1", "returns_tensor"], "passed", 3.0, 3.0),
@@ -104,12 +104,12 @@ def test_gradescope_lists_one_test_per_check_that_ran() -> None:
     ]
     assert results["tests"][0]["name"] == "Title of returns_tensor"
     assert (results["score"], results["execution_time"]) == (9.0, 2.5)
-    assert sum(t["max_score"] for t in results["tests"]) == _document()["max_score"] == 16.0
+    assert sum(t["max_score"] for t in results["tests"]) == sample_report()["max_score"] == 16.0
 
 
 def test_gradescope_visibility_follows_the_checks() -> None:
     """Public checks are visible, hidden ones after_published; run_autograder's stdout is for instructors."""
-    results = gradescope.results(_document())
+    results = gradescope.results(sample_report())
     assert [t["visibility"] for t in results["tests"]] == ["visible"] * 3 + ["after_published"] * 2
     assert (results["visibility"], results["stdout_visibility"]) == ("visible", "hidden")
     assert results["tests"][3]["output"] == HIDDEN_MESSAGE
@@ -117,13 +117,13 @@ def test_gradescope_visibility_follows_the_checks() -> None:
 
 def test_gradescope_test_output_has_message_hint_and_counterexample() -> None:
     """A failed check's output is its cleaned message, then its hint and counterexample in words."""
-    output = gradescope.results(_document())["tests"][1]["output"]
+    output = gradescope.results(sample_report())["tests"][1]["output"]
     assert output == HOSTILE_CLEAN + "\n\n" + EXPLAINED
 
 
 def test_gradescope_summary_has_tiers_load_error_warnings_and_seed() -> None:
     """The top-level output gives the score per tier, the load error, the worker's warnings and the seed."""
-    output = gradescope.results(_document(load_error="SyntaxError: line 3\n  x = ("))["output"]
+    output = gradescope.results(sample_report(load_error="SyntaxError: line 3\n  x = ("))["output"]
     assert output.splitlines() == [
         "diffgrade 0.1.0: Score 9.0/16.0 (error)",
         "",
@@ -153,7 +153,7 @@ def _attributes(element: ET.Element, *names: str) -> tuple[str | None, ...]:
 
 def test_junit_counts_suites_and_cases() -> None:
     """testsuites and each tier's testsuite count tests, failures, errors, skipped and time exactly."""
-    root = ET.fromstring(junit.to_xml(_document()))
+    root = ET.fromstring(junit.to_xml(sample_report()))
     counts = ("name", "tests", "failures", "errors", "skipped", "time")
     assert root.tag == "testsuites"
     assert _attributes(root, *counts) == ("diffgrade diff_attention", "7", "2", "1", "2", "2.5000")
@@ -168,7 +168,7 @@ def test_junit_counts_suites_and_cases() -> None:
 
 def test_junit_testcases_carry_outcome_and_full_message() -> None:
     """Each check is a testcase; failures and errors hold the whole message, skipped ones say why."""
-    root = ET.fromstring(junit.to_xml(_document()))
+    root = ET.fromstring(junit.to_xml(sample_report()))
     cases = root.findall("testsuite/testcase")
     assert [_attributes(c, "classname", "name", "time") for c in cases[:2]] == [
         ("diff_attention.T1", "returns_tensor", "0.2500"),
@@ -184,7 +184,7 @@ def test_junit_testcases_carry_outcome_and_full_message() -> None:
 
 def test_junit_drops_characters_xml_cannot_hold() -> None:
     """NUL, escape, lone surrogates and U+FFFF in a message still give well-formed XML."""
-    document = _document()
+    document = sample_report()
     document["tiers"][0]["checks"][1]["message"] = "a\x00b\x1bc\ud800d\uffffe\x85f\u202eg"
     text = junit.to_xml(document)
     text.encode("utf-8")
@@ -203,7 +203,7 @@ def _cells(row: str) -> list[str]:
 
 def test_markdown_has_title_and_tier_table() -> None:
     """The summary opens with the score, then one table row per tier."""
-    lines = markdown.summary(_document()).splitlines()
+    lines = markdown.summary(sample_report()).splitlines()
     assert lines[0] == "## diffgrade: Score 9.0/16.0 (error)"
     assert lines[2] == r"Submission subs/a\|b.py, seed 7, graded by diffgrade 0.1.0 in 2.5 s."
     assert lines[4:9] == [
@@ -217,7 +217,7 @@ def test_markdown_has_title_and_tier_table() -> None:
 
 def test_markdown_failed_checks_are_escaped_on_one_line() -> None:
     """Pipes, backticks, markup and newlines of a message cannot break the failed-checks table."""
-    lines = markdown.summary(_document()).splitlines()
+    lines = markdown.summary(sample_report()).splitlines()
     start = lines.index("### Checks that did not pass (3)")
     table = lines[start + 2 : start + 7]
     assert table[2] == r"| keeps\_dtype | T1 | failed | 0.0/2.0 | got float32 \| expected float64 \`x\` |"
@@ -227,14 +227,14 @@ def test_markdown_failed_checks_are_escaped_on_one_line() -> None:
 
 def test_markdown_puts_load_error_in_a_longer_fence_and_lists_warnings() -> None:
     """A load error with a backtick fence inside sits in a longer fence; warnings are a list."""
-    text = markdown.summary(_document(load_error="bad ```\n| x |"))
+    text = markdown.summary(sample_report(load_error="bad ```\n| x |"))
     assert "The submission could not be loaded, so every check failed:\n\n````text\nbad ```\n| x |\n````" in text
     assert text.endswith(f"Warnings:\n\n```text\n{WARNING}\n```\n")
 
 
 def test_markdown_says_so_when_everything_passed() -> None:
     """With every check passed there is no failure table, one sentence instead."""
-    text = markdown.summary(_document(statuses={"keeps_dtype": "passed", "graph_attached": "passed", "row_sums": "passed"}))
+    text = markdown.summary(sample_report(statuses={"keeps_dtype": "passed", "graph_attached": "passed", "row_sums": "passed"}))
     assert "All 5 checks that ran passed." in text and "###" not in text
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from conftest import ROOT, run_cli
-from test_ci_outputs import _document
+from test_ci_outputs import sample_report
 
 from grader.core import diagnosis
 from grader.core.invoke import Outcome, Returned
@@ -102,7 +102,7 @@ def test_named_misconceptions_are_kept_only_where_the_probes_agree() -> None:
 def test_root_causes_json_validates() -> None:
     """The report's diagnosis section: every key, a component of the vocabulary, a visibility."""
     found = rootcause.assemble([_record("values")], ROLES, [MASK])
-    document = _document()
+    document = sample_report()
     document["diagnosis"] = {**diagnosis.empty(), "root_causes": rootcause.to_json(found)}
     assert validate(document) == []
     document["diagnosis"]["root_causes"][0]["component"] = "state"
@@ -231,7 +231,7 @@ CAUSES = [
 @pytest.fixture
 def diagnosed() -> dict[str, Any]:
     """A whole (instructor) report with two root causes, one of them found through a hidden check."""
-    document = _document()
+    document = sample_report()
     document["audience"] = "instructor"
     document["diagnosis"] = {**diagnosis.empty(), "root_causes": copy.deepcopy(CAUSES), "unexplained": ["graph_attached"]}
     assert validate(document) == []
@@ -277,7 +277,7 @@ def test_the_ci_summaries_open_with_the_causes(diagnosed: dict[str, Any]) -> Non
 
 def test_without_causes_every_output_is_as_before() -> None:
     """A report whose diagnosis is empty gets no root-cause block anywhere."""
-    document = _document()
+    document = sample_report()
     assert "ROOT CAUSES" not in report.render_text(document, []) and "causes-heading" not in report.render_html(document)
     assert "Root causes" not in gradescope.to_text(document) + junit.to_xml(document) + markdown.summary(document)
 
