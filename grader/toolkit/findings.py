@@ -124,16 +124,15 @@ def _uses_custom_backward(source: str | None) -> bool:
 
 
 def _cutting_line(source: str | None, function: str, name: str) -> tuple[int, str, str] | None:
-    """The first line of ``function`` that takes ``name`` out of the autograd graph: (number, text, "number" for a
+    """The first line of ``function`` that takes ``name`` out of the autograd graph: (number, code, "number" for a
     Python number made of it, "detach" for a tensor cut off), or None."""
-    number = re.compile(rf"\b{re.escape(name)}\b\S*\.(item|tolist)\(\)|\bfloat\(\s*{re.escape(name)}\b")
-    detach = re.compile(rf"\b{re.escape(name)}\b\S*\.(detach\(\)|data\b|numpy\(\))|torch\.tensor\(\s*{re.escape(name)}\b")
-    for line, text in slips.function_lines(source, function)[1:]:
-        code = text.split("#")[0]
-        for pattern, kind in ((detach, "detach"), (number, "number")):  # `x.detach() if tensor else float(x)` cuts a tensor by detaching
-            if pattern.search(code):
-                return line, text.strip(), kind
-    return None
+    number = rf"\b{re.escape(name)}\b\S*\.(item|tolist)\(\)|\bfloat\(\s*{re.escape(name)}\b"
+    detach = rf"\b{re.escape(name)}\b\S*\.(detach\(\)|data\b|numpy\(\))|torch\.tensor\(\s*{re.escape(name)}\b"
+    found = slips.matching_line(source, function, re.compile(f"{detach}|{number}"))
+    if found is None:
+        return None
+    line, code = found
+    return line, code, "detach" if re.search(detach, code) else "number"  # `x.detach() if tensor else float(x)` cuts a tensor by detaching
 
 
 def gradient_finding(found: Found, function: str, condition: str, result: Consistency, source: str | None) -> bool:
@@ -158,10 +157,11 @@ def gradient_finding(found: Found, function: str, condition: str, result: Consis
     missing, differs, infinite = result.named("missing"), result.named("differs"), result.named("not_finite")
     agree = result.named("agrees")
     rest = f"; {', '.join(agree)} agree" if agree else ""
+    custom = _uses_custom_backward(source)
     cut = {name: _cutting_line(source, function, name) for name in missing}
-    numbers = [name for name, line in cut.items() if line is not None and line[2] == "number"]
-    if missing == ["coefficient"] and numbers:
-        number, text, _ = cut["coefficient"] or (0, "", "")
+    coefficient = cut.get("coefficient")
+    if missing == ["coefficient"] and coefficient is not None and coefficient[2] == "number":
+        number, text, _ = coefficient
         found.add(function, "coefficient", "gradients", "The coefficient is turned into a Python number, so it gets no gradient",
                   f"Your output changes with the coefficient{condition}, yet no gradient reaches it{rest}: line {number}, `{text}`, "
                   "makes it a Python number.", "keep a tensor coefficient a tensor (coefficient * A2 works for a Python float and a "
@@ -169,7 +169,7 @@ def gradient_finding(found: Found, function: str, condition: str, result: Consis
         return True
     if missing:
         lines = [f"line {line[0]}, `{line[1]}`" for line in cut.values() if line is not None]
-        component = "backward" if _uses_custom_backward(source) and not lines else "graph"
+        component = "backward" if custom and not lines else "graph"
         found.add(function, component, "gradients", f"No gradient reaches {', '.join(missing)}",
                   f"Your output changes with {', '.join(missing)}{condition}, yet no gradient reaches {'it' if len(missing) == 1 else 'them'}{rest}"
                   + (f"; the path is cut at {' and '.join(lines)}." if lines else "."),
@@ -177,7 +177,6 @@ def gradient_finding(found: Found, function: str, condition: str, result: Consis
                   "keep the path from every input to the output in torch: no .detach(), .item(), float(), torch.no_grad() or torch.tensor(...)",
                   inputs=tuple(missing), signature=NO_GRAPH)  # fmt: skip
         return True
-    custom = _uses_custom_backward(source)
     if infinite and not custom:
         found.add(function, "stability", "gradients", f"The gradient for {', '.join(infinite)} is not finite",
                   f"Your gradient for {', '.join(infinite)} holds NaN or infinity where finite differences of your own forward are finite{condition}{rest}.",

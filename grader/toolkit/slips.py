@@ -128,13 +128,19 @@ def function_lines(source: str | None, name: str) -> list[tuple[int, str]]:
     return list(enumerate(lines, start=1))
 
 
-def first_line(source: str | None, name: str, pattern: re.Pattern[str]) -> str:
-    """", line N: `code`" for the first line of function ``name`` matching ``pattern`` outside comments, or ""."""
+def matching_line(source: str | None, name: str, pattern: re.Pattern[str]) -> tuple[int, str] | None:
+    """The number and code (without its comment) of the first line of function ``name`` matching ``pattern`` outside comments, or None."""
     for number, text in function_lines(source, name):
         code = text.split("#", 1)[0]
         if pattern.search(code):
-            return f" (line {number}: `{code.strip()}`)"
-    return ""
+            return number, code.strip()
+    return None
+
+
+def first_line(source: str | None, name: str, pattern: re.Pattern[str]) -> str:
+    """" (line N: `code`)" for the first line of function ``name`` matching ``pattern`` outside comments, or ""."""
+    found = matching_line(source, name, pattern)
+    return f" (line {found[0]}: `{found[1]}`)" if found else ""
 
 
 def frame(traceback: str) -> str:
@@ -215,10 +221,9 @@ def _raised(function: str, calls: Sequence[Observed], source: str | None, declar
             continue
         if classified is not None:
             component, meaning, advice, _ = classified
-            code = FRAME.findall(error.get("traceback", "") or "")
-            owner = next((c for pattern, c in declared.lines.items() if code and re.search(pattern, code[-1][2])), None)
-            if component == "shape" and owner is not None:
-                component = owner
+            if component == "shape":
+                code = FRAME.findall(error.get("traceback", "") or "")
+                component = next((c for pattern, c in declared.lines.items() if code and re.search(pattern, code[-1][2])), component)
         elif only is not None and only[0] in declared.components:
             component, meaning, advice = declared.components[only[0]], f"the call fails only when {only[0]} is {only[1]}", \
                 "make the function accept every input the contract allows"  # fmt: skip

@@ -353,15 +353,19 @@ def causal_flag_probe(worker: Worker, rng: np.random.Generator, found: Found) ->
     return localised
 
 
+# The last token, and every earlier query: under causal=True nothing of the former may reach the latter.
+LAST, EARLIER = (..., T - 1, slice(None)), (..., slice(0, T - 1), slice(None))
+FUTURE_VALUE = Perturbation("value", LAST, "the last token's value", forbidden=EARLIER)
+
+
 def dependence_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool:
     """Perturb one input at a time: future keys and values must not reach earlier queries, all of value must matter."""
     values = attention_values(rng)
-    last, earlier = (..., T - 1, slice(None)), (..., slice(0, T - 1), slice(None))
     perturbations = [
-        Perturbation("k1", last, "the last token's key of branch 1", forbidden=earlier),
-        Perturbation("k2", last, "the last token's key of branch 2", forbidden=earlier),
-        Perturbation("value", last, "the last token's value", forbidden=earlier),
-        Perturbation("q1", last, "the last query of branch 1", forbidden=earlier),
+        Perturbation("k1", LAST, "the last token's key of branch 1", forbidden=EARLIER),
+        Perturbation("k2", LAST, "the last token's key of branch 2", forbidden=EARLIER),
+        FUTURE_VALUE,
+        Perturbation("q1", LAST, "the last query of branch 1", forbidden=EARLIER),
         Perturbation("value", (..., slice(D, 2 * D)), "the second half of value (columns D to 2D)", required=(...,)),
     ]
     found.probes.append(f"{ATTENTION}: which input matters")
@@ -413,10 +417,8 @@ def _large(rng: np.random.Generator, kind: str) -> dict[str, np.ndarray]:
 
 def _leaks_at_large_logits(worker: Worker, rng: np.random.Generator, cases: Sequence[Values]) -> bool:
     """Whether, in one of these float32 cases, the last token's value reaches the outputs of earlier queries under causal=True."""
-    last, earlier = (..., T - 1, slice(None)), (..., slice(0, T - 1), slice(None))
-    future = Perturbation("value", last, "the last token's value", forbidden=earlier)
     for values in cases:
-        effects = probes.dependence(worker, attention_subject(True, "float32"), values, [future], rng)
+        effects = probes.dependence(worker, attention_subject(True, "float32"), values, [FUTURE_VALUE], rng)
         if effects and effects[0].leaked:
             return True
     return False
@@ -429,12 +431,12 @@ def stability_probe(worker: Worker, rng: np.random.Generator, found: Found) -> b
     cases = {kind: _large(rng, kind) for kind in kinds}
     found.probes.append(f"{ATTENTION}: float32 logits of hundreds")
     outputs = probes.sweep(worker, attention_subject(True, "float32"), list(cases.values()))
-    failing = [kinds[k] for (k, values), out in zip(cases.items(), outputs) if not is_right(out, truth(values, True), FLOAT32_LIKE)]
+    wrong = {k: values for (k, values), out in zip(cases.items(), outputs) if not is_right(out, truth(values, True), FLOAT32_LIKE)}
+    failing = [kinds[k] for k in wrong]
     if not failing:
         return False
     bad = "NaN or infinite" if any(out is not None and not np.isfinite(out).all() for out in outputs) else "wrong"
-    if bad == "wrong" and _leaks_at_large_logits(worker, rng, [values for (k, values), out in zip(cases.items(), outputs)
-                                                             if not is_right(out, truth(values, True), FLOAT32_LIKE)]):  # fmt: skip
+    if bad == "wrong" and _leaks_at_large_logits(worker, rng, list(wrong.values())):
         found.add(ATTENTION, "mask", "forward", "Masked keys still get weight when the logits are large: the mask is a finite number",
                   f"With float32 logits of several hundred, your output is finite but wrong when {' / '.join(failing)}, and there the last "
                   "token's value changes the outputs of earlier queries; ordinary logits give the right output. A masked logit set to (or "
