@@ -58,7 +58,8 @@ def _load_function(load_failure: str, source: str | None, required: Sequence[str
     if frames or by_line in wanted or not source:
         return frames[-1] if frames else by_line if by_line in wanted else None
     named = _NAMED.search(load_failure)
-    failing = source.splitlines()[lines[-1] - 1] if lines and lines[-1] <= len(source.splitlines()) else ""
+    every = source.splitlines()
+    failing = every[lines[-1] - 1] if lines and lines[-1] <= len(every) else ""
     names = [next(g for g in named.groups() if g).split(".")[0]] if named else _ASSIGNED.findall(failing)
     using = [f for f in definitions if f in wanted
              and any(re.search(rf"\b{re.escape(name)}\b", text) for name in names for _, text in slips.function_lines(source, f)[1:])]  # fmt: skip
