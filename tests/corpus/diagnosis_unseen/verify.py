@@ -1,6 +1,6 @@
 """Confirm every label of the fresh corpus against an independent float64 numpy oracle.
 
-Usage (from anywhere):  /work/venv/bin/python /work/fresh_corpus/verify.py
+Usage (from the project root):  python tests/corpus/diagnosis_unseen/verify.py
 
 The oracle is plain numpy in float64: a row-max-shifted softmax and an explicit
 -inf causal mask. Reference gradients are central finite differences of that

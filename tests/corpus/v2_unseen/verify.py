@@ -1,6 +1,6 @@
 """Check every label of this held-out DIFF V2 corpus against an independent oracle.
 
-Usage (from anywhere):   /work/venv/bin/python /work/fresh_v2/verify.py [-v]
+Usage (from the project root):   python tests/corpus/v2_unseen/verify.py [-v]
 
 The oracle is float64 numpy: a forward pass for gqa_attention and
 diff_v2_attention and hand-derived vector-Jacobian products. Before anything
@@ -63,7 +63,7 @@ import torch
 
 sys.dont_write_bytecode = True
 HERE = os.path.dirname(os.path.abspath(__file__))
-REFERENCE = "/work/main/reference/diff_v2_attention.py"  # read-only sanity row
+REFERENCE = os.path.join(HERE, "..", "..", "..", "reference", "diff_v2_attention.py")  # sanity row
 GQA, DIFF = "gqa_attention", "diff_v2_attention"
 SAFETY = 16.0
 CLEAR = 10.0
