@@ -43,6 +43,8 @@ SEQUENCE_KINDS = {
     "refill": "called, its inputs overwritten in place (as an optimiser step does), called again",
     "refill_data": "called, its inputs overwritten in place through .data (their version counters unchanged), called again",
     "reallocate": "called, its inputs freed, called again with new tensors of the same shapes",
+    "retyped": "called, then called with new tensors of the same shapes in the other dtype",
+    "reflagged": "called, then called with new tensors of the same shapes and dtype, and another value of its option",
 }
 
 
@@ -140,7 +142,7 @@ def every_layout(rng: np.random.Generator) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class CallSequence(Generic[_Case]):
-    """Two calls of one function with inputs of the same shapes, layouts and dtype.
+    """Two calls of one function with inputs of the same shapes and layouts.
 
     ``kind`` (a key of :data:`SEQUENCE_KINDS`) says how the second call's
     inputs come about: "repeat" passes the first call's tensors again
@@ -148,7 +150,11 @@ class CallSequence(Generic[_Case]):
     second case's values (as an optimiser step does), "refill_data" does so
     through ``.data`` (as older training code does: the version counters do
     not move), "reallocate" frees them and passes new tensors, which the
-    allocator is free to put in the same memory.
+    allocator is free to put in the same memory, "retyped" passes new tensors
+    of the same shapes in the other dtype, "reflagged" new tensors of the same
+    shapes and dtype with another value of the function's option (a cache
+    keyed by the shapes alone answers either with the first call's dtype,
+    mask or constant).
     """
 
     first: _Case

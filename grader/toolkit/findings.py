@@ -29,7 +29,7 @@ import numpy as np
 
 from grader.toolkit import domain, probes, slips
 from grader.toolkit.probes import Consistency, Subject, Values
-from grader.toolkit.rootcause import Finding
+from grader.toolkit.rootcause import Finding, Role
 from grader.worker.client import Worker
 
 RIGHT = 1e-9  # a float64 probe's output is right within this share of its largest true magnitude
@@ -234,6 +234,19 @@ def gradients_probe(worker: Worker, subject: Subject, runs: Sequence[GradientRun
             if run.component is not None and len(found.findings) > before:
                 found.findings[-1] = replace(found.findings[-1], component=run.component)
             return  # (with every input requiring grad, a detached output is the contract slip's to name)
+
+
+def probed_aspects(failed: Sequence[Role], functions: Sequence[str]) -> dict[str, set[str]]:
+    """What each function's probes look into: the aspects of its own failed checks, and those of failed checks of several
+    functions (end to end) unless only another function of such a check has failed checks of its own (the fault is then
+    likely that function's, and probing both would cost twice)."""
+    own = {function: {role.aspect for role in failed if role.functions == (function,)} for function in functions}
+    found = {}
+    for function in functions:
+        shared = {role.aspect for role in failed if len(role.functions) > 1 and function in role.functions
+                  and (own[function] or not any(own[f] for f in role.functions if f != function))}  # fmt: skip
+        found[function] = own[function] | shared
+    return found
 
 
 Hints = Mapping[str, tuple[str, str, str, tuple[str, ...]]]

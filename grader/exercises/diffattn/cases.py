@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -292,6 +292,21 @@ def redrawn(case: _AnyCase, rng: np.random.Generator) -> _AnyCase:
         case, q1=fresh(case.q1), k1=fresh(case.k1), q2=fresh(case.q2), k2=fresh(case.k2), value=fresh(case.value),
         cotangent=fresh(case.cotangent), coefficient=float(exact(coefficient, case.coefficient_dtype)),
     )  # fmt: skip
+
+
+def retyped(case: _AnyCase, rng: np.random.Generator) -> _AnyCase:
+    """``case`` with new values of the same shapes in the other dtype."""
+    return redrawn(replace(case, dtype="float64" if case.dtype == "float32" else "float32"), rng)
+
+
+def reflagged(case: _AnyCase, rng: np.random.Generator) -> _AnyCase:
+    """``case`` with new values of the same shapes and dtype and another option: the other causal flag, another lambda_init."""
+    changes: dict[str, Any] = {}
+    if isinstance(case, AttentionCase):
+        changes["causal"] = not (case.causal is None or case.causal)
+    else:
+        changes["lambda_init"] = round(case.effective_init + float(rng.uniform(0.2, 0.6)), 6)
+    return redrawn(replace(case, **changes), rng)
 
 
 def shared_offset(case: AttentionCase, rng: np.random.Generator) -> AttentionCase:

@@ -141,11 +141,9 @@ def diagnose(grading: GradingContext, records: list[dict[str, Any]]) -> Evidence
     found = findings.Found()
     rng = domain.generator(grading.seed, "probes")
     runs = ((LAMBDA, lambda_probes.run), (ATTENTION, attention_probes.run))
-    own = {function: {role.aspect for role in failed if role.functions == (function,)} for function, _ in runs}
+    probed = findings.probed_aspects(failed, [function for function, _ in runs])
     for function, run in runs:
-        # a check of both functions (end to end) sends a function's probes only when the other has no failed check of its own
-        shared = {role.aspect for role in failed if len(role.functions) > 1 and not any(own[f] for f in role.functions if f != function)}
-        aspects = own[function] | shared
+        aspects = probed[function]
         if grading.worker is None or function in blocked or function_problem(grading, function) is not None or not aspects:
             continue
         run(grading.worker, rng, found, "values" in aspects, "gradients" in aspects, grading.source)

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import functools
 from dataclasses import replace
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
+
+import numpy as np
 
 from grader.core.invoke import (
     Call,
@@ -35,12 +37,13 @@ from grader.toolkit.casesets import CaseSet, CaseSets
 from grader.toolkit.compare import Comparison
 from grader.toolkit.domain import CallSequence
 from grader.toolkit.tolerance import Memo, remember
+_Case = TypeVar("_Case", LambdaCase, AttentionCase)
 SETS = CaseSets()
 
 
 @SETS.register
 def lambda_values(seed: int) -> list[LambdaCase]:
-    """Lengths from 1 to 256, both dtypes, the default, the paper's and out-of-[0, 1] lambda_init, exponents up to the dtype's finite limit, every binding."""
+    """Lengths from 1 to 256, both dtypes, the default, the paper's, 0 and out-of-[0, 1] lambda_init, exponents up to the dtype's finite limit, every binding."""
     rng = domain.generator(seed, "lambda_values")
     long_length = domain.sequence_length(rng, 60)
     return domain.cycled_modes([
@@ -56,6 +59,8 @@ def lambda_values(seed: int) -> list[LambdaCase]:
                           exponents=cases.large_exponents(rng, "float64"), frozen=("k1",)),  # fmt: skip
         cases.lambda_case(rng, int(rng.integers(1, 9)), "float32", None, exponents=cases.large_exponents(rng, "float32"), binding="names"),
         cases.lambda_case(rng, 3, "float64", 0.2, exponents=(float(rng.uniform(5, 40)), float(rng.uniform(5, 40))), binding="positional"),
+        cases.lambda_case(rng, int(rng.integers(2, 17)), "float64", 0.0),  # 0 is falsy: `lambda_init or 0.2` replaces it
+        cases.lambda_case(rng, int(rng.integers(1, 9)), "float32", 0.0, binding="positional"),
     ])
 
 
@@ -226,20 +231,32 @@ def attention_bindings(seed: int) -> list[AttentionCase]:
 
 @SETS.register
 def sequences(seed: int) -> list[CallSequence[LambdaCase | AttentionCase]]:
-    """Each function called twice (same tensors, refilled in place, refilled through .data, reallocated), with grad enabled, under no_grad and with gradients."""
+    """Each function called twice (same tensors, refilled in place, refilled through .data, reallocated, in the other dtype
+    (float64 first, then float32, but for one), with another causal flag or lambda_init), with grad enabled, under no_grad and
+    with gradients; the first attention call of a changed dtype or flag is causal, so that a cached mask meets the second."""
     rng = domain.generator(seed, "sequences")
     found: list[CallSequence[LambdaCase | AttentionCase]] = []
     for kind in domain.SEQUENCE_KINDS:
         for mode in ("enabled", "no_grad", "grads"):
             grads, grad_mode = mode == "grads", "enabled" if mode == "grads" else mode
             dtype = str(rng.choice(["float32", "float64"]))
+            changed = kind in ("retyped", "reflagged")
+            if kind == "retyped":
+                dtype = "float32" if mode == "no_grad" else "float64"
             lam = cases.lambda_case(rng, int(rng.integers(1, 17)), dtype, float(rng.uniform(0.1, 0.9)), grad_mode=grad_mode)
-            found.append(CallSequence(lam, lam if kind == "repeat" else cases.redrawn(lam, rng), kind, grads))
+            found.append(CallSequence(lam, _second(lam, kind, rng), kind, grads))
             kind_of_coefficient = ("float", "tensor")[len(found) // 2 % 2]
-            first = cases.attention_case(rng, domain.domain_shape(rng, 2, 24, 8), dtype, bool(rng.integers(2)),
+            first = cases.attention_case(rng, domain.domain_shape(rng, 2, 24, 8), dtype, changed or bool(rng.integers(2)),
                                          coefficient_kind=kind_of_coefficient, grad_mode=grad_mode)  # fmt: skip
-            found.append(CallSequence(first, first if kind == "repeat" else cases.redrawn(first, rng), kind, grads))
+            found.append(CallSequence(first, _second(first, kind, rng), kind, grads))
     return found
+
+
+def _second(first: _Case, kind: str, rng: np.random.Generator) -> _Case:
+    """The second call's case of a call sequence of ``kind`` that starts with ``first``."""
+    if kind == "repeat":
+        return first
+    return {"retyped": cases.retyped, "reflagged": cases.reflagged}.get(kind, cases.redrawn)(first, rng)
 
 
 def sequence_request(sequence: CallSequence[LambdaCase | AttentionCase]) -> Request:
@@ -258,9 +275,9 @@ def sequence_request(sequence: CallSequence[LambdaCase | AttentionCase]) -> Requ
             refill=tuple((old, new.values) for new, old in zip(again, inputs)),
             refill_through_data=sequence.kind == "refill_data",
         )
-    elif sequence.kind == "reallocate":
-        call = replace(second.calls[-1], release=True)
-    numbered = second.inputs if sequence.kind == "reallocate" else first.inputs
+    elif sequence.kind != "repeat":
+        call = replace(second.calls[-1], release=sequence.kind == "reallocate")
+    numbered = first.inputs if sequence.kind in ("repeat", "refill", "refill_data") else second.inputs
     return replace(second, calls=(*first.calls, call), backward_from=None if second.backward_from is None else 1, inputs=numbered)
 
 

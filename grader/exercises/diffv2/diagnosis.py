@@ -54,11 +54,36 @@ HINTS: dict[str, tuple[str, str, str, tuple[str, ...]]] = {
 ATTRIBUTE_COMPONENTS = {"the memory layout": "strided", "the inputs' dtype": "dtype", "causal": "mask", "the autograd mode": "graph"}
 
 
+def _squeezed(got: tuple[int, ...], expected: tuple[int, ...]) -> bool:
+    """Whether ``got`` is ``expected`` with some of its axes of size 1 removed."""
+    rest = list(got)
+    for size in expected:
+        if rest and rest[0] == size:
+            rest.pop(0)
+        elif size != 1:
+            return False
+    return not rest and len(got) < len(expected)
+
+
 def name_shape(function: str, got: tuple[int, ...], expected: tuple[int, ...]) -> tuple[str, str, str, str] | None:
     """(component, title, evidence, advice) for the wrong shapes students' bugs produce, or None."""
-    if len(got) != 4 or len(expected) != 4:
+    if _squeezed(got, expected):
+        return ("output", f"{function} drops the output's axes of size 1",
+                f"It returned shape {list(got)} where {list(expected)} is expected: a .squeeze() removed axes that happen to have size 1.",
+                "squeeze only an axis you added yourself, by its index, or reshape to [B, T, H, D] explicitly")  # fmt: skip
+    if len(expected) != 4:
         return None
     b, t, heads, d = expected
+    if got == (b, t, heads * d) and heads > 1:
+        return ("output", f"{function} merges the heads into one axis",
+                f"It returned shape {list(got)} = [B, T, H·D] where [B, T, H, D] = {list(expected)} is expected.",
+                "return the heads on their own axis, [B, T, H, D]: merging them is the output projection's job, outside this function")  # fmt: skip
+    if len(got) != 4:
+        return None
+    if got == (b, t, 2 * heads, d // 2) and d % 2 == 0:
+        return ("layout", f"{function} takes the pairs along head_dim instead of the heads",
+                f"It returned shape {list(got)}: twice the heads and half of head_dim, where [B, T, H, D] = {list(expected)} is expected.",
+                "slice the head axis (axis 2, e.g. A[:, :, 0::2]), not the last one (A[..., 0::2])")  # fmt: skip
     if function == DIFF_V2 and got == (b, t, 2 * heads, d):
         return ("heads", f"{DIFF_V2} returns all 2H heads: the pairs are never combined",
                 f"It returned shape {list(got)}, the Hq = 2H query heads, where [B, T, H, D] = {list(expected)} is expected.",
@@ -141,12 +166,10 @@ def diagnose(grading: GradingContext, records: list[dict[str, Any]]) -> Evidence
     blocked = {f.function for f in evidence.findings if f.blocks}
     found = findings.Found()
     rng = domain.generator(grading.seed, "probes")
-    own = {function: {role.aspect for role in failed if role.functions == (function,)} for function in BOTH}
+    probed = findings.probed_aspects(failed, BOTH)
     nested = calls_gqa(grading.source)
     for function in BOTH:
-        # a check of both functions sends a function's probes only when the other has no failed check of its own
-        shared = {role.aspect for role in failed if len(role.functions) > 1 and not any(own[f] for f in role.functions if f != function)}
-        aspects = own[function] | shared
+        aspects = set(probed[function])
         if function == DIFF_V2 and nested:  # gqa_attention's faults, found already, are diff_v2_attention's too
             if GQA in blocked:
                 continue

@@ -1,7 +1,9 @@
 """The probes of DIFF V2: what they call, on which inputs, and what their answers mean.
 
-Small float64 inputs of the probes' own (B = 1, T = 17, Hq = 4, Hkv = 2,
-D = 34: G = 2, two pairs; D ≥ 2T so that one-hot values give each key/value
+Small float64 inputs of the probes' own (B = 2, T = 17, Hq = 8, Hkv = 2,
+D = 34: G = 4, four pairs, two in each group, so that pairing within a
+group, across groups and by halves all differ; two batch elements, so that
+mixing them shows; D ≥ 2T so that one-hot values give each key/value
 head its own block of columns; T > 16 so that a blocked softmax has
 three blocks of 8; 1/√D, 1/D, 1/√(2D) and 1/√T differ), so what they show may be shown
 to students. Per function, in order, each stopping the search for the
@@ -12,7 +14,10 @@ forward's fault once one has localised it:
   output of query head ``h`` *is* its map, in the block of the key/value head
   it reads; the block says which value head it reads, and
   :func:`grader.toolkit.attention_maps.explain` which keys, mask, scale,
-  softmax axis and transposition built the map;
+  softmax axis and transposition built the map; an output that is not 0 for
+  v = 0 has something added; with values the same at every token (each
+  feature coded by a number of its own) every output *is* the value feature
+  it reads, whatever the map, which tells features moved between heads;
 * **the causal flag**: with ``causal`` omitted the output is the causal one,
   with False the unmasked one;
 * **which input matters** (gqa_attention): a change of token 0's keys must
@@ -20,10 +25,12 @@ forward's fault once one has localised it:
   query only its own token and head;
 * **diff_v2_attention's pairs and gate**: with one-hot values and one gate
   logit ℓ everywhere, each output head is fitted as a combination of the
-  true heads' outputs: which heads are paired (2i and 2i + 1, not halves or
-  swapped), the factor of the ungated head (1, not 1 − λ_init), the gate
-  (σ(ℓ), not ℓ, exp ℓ or 1 − σ(ℓ)), the output linear in v (no norm after);
-  one gate logit changed must move its own token and head only;
+  maps of every query head with every key/value head: which query heads are
+  paired (2i and 2i + 1) and which key/value head each reads (h // G), the
+  weights of the two (1 and −σ(ℓ): a factor, a gate of another form, a gate
+  on both heads or an added head are told apart by their values), the
+  output linear in v (nothing added, no norm after); one gate logit changed
+  must move its own token, batch element and head only;
 * **saturated gates** (ℓ at ±100 to ±1000, float32 and float64): finite,
   right outputs and a finite gradient for ℓ;
 * **stability, layouts, precision** (float32 logits of hundreds; strided
@@ -53,11 +60,11 @@ from grader.toolkit.findings import (
 from grader.toolkit.probes import Built, Perturbation, Subject, Values
 from grader.worker.client import Worker
 
-B, T, HQ, HKV, D = 1, 17, 4, 2, 34
+B, T, HQ, HKV, D = 2, 17, 8, 2, 34
 G, H = HQ // HKV, HQ // 2
 GATES = (-2.0, 0.0, 1.5)  # the constant gate logits of the pair readouts
 SCALES = {"1/√D": 1 / math.sqrt(D), "1/D": 1 / D, "1/√(2D)": 1 / math.sqrt(2 * D), "1/√T": 1 / math.sqrt(T),
-          "1 (no scaling)": 1.0, "√D": math.sqrt(D), "2/√D": 2 / math.sqrt(D)}  # fmt: skip
+          "1 (no scaling)": 1.0, "√D": math.sqrt(D), "2/√D": 2 / math.sqrt(D), "ln 2/√D": math.log(2) / math.sqrt(D)}  # fmt: skip
 SCALE_WORDS = {"1/D": "divided by √D twice", "1/√(2D)": "D taken twice as large", "1/√T": "T is the sequence length, not the head width",
                "1 (no scaling)": "no division by √D at all", "√D": "multiplied instead of divided"}  # fmt: skip
 # The gates students write instead of σ(ℓ): name, function, advice.
@@ -98,7 +105,7 @@ def one_hot() -> np.ndarray:
     """Values v[s, g] = e_{gT + s}: the output of a query head is its map, in the columns of the key/value head it reads."""
     value = np.zeros((B, T, HKV, D))
     for g in range(HKV):
-        value[0, np.arange(T), g, g * T + np.arange(T)] = 1.0
+        value[:, np.arange(T), g, g * T + np.arange(T)] = 1.0
     return value
 
 
@@ -144,6 +151,10 @@ def _map_findings(found: Found, fits: Sequence[attention_maps.MapFit]) -> bool:
             title, advice = attention_maps.MASK_TEXT[model.mask]
             found.add(GQA, "mask", "forward", title[0].upper() + title[1:],
                       f"The maps read out of your output have {attention_maps.MASKS[model.mask]}.", advice)
+        elif name == "scale" and fit.scale_name == "ln 2/√D":
+            found.add(GQA, "softmax", "forward", "The softmax takes powers of 2 of logits not rescaled by log2(e)",
+                      f"The maps read out of your output fit softmax(s·q kᵀ) with s = ln 2/√D: 2^x is e^(x·ln 2), so exp2 of the "
+                      "logits is a softmax at another temperature.", "multiply the logits by log2(e) = 1/ln 2 before exp2, or use exp")  # fmt: skip
         elif name == "scale":
             value = fit.scale_name or f"{model.scale:.4g}"
             said = f" ({SCALE_WORDS[value]})" if value in SCALE_WORDS else ""
@@ -173,8 +184,8 @@ def _float32_scale(found: Found, values: Values, maps: Sequence[np.ndarray]) -> 
             return False
         fitted.append(scale)
     off = max(abs(s - right) / right for s in fitted)
-    if not 1e-11 < off < 1e-6:
-        return False
+    if not 1e-11 < off < 1e-6 or max(fitted) - min(fitted) > 1e-12 * right:
+        return False  # maps computed in float32 throughout fit no one scale exactly: that is the precision probe's to name
     found.add(GQA, "scale", "forward", "The scale 1/√D is computed in float32",
               f"For float64 inputs your maps are softmax(s·q kᵀ) with s = {fitted[0]:.12g}, 1/√D = {right:.12g} rounded to float32 "
               f"(off by {off:.1g} relative).", "compute the scale as a Python float (1 / math.sqrt(D)) or in the inputs' dtype")  # fmt: skip
@@ -189,6 +200,16 @@ def _unexplained_maps(found: Found, maps: Sequence[np.ndarray]) -> bool:
     finite = np.isfinite(sums)
     if not finite.any():
         return False
+    visible = attention_maps.keep(T, "causal")
+    future = np.nan_to_num(np.abs(stacked[:, ~visible])).max()
+    if future > FITS:  # the readout is causal: weight on a future key is the mask's fault, whatever else is wrong
+        found.add(GQA, "mask", "forward", "Queries put weight on future keys under causal=True",
+                  f"Read out of your output with one-hot values and causal=True, future keys get weights up to {future:.3g}; "
+                  "no softmax explains the maps (a boolean mask with True where attention is forbidden, where "
+                  "scaled_dot_product_attention reads True as allowed?).",
+                  "hide key s > query t: masked_fill(torch.triu(ones, 1).bool(), −∞), or a boolean attn_mask that is True where "
+                  "attention is allowed (torch.tril(ones).bool())")  # fmt: skip
+        return True
     advice = ("normalise each row over all its visible keys; in an online softmax rescale the running sum and the accumulator "
               "by exp(old max − new max) whenever the maximum grows")  # fmt: skip
     if not np.allclose(sums[finite], 1.0, rtol=0.0, atol=1e-9):
@@ -197,7 +218,6 @@ def _unexplained_maps(found: Found, maps: Sequence[np.ndarray]) -> bool:
                   f"Read out of your output with one-hot values, a query's weights sum to {worst:.4g}, not 1, and no softmax of q kᵀ "
                   "explains them: the normaliser is wrong.", advice)  # fmt: skip
         return True
-    visible = attention_maps.keep(T, "causal")
     if not (np.all(stacked[:, ~visible] == 0.0) and np.all(stacked[:, visible] > 0.0)):
         return False
     found.add(GQA, "softmax", "forward", "The weights are not a softmax of the logits",
@@ -207,17 +227,59 @@ def _unexplained_maps(found: Found, maps: Sequence[np.ndarray]) -> bool:
     return True
 
 
+def _added_term(found: Found, function: str, zero: np.ndarray | None) -> bool:
+    """An output finding when the output for v = 0 is not 0 (attention only ever weights v); whether there was one."""
+    if zero is None or not np.isfinite(zero).all() or np.abs(zero).max() <= FITS:
+        return False
+    found.add(function, "output", "forward", "Something besides the attention-weighted values is added to the output",
+              f"With v = 0 your output is not 0 (entries up to {np.abs(zero).max():.3g}): attention only weights v, so a term that does "
+              "not come through v (a residual of q?) is added.", "return the attention-weighted values alone")  # fmt: skip
+    return True
+
+
+def coded_values() -> np.ndarray:
+    """Values the same at every token, each key/value head's feature c of head g coded 1 + g·D + c: the rows of an attention
+    map sum to 1, so the output of query head h at feature c is the code of the value feature it reads, whatever the map."""
+    return np.broadcast_to(1.0 + np.arange(HKV * D, dtype=np.float64).reshape(HKV, D), (B, T, HKV, D)).copy()
+
+
+def _moved_features(found: Found, out: np.ndarray | None) -> bool:
+    """A finding when, with :func:`coded_values`, query heads receive other key/value heads' features, or features at
+    other positions, than feature c of head h // G; whether there was one."""
+    if out is None or not np.isfinite(out).all():
+        return False
+    codes = np.round(out - 1.0)
+    if np.abs(out - 1.0 - codes).max() > FITS or codes.min() < 0 or codes.max() >= HKV * D:
+        return False  # not every output is one value feature: the maps' rows do not sum to 1, or features are mixed
+    heads, features = np.divmod(codes.astype(int), D)
+    right_heads = (np.arange(HQ) // G)[None, None, :, None]
+    right_features = np.arange(D)[None, None, None, :]
+    wrong = np.argwhere((heads != right_heads) | (features != right_features))
+    if not len(wrong):
+        return False
+    b, t, h, c = (int(i) for i in wrong[0])
+    found.add(GQA, "heads", "forward", "Query heads receive the wrong key/value features",
+              f"With values the same at every token, each output is the value feature it reads: {len(wrong)} of {out.size} outputs read "
+              f"another one (query head {h}, feature {c} reads key/value head {heads[b, t, h, c]}, feature {features[b, t, h, c]}; "
+              f"head {h // G}, feature {c} is right). The key/value heads are repeated or reshaped in an order that mixes their "
+              "features with the heads.", "repeat each key/value head over its group next to the head axis: k.repeat_interleave(G, dim=2), "
+              "or k[:, :, :, None].expand(B, T, Hkv, G, D).reshape(B, T, Hq, D)")  # fmt: skip
+    return True
+
+
 def gqa_maps_probe(worker: Worker, values: Values, found: Found) -> bool:
     """Read each query head's map out of the output with one-hot values and explain it; whether the forward was localised."""
-    found.probes.append(f"{GQA}: maps read out with one-hot values")
-    point = {**values, "v": one_hot()}
-    out = _shaped(probes.sweep(worker, subject(GQA), [point])[0], GQA)
+    found.probes.append(f"{GQA}: maps read out with one-hot values, v = 0 and values the same at every token")
+    points = [{**values, "v": one_hot()}, {**values, "v": np.zeros_like(values["v"])}, {**values, "v": coded_values()}]
+    out, zero, coded = (_shaped(o, GQA) for o in probes.sweep(worker, subject(GQA), points))
+    if _added_term(found, GQA, zero):
+        return True
     if out is None or not np.isfinite(out).any():
         return False
     blocks = [[out[0, :, h, g * T:(g + 1) * T] for g in range(HKV)] for h in range(HQ)]
     read = [int(np.argmax([np.nansum(np.abs(b)) for b in heads])) for heads in blocks]
     if any(np.nan_to_num(np.abs(blocks[h][g])).max() > FITS for h in range(HQ) for g in range(HKV) if g != read[h]):
-        return False  # a head mixes the values of several heads: not a map
+        return _moved_features(found, coded)  # a head mixes the values of several heads: not a map
     maps = [blocks[h][read[h]] for h in range(HQ)]
     fits = []
     for h, got in enumerate(maps):
@@ -237,15 +299,17 @@ def gqa_maps_probe(worker: Worker, values: Values, found: Found) -> bool:
 
 
 def _partly_masked(function: str, values: Values) -> list[np.ndarray]:
-    """The outputs with causal=False when only some maps are masked: for gqa_attention any proper subset of the query heads,
-    for diff_v2_attention the even or the odd heads of every pair."""
+    """The outputs with causal=False when only some maps are masked: for gqa_attention the heads of one aligned block of
+    1, 2 or 4 heads (a pair, a group, a half), every head but those, or the even or the odd heads; for diff_v2_attention
+    the even or the odd heads of every pair."""
     q, k, v = values["q"], values["k"], values["v"]
     masked, plain = oracle.attention_maps(q, k, True), oracle.attention_maps(q, k, False)
     if function == GQA:
         found = []
-        for subset in range(1, 2**HQ - 1):
-            chosen = np.array([(subset >> h) & 1 for h in range(HQ)], dtype=bool)[None, :, None, None]
-            found.append(oracle.apply_maps(np.where(chosen, masked, plain), v, G))
+        heads = np.arange(HQ)
+        blocks = [heads // size == block for size in (1, 2, 4) for block in range(HQ // size)]
+        for chosen in [*blocks, *(~b for b in blocks), heads % 2 == 0, heads % 2 == 1]:
+            found.append(oracle.apply_maps(np.where(chosen[None, :, None, None], masked, plain), v, G))
         return found
     gates = np.swapaxes(oracle.sigmoids(values["lambda_logits"]), 1, 2)[..., None]
     return [oracle.apply_maps(even[:, 0::2] - gates * odd[:, 1::2], v, G // 2) for even, odd in ((masked, plain), (plain, masked))]
@@ -260,6 +324,11 @@ def causal_flag_probe(worker: Worker, function: str, values: Values, found: Foun
     right, plain = truth(function, values, True), truth(function, values, False)
     return found.first(
         function,
+        (masked is not None and not np.isfinite(masked).all() and is_right(unmasked, plain), "mask",
+         "The causal mask turns the output into NaN or infinity",
+         "With causal=False your output is right; with causal=True it holds NaN or infinity for ordinary inputs: the mask "
+         "makes them (0 · −∞ is NaN, and so is a softmax over a row of −∞ only).",
+         "add −∞ (or a very negative number) to the logits of future keys with masked_fill or torch.where, never by multiplying"),
         (is_right(omitted, plain) and is_right(masked, right), "mask", "causal defaults to False: a call without it is not masked",
          "Called without causal, your output is the unmasked one; with causal=True it is right.",
          "declare causal: bool = True, as the contract's signature does"),
@@ -269,6 +338,12 @@ def causal_flag_probe(worker: Worker, function: str, values: Values, found: Foun
          "causal=False is not passed on to every attention call",
          "With causal=True your output is right; with causal=False some of its heads are the causal ones and the others not.",
          "pass causal on to every attention call (both heads of a pair, every gqa_attention call)"),
+        (is_right(unmasked, plain) and masked is not None and not is_right(masked, right), "mask",
+         "Only the causal path is wrong",
+         "With causal=False your output is right; with causal=True it is wrong: what the function does only for causal "
+         "attention (building or passing the mask) is at fault.",
+         "build the mask of future keys (key s > query t) and pass it where the attention applies it: by name "
+         "(is_causal=True or attn_mask=...), never by position"),
     )  # fmt: skip
 
 
@@ -350,24 +425,49 @@ def _fit(readout: np.ndarray, basis: np.ndarray) -> tuple[np.ndarray, float]:
     return np.asarray(np.round(weights, 9)), float(np.max(np.abs(design @ weights - readout.ravel())))
 
 
-def _pair_findings(found: Found, weights: np.ndarray) -> bool:
-    """Findings for the heads' weights of each output head at each gate logit (GATES × H × HQ); whether there was any."""
-    used = [sorted(int(h) for h in np.flatnonzero(np.abs(weights[:, i]).max(axis=0) > 1e-6)) for i in range(H)]
-    if any(u != [2 * i, 2 * i + 1] for i, u in enumerate(used)):
-        halves = all(u == [i, i + H] for i, u in enumerate(used))
+def _combination(even: np.ndarray, odd: np.ndarray) -> str:
+    """The weights of a pair's two heads at each gate logit, in words."""
+    return ", ".join(f"({e:.4g}, {o:.4g}) at ℓ = {g:g}" for g, e, o in zip(GATES, even[:, 0], odd[:, 0]))
+
+
+def _routing_findings(found: Found, used: list[list[tuple[int, int]]]) -> bool:
+    """Findings for output heads made of other (query head, key/value head) maps than (2i, 2i // G) and (2i + 1, (2i + 1) // G)."""
+    right = [[(h, h // G) for h in (2 * i, 2 * i + 1)] for i in range(H)]
+    if used == right:
+        return False
+    queries = [sorted({h for h, _ in u}) for u in used]
+    if queries != [[2 * i, 2 * i + 1] for i in range(H)]:
+        halves = all(q == [i, i + H] for i, q in enumerate(queries))
+        kv = "" if all(g == h // G for u in used for h, g in u) else f" (reading key/value heads {[[g for _, g in u] for u in used]})"
         return found.first(DIFF_V2, (True, "heads", "Heads are paired as halves, not as even/odd neighbours" if halves else
                                      "Output heads combine the wrong query heads",
-                                     f"Read out of your output, output heads 0 to {H - 1} combine query heads {used}, not (2i, 2i + 1) = "
-                                     f"{[[2 * i, 2 * i + 1] for i in range(H)]}.", "pair query heads 2i and 2i + 1: A[:, :, 0::2] and A[:, :, 1::2]"))  # fmt: skip
-    even, odd = weights[:, np.arange(H), 2 * np.arange(H)], weights[:, np.arange(H), 2 * np.arange(H) + 1]
+                                     f"Read out of your output (Hq = {HQ}, Hkv = {HKV}, G = {G}), output heads 0 to {H - 1} combine query heads "
+                                     f"{queries}{kv}, not (2i, 2i + 1) = {[[2 * i, 2 * i + 1] for i in range(H)]}.",
+                                     "pair query heads 2i and 2i + 1, in their original order: A[:, :, 0::2] and A[:, :, 1::2]"))  # fmt: skip
+    return found.first(DIFF_V2, (True, "heads", "The pairs' query heads read the wrong key/value heads",
+                                 f"Read out of your output (Hq = {HQ}, Hkv = {HKV}, G = {G}), the query heads of the pairs read key/value heads "
+                                 f"{[[g for _, g in u] for u in used]}, not h // G = {[[g for _, g in u] for u in right]}.",
+                                 "attend query head h with key/value head h // G (through gqa_attention on all Hq heads at once)"))  # fmt: skip
+
+
+def _pair_findings(found: Found, even: np.ndarray, odd: np.ndarray) -> bool:
+    """Findings for the weights of each pair's even and odd head at each gate logit (GATES × H each); whether there was any."""
     sigma = oracle.sigmoids(np.asarray(GATES))[:, None]
     if np.allclose(odd, 1.0, atol=1e-6) and np.allclose(even, -sigma, atol=1e-6):
         return found.first(DIFF_V2, (True, "heads", "The pair's roles are swapped: the even head is gated",
                                      "Read out of your output, each output head is A_2i+1 − σ(ℓ)·A_2i.",
                                      "out = A[:, :, 0::2] − σ(ℓ)·A[:, :, 1::2]: the odd head is the gated one"))  # fmt: skip
+    weights = f"Read out of your output, each pair's (even, odd) heads are weighted {_combination(even, odd)}, not (1, −σ(ℓ))."
+    if np.allclose(even, sigma, atol=1e-6) and np.allclose(odd, -sigma, atol=1e-6):
+        return found.first(DIFF_V2, (True, "gate", "The gate multiplies the whole difference: σ(ℓ)·(A_2i − A_2i+1)", weights,
+                                     "gate the odd head only: A_2i − σ(ℓ)·A_2i+1"))  # fmt: skip
+    if np.all(odd > 1e-6):
+        return found.first(DIFF_V2, (True, "output", "The gated head is added, not subtracted", weights,
+                                     "subtract the gated odd head: A_2i − σ(ℓ)·A_2i+1 (no lerp, no sum)"))  # fmt: skip
     factor = float(np.mean(even))
     if not np.allclose(even, factor, atol=1e-6):
-        return False
+        return found.first(DIFF_V2, (True, "output", "The pair's heads are combined with the wrong weights", weights,
+                                     "combine each pair as A_2i − σ(ℓ)·A_2i+1: the even head with weight 1, the odd one gated"))  # fmt: skip
     if abs(factor - 1.0) > 1e-6:
         v1 = " (1 − λ_init, DIFF V1's factor)" if round(factor, 6) in (0.8, 0.2) else ""
         return found.first(DIFF_V2, (True, "output", f"The output is multiplied by {factor:.4g}",
@@ -389,49 +489,68 @@ def _pair_findings(found: Found, weights: np.ndarray) -> bool:
                                  "λ = torch.sigmoid(lambda_logits), one per token and pair"))  # fmt: skip
 
 
+def _map_basis(values: Values) -> np.ndarray:
+    """[HQ·HKV, T, D]: the output of query head h reading key/value head g (h·HKV + g) with one-hot values, batch element 0."""
+    basis = np.zeros((HQ, HKV, T, D))
+    for g in range(HKV):
+        maps = oracle.attention_maps(values["q"], np.repeat(values["k"][:, :, g : g + 1], HKV, axis=2), True)[0]  # every head reads g
+        basis[:, g, :, g * T : (g + 1) * T] = maps
+    return basis.reshape(HQ * HKV, T, D)
+
+
 def pairs_probe(worker: Worker, values: Values, found: Found) -> bool:
-    """Read each output head out as a combination of the true heads' outputs, at several constant gates and with
-    value doubled; whether the forward was localised."""
-    found.probes.append(f"{DIFF_V2}: output heads read out as combinations of the query heads, at several gates")
+    """Read each output head out as a combination of every query head's map with every key/value head, at several constant
+    gates, with v = 0 and with value doubled; whether the forward was localised."""
+    found.probes.append(f"{DIFF_V2}: output heads read out as combinations of the query heads' maps, at several gates")
     points = [{**values, "v": one_hot(), "lambda_logits": np.full((B, T, H), g)} for g in GATES]
-    points.append({**points[1], "v": 2.0 * one_hot()})
+    points += [{**points[1], "v": 2.0 * one_hot()}, {**points[1], "v": np.zeros_like(values["v"])}]
     outs = [_shaped(o, DIFF_V2) for o in probes.sweep(worker, subject(DIFF_V2), points)]
-    if any(o is None or not np.isfinite(o).all() for o in outs):
+    if _added_term(found, DIFF_V2, outs[-1]):
+        return True
+    if any(o is None or not np.isfinite(o).all() for o in outs[:-1]):
         return False
-    basis = np.moveaxis(oracle.gqa_attention(values["q"], values["k"], one_hot(), True)[0], 1, 0)  # [HQ, T, D]
+    basis = _map_basis(values)
     fitted = [[_fit(out[0, :, i], basis) for i in range(H)] for out in outs[: len(GATES)] if out is not None]
     if max(residual for row in fitted for _, residual in row) > FITS:
-        doubled = outs[-1]
+        doubled = outs[-2]
         assert doubled is not None and outs[1] is not None
         return found.first(DIFF_V2, (not np.allclose(doubled, 2.0 * outs[1], rtol=1e-6, atol=1e-9), "output",
                                      "The output is normalised after the difference",
                                      "Doubling v did not double your output: A_2i v − σ(ℓ)·A_2i+1 v is linear in v, so something (an RMSNorm, "
                                      "a layer norm: DIFF V1's head norm) rescales it.", "return the gated difference itself; DIFF V2 has no norm after it"))  # fmt: skip
-    return _pair_findings(found, np.array([[w for w, _ in row] for row in fitted]))
+    weights = np.array([[w for w, _ in row] for row in fitted]).reshape(len(GATES), H, HQ, HKV)
+    used = [[(int(h), int(g)) for h, g in np.argwhere(np.abs(weights[:, i]).max(axis=0) > 1e-6)] for i in range(H)]
+    if _routing_findings(found, used):
+        return True
+    pairs = np.arange(H)
+    even, odd = weights[:, pairs, 2 * pairs, (2 * pairs) // G], weights[:, pairs, 2 * pairs + 1, (2 * pairs + 1) // G]
+    return _pair_findings(found, even, odd)
 
 
 def gate_dependence_probe(worker: Worker, values: Values, rng: np.random.Generator, found: Found) -> bool:
-    """One gate logit changed must move its own token and output head, and nothing else; whether it does not."""
+    """One gate logit changed must move its own batch element, token and output head, and nothing else; whether it does not."""
     found.probes.append(f"{DIFF_V2}: which gate logit matters")
-    spots = ((T // 2, H - 1), (T - 1, 0))
-    perturbations = [Perturbation("lambda_logits", (0, t, i), f"lambda_logits[:, {t}, {i}]") for t, i in spots]
+    spots = ((0, T // 2, H - 1), (0, T - 1, 0), (B - 1, T - 1, 1))
+    perturbations = [Perturbation("lambda_logits", spot, f"lambda_logits[{', '.join(map(str, spot))}]") for spot in spots]
     effects = probes.dependence(worker, subject(DIFF_V2), values, perturbations, rng)
     if effects is None or len(effects) < len(perturbations):
         return False
-    for (t, i), effect in zip(spots, effects):
+    for (b, t, i), effect in zip(spots, effects):
         own = np.zeros_like(effect.moved)
-        own[0, t, i] = True
+        own[b, t, i] = True
         elsewhere = effect.moved & ~own
-        if not effect.moved.any():
-            return found.first(DIFF_V2, (True, "gate", "The output ignores lambda_logits",
-                                         f"Changing lambda_logits[:, {t}, {i}] left your output unchanged.",
-                                         "gate the odd head of pair i at token t with σ(lambda_logits[:, t, i])"))  # fmt: skip
+        if not effect.moved[b, t, i].any():
+            return found.first(DIFF_V2, (True, "gate", f"The output ignores lambda_logits{'' if b == 0 else ' of later batch elements'}",
+                                         f"Changing lambda_logits[{b}, {t}, {i}] left your output there unchanged"
+                                         + (f" (batch element {b} is gated with another element's logits)." if elsewhere.any() else "."),
+                                         "gate the odd head of pair i at batch element b and token t with σ(lambda_logits[b, t, i])"))  # fmt: skip
         if elsewhere.any():
-            tokens = sorted({int(x) for x in np.argwhere(elsewhere[0])[:, 0]})
-            heads = sorted({int(x) for x in np.argwhere(elsewhere[0])[:, 1]})
-            where = "other tokens of the same head (averaged or reduced over tokens?)" if heads == [i] else "other tokens or heads"
+            spread = np.argwhere(elsewhere)
+            batches, tokens, heads = (sorted({int(x) for x in spread[:, axis]}) for axis in range(3))
+            where = "other tokens of the same head (averaged or reduced over tokens?)" if heads == [i] and batches == [b] else "other tokens or heads"
             return found.first(DIFF_V2, (True, "gate", "Each gate logit must act on its own token and head only",
-                                         f"Changing lambda_logits[:, {t}, {i}] changed the output at {where}: tokens {tokens}, heads {heads}.",
+                                         f"Changing lambda_logits[{b}, {t}, {i}] changed the output at {where}: batch elements {batches}, "
+                                         f"tokens {tokens}, heads {heads}.",
                                          "λ[b, t, i] = σ(lambda_logits[b, t, i]) multiplies out[b, t, i] only: index it as [B, T, H] "
                                          "(unsqueeze(-1)), no mean, transpose or reshape"))  # fmt: skip
     return False
@@ -469,6 +588,20 @@ def saturated_probe(worker: Worker, values: Values, found: Found, gradients: boo
 # ---- both ---------------------------------------------------------------------------------
 
 
+def rearranged_probe(found: Found, function: str, out: np.ndarray | None, want: np.ndarray) -> bool:
+    """A layout finding when the output of the right shape holds exactly the right numbers, in other places; whether it does."""
+    if out is None or out.shape != want.shape or not np.isfinite(out).all() or is_right(out, want):
+        return False
+    if not np.allclose(np.sort(out, axis=None), np.sort(want, axis=None), rtol=1e-9, atol=1e-12):
+        return False
+    places = np.argwhere(~np.isclose(out, want, rtol=1e-9, atol=1e-12))
+    return found.first(function, (True, "layout", "The output holds the right numbers in the wrong places",
+                                  f"Every number of the right output appears in yours, but {len(places)} of {out.size} are elsewhere "
+                                  f"(first at index {tuple(int(i) for i in places[0])}): axes are stacked, reshaped or viewed where "
+                                  "they should be moved with transpose or permute.",
+                                  "build [B, T, H, D] by indexing and transposing, not by stacking on another axis and reshaping"))  # fmt: skip
+
+
 def run(worker: Worker, function: str, rng: np.random.Generator, found: Found, forward: bool, gradients: bool, source: str | None) -> None:
     """The probes of ``function``: randomness first (it spoils the others), then the forward (``forward``: a value check
     failed), then the gradients (``gradients``: a gradient check failed)."""
@@ -479,7 +612,9 @@ def run(worker: Worker, function: str, rng: np.random.Generator, found: Found, f
         return
     if forward:
         right = is_right(base, truth(function, values, True))
-        if function == GQA:
+        if rearranged_probe(found, function, base, truth(function, values, True)):
+            localised = True
+        elif function == GQA:
             localised = gqa_maps_probe(worker, values, found) or causal_flag_probe(worker, GQA, values, found) or \
                 gqa_dependence_probe(worker, values, rng, found)  # fmt: skip
         else:
@@ -497,6 +632,7 @@ def run(worker: Worker, function: str, rng: np.random.Generator, found: Found, f
         frozen = GQA_RUNS if function == GQA else DIFF_V2_RUNS
         runs = [GradientRun(values, grads) for grads in frozen]
         if function == DIFF_V2:
-            runs.append(GradientRun({**values, "lambda_logits": np.zeros((B, T, H))}, names, " at lambda_logits = 0 (where σ is steepest)", "gate"))
+            runs.append(GradientRun({**values, "lambda_logits": np.zeros((B, T, H))}, ("lambda_logits",), " at lambda_logits = 0 (where σ is steepest)",
+                                    "gate"))  # fmt: skip
         cotangent = rng.standard_normal((B, T, HQ if function == GQA else H, D))
         gradients_probe(worker, subject(function), runs, cotangent, rng, found, source)

@@ -30,7 +30,7 @@ SETS = CaseSets()
 
 
 def _output_set(seed: int, name: str, function: str, causal: bool) -> list[Case]:
-    """Outputs of ``function``, causal (the argument also left out) or not: a small fixed case, T = 1, Hkv = 1, Hkv = Hq
+    """Outputs of ``function``, causal (the argument also left out) or not: a small fixed case, T = 1, D = 1, Hkv = 1, Hkv = Hq
     (gqa_attention) or four key/value heads (diff_v2_attention), a grouped case up to T = 80, a domain draw and T past 256;
     both dtypes, by name and by position, the autograd modes cycled."""
     rng = domain.generator(seed, name)
@@ -40,6 +40,7 @@ def _output_set(seed: int, name: str, function: str, causal: bool) -> list[Case]
     rows = (
         ((2, 5, 4, 2, 3), "float32", causal, "keyword"),
         ((1, 1, 4, 2, domain.head_width(rng)), "float64", causal, "positional"),
+        ((2, 3, 4, 2, 1), "float32", causal, "keyword"),  # D = 1: a squeeze() or a reduction over the last axis shows
         (draw(2, 40, head_counts=single), "float32", omitted, "keyword"),
         (draw(2, 40, head_counts=many), "float64", causal, "keyword"),
         (draw(2, 80, head_counts=(8, 2)), "float32", causal, "positional"),

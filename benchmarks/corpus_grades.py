@@ -1,11 +1,15 @@
-"""Grade the DIFF V2 corpus (tests/corpus/v2) on several seeds and say, per file, whether the checks did their job.
+"""Grade a labelled corpus of tests/corpus on several seeds and say, per file, whether the checks did their job.
 
 A correct file must score 100 on every seed; a wrong file must lose points in
 the tier its label names, or an earlier one, on every seed. For each wrong
 file the table also gives the first hint the report shows (diagnosis is
 advice, not a verdict). Every file is graded with ``diffgrade batch``.
 
-    python benchmarks/diffv2_corpus.py 1 2 3 4 5
+    python benchmarks/corpus_grades.py [--corpus NAME] SEED ...
+
+NAME is a folder of tests/corpus with a ``labels.json`` (default ``v2``; e.g.
+``v2_blind``, ``diagnosis_unseen``, ``diagnosis_blind``); the exercise is the
+one the corpus's files are for.
 """
 
 from __future__ import annotations
@@ -16,13 +20,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-CORPUS = Path(__file__).resolve().parents[1] / "tests" / "corpus" / "v2"
+CORPORA = Path(__file__).resolve().parents[1] / "tests" / "corpus"
 TIERS = ("T1", "T2", "T3")
 
 
-def graded(kind: str, seed: int, out: Path) -> dict[str, dict]:
-    """Every file of ``kind`` graded with ``seed``: student -> report."""
-    command = [sys.executable, "-m", "grader", "batch", str(CORPUS / kind), "--out", str(out), "--seed", str(seed), "--exercise", "diff_v2"]
+def graded(corpus: Path, kind: str, seed: int, out: Path) -> dict[str, dict]:
+    """Every file of ``corpus``/``kind`` graded with ``seed``: student -> report."""
+    command = [sys.executable, "-m", "grader", "batch", str(corpus / kind), "--out", str(out), "--seed", str(seed)]
     subprocess.run(command, capture_output=True, text=True, timeout=1800, check=False)
     return {folder.name: json.loads((folder / "report.json").read_text()) for folder in out.iterdir() if (folder / "report.json").is_file()}
 
@@ -38,15 +42,15 @@ def first_hint(report: dict) -> str:
     return next((c["hint"]["id"] for t in report["tiers"] for c in t["checks"] if c.get("hint")), "-")
 
 
-def main(seeds: list[int]) -> int:
+def main(corpus: Path, seeds: list[int]) -> int:
     """Grade, print a table, and return 1 when a file did not get its verdict on some seed."""
-    labels = json.loads((CORPUS / "labels.json").read_text())
+    labels = json.loads((corpus / "labels.json").read_text())
     misses = []
     hinted_correct = []
     with tempfile.TemporaryDirectory() as scratch:
         for seed in seeds:
             for kind in ("correct", "wrong"):
-                reports = graded(kind, seed, Path(scratch) / f"{kind}{seed}")
+                reports = graded(corpus, kind, seed, Path(scratch) / f"{kind}{seed}")
                 for name, report in sorted(reports.items()):
                     label = labels[f"{kind}/{name}"]
                     if kind == "correct":
@@ -59,9 +63,15 @@ def main(seeds: list[int]) -> int:
                         print(f"seed {seed} wrong   {name:28s} {label['tier']} {scores}  hint {first_hint(report)}  {'ok' if ok else 'MISS'}")
                     if not ok:
                         misses.append(f"{kind}/{name} (seed {seed})")
-    print(f"SUMMARY seeds {seeds}: misses {len(misses)}: {', '.join(misses) or 'none'}; correct files with a hint: {', '.join(hinted_correct) or 'none'}")
+    print(f"SUMMARY {corpus.name}, seeds {seeds}: misses {len(misses)}: {', '.join(misses) or 'none'}; correct files with a hint: {', '.join(hinted_correct) or 'none'}")
     return 1 if misses else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main([int(a) for a in sys.argv[1:]] or [1]))
+    arguments = sys.argv[1:]
+    name = "v2"
+    if arguments[:1] == ["--corpus"] and len(arguments) > 1:
+        name, arguments = arguments[1], arguments[2:]
+    if not (CORPORA / name / "labels.json").is_file():
+        sys.exit(f"corpus_grades.py: no labelled corpus tests/corpus/{name} (a folder with labels.json)")
+    sys.exit(main(CORPORA / name, [int(a) for a in arguments] or [1]))
