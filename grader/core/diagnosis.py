@@ -48,7 +48,9 @@ def _load_function(load_failure: str, source: str | None, required: Sequence[str
     calls it, or its own syntax error; else the function that uses the name
     the error is about, the one the message says is missing or one the
     failing line defines at the top level (a module constant that cannot be
-    computed is the fault of the function that needs it).
+    computed is the fault of the function that needs it), or the helper
+    function the failing line is in or decorates (a helper compiled at import,
+    such as a TorchScript function, is the fault of the function that calls it).
     """
     definitions = re.findall(r"^(?:async\s+)?def\s+(\w+)", source or "", flags=re.M)
     wanted = set(required) or set(definitions)
@@ -60,7 +62,7 @@ def _load_function(load_failure: str, source: str | None, required: Sequence[str
     named = _NAMED.search(load_failure)
     every = source.splitlines()
     failing = every[lines[-1] - 1] if lines and lines[-1] <= len(every) else ""
-    names = [next(g for g in named.groups() if g).split(".")[0]] if named else _ASSIGNED.findall(failing)
+    names = [next(g for g in named.groups() if g).split(".")[0]] if named else [by_line] if by_line else _ASSIGNED.findall(failing)
     using = [f for f in definitions if f in wanted
              and any(re.search(rf"\b{re.escape(name)}\b", text) for name in names for _, text in slips.function_lines(source, f)[1:])]  # fmt: skip
     return using[0] if using else None

@@ -150,6 +150,17 @@ def fitted_scale(structure: MapModel, got: np.ndarray, tensors: Mapping[str, np.
     return _scale_of(structure, got, tensors)
 
 
+def rounded_scale(maps: Sequence[tuple[np.ndarray, Mapping[str, np.ndarray]]], structure: MapModel, right: float) -> float | None:
+    """The one logit scale every map fits when it is ``right`` rounded (off by 1e-11 to 1e-6 relative, as a scale computed in
+    float32 is), or None. ``maps``: each map with its tensors. Maps computed in float32 throughout fit no one scale exactly."""
+    fitted = [fitted_scale(structure, got, tensors) for got, tensors in maps]
+    if not fitted or any(scale is None for scale in fitted):
+        return None
+    scales = [float(scale) for scale in fitted if scale is not None]
+    off = max(abs(scale - right) / right for scale in scales)
+    return scales[0] if 1e-11 < off < 1e-6 and max(scales) - min(scales) <= 1e-12 * right else None
+
+
 def _factor(got: np.ndarray, predicted: np.ndarray) -> float:
     """The factor f that best makes f·predicted equal got (1.0 when within FITS of it, or nothing to fit)."""
     both = np.isfinite(got) & np.isfinite(predicted)

@@ -27,7 +27,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from grader.toolkit import domain, probes, slips
+from grader.toolkit import attention_maps, domain, probes, slips
 from grader.toolkit.probes import Consistency, Subject, Values
 from grader.toolkit.rootcause import Finding, Role
 from grader.worker.client import Worker
@@ -159,13 +159,15 @@ def gradient_finding(found: Found, function: str, condition: str, result: Consis
     rest = f"; {', '.join(agree)} agree" if agree else ""
     custom = _uses_custom_backward(source)
     cut = {name: _cutting_line(source, function, name) for name in missing}
-    coefficient = cut.get("coefficient")
-    if missing == ["coefficient"] and coefficient is not None and coefficient[2] == "number":
-        number, text, _ = coefficient
-        found.add(function, "coefficient", "gradients", "The coefficient is turned into a Python number, so it gets no gradient",
-                  f"Your output changes with the coefficient{condition}, yet no gradient reaches it{rest}: line {number}, `{text}`, "
-                  "makes it a Python number.", "keep a tensor coefficient a tensor (coefficient * A2 works for a Python float and a "
-                  "tensor alike): no .item() or float()", inputs=("coefficient",), signature=NO_GRAPH)  # fmt: skip
+    if missing == ["coefficient"]:  # the coefficient's own path: how it enters the product is all that can cut it alone
+        line = cut["coefficient"]
+        number = line is not None and line[2] == "number"
+        how = "" if line is None else f": line {line[0]}, `{line[1]}`, " + ("makes it a Python number" if number else "copies it out of the graph")
+        found.add(function, "coefficient", "gradients",
+                  "The coefficient is turned into a Python number, so it gets no gradient" if number else "No gradient reaches the coefficient",
+                  f"Your output changes with the coefficient{condition}, yet no gradient reaches it{rest}{how}.",
+                  "keep a tensor coefficient a tensor and use it as it is (coefficient * A2 works for a Python float and a tensor "
+                  "alike): no .item(), float(), torch.tensor(coefficient) or .detach()", inputs=("coefficient",), signature=NO_GRAPH)  # fmt: skip
         return True
     if missing:
         lines = [f"line {line[0]}, `{line[1]}`" for line in cut.values() if line is not None]
@@ -234,6 +236,40 @@ def gradients_probe(worker: Worker, subject: Subject, runs: Sequence[GradientRun
             if run.component is not None and len(found.findings) > before:
                 found.findings[-1] = replace(found.findings[-1], component=run.component)
             return  # (with every input requiring grad, a detached output is the contract slip's to name)
+
+
+def unexplained_maps(found: Found, function: str, maps: np.ndarray, how: str) -> bool:
+    """A finding for causal maps ([..., T, T], read out of the output with ``how``) that no softmax model explains: weight on
+    future keys (the mask), rows that do not sum to 1, or rows that sum to 1 and hide exactly the future yet are not
+    proportional to exp of the logits (the softmax); whether there was one."""
+    sums = maps.sum(axis=-1)
+    finite = np.isfinite(sums)
+    if not finite.any():
+        return False
+    visible = attention_maps.keep(maps.shape[-1], "causal")
+    future = float(np.nan_to_num(np.abs(maps[..., ~visible])).max(initial=0.0))
+    if future > attention_maps.FITS:  # the readout is causal: weight on a future key is the mask's fault, whatever else is wrong
+        found.add(function, "mask", "forward", "Queries put weight on future keys under causal=True",
+                  f"Read out of your output with {how} and causal=True, future keys get weights up to {future:.3g}; no softmax explains "
+                  "the maps (a boolean mask with True where attention is forbidden, where scaled_dot_product_attention reads True as allowed?).",
+                  "hide key s > query t: masked_fill(torch.triu(ones, 1).bool(), −∞), or a boolean attn_mask that is True where "
+                  "attention is allowed (torch.tril(ones).bool())")  # fmt: skip
+        return True
+    advice = ("normalise each row over all its visible keys, after one shift by the row's own maximum; in an online softmax rescale "
+              "the running sum and the accumulator by exp(old max − new max) whenever the maximum grows")  # fmt: skip
+    if not np.allclose(sums[finite], 1.0, rtol=0.0, atol=1e-9):
+        worst = float(sums[finite][np.argmax(np.abs(sums[finite] - 1.0))])
+        found.add(function, "softmax", "forward", "The attention weights of a row do not sum to 1",
+                  f"Read out of your output with {how}, a query's weights sum to {worst:.4g}, not 1, and no softmax of q kᵀ "
+                  "explains them: the normaliser is wrong.", advice)  # fmt: skip
+        return True
+    if not (np.all(maps[..., ~visible] == 0.0) and np.all(maps[..., visible] > 0.0)):
+        return False
+    found.add(function, "softmax", "forward", "The weights are not a softmax of the logits",
+              f"Read out of your output with {how}, each query's weights sum to 1 and hide exactly the future keys, but their "
+              "ratios are not exp of the logits' differences for any scale: exponentials taken against different shifts within a row "
+              "(a maximum taken over the wrong axis, or a blocked or online softmax that does not rescale what it accumulated)?", advice)  # fmt: skip
+    return True
 
 
 def probed_aspects(failed: Sequence[Role], functions: Sequence[str]) -> dict[str, set[str]]:

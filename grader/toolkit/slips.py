@@ -46,6 +46,9 @@ EXCEPTION_KINDS: tuple[tuple[tuple[str, ...], str, str, str], ...] = (
      "keep nothing between calls, or make what you keep outside inference mode: build the mask in each call"),
     (("does not require grad and does not have a grad_fn", "numpy() on tensor that requires grad"), "graph",
      "the result was cut off from autograd", "keep every step in torch: no `.detach()`, `.numpy()` or `torch.no_grad()` on the way"),
+    (("arguments don't support automatic differentiation",), "graph",
+     "an operation writes into a given buffer (`out=`), which autograd cannot differentiate",
+     "return new tensors (`a @ v`, not `torch.matmul(a, v, out=buffer)`), and keep no buffer between calls"),
     (("expected scalar type", "same dtype", "found dtype", "expected both vectors to have same dtype", "but got double",
       "but got float", "expected m1 and m2 to have the same dtype"), "dtype",
      "tensors of different dtypes meet in one operation", "create every tensor with the inputs' dtype (`dtype=q1.dtype`)"),
@@ -153,14 +156,19 @@ def frame(traceback: str) -> str:
 
 
 def function_of_line(source: str | None, line: int) -> str | None:
-    """The module-level function whose definition holds ``line`` (found by indentation, so a file that does not parse works too)."""
+    """The module-level function whose definition holds ``line``, its decorators included (found by indentation, so a file
+    that does not parse works too)."""
     current = None
-    for number, text in enumerate((source or "").splitlines(), start=1):
+    lines = (source or "").splitlines()
+    for number, text in enumerate(lines, start=1):
         if number > line:
             break
         match = re.match(r"(?:async\s+)?def\s+(\w+)", text)
         if match:
             current = match.group(1)
+        elif text.startswith("@") and number == line:  # a decorator belongs to the function it decorates
+            following = (re.match(r"(?:async\s+)?def\s+(\w+)", later) for later in lines[number:])
+            return next((m.group(1) for m in following if m), None)
         elif text.strip() and not text[0].isspace() and not text.lstrip().startswith(("#", "@", ")")):
             current = None
     return current

@@ -14,7 +14,11 @@
   False it must not be (nor normalised across heads or batch);
 * **which input matters**: the last token's key or value must not reach
   earlier queries under the causal mask, the second half of value must
-  reach the output;
+  reach the output, and one batch element's or head's value no other;
+* **long sequences**: float64 outputs at T = 17, 33, 65 and 100, causal and
+  not, against the oracle: a computation that is right for short sequences
+  only (key blocks, chunks, a fixed buffer) says from which length, and
+  whether only one causal mode;
 * **stability**: float32 logits of hundreds (all large, a future key far
   above the visible ones, branch 2 far from branch 1, every visible logit
   far below zero) against the oracle.
@@ -37,7 +41,7 @@ from grader.exercises.diffattn.cases import ATTENTION, INPUT_NAMES
 from grader.exercises.diffattn.probes import ATTENTION_GRADS, B, D, H, T, attention_subject, attention_values, identity_values, scales, truth
 from grader.toolkit import attention_maps, probes
 from grader.toolkit.findings import (
-    FLOAT32_LIKE, Found, GradientRun, gradients_probe, is_right, layout_probe, precision_finding, randomness_probe,
+    FLOAT32_LIKE, Found, GradientRun, gradients_probe, is_right, layout_probe, precision_finding, randomness_probe, unexplained_maps,
 )  # fmt: skip
 from grader.toolkit.attention_maps import MapModel
 from grader.toolkit.domain import exact
@@ -45,6 +49,7 @@ from grader.toolkit.probes import Perturbation, Values
 from grader.worker.client import Worker
 
 COEFFICIENTS = (0.0, 0.5, 2.0)  # the readouts' coefficients: three points test that the map is affine in c
+UNROUNDED = 0.3  # a coefficient float32 cannot hold: a readout at it tells a coefficient rounded to float32
 # The gradient comparisons, in turn: every input requiring grad; queries frozen; value frozen; only value and
 # the coefficient; a Python-float coefficient; a zero coefficient.
 FROZEN_RUNS = ((ATTENTION_GRADS, None), (("k1", "k2", "value", "coefficient"), None), (("q1", "k1", "q2", "k2", "coefficient"), None),
@@ -270,6 +275,39 @@ def _value_finding(found: Found, plain: np.ndarray, doubled: np.ndarray, moved: 
     )  # fmt: skip
 
 
+def _rounded_coefficient(found: Found, read: Sequence[np.ndarray], unrounded: np.ndarray) -> bool:
+    """A coefficient finding when the map read at λ = 0.3 is A1 − λ'·A2 with λ' = 0.3 rounded to float32; whether it is."""
+    a, b = read[0], (read[2] - read[0]) / (COEFFICIENTS[2] - COEFFICIENTS[0])  # λ = 0 and 2 are exact in float32
+    finite = np.isfinite(a) & np.isfinite(b) & np.isfinite(unrounded)
+    spread = float(np.sum(b[finite] ** 2))
+    if spread < 1e-12:
+        return False
+    used = float(np.sum((unrounded[finite] - a[finite]) * b[finite])) / spread
+    rounded = float(np.float32(UNROUNDED))
+    if abs(used - UNROUNDED) < 1e-11 or abs(used - rounded) > 1e-11:
+        return False
+    found.add(ATTENTION, "coefficient", "forward", "The coefficient is rounded to float32",
+              f"For float64 inputs and λ = {UNROUNDED}, your signed map is A1 − λ'·A2 with λ' = {used:.12g}: {UNROUNDED} rounded to "
+              "float32. A tensor made from the coefficient without a dtype (torch.tensor(c), torch.as_tensor(c)) is float32.",
+              "use the coefficient as it is (c * A2 works for a Python float and a tensor alike), or make it a tensor with the "
+              "inputs' dtype (torch.as_tensor(c, dtype=q1.dtype))")  # fmt: skip
+    return True
+
+
+def _rounded_scale(found: Found, values: Values, first_map: np.ndarray) -> bool:
+    """A scale finding when the first map fits softmax(s·q1 k1ᵀ) with s = 1/√D rounded to float32; whether it does."""
+    right = 1 / math.sqrt(D)
+    maps = [(first_map[0, h], {"q": np.asarray(values["q1"][0, h]), "k": np.asarray(values["k1"][0, h])}) for h in range(H)]
+    scale = attention_maps.rounded_scale(maps, MapModel("q", "k", "causal"), right)
+    if scale is None:
+        return False
+    found.add(ATTENTION, "scale", "forward", "The scale 1/√D is computed in float32",
+              f"For float64 inputs your first map is softmax(s·q1 k1ᵀ) with s = {scale:.12g}: 1/√D = {right:.12g} rounded to float32. "
+              "A tensor made from D without a dtype (torch.tensor(d)) is float32.",
+              "compute the scale as a Python float (1 / math.sqrt(D)) or in the inputs' dtype")  # fmt: skip
+    return True
+
+
 def maps_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool:
     """Read the signed map out at several coefficients (and value doubled, and its tokens moved to other columns),
     explain it; whether the forward was localised."""
@@ -278,11 +316,13 @@ def maps_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool:
     shifted[..., np.arange(T), (np.arange(T) + D) % (2 * D)] = 1.0
     points = [{**values, "value": identity_values(), "coefficient": np.asarray(c)} for c in COEFFICIENTS]
     points += [{**values, "value": v, "coefficient": np.asarray(COEFFICIENTS[1])} for v in (2.0 * identity_values(), shifted)]
+    points.append({**values, "value": identity_values(), "coefficient": np.asarray(UNROUNDED)})
     found.probes.append(f"{ATTENTION}: maps read out with one-hot values, linear in value")
     outputs = [out for out in probes.sweep(worker, attention_subject(True), points) if out is not None and out.shape == (B, H, T, 2 * D)]
     if len(outputs) < len(points):
         return False
-    if _value_finding(found, outputs[1], outputs[-2], outputs[-1]):
+    doubled, shifted_out, unrounded = outputs[len(COEFFICIENTS):]
+    if _value_finding(found, outputs[1], doubled, shifted_out):
         return True
     read = [out[..., :T] for out in outputs[: len(COEFFICIENTS)]]
     true_maps = (oracle.attention_maps(values["q1"], values["k1"], True), oracle.attention_maps(values["q2"], values["k2"], True))
@@ -296,10 +336,10 @@ def maps_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool:
     if _combination_finding(found, combination):
         return True
     if combination.fits:
-        return False
+        return _rounded_coefficient(found, read, unrounded[..., :T]) or _rounded_scale(found, values, intercept)
     fits = _explain_maps(values, {1: intercept, 2: -slope}, causal=True)
     if fits is None:
-        return False
+        return unexplained_maps(found, ATTENTION, np.stack([intercept, -slope]), "one-hot values at λ = 0, ½ and 2")
     _show(found, "First map A1 (read at λ = 0)", true_maps[0], intercept)
     return _map_findings(found, fits)
 
@@ -307,7 +347,7 @@ def maps_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool:
 def _unmasked_finding(found: Found, values: Values, read: np.ndarray) -> bool:
     """A finding for a map read with causal=False that no softmax over the keys gives: a softmax over the heads or
     the batch, or log-probabilities; whether there was one."""
-    axes = [axis for axis in attention_maps.normalised_axes(read) if axis < 2]  # the batch (B = 1: every weight 1) or the heads
+    axes = [axis for axis in attention_maps.normalised_axes(read) if axis < 2]  # the batch or the heads
     axis = axes[0] if axes else 0
     logarithms = np.isfinite(read).all() and (read <= 0).all() and is_right(np.exp(read), oracle.attention_maps(values["q1"], values["k1"], False), FLOAT32_LIKE)
     return found.first(
@@ -367,12 +407,21 @@ def dependence_probe(worker: Worker, rng: np.random.Generator, found: Found) -> 
         FUTURE_VALUE,
         Perturbation("q1", LAST, "the last query of branch 1", forbidden=EARLIER),
         Perturbation("value", (..., slice(D, 2 * D)), "the second half of value (columns D to 2D)", required=(...,)),
+        Perturbation("value", (B - 1, 0), "the value of batch element 1, head 0", forbidden=(0,)),
+        Perturbation("value", (0, H - 1), "the value of head 1 in batch element 0", forbidden=(0, 0)),
     ]
     found.probes.append(f"{ATTENTION}: which input matters")
     effects = probes.dependence(worker, attention_subject(True), values, perturbations, rng)
     if effects is None:
         return False
-    leaks = [e.perturbation.label for e in effects if e.leaked]
+    crossing = [e.perturbation.label for e in effects[-2:] if e.leaked]
+    if crossing:
+        found.add(ATTENTION, "value", "forward", "Values reach other batch elements or heads",
+                  f"Changing {crossing[0]} changed the output of another batch element or head: the maps are applied to the values "
+                  "of other (batch, head) pairs, e.g. queries and keys flattened heads-first and value batch-first.",
+                  "keep [B, H, T, ·] for every tensor (flatten B and H the same way for all of them, or use batched matmul on 4-D tensors)")  # fmt: skip
+        return True
+    leaks = [e.perturbation.label for e in effects[:-2] if e.leaked]
     localised = False
     if leaks[:1] == ["the last query of branch 1"]:
         found.add(ATTENTION, "softmax", "forward", "Each query's output depends on the other queries",
@@ -390,6 +439,41 @@ def dependence_probe(worker: Worker, rng: np.random.Generator, found: Found) -> 
                   "multiply the signed map by the whole of value, shape [B, H, T, 2D]")  # fmt: skip
         localised = True
     return localised
+
+
+LENGTHS = (17, 33, 65, 100)  # past the block sizes 16, 32 and 64, and a length no power of two is near
+
+
+def length_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool:
+    """float64 outputs at :data:`LENGTHS`, causal and not, against the oracle; whether long sequences alone are wrong."""
+    found.probes.append(f"{ATTENTION}: long sequences, causal and not")
+    points = []
+    for t in LENGTHS:
+        values = {n: rng.standard_normal((1, 1, t, D)) * 1.2 for n in INPUT_NAMES[:4]}
+        points.append({**values, "value": rng.standard_normal((1, 1, t, 2 * D)), "coefficient": np.asarray(0.6)})
+    wrong = {}
+    for causal in (True, False):
+        outs = probes.sweep(worker, attention_subject(causal), points)
+        wrong[causal] = [t for t, out, point in zip(LENGTHS, outs, points) if not is_right(out, truth(point, causal))]
+    failing = sorted(set(wrong[True]) | set(wrong[False]))
+    if not failing:
+        return False
+    shortest = failing[0]
+    longest_right = max([t for t in LENGTHS if t < shortest] + [T])
+    only = [causal for causal in (True, False) if wrong[causal] and not wrong[not causal]]
+    lengths = f"right up to T = {longest_right} and wrong from T = {shortest}"
+    if only:
+        mode = f"causal={only[0]}"
+        found.add(ATTENTION, "mask", "forward", f"Long sequences are wrong with {mode} only",
+                  f"With {mode}, your output is {lengths}; with causal={not only[0]} it is right at every length: what differs between "
+                  "the two modes (the mask, or the keys each query block reads) breaks past a block or buffer size.",
+                  "without the causal mask every query reads every key: a block of queries needs all keys, not those up to its end")  # fmt: skip
+        return True
+    found.add(ATTENTION, "softmax", "forward", "Long sequences are wrong",
+              f"Your output is {lengths}, with and without the mask: a blocked or chunked computation goes wrong past its first "
+              "block (an online softmax must rescale its running sum and output by exp(old max − new max) when the maximum grows).",
+              "check the blocked computation against torch.softmax on a sequence several blocks long")  # fmt: skip
+    return True
 
 
 def _large(rng: np.random.Generator, kind: str) -> dict[str, np.ndarray]:
@@ -460,7 +544,7 @@ def run(worker: Worker, rng: np.random.Generator, found: Found, forward: bool, g
         right = is_right(base, truth(values, True))
         localised = maps_probe(worker, rng, found) or causal_flag_probe(worker, rng, found) or dependence_probe(worker, rng, found)
         if right and not localised:
-            stability_probe(worker, rng, found) or layout_probe(worker, attention_subject, values, found)
+            length_probe(worker, rng, found) or stability_probe(worker, rng, found) or layout_probe(worker, attention_subject, values, found)
         elif not localised:
             unmasked = probes.sweep(worker, attention_subject(False), [values])[0]
             precision_finding(found, ATTENTION, base, truth(values, True)) or precision_finding(found, ATTENTION, unmasked, truth(values, False))

@@ -16,9 +16,10 @@ from typing import Any
 
 from grader.core.invoke import Outcome
 from grader.core.plugin import GradingContext
-from grader.exercises.diffattn import attention_probes, lambda_probes, suite
+from grader.exercises.diffattn import attention_probes, expected, lambda_probes, suite
 from grader.exercises.diffattn.cases import ATTENTION, COEFFICIENT_KINDS, INPUT_NAMES, LAMBDA, LAMBDA_NAMES, AttentionCase, LambdaCase
-from grader.toolkit.verdicts import function_problem
+from grader.toolkit.domain import SEQUENCE_KINDS
+from grader.toolkit.verdicts import function_problem, values_verdict
 from grader.toolkit import domain, findings, slips
 from grader.toolkit.rootcause import Evidence, Finding
 from grader.toolkit.slips import Observed
@@ -56,6 +57,8 @@ SETS = (("lambda_values", False), ("lambda_values", True), ("lambda_strided", Fa
 HIDDEN_SETS = ("attention_large_logits", "attention_strided", "lambda_strided")
 ACROSS_CALLS = ("repeated_calls",)
 """Checks whose failure may come from state kept between calls (a cache): they alone do not send a function's probes looking at its forward."""
+STALE_COMPONENTS = {LAMBDA: "lambda"}
+"""The component of a function whose whole answer is remembered between calls (attention's parts have components of their own)."""
 ATTRIBUTE_COMPONENTS = {"the memory layout": "strided", "the coefficient": "coefficient", "the inputs' dtype": "dtype",
                         "causal": "mask", "the autograd mode": "graph"}  # fmt: skip
 
@@ -128,6 +131,27 @@ def hint_findings(records: list[dict[str, Any]]) -> list[Finding]:
     return findings.hint_findings(records, HINTS)
 
 
+def stale_findings(grading: GradingContext) -> list[Finding]:
+    """A finding for each function of :data:`STALE_COMPONENTS` whose second call of a call sequence returned the first call's
+    answer (read from the run's memo: no new call)."""
+    found: list[Finding] = []
+    for i, sequence in enumerate(suite.sequences(grading.seed)):
+        function = sequence.first.function
+        outcome: Outcome | None = grading.cache.get(("sequences", i))
+        if sequence.kind == "repeat" or outcome is None or function not in STALE_COMPONENTS or any(f.function == function for f in found):
+            continue
+        if values_verdict(outcome, 1, "", expected.case_value(sequence.second)).ok:
+            continue
+        if not values_verdict(outcome, 1, "", expected.case_value(sequence.first)).ok:
+            continue
+        found.append(Finding(function, STALE_COMPONENTS[function], "forward", f"{function} answers with a result kept from an earlier call",
+                             f"When {function} was {SEQUENCE_KINDS[sequence.kind]}, the second call returned the first call's result: the answer "
+                             "is kept between calls (cached by id(), data_ptr(), shape or in a global) and is stale once the inputs change.",
+                             "compute the result on every call: cache nothing keyed by a tensor's identity, address or shape",
+                             aspect="values", explains=frozenset({"values", "gradients"}), signature="the answer is stale"))  # fmt: skip
+    return found
+
+
 def diagnose(grading: GradingContext, records: list[dict[str, Any]]) -> Evidence:
     """The evidence for the root causes of a submission some of whose checks failed (see the module's docstring)."""
     evidence = Evidence(hints=hint_findings(records))
@@ -135,6 +159,8 @@ def diagnose(grading: GradingContext, records: list[dict[str, Any]]) -> Evidence
     if grading.load_failure is not None:
         return evidence
     evidence.findings += slips.findings(observed(grading), grading.source, DECLARATIONS)
+    if any(r.get("id") in ACROSS_CALLS and r.get("status") == "failed" for r in records):
+        evidence.findings += stale_findings(grading)
     failed = [roles[r["id"]] for r in records if r.get("status") == "failed" and r.get("id") in roles and r["id"] not in ACROSS_CALLS]
     failed += [replace(roles[r["id"]], aspect="state") for r in records if r.get("status") == "failed" and r.get("id") in ACROSS_CALLS]
     blocked = {f.function for f in evidence.findings if f.blocks}

@@ -1,6 +1,6 @@
 """The forward probes of differential_lambda, and what their answers mean.
 
-λ at zero vectors (lambda_init given and omitted) and along a line in each
+λ at zero vectors (lambda_init given, 0 and omitted) and along a line in each
 exponent must follow ``exp(q1·k1) − exp(q2·k2) + λ_init`` (which names a
 missing λ_init, a changed default, missing exponentials, swapped or added
 terms, a clamp); each of the four vectors must matter; exponents of ±60 in
@@ -64,12 +64,13 @@ def lambda_structure_probe(worker: Worker, rng: np.random.Generator, found: Foun
     direction /= np.linalg.norm(direction)
     zero = {n: np.zeros(3) for n in LAMBDA_NAMES}
     points = [{**zero, "lambda_init": np.asarray(LAMBDA_INIT)}, zero] + [_line(direction, b, t) for b in (1, 2) for t in LINE]
+    points.append({**zero, "lambda_init": np.asarray(0.0)})
     found.probes.append(f"{LAMBDA}: at zero vectors and along a line")
     answers = probes.sweep(worker, lambda_subject(), points)
     if any(g is None or g.size != 1 for g in answers):
         return False
     got = [float(np.asarray(g).reshape(())) for g in answers]
-    at_zero, default = got[0], got[1]
+    at_zero, default, given_zero = got[0], got[1], got[-1]
     first, second = (np.array(got[2 + 3 * i : 5 + 3 * i]) - at_zero for i in range(2))
     grow, line = np.expm1(np.array(LINE)), np.array(LINE)
 
@@ -83,6 +84,9 @@ def lambda_structure_probe(worker: Worker, rng: np.random.Generator, found: Foun
         LAMBDA,
         (close(at_zero, LAMBDA_INIT) and not close(default, 0.2), "lambda", f"The default lambda_init is {default:.4g}, not 0.2",
          f"With lambda_init left out and all four vectors zero, λ is {default:.4g}; it must be the default 0.2.", "declare `lambda_init: float = 0.2`"),
+        (close(at_zero, LAMBDA_INIT) and close(default, 0.2) and not close(given_zero, 0.0), "lambda", "lambda_init = 0 is not used as given",
+         f"With all four vectors zero, λ is {LAMBDA_INIT} for lambda_init = {LAMBDA_INIT} but {given_zero:.4g} for lambda_init = 0: a test of "
+         "its truth (`lambda_init or 0.2`, `if lambda_init:`) treats 0 as missing.", "use lambda_init as given: test `is None` if you need to"),
         (close(at_zero, 0.0), "lambda", "lambda_init is not added",
          f"With all four vectors zero and lambda_init = {LAMBDA_INIT}, λ is 0: exp(0) − exp(0) + λ_init is λ_init.", "add lambda_init to the difference of exponentials"),
         (close(first, -grow) and close(second, grow), "sign", "The two exponentials are swapped (exp(q2·k2) − exp(q1·k1))",

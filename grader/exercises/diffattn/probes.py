@@ -2,7 +2,7 @@
 
 The harness's probes (:mod:`grader.toolkit.probes`) call a function through a
 :class:`Subject`; this module declares the two subjects, draws small float64
-inputs of the probes' own (B = 1, H = 2, T = 5, D = 3, so that 2D ≥ T and
+inputs of the probes' own (B = 2, H = 2, T = 5, D = 3, so that 2D ≥ T and
 the candidate scales 1/√D, 1/D, 1/√(2D), 1/√T differ: what the probes show
 may be shown to students). The probes that mean the same for every function
 (randomness, precision, memory layouts, the gradients against finite
@@ -25,7 +25,7 @@ from grader.exercises.diffattn.cases import ATTENTION, INPUT_NAMES, LAMBDA, LAMB
 from grader.toolkit.domain import exact
 from grader.toolkit.probes import Built, Subject, Values
 
-B, H, T, D = 1, 2, 5, 3
+B, H, T, D = 2, 2, 5, 3
 ATTENTION_GRADS = (*INPUT_NAMES, "coefficient")
 
 

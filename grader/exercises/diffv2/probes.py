@@ -55,7 +55,7 @@ from grader.toolkit import attention_maps, probes
 from grader.toolkit.attention_maps import MapModel
 from grader.toolkit.domain import exact
 from grader.toolkit.findings import (
-    FLOAT32_LIKE, Found, GradientRun, gradients_probe, is_right, layout_probe, precision_finding, randomness_probe,
+    FLOAT32_LIKE, Found, GradientRun, gradients_probe, is_right, layout_probe, precision_finding, randomness_probe, unexplained_maps,
 )  # fmt: skip
 from grader.toolkit.probes import Built, Perturbation, Subject, Values
 from grader.worker.client import Worker
@@ -177,53 +177,13 @@ def _map_findings(found: Found, fits: Sequence[attention_maps.MapFit]) -> bool:
 def _float32_scale(found: Found, values: Values, maps: Sequence[np.ndarray]) -> bool:
     """A scale finding when the maps fit softmax(s·q kᵀ) with s = 1/√D only to float32's accuracy; whether they do."""
     right = SCALES["1/√D"]
-    fitted = []
-    for h, got in enumerate(maps):
-        scale = attention_maps.fitted_scale(MapModel("q", "k", "causal"), got, {"q": values["q"][0, :, h], "k": values["k"][0, :, h // G]})
-        if scale is None:
-            return False
-        fitted.append(scale)
-    off = max(abs(s - right) / right for s in fitted)
-    if not 1e-11 < off < 1e-6 or max(fitted) - min(fitted) > 1e-12 * right:
-        return False  # maps computed in float32 throughout fit no one scale exactly: that is the precision probe's to name
+    tensors = [(got, {"q": values["q"][0, :, h], "k": values["k"][0, :, h // G]}) for h, got in enumerate(maps)]
+    scale = attention_maps.rounded_scale(tensors, MapModel("q", "k", "causal"), right)
+    if scale is None:
+        return False
     found.add(GQA, "scale", "forward", "The scale 1/√D is computed in float32",
-              f"For float64 inputs your maps are softmax(s·q kᵀ) with s = {fitted[0]:.12g}, 1/√D = {right:.12g} rounded to float32 "
-              f"(off by {off:.1g} relative).", "compute the scale as a Python float (1 / math.sqrt(D)) or in the inputs' dtype")  # fmt: skip
-    return True
-
-
-def _unexplained_maps(found: Found, maps: Sequence[np.ndarray]) -> bool:
-    """A softmax finding for maps no model explains whose rows do not sum to 1, or that sum to 1 and hide exactly the future
-    yet are not proportional to exp of the logits; whether there was one."""
-    stacked = np.array(maps)
-    sums = stacked.sum(axis=-1)
-    finite = np.isfinite(sums)
-    if not finite.any():
-        return False
-    visible = attention_maps.keep(T, "causal")
-    future = np.nan_to_num(np.abs(stacked[:, ~visible])).max()
-    if future > FITS:  # the readout is causal: weight on a future key is the mask's fault, whatever else is wrong
-        found.add(GQA, "mask", "forward", "Queries put weight on future keys under causal=True",
-                  f"Read out of your output with one-hot values and causal=True, future keys get weights up to {future:.3g}; "
-                  "no softmax explains the maps (a boolean mask with True where attention is forbidden, where "
-                  "scaled_dot_product_attention reads True as allowed?).",
-                  "hide key s > query t: masked_fill(torch.triu(ones, 1).bool(), −∞), or a boolean attn_mask that is True where "
-                  "attention is allowed (torch.tril(ones).bool())")  # fmt: skip
-        return True
-    advice = ("normalise each row over all its visible keys; in an online softmax rescale the running sum and the accumulator "
-              "by exp(old max − new max) whenever the maximum grows")  # fmt: skip
-    if not np.allclose(sums[finite], 1.0, rtol=0.0, atol=1e-9):
-        worst = float(sums[finite][np.argmax(np.abs(sums[finite] - 1.0))])
-        found.add(GQA, "softmax", "forward", "The attention weights of a row do not sum to 1",
-                  f"Read out of your output with one-hot values, a query's weights sum to {worst:.4g}, not 1, and no softmax of q kᵀ "
-                  "explains them: the normaliser is wrong.", advice)  # fmt: skip
-        return True
-    if not (np.all(stacked[:, ~visible] == 0.0) and np.all(stacked[:, visible] > 0.0)):
-        return False
-    found.add(GQA, "softmax", "forward", "The weights are not a softmax of the logits",
-              "Read out of your output with one-hot values, each query's weights sum to 1 and hide exactly the future keys, but their "
-              "ratios are not exp of the logits' differences for any scale: exponentials taken against different maxima (a blocked "
-              "or online softmax that does not rescale what it accumulated)?", advice)  # fmt: skip
+              f"For float64 inputs your maps are softmax(s·q kᵀ) with s = {scale:.12g}, 1/√D = {right:.12g} rounded to float32 "
+              f"(off by {abs(scale - right) / right:.1g} relative).", "compute the scale as a Python float (1 / math.sqrt(D)) or in the inputs' dtype")  # fmt: skip
     return True
 
 
@@ -287,7 +247,7 @@ def gqa_maps_probe(worker: Worker, values: Values, found: Found) -> bool:
         expected = MapModel("q", f"k{h // G}", "causal", scale=SCALES["1/√D"])
         fit = attention_maps.explain(got, tensors, expected, [("q", f"k{g}") for g in range(HKV)], SCALES)
         if fit is None:
-            return _heads_finding(found, [h // G for h in range(HQ)], read) or _unexplained_maps(found, maps)
+            return _heads_finding(found, [h // G for h in range(HQ)], read) or unexplained_maps(found, GQA, np.array(maps), "one-hot values")
         fits.append(fit)
     keys = [int(fit.model.key[1:]) for fit in fits]
     localised = _heads_finding(found, keys, read)
