@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -270,6 +270,43 @@ def unexplained_maps(found: Found, function: str, maps: np.ndarray, how: str) ->
               "ratios are not exp of the logits' differences for any scale: exponentials taken against different shifts within a row "
               "(a maximum taken over the wrong axis, or a blocked or online softmax that does not rescale what it accumulated)?", advice)  # fmt: skip
     return True
+
+
+def half_precision_finding(found: Found, function: str, ordinary: np.ndarray | None, expected: np.ndarray) -> bool:
+    """A dtype finding when float32 inputs of ordinary size (``ordinary``, against ``expected``) give a result less accurate
+    than float32 is; whether they do. Run before blaming large logits: a computation in bfloat16 or float16 is wrong for
+    every input."""
+    if ordinary is None or not np.isfinite(ordinary).all() or is_right(ordinary, expected, FLOAT32_LIKE):
+        return False
+    error = float(np.max(np.abs(ordinary - expected)) / max(1.0, float(np.max(np.abs(expected)))))
+    found.add(function, "dtype", "forward", "float32 inputs are computed in lower precision",
+              f"With float32 inputs of ordinary size your output is off by {error:.2g} of its scale, far more than float32's "
+              "rounding: something computes in bfloat16 or float16 (torch.autocast, .half(), .bfloat16()).",
+              "compute in the inputs' dtype: no autocast and no cast to a half-precision dtype")  # fmt: skip
+    return True
+
+
+def masked_nan_finding(found: Found, function: str, masked: np.ndarray | None, unmasked: np.ndarray | None, plain: np.ndarray) -> bool:
+    """A mask finding when the output with causal=True holds NaN or infinity for ordinary inputs while the one with
+    causal=False (``unmasked``, against ``plain``) is right; whether there was one."""
+    if masked is None or np.isfinite(masked).all() or not is_right(unmasked, plain):
+        return False
+    found.add(function, "mask", "forward", "The causal mask turns the output into NaN or infinity",
+              "With causal=False your output is right; with causal=True it holds NaN or infinity for ordinary inputs: the mask makes "
+              "them (0 · −∞ is NaN, and so is a softmax over a row of −∞ only).",
+              "add −∞ (or a very negative number) to the logits of future keys with masked_fill or torch.where, never by multiplying")  # fmt: skip
+    return True
+
+
+def failing_mode(calls: Iterable[tuple[str, bool]]) -> str:
+    """The autograd mode to probe a forward in, from (mode, whether the result was right) of the checks' calls: the mode other
+    than "enabled" that every wrong call was made in while calls with grad enabled were right (no_grad when both
+    no_grad and inference_mode calls were wrong), else "enabled"."""
+    wrong = {mode for mode, right in calls if not right}
+    right = {mode for mode, right in calls if right}
+    if not wrong or "enabled" in wrong or "enabled" not in right:
+        return "enabled"
+    return "no_grad" if "no_grad" in wrong else wrong.pop()
 
 
 def probed_aspects(failed: Sequence[Role], functions: Sequence[str]) -> dict[str, set[str]]:

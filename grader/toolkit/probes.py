@@ -28,8 +28,10 @@ request from named input values (see grader/exercises/diffattn/probes.py).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -71,9 +73,32 @@ class Subject:
         return self.build(values, grads, cotangent)
 
 
+_CALL_MODE: ContextVar[str] = ContextVar("probe_call_mode", default="enabled")
+
+
+@contextmanager
+def calls_in(mode: str) -> Iterator[None]:
+    """Make the probes' forward-only requests (no input requiring grad, no backward pass) in autograd ``mode`` ("enabled",
+    "no_grad" or "inference_mode"), as ``torch.no_grad()`` does for its block: a fault that only calls made with gradients
+    off show (a separate inference path) is probed where it shows."""
+    token = _CALL_MODE.set(mode)
+    try:
+        yield
+    finally:
+        _CALL_MODE.reset(token)
+
+
+def _in_mode(request: Request) -> Request:
+    """``request`` with its calls in the probes' autograd mode, when it is forward-only."""
+    mode = _CALL_MODE.get()
+    if mode == "enabled" or request.backward_from is not None or any(t.requires_grad for t in request.inputs):
+        return request
+    return replace(request, calls=tuple(replace(call, grad_mode=mode) for call in request.calls))
+
+
 def ask(worker: Worker, built: Sequence[Built]) -> list[Outcome]:
-    """The outcomes of independent requests, in one diagnostic round trip."""
-    return invoke_many(worker, [b.request for b in built], diagnostic=True)
+    """The outcomes of independent requests, in one diagnostic round trip (in the mode :func:`calls_in` sets)."""
+    return invoke_many(worker, [_in_mode(b.request) for b in built], diagnostic=True)
 
 
 def output(outcome: Outcome) -> np.ndarray | None:

@@ -20,7 +20,7 @@ from grader.exercises.diffattn import attention_probes, expected, lambda_probes,
 from grader.exercises.diffattn.cases import ATTENTION, COEFFICIENT_KINDS, INPUT_NAMES, LAMBDA, LAMBDA_NAMES, AttentionCase, LambdaCase
 from grader.toolkit.domain import SEQUENCE_KINDS
 from grader.toolkit.verdicts import function_problem, values_verdict
-from grader.toolkit import domain, findings, slips
+from grader.toolkit import domain, findings, probes, slips
 from grader.toolkit.rootcause import Evidence, Finding
 from grader.toolkit.slips import Observed
 
@@ -131,6 +131,21 @@ def hint_findings(records: list[dict[str, Any]]) -> list[Finding]:
     return findings.hint_findings(records, HINTS)
 
 
+def probe_mode(grading: GradingContext, function: str) -> str:
+    """The autograd mode the forward probes of ``function`` call it in (:func:`findings.failing_mode` of the value checks'
+    calls of it, read from the run's memo)."""
+    calls = []
+    for set_name, grads in SETS:
+        if grads:
+            continue
+        for i, case in enumerate(getattr(suite, set_name)(grading.seed)):
+            outcome: Outcome | None = grading.cache.get((set_name, i, False))
+            if outcome is not None and case.function == function:
+                calls.append((case.grad_mode, values_verdict(outcome, int(getattr(case, "lambda_case", None) is not None), "",
+                                                             expected.case_value(case)).ok))  # fmt: skip
+    return findings.failing_mode(calls)
+
+
 def stale_findings(grading: GradingContext) -> list[Finding]:
     """A finding for each function of :data:`STALE_COMPONENTS` whose second call of a call sequence returned the first call's
     answer (read from the run's memo: no new call)."""
@@ -172,7 +187,8 @@ def diagnose(grading: GradingContext, records: list[dict[str, Any]]) -> Evidence
         aspects = probed[function]
         if grading.worker is None or function in blocked or function_problem(grading, function) is not None or not aspects:
             continue
-        run(grading.worker, rng, found, "values" in aspects, "gradients" in aspects, grading.source)
+        with probes.calls_in(probe_mode(grading, function) if "values" in aspects else "enabled"):
+            run(grading.worker, rng, found, "values" in aspects, "gradients" in aspects, grading.source)
     evidence.findings += found.findings
     evidence.probes, evidence.maps = found.probes, found.maps
     return evidence

@@ -29,13 +29,16 @@ from grader.worker.client import Worker
 LAMBDA_INIT = 0.37  # given to the probes' calls: not the default 0.2, nor 0.8
 LINE = (-0.8, 0.5, 1.2)  # the values of q·k along the line
 LAMBDA_RUNS = (LAMBDA_NAMES, ("k1", "k2"))  # the gradient comparisons: every vector requiring grad, then only the keys
-RANGE_TEXT = {  # what a wrong λ for large exponents means, by the vectors' dtype: component, title, evidence, advice
+RANGE_TEXT = {  # what a wrong λ for large exponents means, by the vectors' dtype (or finite but wrong): component, title, evidence, advice
     "float64": ("dtype", "float64 inputs are computed in float32",
                 "With float64 vectors and q1·k1 = {a:.4g}, λ is {got:.4g}: it overflows where float64 does not, so the computation runs in float32.",
                 "compute in the inputs' dtype throughout"),
     "float32": ("stability", "λ overflows for large exponents",
                 "With float32 vectors, q1·k1 = {a:.4g} and q2·k2 = {b:.4g}, λ is {got:.4g} although exp of each is finite in float32.",
                 "compute exp(q1·k1) − exp(q2·k2) directly: factorings such as exp(b)·expm1(a − b) overflow"),
+    "finite": ("lambda", "λ is wrong for large exponents",
+               "With q1·k1 = {a:.4g} and q2·k2 = {b:.4g}, λ is {got:.4g}: finite, but not exp(q1·k1) − exp(q2·k2) + λ_init (a clamp of "
+               "the dot products or of the exponentials?).", "do not clamp: exp of any dot product whose exponential is finite is valid"),
 }  # fmt: skip
 
 
@@ -131,7 +134,7 @@ def lambda_range_probe(worker: Worker, rng: np.random.Generator, found: Found) -
             if got is None or got.size != 1 or is_right(got.reshape(()), expected, FLOAT32_LIKE):
                 continue
             a, b = (float(point[f"q{i}"] @ point[f"k{i}"]) for i in (1, 2))
-            component, title, evidence, advice = RANGE_TEXT[dtype]
+            component, title, evidence, advice = RANGE_TEXT[dtype] if not np.isfinite(got).all() else RANGE_TEXT["finite"]
             found.add(LAMBDA, component, "forward", title, evidence.format(a=a, b=b, got=float(got.reshape(()))), advice)
             return True
     return False

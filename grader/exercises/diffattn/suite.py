@@ -43,7 +43,8 @@ SETS = CaseSets()
 
 @SETS.register
 def lambda_values(seed: int) -> list[LambdaCase]:
-    """Lengths from 1 to 256, both dtypes, the default, the paper's, 0 and out-of-[0, 1] lambda_init, exponents up to the dtype's finite limit, every binding."""
+    """Lengths from 1 to 256, both dtypes, the default, the paper's, 0 and out-of-[0, 1] lambda_init, exponents up to the dtype's finite
+    limit (of opposite signs too), every binding."""
     rng = domain.generator(seed, "lambda_values")
     long_length = domain.sequence_length(rng, 60)
     return domain.cycled_modes([
@@ -61,6 +62,8 @@ def lambda_values(seed: int) -> list[LambdaCase]:
         cases.lambda_case(rng, 3, "float64", 0.2, exponents=(float(rng.uniform(5, 40)), float(rng.uniform(5, 40))), binding="positional"),
         cases.lambda_case(rng, int(rng.integers(2, 17)), "float64", 0.0),  # 0 is falsy: `lambda_init or 0.2` replaces it
         cases.lambda_case(rng, int(rng.integers(1, 9)), "float32", 0.0, binding="positional"),
+        cases.lambda_case(rng, int(rng.integers(1, 9)), "float32", 0.2, exponents=cases.large_exponents(rng, "float32", opposite=True)),
+        cases.lambda_case(rng, int(rng.integers(1, 9)), "float64", None, exponents=cases.large_exponents(rng, "float64", opposite=True)),
     ])
 
 

@@ -88,6 +88,11 @@ def name_shape(function: str, got: tuple[int, ...], expected: tuple[int, ...]) -
         return ("heads", f"{DIFF_V2} returns all 2H heads: the pairs are never combined",
                 f"It returned shape {list(got)}, the Hq = 2H query heads, where [B, T, H, D] = {list(expected)} is expected.",
                 "combine each pair into one head: A[:, :, 0::2] − σ(ℓ)[..., None]·A[:, :, 1::2]")  # fmt: skip
+    if len(got) == 4 and got[:2] == (b, t) and got[3] == d and 0 < got[2] < heads and heads % got[2] == 0 and not (function == DIFF_V2 and 2 * got[2] == heads):
+        return ("output", f"{function} returns {got[2]} heads instead of {heads}: outputs of several heads are reduced into one",
+                f"It returned shape {list(got)} where [B, T, H, D] = {list(expected)} is expected: every {heads // got[2]} heads' "
+                "outputs were averaged or summed (one output per key/value head?).",
+                "return one output per query head; nothing is reduced over the heads of a group")  # fmt: skip
     if got == (b, heads, t, d) and heads != t:
         return ("layout", f"{function} returns [B, H, T, D] instead of [B, T, H, D]",
                 f"It returned shape {list(got)}: heads before tokens, where [B, T, H, D] = {list(expected)} is expected.",

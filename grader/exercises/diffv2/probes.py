@@ -56,6 +56,7 @@ from grader.toolkit.attention_maps import MapModel
 from grader.toolkit.domain import exact
 from grader.toolkit.findings import (
     FLOAT32_LIKE, Found, GradientRun, gradients_probe, is_right, layout_probe, precision_finding, randomness_probe, unexplained_maps,
+    half_precision_finding, masked_nan_finding,
 )  # fmt: skip
 from grader.toolkit.probes import Built, Perturbation, Subject, Values
 from grader.worker.client import Worker
@@ -63,6 +64,7 @@ from grader.worker.client import Worker
 B, T, HQ, HKV, D = 2, 17, 8, 2, 34
 G, H = HQ // HKV, HQ // 2
 GATES = (-2.0, 0.0, 1.5)  # the constant gate logits of the pair readouts
+GATE_OFF = -1000.0  # σ(−1000) is 0 in float64: the odd heads vanish from the output, which is then the even heads' attention
 SCALES = {"1/√D": 1 / math.sqrt(D), "1/D": 1 / D, "1/√(2D)": 1 / math.sqrt(2 * D), "1/√T": 1 / math.sqrt(T),
           "1 (no scaling)": 1.0, "√D": math.sqrt(D), "2/√D": 2 / math.sqrt(D), "ln 2/√D": math.log(2) / math.sqrt(D)}  # fmt: skip
 SCALE_WORDS = {"1/D": "divided by √D twice", "1/√(2D)": "D taken twice as large", "1/√T": "T is the sequence length, not the head width",
@@ -142,33 +144,33 @@ def _heads_finding(found: Found, keys: Sequence[int], values: Sequence[int]) -> 
     return True
 
 
-def _map_findings(found: Found, fits: Sequence[attention_maps.MapFit]) -> bool:
+def _map_findings(found: Found, fits: Sequence[attention_maps.MapFit], function: str = GQA) -> bool:
     """Findings for what the fitted maps change from softmax(q kᵀ/√D + M) other than the key head; whether there was any."""
     changes = {name: fit for fit in fits for name in fit.changes if name not in ("query", "key")}
     for name, fit in changes.items():
         model = fit.model
         if name == "mask":
             title, advice = attention_maps.MASK_TEXT[model.mask]
-            found.add(GQA, "mask", "forward", title[0].upper() + title[1:],
+            found.add(function, "mask", "forward", title[0].upper() + title[1:],
                       f"The maps read out of your output have {attention_maps.MASKS[model.mask]}.", advice)
         elif name == "scale" and fit.scale_name == "ln 2/√D":
-            found.add(GQA, "softmax", "forward", "The softmax takes powers of 2 of logits not rescaled by log2(e)",
+            found.add(function, "softmax", "forward", "The softmax takes powers of 2 of logits not rescaled by log2(e)",
                       f"The maps read out of your output fit softmax(s·q kᵀ) with s = ln 2/√D: 2^x is e^(x·ln 2), so exp2 of the "
                       "logits is a softmax at another temperature.", "multiply the logits by log2(e) = 1/ln 2 before exp2, or use exp")  # fmt: skip
         elif name == "scale":
             value = fit.scale_name or f"{model.scale:.4g}"
             said = f" ({SCALE_WORDS[value]})" if value in SCALE_WORDS else ""
-            found.add(GQA, "scale", "forward", f"The logits are scaled by {value} instead of 1/√D",
+            found.add(function, "scale", "forward", f"The logits are scaled by {value} instead of 1/√D",
                       f"The maps read out of your output fit softmax(s·q kᵀ) with s = {value}{said}, not 1/√D (D = {D}, the head width).",
                       "divide q kᵀ by √D once, with D = q.shape[-1]")  # fmt: skip
         elif name == "axis":
-            found.add(GQA, "softmax", "forward", "The softmax normalises over the queries, not the keys",
+            found.add(function, "softmax", "forward", "The softmax normalises over the queries, not the keys",
                       "In the maps read out of your output the columns sum to 1, not the rows.", "use softmax(..., dim=-1), over the key axis")
         elif name == "transposed":
-            found.add(GQA, "softmax", "forward", "The attention map is transposed",
+            found.add(function, "softmax", "forward", "The attention map is transposed",
                       "The maps read out of your output are the transposes of the right ones.", "compute q kᵀ (queries × keys) and apply it to v untransposed")
         elif name == "factor":
-            found.add(GQA, "softmax", "forward", f"The weights are multiplied by {model.factor:.4g}",
+            found.add(function, "softmax", "forward", f"The weights are multiplied by {model.factor:.4g}",
                       f"The maps read out of your output are {model.factor:.4g} times a softmax: their rows do not sum to 1.",
                       "scale the logits before the softmax and leave the weights as the softmax gives them")  # fmt: skip
     return bool(changes)
@@ -227,6 +229,20 @@ def _moved_features(found: Found, out: np.ndarray | None) -> bool:
     return True
 
 
+def _explained(values: Values, maps: Sequence[np.ndarray], heads: Sequence[int]) -> list[attention_maps.MapFit] | None:
+    """Each map (of query head ``heads[n]``, read with one-hot values) explained from any query head with any key/value
+    head, or None when one cannot be."""
+    tensors = {**{f"q{j}": values["q"][0, :, j] for j in range(HQ)}, **{f"k{g}": values["k"][0, :, g] for g in range(HKV)}}
+    sources = [(f"q{j}", f"k{g}") for j in range(HQ) for g in range(HKV)]
+    fits = []
+    for h, got in zip(heads, maps):
+        fit = attention_maps.explain(got, tensors, MapModel(f"q{h}", f"k{h // G}", "causal", scale=SCALES["1/√D"]), sources, SCALES)
+        if fit is None:
+            return None
+        fits.append(fit)
+    return fits
+
+
 def gqa_maps_probe(worker: Worker, values: Values, found: Found) -> bool:
     """Read each query head's map out of the output with one-hot values and explain it; whether the forward was localised."""
     found.probes.append(f"{GQA}: maps read out with one-hot values, v = 0 and values the same at every token")
@@ -241,15 +257,16 @@ def gqa_maps_probe(worker: Worker, values: Values, found: Found) -> bool:
     if any(np.nan_to_num(np.abs(blocks[h][g])).max() > FITS for h in range(HQ) for g in range(HKV) if g != read[h]):
         return _moved_features(found, coded)  # a head mixes the values of several heads: not a map
     maps = [blocks[h][read[h]] for h in range(HQ)]
-    fits = []
-    for h, got in enumerate(maps):
-        tensors = {"q": values["q"][0, :, h], **{f"k{g}": values["k"][0, :, g] for g in range(HKV)}}
-        expected = MapModel("q", f"k{h // G}", "causal", scale=SCALES["1/√D"])
-        fit = attention_maps.explain(got, tensors, expected, [("q", f"k{g}") for g in range(HKV)], SCALES)
-        if fit is None:
-            return _heads_finding(found, [h // G for h in range(HQ)], read) or unexplained_maps(found, GQA, np.array(maps), "one-hot values")
-        fits.append(fit)
-    keys = [int(fit.model.key[1:]) for fit in fits]
+    fits = _explained(values, maps, list(range(HQ)))
+    if fits is None:
+        return _heads_finding(found, [h // G for h in range(HQ)], read) or unexplained_maps(found, GQA, np.array(maps), "one-hot values")
+    queries, keys = [int(fit.model.query[1:]) for fit in fits], [int(fit.model.key[1:]) for fit in fits]
+    if queries != list(range(HQ)):
+        found.add(GQA, "heads", "forward", "Output heads hold other query heads' attention",
+                  f"Read out of your output with one-hot values, output heads 0 to {HQ - 1} (Hq = {HQ}, Hkv = {HKV}, G = {G}) are the attention "
+                  f"of query heads {queries} with key/value heads {keys}, not of query head h with key/value head h // G.",
+                  "give output head h the attention of query head h: the query heads of group g are q[:, :, g·G:(g + 1)·G]")  # fmt: skip
+        return True
     localised = _heads_finding(found, keys, read)
     if not localised and all(not fit.changes for fit in fits):
         found.maps.append({"function": GQA, "title": "Map of query head 0", "expected": oracle.attention_maps(values["q"], values["k"], True)[0, 0].tolist(),
@@ -282,13 +299,10 @@ def causal_flag_probe(worker: Worker, function: str, values: Values, found: Foun
     outs = [_shaped(probes.output(o), function) for o in asked]
     omitted, masked, unmasked = outs
     right, plain = truth(function, values, True), truth(function, values, False)
+    if masked_nan_finding(found, function, masked, unmasked, plain):
+        return True
     return found.first(
         function,
-        (masked is not None and not np.isfinite(masked).all() and is_right(unmasked, plain), "mask",
-         "The causal mask turns the output into NaN or infinity",
-         "With causal=False your output is right; with causal=True it holds NaN or infinity for ordinary inputs: the mask "
-         "makes them (0 · −∞ is NaN, and so is a softmax over a row of −∞ only).",
-         "add −∞ (or a very negative number) to the logits of future keys with masked_fill or torch.where, never by multiplying"),
         (is_right(omitted, plain) and is_right(masked, right), "mask", "causal defaults to False: a call without it is not masked",
          "Called without causal, your output is the unmasked one; with causal=True it is right.",
          "declare causal: bool = True, as the contract's signature does"),
@@ -363,8 +377,11 @@ def stability_probe(worker: Worker, function: str, values: Values, rng: np.rando
     """float32 calls with logits of hundreds against the oracle; whether one fails."""
     kinds = {"all": "every logit is large", "future": "a future key's logit is far above the visible ones"}
     cases = {kind: _large(rng, values, kind) for kind in kinds}
-    found.probes.append(f"{function}: float32 logits of hundreds")
-    outs = probes.sweep(worker, subject(function, True, "float32"), list(cases.values()))
+    ordinary = {n: exact(x, "float32") for n, x in values.items()}
+    found.probes.append(f"{function}: float32 logits of hundreds, and of ordinary size")
+    *outs, plain = probes.sweep(worker, subject(function, True, "float32"), [*cases.values(), ordinary])
+    if half_precision_finding(found, function, plain, truth(function, ordinary, True)):
+        return True
     failing = [kinds[k] for (k, case), out in zip(cases.items(), outs) if not is_right(out, truth(function, case, True), FLOAT32_LIKE)]
     if not failing:
         return False
@@ -458,26 +475,39 @@ def _map_basis(values: Values) -> np.ndarray:
     return basis.reshape(HQ * HKV, T, D)
 
 
+def _even_maps(found: Found, values: Values, gate_off: np.ndarray) -> bool:
+    """Explain the even heads' maps read out of the output with the gate off (σ(ℓ) ≈ 0: output head i is A_2i v); whether
+    that localised the fault (a map no softmax model explains included)."""
+    heads = [2 * i for i in range(H)]
+    maps = [gate_off[0, :, i, (2 * i // G) * T : (2 * i // G + 1) * T] for i in range(H)]
+    fits = _explained(values, maps, heads)
+    if fits is None:
+        return unexplained_maps(found, DIFF_V2, np.array(maps), f"one-hot values and the gate off (ℓ = {GATE_OFF:g})")
+    return _map_findings(found, fits, DIFF_V2)
+
+
 def pairs_probe(worker: Worker, values: Values, found: Found) -> bool:
     """Read each output head out as a combination of every query head's map with every key/value head, at several constant
     gates, with v = 0 and with value doubled; whether the forward was localised."""
     found.probes.append(f"{DIFF_V2}: output heads read out as combinations of the query heads' maps, at several gates")
     points = [{**values, "v": one_hot(), "lambda_logits": np.full((B, T, H), g)} for g in GATES]
-    points += [{**points[1], "v": 2.0 * one_hot()}, {**points[1], "v": np.zeros_like(values["v"])}]
+    points += [{**points[1], "v": 2.0 * one_hot()}, {**points[1], "lambda_logits": np.full((B, T, H), GATE_OFF)},
+               {**points[1], "v": np.zeros_like(values["v"])}]  # fmt: skip
     outs = [_shaped(o, DIFF_V2) for o in probes.sweep(worker, subject(DIFF_V2), points)]
     if _added_term(found, DIFF_V2, outs[-1]):
         return True
-    if any(o is None or not np.isfinite(o).all() for o in outs[:-1]):
+    if any(o is None or not np.isfinite(o).all() for o in outs[: len(GATES) + 1]):
         return False
     basis = _map_basis(values)
     fitted = [[_fit(out[0, :, i], basis) for i in range(H)] for out in outs[: len(GATES)] if out is not None]
     if max(residual for row in fitted for _, residual in row) > FITS:
-        doubled = outs[-2]
+        doubled, gate_off = outs[len(GATES)], outs[len(GATES) + 1]
         assert doubled is not None and outs[1] is not None
-        return found.first(DIFF_V2, (not np.allclose(doubled, 2.0 * outs[1], rtol=1e-6, atol=1e-9), "output",
-                                     "The output is normalised after the difference",
-                                     "Doubling v did not double your output: A_2i v − σ(ℓ)·A_2i+1 v is linear in v, so something (an RMSNorm, "
-                                     "a layer norm: DIFF V1's head norm) rescales it.", "return the gated difference itself; DIFF V2 has no norm after it"))  # fmt: skip
+        if not np.allclose(doubled, 2.0 * outs[1], rtol=1e-6, atol=1e-9):
+            return found.first(DIFF_V2, (True, "output", "The output is normalised after the difference",
+                                         "Doubling v did not double your output: A_2i v − σ(ℓ)·A_2i+1 v is linear in v, so something (an RMSNorm, "
+                                         "a layer norm: DIFF V1's head norm) rescales it.", "return the gated difference itself; DIFF V2 has no norm after it"))  # fmt: skip
+        return gate_off is not None and np.isfinite(gate_off).all() and _even_maps(found, values, gate_off)
     weights = np.array([[w for w, _ in row] for row in fitted]).reshape(len(GATES), H, HQ, HKV)
     used = [[(int(h), int(g)) for h, g in np.argwhere(np.abs(weights[:, i]).max(axis=0) > 1e-6)] for i in range(H)]
     if _routing_findings(found, used):
