@@ -1,7 +1,8 @@
 """Grade a labelled corpus of tests/corpus on several seeds and say, per file, whether the checks did their job.
 
 A correct file must score 100 on every seed; a wrong file must lose points in
-the tier its label names, or an earlier one, on every seed. For each wrong
+the tier its label names, or an earlier one, on every seed (the summary also
+counts, apart, the wrong files at full marks: credited though wrong). For each wrong
 file the table also gives the first hint the report shows (diagnosis is
 advice, not a verdict). Every file is graded with ``diffgrade batch``.
 
@@ -46,6 +47,7 @@ def main(corpus: Path, seeds: list[int]) -> int:
     """Grade, print a table, and return 1 when a file did not get its verdict on some seed."""
     labels = json.loads((corpus / "labels.json").read_text())
     misses = []
+    credited = []  # wrong files at full marks
     hinted_correct = []
     with tempfile.TemporaryDirectory() as scratch:
         for seed in seeds:
@@ -59,11 +61,13 @@ def main(corpus: Path, seeds: list[int]) -> int:
                         print(f"seed {seed} correct {name:28s} {report['score']:6.1f} {'ok' if ok else 'MISS'}")
                     else:
                         ok = lost_in(report, label["tier"])
+                        credited += [f"{name} (seed {seed})"] if report["score"] == report["max_score"] else []
                         scores = " ".join(f"{t['name']} {t['score']:g}/{t['max_score']:g}" for t in report["tiers"])
                         print(f"seed {seed} wrong   {name:28s} {label['tier']} {scores}  hint {first_hint(report)}  {'ok' if ok else 'MISS'}")
                     if not ok:
                         misses.append(f"{kind}/{name} (seed {seed})")
-    print(f"SUMMARY {corpus.name}, seeds {seeds}: misses {len(misses)}: {', '.join(misses) or 'none'}; correct files with a hint: {', '.join(hinted_correct) or 'none'}")
+    print(f"SUMMARY {corpus.name}, seeds {seeds}: misses {len(misses)}: {', '.join(misses) or 'none'}; wrong files at full marks: "
+          f"{', '.join(credited) or 'none'}; correct files with a hint: {', '.join(hinted_correct) or 'none'}")
     return 1 if misses else 0
 
 

@@ -17,10 +17,10 @@ from conftest import ROOT
 from corpus.probes import REPLACED, VARIANTS, place, source
 
 from grader.exercises.diffattn import attention_probes, lambda_probes
-from grader.toolkit.findings import Found, gradient_finding
+from grader.toolkit.findings import Found, failing_mode, gradient_finding, probed_aspects
 from grader.toolkit import attention_maps, domain, probes
 from grader.toolkit.attention_maps import MapModel
-from grader.toolkit.rootcause import STAGES, Finding
+from grader.toolkit.rootcause import STAGES, Finding, Role
 from grader.worker.client import ForkServer, Worker, WorkerLimits
 
 FUNCTIONS = ["differential_lambda", "differential_attention"]
@@ -180,3 +180,21 @@ def test_an_effect_says_what_was_ignored_and_what_leaked() -> None:
     moved[..., 0, :] = 1.0
     effect = probes.Effect(perturbation, probes.moved(base, moved))
     assert effect.ignored and effect.leaked
+
+
+def test_the_forward_is_probed_in_the_autograd_mode_where_values_fail() -> None:
+    """Wrong only under no_grad or inference_mode while grad-enabled calls are right: probe there; otherwise grad enabled."""
+    assert failing_mode([("enabled", True), ("no_grad", False), ("inference_mode", True)]) == "no_grad"
+    assert failing_mode([("enabled", True), ("inference_mode", False)]) == "inference_mode"
+    assert failing_mode([("enabled", True), ("no_grad", False), ("inference_mode", False)]) == "no_grad"
+    assert failing_mode([("enabled", False), ("no_grad", False)]) == "enabled"
+    assert failing_mode([("no_grad", False)]) == "enabled"  # no right grad-enabled call to contrast with
+    assert failing_mode([("enabled", True)]) == "enabled"
+
+
+def test_a_check_of_both_functions_sends_the_probes_of_those_with_failures_of_their_own() -> None:
+    """An end-to-end failure goes to both functions, unless only one of them has failed checks of its own."""
+    both, attention, lam = Role(("L", "A"), "values"), Role(("A",), "values"), Role(("L",), "gradients")
+    assert probed_aspects([both], ("L", "A")) == {"L": {"values"}, "A": {"values"}}
+    assert probed_aspects([both, attention], ("L", "A")) == {"L": set(), "A": {"values"}}
+    assert probed_aspects([both, attention, lam], ("L", "A")) == {"L": {"gradients", "values"}, "A": {"values"}}

@@ -213,6 +213,10 @@ def test_the_file_does_not_load_names_the_function_of_its_line() -> None:
     assert diagnosis.file_findings(GradingContext(1, None, {}, failure, source=constant))[0].function == A
     smoke_test = 'raised ValueError: bad\n  File "s.py", line 9, in <module>\n  File "s.py", line 5, in differential_attention\n  File "s.py", line 2, in check_inputs'
     assert diagnosis.file_findings(GradingContext(1, None, {}, smoke_test, source=SOURCE), (L, A))[0].function == A
+    scripted = "import torch\n\n\ndef differential_lambda(q1, k1, q2, k2):\n    return q1\n\n\n@torch.jit.script\ndef _mix(a, b):\n" \
+               "    return a - b\n\n\ndef differential_attention(q1, k1, q2, k2, value, coefficient):\n    return _mix(q1, q2)\n"
+    compiled = 'raised RuntimeError: cannot compile\n  File "submission.py", line 9, in <module>\n    @torch.jit.script'
+    assert diagnosis.file_findings(GradingContext(1, None, {}, compiled, source=scripted), (L, A))[0].function == A  # a helper's caller
     missing = GradingContext(1, None, {L: {"kind": "missing"}, A: {"kind": "callable"}})
     assert [(f.function, f.title) for f in diagnosis.file_findings(missing)] == [(L, f"{L} is not defined")]
 

@@ -268,11 +268,11 @@ def attention_case(
 
 def large_exponents(rng: np.random.Generator, dtype: str, opposite: bool = False) -> tuple[float, float]:
     """Exponents (q1·k1, q2·k2) far beyond ±2: one near the largest finite one for ``dtype``, signs drawn; ``opposite``: of
-    opposite signs, both at least half the largest, so that their difference is past what exp can hold (a factored form
-    such as exp(a)·expm1(b − a) overflows where each exponential is finite)."""
+    opposite signs, both at least 0.6 of the largest, so that their difference (at least 96 in float32, 720 in float64) is
+    past what exp can hold (a factored form such as exp(a)·expm1(b − a) overflows where each exponential is finite)."""
     top = LARGEST_EXPONENT[dtype]
-    first = domain.signed_uniform(rng, 0.5, 1.0) * top
-    second = -np.sign(first) * rng.uniform(0.5, 1.0) * top if opposite else domain.signed_uniform(rng, 5.0, top)
+    first = domain.signed_uniform(rng, 0.6 if opposite else 0.5, 1.0) * top
+    second = -np.sign(first) * rng.uniform(0.6, 1.0) * top if opposite else domain.signed_uniform(rng, 5.0, top)
     return (float(first), float(second)) if rng.random() < 0.5 else (float(second), float(first))
 
 
