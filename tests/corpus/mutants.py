@@ -56,8 +56,9 @@ ROOT_CAUSES: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "inplace_query_scaling": (_A, "mutation", ("in-place", "in place")),
     "view_on_strided": (_A, "strided", (".view", "reshape")),
     **{name: (_A, "graph", words) for name, words in (
-        ("output_detached", ("autograd", "detach")), ("coefficient_detached", ("coefficient",)), ("value_detached", ("value",)), ("second_branch_no_grad", ("q2", "k2")),
+        ("output_detached", ("autograd", "detach")), ("value_detached", ("value",)), ("second_branch_no_grad", ("q2", "k2")),
         ("numpy_roundtrip", ("autograd", "numpy")))},
+    "coefficient_detached": (_A, "coefficient", ("coefficient",)),  # only the coefficient's gradient is missing: its own part
     **{name: (_A, "backward", words) for name, words in (
         ("backward_no_rowsum", ("q1", "k1")), ("backward_missing_scale", ("q1", "k1")), ("backward_lambda_sign", ("coefficient",)))},
     "joint_normaliser": (_A, "softmax", ("normalised together", "normaliser")),

@@ -1,0 +1,53 @@
+"""The corpora written after the checks by people who had not seen them: no wrong file earns full marks, every correct one does.
+
+tests/corpus/diagnosis_unseen, diagnosis_blind and diagnosis_holdout (differential
+attention) and v2_unseen, v2_blind and v2_holdout (DIFF V2) each confirm their own
+labels with a float64 oracle of their own (their ``verify.py``). Every file of an
+exercise's three corpora is graded in one ``diffgrade batch`` with one seed;
+``benchmarks/corpus_grades.py`` grades them on several seeds.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+CORPORA = Path(__file__).resolve().parent / "corpus"
+SEED = 20261201
+EXERCISES = {"diff_attention": ("diagnosis_unseen", "diagnosis_blind", "diagnosis_holdout"), "diff_v2": ("v2_unseen", "v2_blind", "v2_holdout")}
+
+
+@pytest.fixture(scope="module", params=sorted(EXERCISES))
+def graded(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[bool, float]]:
+    """Every file of the exercise's independent corpora, graded once: "corpus/kind/name" -> (whether it is correct, score)."""
+    folder = tmp_path_factory.mktemp(request.param)
+    labels = {}
+    for corpus in EXERCISES[request.param]:
+        for key, label in json.loads((CORPORA / corpus / "labels.json").read_text(encoding="utf-8")).items():
+            kind, name = key.split("/")
+            (folder / f"{corpus}__{kind}__{name}.py").write_text((CORPORA / corpus / kind / f"{name}.py").read_text(encoding="utf-8"), encoding="utf-8")
+            labels[f"{corpus}__{kind}__{name}"] = bool(label["correct"])
+    out = tmp_path_factory.mktemp(f"{request.param}_reports")
+    command = [sys.executable, "-m", "grader", "batch", str(folder), "--out", str(out), "--seed", str(SEED), "--exercise", request.param, "--no-preview"]
+    subprocess.run(command, capture_output=True, text=True, timeout=900, check=False)
+    with open(out / "grades.csv", newline="", encoding="utf-8") as stream:
+        scores = {row["student"]: float(row["score"]) for row in csv.DictReader(stream)}
+    assert set(scores) == set(labels)
+    return {student.replace("__", "/"): (labels[student], score) for student, score in scores.items()}
+
+
+def test_no_wrong_file_earns_full_marks(graded: dict[str, tuple[bool, float]]) -> None:
+    """Each labelled bug costs points."""
+    assert sum(not correct for correct, _ in graded.values()) >= 100
+    assert [name for name, (correct, score) in graded.items() if not correct and score >= 100.0] == []
+
+
+def test_every_correct_file_earns_full_marks(graded: dict[str, tuple[bool, float]]) -> None:
+    """Each correct style scores 100."""
+    assert sum(correct for correct, _ in graded.values()) >= 19
+    assert {name: score for name, (correct, score) in graded.items() if correct and score < 100.0} == {}
