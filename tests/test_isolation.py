@@ -207,6 +207,16 @@ def test_every_live_worker_has_a_uid_of_its_own() -> None:
     assert all(fact["gid"] == fact["uid"] and fact["groups"] == [] for fact in facts)
 
 
+def test_temporary_files_go_to_the_workers_own_scratch_folder() -> None:
+    """tempfile, whose first answer the fork server had already cached (its /tmp, read-only in the worker), points into the
+    worker's writable scratch folder: code that writes a temporary file, as torch.utils.checkpoint's first use does, works."""
+    source = ("import json, os, tempfile\nwith tempfile.NamedTemporaryFile() as f:\n    f.write(b'x')\n"
+              "print(json.dumps({'tmp': tempfile.gettempdir(), 'cwd': os.getcwd()}))\n") + FUNCTIONS  # fmt: skip
+    with ForkServer() as forks:
+        (facts,) = _facts_of_workers(forks, source, 1)
+    assert facts["tmp"] == facts["cwd"]
+
+
 SECCOMP_PROBE = textwrap.dedent('''
     import ctypes, errno, json, os, platform, socket, threading
     libc = ctypes.CDLL(None, use_errno=True)

@@ -599,6 +599,7 @@ def isolate(config: dict[str, Any], entered: tuple[int, int] | None = None) -> d
         applied["cgroup"] = _await_cgroup(config, warnings)
     os.chdir(scratch)
     os.environ["HOME"] = os.environ["TMPDIR"] = scratch
+    tempfile.tempdir = scratch  # the fork server may have asked for it already: tempfile keeps the first answer (the read-only /tmp)
     die_with_parent()  # again: a change of user clears the parent-death signal
     return {"protections": applied, "warnings": warnings}
 
