@@ -217,6 +217,10 @@ def test_the_file_does_not_load_names_the_function_of_its_line() -> None:
                "    return a - b\n\n\ndef differential_attention(q1, k1, q2, k2, value, coefficient):\n    return _mix(q1, q2)\n"
     compiled = 'raised RuntimeError: cannot compile\n  File "submission.py", line 9, in <module>\n    @torch.jit.script'
     assert diagnosis.file_findings(GradingContext(1, None, {}, compiled, source=scripted), (L, A))[0].function == A  # a helper's caller
+    imports = "import torch\nfrom torch.nn.functional import logsumexp, softmax\n\n\ndef differential_lambda(q1, k1, q2, k2):\n    return q1\n\n\n" \
+              "def _map(s):\n    return softmax(s, -1)\n\n\ndef differential_attention(q1, k1, q2, k2, value, coefficient):\n    return _map(q1)\n"
+    failed = "raised ImportError: cannot import name 'logsumexp'\n  File \"submission.py\", line 2, in <module>\n    from torch.nn.functional import logsumexp, softmax"
+    assert diagnosis.file_findings(GradingContext(1, None, {}, failed, source=imports), (L, A))[0].function == A  # softmax, through _map
     missing = GradingContext(1, None, {L: {"kind": "missing"}, A: {"kind": "callable"}})
     assert [(f.function, f.title) for f in diagnosis.file_findings(missing)] == [(L, f"{L} is not defined")]
 

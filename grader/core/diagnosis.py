@@ -46,9 +46,10 @@ def _load_function(load_failure: str, source: str | None, required: Sequence[str
     The traceback's innermost frame in one of ``required`` (every function
     of the file when that is empty) wins: a module-level smoke test that
     calls it, or its own syntax error; else the function that uses the name
-    the error is about, the one the message says is missing or one the
-    failing line defines at the top level (a module constant that cannot be
-    computed is the fault of the function that needs it), or the helper
+    the error is about (itself or through the helpers it calls), the one the
+    message says is missing or one the failing line defines at the top level
+    (a module constant that cannot be computed is the fault of the function
+    that needs it), or the helper
     function the failing line is in or decorates (a helper compiled at import,
     such as a TorchScript function, is the fault of the function that calls it).
     """
@@ -63,9 +64,25 @@ def _load_function(load_failure: str, source: str | None, required: Sequence[str
     every = source.splitlines()
     failing = every[lines[-1] - 1] if lines and lines[-1] <= len(every) else ""
     names = [next(g for g in named.groups() if g).split(".")[0]] if named else [by_line] if by_line else _ASSIGNED.findall(failing)
-    using = [f for f in definitions if f in wanted
-             and any(re.search(rf"\b{re.escape(name)}\b", text) for name in names for _, text in slips.function_lines(source, f)[1:])]  # fmt: skip
+    names += _imported(failing)  # an import that fails serves whatever uses the names it binds
+    using = [f for f in definitions if f in wanted and _uses(source, f, set(names), set(definitions), set())]
     return using[0] if using else None
+
+
+def _imported(line: str) -> list[str]:
+    """The names an import statement binds (``from m import a, b as c``: a, c; ``import m.n as k``: k; ``import m.n``: m)."""
+    found = re.match(r"\s*(?:from\s+[\w.]+\s+)?import\s+\(?([^#)]*)", line)
+    if found is None:
+        return []
+    return [part.split(" as ")[-1].strip().split(".")[0] for part in found.group(1).split(",") if part.strip()]
+
+
+def _uses(source: str, function: str, names: set[str], helpers: set[str], seen: set[str]) -> bool:
+    """Whether the body of module-level ``function`` mentions one of ``names``, itself or through the helpers it calls."""
+    seen.add(function)
+    body = " ".join(text.split("#", 1)[0] for _, text in slips.function_lines(source, function)[1:])
+    mentioned = set(re.findall(r"\b\w+\b", body))
+    return bool(mentioned & names) or any(_uses(source, helper, names, helpers, seen) for helper in (mentioned & helpers) - seen)
 
 
 def file_findings(context: GradingContext, required: Sequence[str] = ()) -> list[Finding]:

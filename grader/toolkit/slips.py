@@ -52,7 +52,7 @@ EXCEPTION_KINDS: tuple[tuple[tuple[str, ...], str, str, str], ...] = (
     (("expected scalar type", "same dtype", "found dtype", "expected both vectors to have same dtype", "but got double",
       "but got float", "expected m1 and m2 to have the same dtype"), "dtype",
      "tensors of different dtypes meet in one operation", "create every tensor with the inputs' dtype (`dtype=q1.dtype`)"),
-    (("must match the size", "shapes cannot be multiplied", "size mismatch", "dimension out of range",
+    (("must match the size", "must match the existing size", "shapes cannot be multiplied", "size mismatch", "dimension out of range",
       "inconsistent tensor size", "is invalid for input of size", "doesn't match the broadcast shape",
       "expected size", "mat1 and mat2 shapes"), "shape",
      "tensor sizes that do not fit together meet in one operation", "check the shapes of every step against the contract"),
@@ -108,8 +108,8 @@ class Declarations:
 
     components: Mapping[str, str]  # attribute of a call (e.g. "layout") -> the component a failure only there points at
     shapes: ShapeNames
-    # a pattern of the student's line where tensors of sizes that do not fit met -> the component that line belongs to
-    # (e.g. the mask's operations); the exception's own wording names the component otherwise
+    # a pattern of the student's line where tensors of sizes that do not fit met, or an error torch words in no known way
+    # was raised -> the component that line belongs to (e.g. the mask's operations); the exception's wording names it otherwise
     lines: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -227,11 +227,13 @@ def _raised(function: str, calls: Sequence[Observed], source: str | None, declar
             found.append(replace(_finding(function, "load", f"{function} is not implemented yet", evidence, f"write the body of {function}",
                                           blocks=everywhere), signature="NotImplementedError"))  # fmt: skip
             continue
+        code = FRAME.findall(error.get("traceback", "") or "")
+        on_line = next((c for pattern, c in declared.lines.items() if code and re.search(pattern, code[-1][2])), None)
         if classified is not None:
             component, meaning, advice, _ = classified
-            if component == "shape":
-                code = FRAME.findall(error.get("traceback", "") or "")
-                component = next((c for pattern, c in declared.lines.items() if code and re.search(pattern, code[-1][2])), component)
+            component = (on_line or component) if component == "shape" else component
+        elif on_line is not None:  # an error torch words in no known way, on a line the exercise can place
+            component, meaning, advice = on_line, "the call fails on that line", "make that line work for every input the contract allows"
         elif only is not None and only[0] in declared.components:
             component, meaning, advice = declared.components[only[0]], f"the call fails only when {only[0]} is {only[1]}", \
                 "make the function accept every input the contract allows"  # fmt: skip

@@ -100,7 +100,10 @@ def name_shape(function: str, got: tuple[int, ...], expected: tuple[int, ...]) -
     return None
 
 
-DECLARATIONS = slips.Declarations(ATTRIBUTE_COMPONENTS, name_shape)
+# The student's lines where tensors of sizes that do not fit meet (or an error torch words in no known way is raised), by
+# the operation: building or applying the causal mask, repeating key/value heads over their group.
+LINE_COMPONENTS = {r"masked_fill|\btril\(|\btriu\(": "mask", r"\.expand\(|repeat_interleave\(|\.repeat\(|index_select\(": "heads"}
+DECLARATIONS = slips.Declarations(ATTRIBUTE_COMPONENTS, name_shape, LINE_COMPONENTS)
 
 
 def _attributes(case: Case, grads: bool) -> dict[str, str]:

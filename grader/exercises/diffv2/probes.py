@@ -479,7 +479,11 @@ def _even_maps(found: Found, values: Values, gate_off: np.ndarray) -> bool:
     """Explain the even heads' maps read out of the output with the gate off (σ(ℓ) ≈ 0: output head i is A_2i v); whether
     that localised the fault (a map no softmax model explains included)."""
     heads = [2 * i for i in range(H)]
-    maps = [gate_off[0, :, i, (2 * i // G) * T : (2 * i // G + 1) * T] for i in range(H)]
+    blocks = [(2 * i // G) * T for i in range(H)]
+    maps = [gate_off[0, :, i, start : start + T] for i, start in enumerate(blocks)]
+    outside = max(float(np.abs(np.delete(gate_off[0, :, i], np.arange(start, start + T), axis=-1)).max()) for i, start in enumerate(blocks))
+    if outside > FITS or min(float(m.min()) for m in maps) < -FITS:
+        return False  # values of other heads, or negative weights: not one attention map per head, nothing to explain
     fits = _explained(values, maps, heads)
     if fits is None:
         return unexplained_maps(found, DIFF_V2, np.array(maps), f"one-hot values and the gate off (ℓ = {GATE_OFF:g})")
@@ -609,7 +613,7 @@ def run(worker: Worker, function: str, rng: np.random.Generator, found: Found, f
                 gqa_dependence_probe(worker, values, rng, found)  # fmt: skip
         else:
             localised = causal_flag_probe(worker, DIFF_V2, values, found) or pairs_probe(worker, values, found) or \
-                gate_dependence_probe(worker, values, rng, found)  # fmt: skip
+                (np.isfinite(base).all() and gate_dependence_probe(worker, values, rng, found))  # fmt: skip
         if right and not localised and function == DIFF_V2:
             localised = saturated_probe(worker, values, found, gradients)
         if right and not localised:
