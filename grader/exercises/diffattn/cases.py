@@ -266,14 +266,21 @@ def attention_case(
     )
 
 
-def large_exponents(rng: np.random.Generator, dtype: str, opposite: bool = False) -> tuple[float, float]:
-    """Exponents (q1·k1, q2·k2) far beyond ±2: one near the largest finite one for ``dtype``, signs drawn; ``opposite``: of
-    opposite signs, both at least 0.6 of the largest, so that their difference (at least 96 in float32, 720 in float64) is
-    past what exp can hold (a factored form such as exp(a)·expm1(b − a) overflows where each exponential is finite)."""
+def large_exponents(rng: np.random.Generator, dtype: str) -> tuple[float, float]:
+    """Exponents (q1·k1, q2·k2) far beyond ±2: one near the largest finite one for ``dtype``, signs drawn."""
     top = LARGEST_EXPONENT[dtype]
-    first = domain.signed_uniform(rng, 0.6 if opposite else 0.5, 1.0) * top
-    second = -np.sign(first) * rng.uniform(0.6, 1.0) * top if opposite else domain.signed_uniform(rng, 5.0, top)
+    first = domain.signed_uniform(rng, 0.5, 1.0) * top
+    second = domain.signed_uniform(rng, 5.0, top)
     return (float(first), float(second)) if rng.random() < 0.5 else (float(second), float(first))
+
+
+def opposite_exponents(rng: np.random.Generator, dtype: str, sign: float) -> tuple[float, float]:
+    """Exponents (q1·k1, q2·k2) of opposite signs, q1·k1's ``sign``, both at least 0.6 of the largest for ``dtype``: their
+    difference (at least 96 in float32, 720 in float64) is past what exp can hold, so a factored form (exp(a)·expm1(b − a)
+    for one sign, exp(b)·expm1(a − b) for the other) overflows where each exponential is finite."""
+    top = LARGEST_EXPONENT[dtype]
+    first, second = rng.uniform(0.6, 1.0, 2) * top
+    return float(sign * first), float(-sign * second)
 
 
 def _largest_logit(q: np.ndarray, k: np.ndarray) -> float:

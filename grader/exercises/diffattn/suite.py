@@ -62,8 +62,8 @@ def lambda_values(seed: int) -> list[LambdaCase]:
         cases.lambda_case(rng, 3, "float64", 0.2, exponents=(float(rng.uniform(5, 40)), float(rng.uniform(5, 40))), binding="positional"),
         cases.lambda_case(rng, int(rng.integers(2, 17)), "float64", 0.0),  # 0 is falsy: `lambda_init or 0.2` replaces it
         cases.lambda_case(rng, int(rng.integers(1, 9)), "float32", 0.0, binding="positional"),
-        cases.lambda_case(rng, int(rng.integers(1, 9)), "float32", 0.2, exponents=cases.large_exponents(rng, "float32", opposite=True)),
-        cases.lambda_case(rng, int(rng.integers(1, 9)), "float64", None, exponents=cases.large_exponents(rng, "float64", opposite=True)),
+        *(cases.lambda_case(rng, int(rng.integers(1, 9)), dtype, init, exponents=cases.opposite_exponents(rng, dtype, sign))
+          for dtype, init, sign in (("float32", 0.2, -1.0), ("float32", None, 1.0), ("float64", None, -1.0), ("float64", 0.5, 1.0))),
     ])
 
 
