@@ -1,10 +1,11 @@
-"""The corpora written after the checks by people who had not seen them: no wrong file earns full marks, every correct one does.
+"""A corpus written after the checks by people who had not seen them: no wrong file earns full marks, every correct one does.
 
-tests/corpus/diagnosis_unseen, diagnosis_blind and diagnosis_holdout (differential
-attention) and v2_unseen, v2_blind and v2_holdout (DIFF V2) each confirm their own
-labels with a float64 oracle of their own (their ``verify.py``). Every file of an
-exercise's three corpora is graded in one ``diffgrade batch`` with one seed;
-``benchmarks/corpus_grades.py`` grades them on several seeds.
+tests/corpus/diagnosis_holdout (differential attention) and v2_holdout (DIFF V2)
+confirm their own labels with a float64 oracle of their own (their ``verify.py``);
+each is graded in one ``diffgrade batch`` with one seed. They are the two whose
+grading found a wrong answer credited and two right ones refused. The other
+independent corpora (``*_unseen``, ``*_blind``, ``*_fresh``) are graded on several
+seeds by ``benchmarks/corpus_grades.py``, which the suite's time budget leaves out.
 """
 
 from __future__ import annotations
@@ -19,12 +20,12 @@ import pytest
 
 CORPORA = Path(__file__).resolve().parent / "corpus"
 SEED = 20261201
-EXERCISES = {"diff_attention": ("diagnosis_unseen", "diagnosis_blind", "diagnosis_holdout"), "diff_v2": ("v2_unseen", "v2_blind", "v2_holdout")}
+EXERCISES = {"diff_attention": ("diagnosis_holdout",), "diff_v2": ("v2_holdout",)}
 
 
 @pytest.fixture(scope="module", params=sorted(EXERCISES))
 def graded(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[bool, float]]:
-    """Every file of the exercise's independent corpora, graded once: "corpus/kind/name" -> (whether it is correct, score)."""
+    """Every file of the exercise's independent corpus, graded once: "corpus/kind/name" -> (whether it is correct, score)."""
     folder = tmp_path_factory.mktemp(request.param)
     labels = {}
     for corpus in EXERCISES[request.param]:
@@ -43,11 +44,11 @@ def graded(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
 
 def test_no_wrong_file_earns_full_marks(graded: dict[str, tuple[bool, float]]) -> None:
     """Each labelled bug costs points."""
-    assert sum(not correct for correct, _ in graded.values()) >= 100
+    assert sum(not correct for correct, _ in graded.values()) >= 30
     assert [name for name, (correct, score) in graded.items() if not correct and score >= 100.0] == []
 
 
 def test_every_correct_file_earns_full_marks(graded: dict[str, tuple[bool, float]]) -> None:
     """Each correct style scores 100."""
-    assert sum(correct for correct, _ in graded.values()) >= 19
+    assert sum(correct for correct, _ in graded.values()) >= 6
     assert {name: score for name, (correct, score) in graded.items() if correct and score < 100.0} == {}
