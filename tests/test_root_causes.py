@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+from dataclasses import replace
 import re
 import xml.etree.ElementTree as ET
 from typing import Any
@@ -12,7 +13,7 @@ import pytest
 from conftest import ROOT, run_cli
 from test_ci_outputs import sample_report
 
-from grader.core import diagnosis
+from grader.core import diagnosis, registry
 from grader.core.invoke import Outcome, Returned
 from grader.core.plugin import GradingContext
 from grader.exercises.diffattn.diagnosis import DECLARATIONS
@@ -223,6 +224,19 @@ def test_the_file_does_not_load_names_the_function_of_its_line() -> None:
     assert diagnosis.file_findings(GradingContext(1, None, {}, failed, source=imports), (L, A))[0].function == A  # softmax, through _map
     missing = GradingContext(1, None, {L: {"kind": "missing"}, A: {"kind": "callable"}})
     assert [(f.function, f.title) for f in diagnosis.file_findings(missing)] == [(L, f"{L} is not defined")]
+
+
+def test_a_diagnosis_that_raises_says_so_and_keeps_the_files_causes() -> None:
+    """An exception in the exercise's diagnosis is reported among the probes, not swallowed; the file's own causes stay."""
+
+    def broken(context: GradingContext, records: list[dict[str, Any]]) -> Any:
+        raise ZeroDivisionError("integer modulo by zero")
+
+    exercise = replace(registry.named("diff_attention"), diagnose=broken)
+    context = GradingContext(1, None, {L: {"kind": "missing"}, A: {"kind": "callable"}})
+    section = diagnosis.diagnose(exercise, context, [_record("lambda_values")]).section
+    assert section["probes"] == ["the exercise's diagnosis stopped (ZeroDivisionError: integer modulo by zero): only the file's causes are given"]
+    assert [cause["title"] for cause in section["root_causes"]] == [f"{L} is not defined"]
 
 
 # ---- what students see, and every output ------------------------------------------------------------

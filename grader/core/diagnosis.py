@@ -112,8 +112,8 @@ def diagnose(exercise: Exercise, context: GradingContext, records: list[dict[str
     if exercise.diagnose is not None:
         try:
             evidence = exercise.diagnose(context, records)
-        except Exception:  # explanation only: a failure here must not cost the report its other causes
-            evidence = Evidence()
+        except Exception as exc:  # explanation only: a failure here must not cost the report its other causes
+            evidence = Evidence(probes=[f"the exercise's diagnosis stopped ({type(exc).__name__}: {exc}): only the file's causes are given"])
     findings = file_findings(context, exercise.functions) + rootcause.with_hints(evidence.findings, evidence.hints)
     found = rootcause.assemble(records, context.roles, findings)
     section = {
