@@ -37,6 +37,7 @@ from grader.toolkit.casesets import CaseSet, CaseSets
 from grader.toolkit.compare import Comparison
 from grader.toolkit.domain import CallSequence
 from grader.toolkit.tolerance import Memo, remember
+
 _Case = TypeVar("_Case", LambdaCase, AttentionCase)
 SETS = CaseSets()
 
