@@ -9,7 +9,11 @@ Prints, in one run:
     completed stub) and wrong ones (the wrong files, the stub, the mutants of
     the test corpus) in two mixes, each graded with ``diffgrade batch``
     (default --jobs, isolation on): submissions per second, and the wall
-    time per submission divided by the torch import.
+    time per submission divided by the torch import;
+(c) for each class, the floor: the CPU time of the submissions' own code
+    (their calls and backward passes, the ``worker.submission_cpu_s`` of every
+    report) plus one torch import, spread over every core: no grader that
+    makes the same calls could grade the class faster than that.
 
 Run from the repository root: ``python benchmarks/speed.py [ROUNDS] [EXERCISE]``
 (EXERCISE: ``diff_attention``, the default, or ``diff_v2``, whose classes
@@ -19,6 +23,7 @@ Targets (issues 10 and 11): (a) at most 1.5; (b) at least 10 submissions per sec
 
 from __future__ import annotations
 
+import json
 import os
 import statistics
 import subprocess
@@ -83,13 +88,15 @@ def make_class(folder: Path, correct: int, exercise: str) -> None:
         (folder / f"wrong_{i:02d}.py").write_text(wrong[i % len(wrong)])
 
 
-def batch_rate(python: str, work: Path, correct: int, exercise: str) -> float:
-    """Seconds to grade a class of 50 of ``exercise`` with ``correct`` right submissions."""
+def batch_rate(python: str, work: Path, correct: int, exercise: str) -> tuple[float, float]:
+    """Seconds to grade a class of 50 of ``exercise`` with ``correct`` right submissions, and the CPU seconds of their own code."""
     room = work / f"class_{correct}"
     room.mkdir()
     make_class(room, correct, exercise)
-    out = str(work / f"out_{correct}")
-    return seconds([python, "-m", "grader", "batch", str(room), "--out", out, "--seed", "1", "--quiet", "--exercise", exercise], ROOT)
+    out = work / f"out_{correct}"
+    took = seconds([python, "-m", "grader", "batch", str(room), "--out", str(out), "--seed", "1", "--quiet", "--exercise", exercise], ROOT)
+    own = sum(json.loads(report.read_text())["worker"]["submission_cpu_s"] for report in out.glob("*/report.json"))
+    return took, own
 
 
 def main(rounds: int, exercise: str) -> None:
@@ -110,10 +117,15 @@ def main(rounds: int, exercise: str) -> None:
     print(f"(a) one submission, all tiers, with the preview: median {single_s:.2f} s "
           f"(runs: {', '.join(f'{t:.2f}' for t in singles)})")  # fmt: skip
     print(f"    ratio to the torch import: {single_s / torch_s:.2f} (target <= 1.5)")
-    for correct, batch_s in classes.items():
+    cores = os.cpu_count() or 1
+    for correct, (batch_s, own_s) in classes.items():
         print(f"(b) batch of {CLASS_SIZE} ({correct} correct, {CLASS_SIZE - correct} wrong): {batch_s:.2f} s, "
               f"{CLASS_SIZE / batch_s:.2f} submissions/s (target >= 10); "
               f"wall time per submission / torch import: {batch_s / CLASS_SIZE / torch_s:.3f}")  # fmt: skip
+        floor_s = (own_s + torch_s) / cores
+        print(f"(c)   the submissions' own code: {own_s:.2f} CPU s; with one torch import on {cores} cores, no grader making "
+              f"these calls takes less than {floor_s:.2f} s ({CLASS_SIZE / floor_s:.1f}/s); the grader's share: "
+              f"{1 - floor_s / batch_s:.0%} of the wall time")  # fmt: skip
 
 
 if __name__ == "__main__":

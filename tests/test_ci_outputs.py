@@ -71,7 +71,7 @@ def sample_report(load_error: str | None = None, statuses: dict[str, str] | None
         "submission": {"path": "subs/a|b.py", "sha256": "ab" * 32, "size_bytes": 100, "load_error": load_error, "notes": []},
         "seed": 7, "tiers_selected": ["T1", "T2"], "score": score, "max_score": max_score,
         "status": overall_status(checks), "tiers": tiers, "experiment": None,
-        "worker": {"stdout": "", "stderr": "", "restarts": 0, "warnings": [WARNING], "protections": {}},
+        "worker": {"stdout": "", "stderr": "", "restarts": 0, "warnings": [WARNING], "protections": {}, "submission_cpu_s": 0.0},
         "environment": {"python": "3.11.7", "platform": "Linux", "numpy": "2.4.6", "torch": "2.13.0+cpu",
                         "pytest": "9.2.0", "jinja2": "3.1.6", "grader": "0.1.0"},
         "started_at": "2026-11-29T09:41:42+00:00", "duration_s": 2.5,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import Graded, grade_many
+from conftest import Graded, grade_class
 from corpus.mutants import (
     CORRECT_DIR,
     MUTANTS,
@@ -28,18 +28,16 @@ def _declared_tier(path: Path) -> str:
 
 @pytest.fixture(scope="module")
 def corpus_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Graded]:
-    """Grade the whole corpus once, two submissions at a time, with one seed."""
+    """Grade the whole corpus once, as one class, with one seed."""
     root = tmp_path_factory.mktemp("corpus")
-    jobs: dict[str, tuple[Path, int]] = {}
-    for path in CORRECT + WRONG_FILES:
-        jobs[path.stem] = (path, SEED)
+    files = {path.stem: path for path in CORRECT + WRONG_FILES}
     generated = {m.name: mutant_source(m) for m in MUTANTS} | {"stub_completed": completed_stub_source()}
     for name, source in generated.items():
         path = root / "generated" / f"{name}.py"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(source)
-        jobs[name] = (path, SEED)
-    return grade_many(jobs, root / "reports")
+        files[name] = path
+    return grade_class(files, SEED, root / "graded")
 
 
 def test_corpus_is_large_enough() -> None:

@@ -27,6 +27,12 @@ def test_reference_reports_validate_against_the_schema(reference_runs: dict[int,
         assert validate(run.report) == []
 
 
+def test_reference_reports_the_time_its_own_code_took(reference_runs: dict[int, Graded]) -> None:
+    """The worker counts the reference's own CPU time: more than nothing, less than the whole run."""
+    for run in reference_runs.values():
+        assert 0 < run.report["worker"]["submission_cpu_s"] < run.report["duration_s"]
+
+
 def panels(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """The experiment's panels by id, each with its series by role."""
     return {panel["id"]: {**panel, "by_role": {s["role"]: s for s in panel["series"]}} for panel in report["experiment"]["panels"]}

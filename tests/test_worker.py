@@ -436,3 +436,32 @@ def test_safetext_escapes_names_and_strips_text(raw: str, one_line: str, multi_l
 
     assert safetext.line(raw) == one_line
     assert safetext.text(raw) == multi_line
+
+
+BUSY = """
+import time, torch
+def differential_lambda(q1, k1, q2, k2, lambda_init=0.2):
+    spent = time.process_time()
+    while time.process_time() - spent < 0.05:
+        pass
+    return torch.exp(q1 @ k1) - torch.exp(q2 @ k2) + lambda_init
+"""
+
+
+def test_the_submissions_own_cpu_time_is_counted(forks: ForkServer) -> None:
+    """A call that burns 50 ms of CPU adds about 50 ms to the worker's count of the submission's time, not the grader's time."""
+    busy = Worker(BUSY, "busy.py", FUNCTIONS, WorkerLimits(call_timeout_s=5), forks)
+    try:
+        assert busy.submission_cpu_s == 0.0
+        _lambda_call(busy)
+        _lambda_call(busy)
+        assert 0.1 <= busy.submission_cpu_s < 0.15
+    finally:
+        busy.close()
+
+
+def test_a_forged_cpu_time_counts_nothing() -> None:
+    """A reply whose cpu_s is not a finite non-negative number adds nothing."""
+    from grader.worker.client import seconds_in
+
+    assert [seconds_in({"cpu_s": value}) for value in (0.25, 3, -1.0, float("inf"), float("nan"), "1", True, None)] == [0.25, 3.0] + [0.0] * 6

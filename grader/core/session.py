@@ -326,9 +326,10 @@ def grade(
             worker.close()
         if own_forks:
             forks.close()
-    worker_facts: dict[str, Any] = {"stdout": "", "stderr": "", "restarts": 0, "warnings": [], "protections": {}}
+    worker_facts: dict[str, Any] = {"stdout": "", "stderr": "", "restarts": 0, "warnings": [], "protections": {}, "submission_cpu_s": 0.0}
     if worker is not None:
-        worker_facts.update(worker.captured(), restarts=worker.restarts, **_protections(worker, options))
+        worker_facts.update(worker.captured(), restarts=worker.restarts, submission_cpu_s=round(worker.submission_cpu_s, 4),
+                            **_protections(worker, options))  # fmt: skip
     return Run(
         options=options,
         submission=submission,

@@ -196,6 +196,7 @@ SCHEMA: dict[str, Any] = _object(
                 "restarts": {"type": "integer", "minimum": 0},
                 "warnings": {"type": "array", "items": _STRING},
                 "protections": {"type": "object"},
+                "submission_cpu_s": {"type": "number", "minimum": 0},
             }
         ),
         "environment": _object(

@@ -492,6 +492,7 @@ class Run:
         self.backings: dict[int, Any] = {}  # input -> the numpy array holding a contiguous input's memory
         self.freed: dict[tuple[str, tuple[int, ...]], list[Any]] = {}  # memory of released contiguous inputs
         self.results: list[Any] = []
+        self.cpu_s = 0.0  # CPU time spent in the submission's calls and in the backward pass
 
     def tensor(self, index: int) -> Any:
         """Input tensor ``index``, built (and its state noted) at first use."""
@@ -589,7 +590,7 @@ class Run:
             function: Any = getattr(self.server.module, call["fn"], None)
             args = [self.argument(a) for a in call.get("args", [])]
             kwargs = {k: self.argument(a) for k, a in call.get("kwargs", {}).items()}
-            started = time.perf_counter()
+            started, cpu = time.perf_counter(), time.process_time()
             try:
                 with self.grad_mode(call.get("grad_mode", "enabled")):
                     result = function(*args, **kwargs)
@@ -598,6 +599,7 @@ class Run:
                 calls.append({"status": "raised", "error": self.server.describe_exception(exc)})
                 continue
             finally:
+                self.cpu_s += time.process_time() - cpu
                 del args, kwargs
             self.results.append(result)
             calls.append({"status": "returned", "seconds": time.perf_counter() - started, **self.observe(result)})
@@ -610,6 +612,7 @@ class Run:
         if backward is not None:
             reply["backward"] = self.backward(backward["calls"], [self.arrays[i] for i in backward["cotangents"]])
             reply["inputs_after_backward"] = self.input_changes()
+        reply["cpu_s"] = self.cpu_s
         return reply, self.out_arrays
 
     def grad_mode(self, mode: str) -> Any:
@@ -718,7 +721,11 @@ class Run:
                 total = server.total(server.multiply(outputs[0], seeds[0]))
                 for output, seed in zip(outputs[1:], seeds[1:]):
                     total = server.add(total, server.total(server.multiply(output, seed)))
-            grads = server.autograd_grad(total, [self.tensors[i] for i in wanted], allow_unused=True)
+            cpu = time.process_time()
+            try:
+                grads = server.autograd_grad(total, [self.tensors[i] for i in wanted], allow_unused=True)
+            finally:
+                self.cpu_s += time.process_time() - cpu
         except BaseException as exc:
             return {"status": "raised", "error": server.describe_exception(exc)}
         found: dict[str, Any] = {}

@@ -16,6 +16,7 @@ callers validate every field they use.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import select
 import shutil
@@ -163,6 +164,7 @@ class Worker:
         self.functions = functions
         self.limits = limits
         self.restarts = 0
+        self.submission_cpu_s = 0.0  # CPU time the workers report for the submission's own calls and backward passes
         self.started_at = time.monotonic()
         self.info: dict[str, Any] = {}
         self.load_reply: dict[str, Any] | None = None
@@ -366,7 +368,7 @@ class Worker:
     def _receive(self, timeout: float, what: str, limit: protocol.Limit | None = None) -> Reply:
         """The next reply, its strings cleaned (:func:`safetext.reply`); a failure stops the worker, a refusal by ``limit`` does not."""
         try:
-            return protocol.read_message(_Deadline(self._response_fd, time.monotonic() + timeout, self._received), limit, safetext.reply_of)
+            reply = protocol.read_message(_Deadline(self._response_fd, time.monotonic() + timeout, self._received), limit, safetext.reply_of)
         except protocol.Refused as exc:
             raise ReplyRefused(str(exc)) from None
         except TimeoutError:
@@ -376,6 +378,8 @@ class Worker:
         except Exception as exc:  # a reply forged by the submission may break the reader in any way
             self.stop()
             raise WorkerFailure(f"{what} produced an invalid reply from the worker ({exc}); the worker was stopped") from None
+        self.submission_cpu_s += seconds_in(reply[0])
+        return reply
 
     def _fail(self, what: str, timeout: float, timed_out: bool) -> WorkerFailure:
         """Stop the worker and describe why it gave no answer."""
@@ -434,6 +438,14 @@ class Worker:
         """The submission's stdout and stderr (first bytes only) over all workers so far, clipped and cleaned."""
         live = {name: output.text() for name, output in zip(("stdout", "stderr"), self._outputs)}
         return {name: safetext.text(self._captured[name] + live.get(name, ""), safetext.MAX_LONG_TEXT) for name in ("stdout", "stderr")}
+
+
+def seconds_in(header: dict[str, Any]) -> float:
+    """The CPU seconds a reply says the submission's code took; 0 when it says nothing plausible (a forged reply)."""
+    seconds = header.get("cpu_s")
+    if isinstance(seconds, (int, float)) and not isinstance(seconds, bool) and 0 <= seconds < math.inf:
+        return float(seconds)
+    return 0.0
 
 
 def descendants(pid: int) -> list[int]:
