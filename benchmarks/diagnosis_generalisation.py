@@ -121,8 +121,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seed", type=int, default=20261201)
     parser.add_argument("--grader-root", type=Path, default=ROOT, help="the checkout whose diffgrade grades")
-    parser.add_argument("--corpus", choices=("diagnosis", "diagnosis_unseen", "diagnosis_blind", "diagnosis_holdout", "diagnosis_fresh"), default="diagnosis",
-                        help="the folder of tests/corpus to grade (diagnosis_unseen, diagnosis_blind, diagnosis_holdout and diagnosis_fresh were written after the diagnosis was)")
+    labelled = sorted(p.parent.name for p in CORPORA.glob("diagnosis*/labels.json"))
+    parser.add_argument("--corpus", choices=labelled, default="diagnosis",
+                        help="the folder of tests/corpus to grade (every one but diagnosis was written after the diagnosis was)")
     args = parser.parse_args()
     corpus = CORPORA / args.corpus
     labels = json.loads((corpus / "labels.json").read_text())

@@ -24,7 +24,7 @@ from grader.reports.schema import validate
 
 SEED = 4242
 COLUMNS = ["student", "score", "max_score", "T1", "T2", "T3", "status", "sha256", "seed", "duration_s"]
-VOLATILE = {"started_at", "duration_s", "path"}
+VOLATILE = {"started_at", "duration_s", "submission_cpu_s", "path"}
 
 
 @dataclass

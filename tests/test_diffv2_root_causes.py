@@ -76,16 +76,18 @@ def test_a_shared_variant_hinted_only_on_diff_v2_checks_names_diff_v2() -> None:
 
 
 def test_wrong_shapes_are_named() -> None:
-    """2H heads returned is the pairs never combined; [B, H, T, D] and pairs taken along head_dim are the layout; merged,
-    reduced or squeezed heads are the output's."""
-    assert diagnosis.name_shape(DIFF_V2, (1, 5, 4, 3), (1, 5, 2, 3))[0] == "heads"  # type: ignore[index]
-    assert diagnosis.name_shape(DIFF_V2, (2, 5, 4, 2), (2, 5, 2, 4))[0] == "layout"  # type: ignore[index]
-    assert diagnosis.name_shape(DIFF_V2, (2, 5, 8), (2, 5, 2, 4))[0] == "output"  # type: ignore[index]
-    assert diagnosis.name_shape(GQA, (2, 5, 2, 4), (2, 5, 8, 4))[0] == "output"  # type: ignore[index]
-    assert diagnosis.name_shape(DIFF_V2, (2, 5, 3), (2, 5, 3, 1))[0] == "output"  # type: ignore[index]
-    assert diagnosis.name_shape(GQA, (2, 5, 0, 4), (2, 5, 8, 4)) is None
-    assert diagnosis.name_shape(GQA, (1, 4, 5, 3), (1, 5, 4, 3))[0] == "layout"  # type: ignore[index]
-    assert diagnosis.name_shape(GQA, (1, 5, 4), (1, 5, 4, 3)) is None
+    """2H heads returned is the pairs never combined; [B, H, T, D] and pairs taken along head_dim are the layout; one output
+    per key/value head is the heads' grouping; merged, reduced or squeezed heads are the output's."""
+    kv2 = {diagnosis.KV_HEADS: "2"}
+    assert diagnosis.name_shape(DIFF_V2, (1, 5, 4, 3), (1, 5, 2, 3), kv2)[0] == "heads"  # type: ignore[index]
+    assert diagnosis.name_shape(DIFF_V2, (2, 5, 4, 2), (2, 5, 2, 4), kv2)[0] == "layout"  # type: ignore[index]
+    assert diagnosis.name_shape(DIFF_V2, (2, 5, 8), (2, 5, 2, 4), kv2)[0] == "output"  # type: ignore[index]
+    assert diagnosis.name_shape(GQA, (2, 5, 2, 4), (2, 5, 8, 4), kv2)[0] == "heads"  # type: ignore[index]
+    assert diagnosis.name_shape(GQA, (2, 5, 2, 4), (2, 5, 8, 4), {diagnosis.KV_HEADS: "4"})[0] == "output"  # type: ignore[index]
+    assert diagnosis.name_shape(DIFF_V2, (2, 5, 3), (2, 5, 3, 1), kv2)[0] == "output"  # type: ignore[index]
+    assert diagnosis.name_shape(GQA, (2, 5, 0, 4), (2, 5, 8, 4), kv2) is None
+    assert diagnosis.name_shape(GQA, (1, 4, 5, 3), (1, 5, 4, 3), kv2)[0] == "layout"  # type: ignore[index]
+    assert diagnosis.name_shape(GQA, (1, 5, 4), (1, 5, 4, 3), kv2) is None
 
 
 @pytest.fixture(scope="module")

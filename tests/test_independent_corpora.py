@@ -1,11 +1,12 @@
 """A corpus written after the checks by people who had not seen them: no wrong file earns full marks, every correct one does.
 
-tests/corpus/diagnosis_holdout (differential attention) and v2_holdout (DIFF V2)
-confirm their own labels with a float64 oracle of their own (their ``verify.py``);
-each is graded in one ``diffgrade batch`` with one seed. They are the two whose
-grading found a wrong answer credited and two right ones refused. The other
-independent corpora (``*_unseen``, ``*_blind``, ``*_fresh``) are graded on several
-seeds by ``benchmarks/corpus_grades.py``, which the suite's time budget leaves out.
+tests/corpus/diagnosis_holdout and diagnosis_sealed (differential attention), v2_holdout
+and v2_sealed (DIFF V2) confirm their own labels with a float64 oracle of their own
+(their ``verify.py``); each exercise's are graded in one ``diffgrade batch`` with one
+seed. They are the ones whose grading found wrong answers credited (and, for the
+holdout corpora, two right ones refused). The other independent corpora
+(``*_unseen``, ``*_blind``, ``*_fresh``) are graded on several seeds by
+``benchmarks/corpus_grades.py``, which the suite's time budget leaves out.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import pytest
 
 CORPORA = Path(__file__).resolve().parent / "corpus"
 SEED = 20261201
-EXERCISES = {"diff_attention": ("diagnosis_holdout",), "diff_v2": ("v2_holdout",)}
+EXERCISES = {"diff_attention": ("diagnosis_holdout", "diagnosis_sealed"), "diff_v2": ("v2_holdout", "v2_sealed")}
 
 
 @pytest.fixture(scope="module", params=sorted(EXERCISES))

@@ -48,8 +48,8 @@ def _load_function(load_failure: str, source: str | None, required: Sequence[str
     calls it, or its own syntax error; else the function that uses the name
     the error is about (itself or through the helpers it calls), the one the
     message says is missing or one the failing line defines at the top level
-    (a module constant that cannot be computed is the fault of the function
-    that needs it), or the helper
+    (a module constant that cannot be computed, or one computed from it, is
+    the fault of the function that needs it), or the helper
     function the failing line is in or decorates (a helper compiled at import,
     such as a TorchScript function, is the fault of the function that calls it).
     """
@@ -65,8 +65,24 @@ def _load_function(load_failure: str, source: str | None, required: Sequence[str
     failing = every[lines[-1] - 1] if lines and lines[-1] <= len(every) else ""
     names = [next(g for g in named.groups() if g).split(".")[0]] if named else [by_line] if by_line else _ASSIGNED.findall(failing)
     names += _imported(failing)  # an import that fails serves whatever uses the names it binds
-    using = [f for f in definitions if f in wanted and _uses(source, f, set(names), set(definitions), set())]
+    derived = _derived(every, set(names))
+    using = [f for f in definitions if f in wanted and _uses(source, f, derived, set(definitions), set())]
     return using[0] if using else None
+
+
+def _derived(lines: Sequence[str], names: set[str]) -> set[str]:
+    """``names`` and every module-level name assigned from them, directly or through other such names
+    (``_VERSION = ...`` failing, ``_FAST = _VERSION >= (2, 0)`` derived from it)."""
+    found = set(names)
+    assignments = [(match.group(1), line) for line in lines if (match := _ASSIGNED.match(line))]
+    grown = True
+    while grown:
+        grown = False
+        for name, line in assignments:
+            if name not in found and set(re.findall(r"\b\w+\b", line.split("=", 1)[1])) & found:
+                found.add(name)
+                grown = True
+    return found
 
 
 def _imported(line: str) -> list[str]:

@@ -83,6 +83,9 @@ class Request:
     backward_from: int | None = None
     cotangent: np.ndarray | None = None
     inputs: tuple[TensorInput, ...] = ()
+    # More results differentiated in the same backward pass, as (call, cotangent): calls made one after the other and then
+    # differentiated together, as two micro-batches of a training step are.
+    also_backward: tuple[tuple[int, np.ndarray], ...] = ()
 
 
 @dataclass
@@ -201,6 +204,7 @@ def _encode(requests: Sequence[Request]) -> tuple[dict[str, Any], list[np.ndarra
         calls += [_encode_call(c, tensors, refills, first_call, first_tensor) for c in request.calls]
         if request.backward_from is not None and request.cotangent is not None:
             backward.append((first_call + request.backward_from, np.asarray(request.cotangent, dtype=np.float64)))
+            backward += [(first_call + call, np.asarray(cotangent, dtype=np.float64)) for call, cotangent in request.also_backward]
         spans.append((first_call, len(calls), first_tensor, len(tensors)))
     for call in calls:  # refill arrays follow the input arrays
         if "refill" in call:
@@ -443,7 +447,8 @@ def _decode(reply: dict[str, Any], arrays: list[np.ndarray]) -> Outcome:
     for key in ("inputs_after_forward", "inputs_after_backward"):
         for i, change in enumerate(_field(reply, key, list, [])):
             moved = _field(change, "version_after", int) != _field(change, "version_before", int)
-            if (_field(change, "values_changed", bool) or moved) and i not in outcome.changed_inputs:
+            flags = _field(change, "flags_changed", bool, False)  # requires_grad switched, or a .grad left on it
+            if (_field(change, "values_changed", bool) or moved or flags) and i not in outcome.changed_inputs:
                 outcome.changed_inputs.append(i)
     backward = _field(reply, "backward", dict, None)
     if backward is not None:

@@ -45,6 +45,7 @@ SEQUENCE_KINDS = {
     "reallocate": "called, its inputs freed, called again with new tensors of the same shapes",
     "retyped": "called, then called with new tensors of the same shapes in the other dtype",
     "reflagged": "called, then called with new tensors of the same shapes and dtype, and another value of its option",
+    "interleaved": "called on two sets of tensors, then differentiated through both results in one backward pass (two micro-batches)",
 }
 
 
@@ -154,7 +155,10 @@ class CallSequence(Generic[_Case]):
     of the same shapes in the other dtype, "reflagged" new tensors of the same
     shapes and dtype with another value of the function's option (a cache
     keyed by the shapes alone answers either with the first call's dtype,
-    mask or constant).
+    mask or constant), "interleaved" new tensors of the same shapes, both
+    calls' results differentiated after the second call (a backward pass
+    that reads what the last forward left behind, rather than what its own
+    call saved, gets the first call's gradients wrong).
     """
 
     first: _Case

@@ -125,9 +125,11 @@ def _uses_custom_backward(source: str | None) -> bool:
 
 def _cutting_line(source: str | None, function: str, name: str) -> tuple[int, str, str] | None:
     """The first line of ``function`` that takes ``name`` out of the autograd graph: (number, code, "number" for a
-    Python number made of it, "detach" for a tensor cut off), or None."""
+    Python number made of it, "detach" for a tensor cut off, or handed to an autograd.Function's apply inside a list or
+    tuple, which autograd does not look into), or None."""
     number = rf"\b{re.escape(name)}\b\S*\.(item|tolist)\(\)|\bfloat\(\s*{re.escape(name)}\b"
-    detach = rf"\b{re.escape(name)}\b\S*\.(detach\(\)|data\b|numpy\(\))|torch\.tensor\(\s*{re.escape(name)}\b"
+    detach = (rf"\b{re.escape(name)}\b\S*\.(detach\(\)|data\b|numpy\(\))|torch\.tensor\(\s*{re.escape(name)}\b"
+              rf"|\.apply\((?:[^()\[\],]*,\s*)*[\[(][^\])]*\b{re.escape(name)}\b")  # fmt: skip
     found = slips.matching_line(source, function, re.compile(f"{detach}|{number}"))
     if found is None:
         return None
@@ -149,7 +151,8 @@ def gradient_finding(found: Found, function: str, condition: str, result: Consis
                       f"Differentiating your output{condition} raised {result.problem}", "compute on new tensors (`w = w.masked_fill(...)`, "
                       "not `w.masked_fill_(...)` or `w[...] = 0`) wherever autograd may need the old values", signature=INPLACE_BACKWARD)  # fmt: skip
             return True
-        if told is not None or "grad" not in result.problem.lower():
+        hand_written = result.in_backward and _uses_custom_backward(source)  # whatever it raised, the student's backward raised it
+        if not hand_written and (told is not None or "grad" not in result.problem.lower()):
             return False  # a detached output or an in-place operation is a contract slip; a failing forward is not the backward's fault
         found.add(function, "backward", "gradients", "The backward pass fails",
                   f"Differentiating your output raised {result.problem}{condition}.", "make the backward pass return one gradient per input, of its shape")  # fmt: skip
@@ -295,6 +298,33 @@ def masked_nan_finding(found: Found, function: str, masked: np.ndarray | None, u
               "With causal=False your output is right; with causal=True it holds NaN or infinity for ordinary inputs: the mask makes "
               "them (0 · −∞ is NaN, and so is a softmax over a row of −∞ only).",
               "add −∞ (or a very negative number) to the logits of future keys with masked_fill or torch.where, never by multiplying")  # fmt: skip
+    return True
+
+
+CAUSAL_PATH = (
+    "mask", "Only the causal path is wrong",
+    "With causal=False your output is right; with causal=True it is wrong: what the function does only for causal "
+    "attention (building or passing the mask) is at fault.",
+    "build the mask of future keys (key s > query t) and pass it where the attention applies it: by name "
+    "(is_causal=True or attn_mask=...), never by position",
+)  # fmt: skip
+"""(component, title, evidence, advice) of a finding whose output is wrong with causal=True only."""
+
+
+def causal_path_first(found: Found, function: str, since: int, masked: np.ndarray | None, right: np.ndarray,
+                      unmasked: np.ndarray | None, plain: np.ndarray) -> bool:  # fmt: skip
+    """Put :data:`CAUSAL_PATH` before the findings made since ``since`` when the output with causal=True (``masked``) is
+    wrong, the one with causal=False (``unmasked``) right, and none of those findings is about the mask: a fault that
+    shows in causal attention only lies in what the function does for it, whatever those findings fitted; whether it did."""
+    if masked is None or is_right(masked, right) or not is_right(unmasked, plain):
+        return False
+    if any(f.component == "mask" for f in found.findings[since:]):
+        return False
+    later = found.findings[since:]
+    del found.findings[since:]
+    component, title, evidence, advice = CAUSAL_PATH
+    found.add(function, component, "forward", title, evidence, advice)
+    found.findings += later
     return True
 
 

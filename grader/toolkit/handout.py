@@ -108,6 +108,8 @@ def request_json(request: Request, names: list[str]) -> dict[str, Any]:
     described: dict[str, Any] = {"calls": calls, "tensors": tensors}
     if request.backward_from is not None:
         described["backward"] = {"call": request.backward_from, "cotangent": array_json(request.cotangent)}
+        if request.also_backward:
+            described["backward"]["also"] = [[call, array_json(cotangent)] for call, cotangent in request.also_backward]
     return described
 
 

@@ -103,7 +103,7 @@ def run(entry: Dict[str, Any], module: Any, path: Path) -> Outcome:
         made = tensors[index]
         if made is None:
             tensors[index] = made = make_tensor(specs[index])
-            before[index] = (made.detach().clone(), made._version)
+            before[index] = (made.detach().clone(), made._version, made.requires_grad)
         return made
 
     def argument(arg: Dict[str, Any]) -> Any:
@@ -124,7 +124,7 @@ def run(entry: Dict[str, Any], module: Any, path: Path) -> Outcome:
             target = tensor(index).data if call.get("refill_through_data") else tensor(index)
             with torch.no_grad():
                 target.copy_(torch.tensor(values, dtype=torch.float64))
-            before[index] = (tensor(index).detach().clone(), tensor(index)._version)
+            before[index] = (tensor(index).detach().clone(), tensor(index)._version, tensor(index).requires_grad)
         mode = {"no_grad": torch.no_grad, "inference_mode": torch.inference_mode}.get(call.get("grad_mode", ""), torch.enable_grad)
         args, kwargs = [argument(a) for a in call["args"]], {k: argument(v) for k, v in call["kwargs"].items()}
         try:
@@ -138,11 +138,12 @@ def run(entry: Dict[str, Any], module: Any, path: Path) -> Outcome:
     outcome.changed = changed(tensors, names, before)
     backward = request.get("backward")
     if backward is not None:
-        result = outcome.results[backward["call"]]
+        origins = [(backward["call"], backward["cotangent"]), *backward.get("also", [])]  # results differentiated together
         wanted = [(n, t) for n, t in zip(names, tensors) if t is not None and t.requires_grad]
         try:
-            cotangent = torch.tensor(backward["cotangent"], dtype=torch.float64).to(result.dtype)
-            grads = torch.autograd.grad(result, [t for _, t in wanted], cotangent, allow_unused=True)
+            results = [outcome.results[call] for call, _ in origins]
+            cotangents = [torch.tensor(c, dtype=torch.float64).to(r.dtype) for (_, c), r in zip(origins, results)]
+            grads = torch.autograd.grad(results, [t for _, t in wanted], cotangents, allow_unused=True)
             outcome.grads = {n: g for (n, _), g in zip(wanted, grads)}
         except BaseException as exc:  # a broken graph is a finding too
             outcome.backward_problem = raised("the backward pass", exc, path)
@@ -151,8 +152,10 @@ def run(entry: Dict[str, Any], module: Any, path: Path) -> Outcome:
 
 
 def changed(tensors: List[Optional[torch.Tensor]], names: List[str], before: List[Any]) -> List[str]:
-    """The inputs whose values or version counters are no longer what they were (since built or refilled)."""
-    return [n for n, t, b in zip(names, tensors, before) if t is not None and (t._version != b[1] or not torch.equal(t.detach(), b[0]))]
+    """The inputs whose values, version counters or requires_grad are no longer what they were (since built or refilled), or
+    that hold a .grad (the submission ran a backward pass of its own)."""
+    return [n for n, t, b in zip(names, tensors, before)
+            if t is not None and (t._version != b[1] or t.requires_grad != b[2] or (t.is_leaf and t.grad is not None) or not torch.equal(t.detach(), b[0]))]
 
 
 def plain_tensor(entry: Dict[str, Any], outcome: Outcome) -> Any:

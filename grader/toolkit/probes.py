@@ -229,6 +229,7 @@ class Consistency:
 
     agreements: tuple[Agreement, ...] = ()
     problem: str | None = None  # the backward pass raised, or no output came back
+    in_backward: bool = False  # the problem is the backward pass's: the forward returned a finite output
 
     def named(self, status: str) -> list[str]:
         """The inputs whose agreement has ``status``."""
@@ -277,7 +278,7 @@ def consistency(
     if base is None or not np.isfinite(base).all():
         return Consistency(problem=raised_text(found[0]) or "the call gave no finite output")
     if found[0].backward_error is not None:
-        return Consistency(problem=found[0].backward_error)
+        return Consistency(problem=found[0].backward_error, in_backward=True)
     gradients = {}
     for name in inputs:
         got = found[0].grads.get(backward.positions[name])

@@ -12,8 +12,11 @@ has_default), or anything else when it could not describe them.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from grader.toolkit.rootcause import Finding
 
 POSITIONAL_KINDS = ("POSITIONAL_ONLY", "POSITIONAL_OR_KEYWORD")
 """The kinds of inspect.Parameter (as the worker names them) that a positional argument can bind to."""
@@ -60,6 +63,41 @@ def call_problem(signature: Signature, parameters: Any) -> str | None:
     if found is None:
         return None
     return f"the signature of {signature.name}({', '.join(names)}) does not match the contract {signature.text}: {found}"
+
+
+def misplaced(signature: Signature, parameters: Any) -> tuple[str, str | None] | None:
+    """(the contract's parameter, the submitted one in its place or None when there is none) at the first place where
+    ``parameters`` stops following ``signature``'s order and names, or None."""
+    if not isinstance(parameters, list):
+        return None
+    described = [p for p in parameters if isinstance(p, dict)]
+    slots = [p for p in described if p.get("kind") in POSITIONAL_KINDS]
+    for expected, got in zip(signature.parameters, slots):
+        if got.get("name") != expected:
+            return expected, str(got.get("name"))
+    if len(slots) < len(signature.parameters) and not any(p.get("kind") == "VAR_POSITIONAL" for p in described):
+        return signature.parameters[len(slots)], None
+    return None
+
+
+def finding(signature: Signature, parameters: Any, components: Mapping[str, str]) -> Finding | None:
+    """A contract finding when ``parameters`` do not follow ``signature`` (:func:`order_problem`), its component the one
+    ``components`` gives the contract's parameter at fault ("type" when none does), or None."""
+    problem, place = order_problem(signature, parameters), misplaced(signature, parameters)
+    if problem is None or place is None:
+        return None
+    expected, got = place
+    title = (f"{signature.name} cannot take '{expected}' by position" if got is None else
+             f"{signature.name}'s parameter '{expected}' is '{got}' in the submitted signature")  # fmt: skip
+    return Finding(signature.name, components.get(expected, "type"), "contract", title, problem[0].upper() + problem[1:] + ".",
+                   f"declare the parameters as the contract does: {signature.text}", aspect="binding",
+                   explains=frozenset({"binding"}), signature=f"argument '{expected}'")  # fmt: skip
+
+
+def findings(contracts: Mapping[str, Signature], functions: Mapping[str, Any], components: Mapping[str, str]) -> list[Finding]:
+    """:func:`finding` for each function of ``contracts``, from the worker's description of the submitted ones (``functions``)."""
+    found = (finding(contract, functions.get(name, {}).get("parameters"), components) for name, contract in contracts.items())
+    return [f for f in found if f is not None]
 
 
 def order_problem(signature: Signature, parameters: Any) -> str | None:

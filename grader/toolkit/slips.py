@@ -12,7 +12,7 @@ calls returned or raised and names:
   dtypes or sizes) or, failing that, by the one way of calling that alone
   makes it happen (only strided inputs, only a tensor coefficient, ...);
   with the student's line from the traceback;
-* an input modified in place (values or version counter changed), with the
+* an input modified in place (values, version counter, requires_grad or .grad changed), with the
   line that does it when the source shows one;
 * an output without autograd history although its inputs require grad.
 
@@ -52,6 +52,9 @@ EXCEPTION_KINDS: tuple[tuple[tuple[str, ...], str, str, str], ...] = (
     (("expected scalar type", "same dtype", "found dtype", "expected both vectors to have same dtype", "but got double",
       "but got float", "expected m1 and m2 to have the same dtype"), "dtype",
      "tensors of different dtypes meet in one operation", "create every tensor with the inputs' dtype (`dtype=q1.dtype`)"),
+    (("without overflow",), "dtype",
+     "a number too large for the inputs' dtype is written into a tensor of that dtype (e.g. float64's `finfo.min` into float32)",
+     "take such numbers from the inputs' dtype (`torch.finfo(scores.dtype).min`) or use `float('-inf')`"),
     (("must match the size", "must match the existing size", "shapes cannot be multiplied", "size mismatch", "dimension out of range",
       "inconsistent tensor size", "is invalid for input of size", "doesn't match the broadcast shape",
       "expected size", "mat1 and mat2 shapes"), "shape",
@@ -98,7 +101,8 @@ class Observed:
         return None if any(r.raised is not None for r in earlier) else self.outcome.results[self.index]
 
 
-ShapeNames = Callable[[str, tuple[int, ...], tuple[int, ...]], "tuple[str, str, str, str] | None"]
+# (function, the shape returned, the shape expected, how the call was made) -> (component, title, evidence, advice) or None
+ShapeNames = Callable[[str, tuple[int, ...], tuple[int, ...], Mapping[str, str]], "tuple[str, str, str, str] | None"]
 """(function, shape got, shape expected) -> (component, title, evidence, advice) for a wrong shape the exercise can name, or None."""
 
 
@@ -283,7 +287,7 @@ def _shapes(function: str, calls: Sequence[Observed], declared: Declarations) ->
     if wrong:
         call = next((c for c in wrong if c.public), wrong[0])
         got = tuple(call.result.shape or ()) if call.result is not None else ()
-        named = declared.shapes(function, got, call.shape)
+        named = declared.shapes(function, got, call.shape, call.attributes)
         component, title, evidence, advice = named or (
             "shape", f"{function} returns the wrong shape",
             f"It returned shape {list(got)} where {list(call.shape)} is expected.", "check the shape of every step against the contract",

@@ -488,6 +488,7 @@ class Run:
         self.out_arrays: list[Any] = []
         self.tensors: list[Any] = [None] * len(header["tensors"])
         self.snapshots: list[tuple[Any, int] | None] = [None] * len(header["tensors"])
+        self.flags: list[bool] = [False] * len(header["tensors"])  # requires_grad as the caller made each input
         self.released: dict[int, dict[str, Any]] = {}  # input -> its changes when it was released
         self.backings: dict[int, Any] = {}  # input -> the numpy array holding a contiguous input's memory
         self.freed: dict[tuple[str, tuple[int, ...]], list[Any]] = {}  # memory of released contiguous inputs
@@ -501,6 +502,7 @@ class Run:
                 raise ValueError(f"input {index} was released before this call")
             tensor = self.tensors[index] = self.make_tensor(index)
             self.snapshots[index] = (tensor.detach().clone(), tensor._version)
+            self.flags[index] = tensor.requires_grad
         return self.tensors[index]
 
     def make_tensor(self, index: int) -> Any:
@@ -683,7 +685,9 @@ class Run:
         before, version = snapshot
         current = tensor.detach()
         same = current.shape == before.shape and bool(self.server.equal(current, before))
-        return {"values_changed": not same, "version_before": version, "version_after": tensor._version}
+        # The caller's own state of its tensor: requires_grad switched, or a .grad left by a backward pass the submission ran.
+        flags = tensor.requires_grad != self.flags[index] or (tensor.is_leaf and tensor.grad is not None)
+        return {"values_changed": not same, "version_before": version, "version_after": tensor._version, "flags_changed": flags}
 
     def backward(self, indices: list[int], cotangents: list[Any]) -> dict[str, Any]:
         """Gradients of the sum of <result[i], cotangent_i> with respect to the inputs that require them.

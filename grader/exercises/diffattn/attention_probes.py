@@ -42,7 +42,7 @@ from grader.exercises.diffattn.probes import ATTENTION_GRADS, B, D, H, T, attent
 from grader.toolkit import attention_maps, probes
 from grader.toolkit.findings import (
     FLOAT32_LIKE, Found, GradientRun, gradients_probe, is_right, layout_probe, precision_finding, randomness_probe, unexplained_maps,
-    half_precision_finding, masked_nan_finding,
+    half_precision_finding, masked_nan_finding, causal_path_first,
 )  # fmt: skip
 from grader.toolkit.attention_maps import MapModel
 from grader.toolkit.domain import exact
@@ -482,6 +482,26 @@ def length_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool
     return True
 
 
+def zero_rows_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool:
+    """The maps with the first key and one query of each branch all zeros (padding), against the oracle; whether logits that are
+    exactly 0 are hidden or mishandled while ordinary inputs are right."""
+    values = attention_values(rng)
+    for n, token in (("q1", T // 2), ("q2", T // 2), ("k1", 0), ("k2", 0)):
+        values[n] = values[n].copy()
+        values[n][..., token, :] = 0.0
+    found.probes.append(f"{ATTENTION}: the first key and one query all zeros")
+    point = {**values, "value": identity_values(), "coefficient": np.asarray(0.0)}
+    out = probes.sweep(worker, attention_subject(True), [point])[0]
+    if out is None or out.shape != (B, H, T, 2 * D) or is_right(out, truth(point, True)):
+        return False
+    found.add(ATTENTION, "mask", "forward", "Logits that are exactly 0 are treated as masked",
+              "With the first key and one query all zeros (as padding tokens are), their logits are exactly 0 and your output is "
+              "wrong, though it is right for ordinary inputs: the mask is taken from the logits' values (e.g. scores == 0) rather "
+              "than from the positions.",
+              "build the mask from positions alone (key s > query t), e.g. torch.triu(torch.ones(T, T, dtype=torch.bool), 1)")  # fmt: skip
+    return True
+
+
 def _large(rng: np.random.Generator, kind: str) -> dict[str, np.ndarray]:
     """float32-exact inputs whose scaled logits reach hundreds, arranged as ``kind`` says."""
     values = attention_values(rng)
@@ -503,6 +523,15 @@ def _large(rng: np.random.Generator, kind: str) -> dict[str, np.ndarray]:
             values[n] = np.broadcast_to(-direction * 20.0, (B, H, T, D)) + values[n] * 0.1
             values[m] = np.broadcast_to(direction * 8.0 * root, (B, H, T, D)) + values[m] * 0.1
     return {n: exact(v, "float32") for n, v in values.items()}
+
+
+def _far_future(rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Inputs whose last key's logit, hidden from every earlier query, is about 900 above their visible ones: exp of it
+    overflows even in float64, so a backward pass that meets it anywhere (a mask applied after the exponential) is not finite."""
+    values = _large(rng, "future")
+    for n in ("k1", "k2"):
+        values[n][..., T - 1, :] *= 3.0
+    return values
 
 
 def _leaks_at_large_logits(worker: Worker, rng: np.random.Generator, cases: Sequence[Values]) -> bool:
@@ -551,15 +580,18 @@ def run(worker: Worker, rng: np.random.Generator, found: Found, forward: bool, g
         return
     if forward:
         right = is_right(base, truth(values, True))
-        unmasked = None if np.isfinite(base).all() else probes.sweep(worker, attention_subject(False), [values])[0]
-        localised = masked_nan_finding(found, ATTENTION, base, unmasked, truth(values, False)) or maps_probe(worker, rng, found) or \
-            causal_flag_probe(worker, rng, found) or dependence_probe(worker, rng, found)  # fmt: skip
+        unmasked = None if right else probes.sweep(worker, attention_subject(False), [values])[0]
+        since = len(found.findings)
+        localised = masked_nan_finding(found, ATTENTION, base, unmasked, truth(values, False)) or maps_probe(worker, rng, found)
+        localised = causal_path_first(found, ATTENTION, since, base, truth(values, True), unmasked, truth(values, False)) or localised
+        localised = localised or causal_flag_probe(worker, rng, found) or dependence_probe(worker, rng, found)
         if right and not localised:
-            length_probe(worker, rng, found) or stability_probe(worker, rng, found) or layout_probe(worker, attention_subject, values, found)
+            length_probe(worker, rng, found) or stability_probe(worker, rng, found) or zero_rows_probe(worker, rng, found) or \
+                layout_probe(worker, attention_subject, values, found)  # fmt: skip
         elif not localised:
-            unmasked = probes.sweep(worker, attention_subject(False), [values])[0]
             precision_finding(found, ATTENTION, base, truth(values, True)) or precision_finding(found, ATTENTION, unmasked, truth(values, False))
     if gradients:
         runs = [GradientRun(values, grads) if c is None else GradientRun({**values, "coefficient": np.asarray(c)}, grads, f" at coefficient {c:g}")
                 for grads, c in FROZEN_RUNS]  # fmt: skip
+        runs.append(GradientRun(_far_future(rng), ATTENTION_GRADS, " when a future key's logit is about 900 above the visible ones"))
         gradients_probe(worker, attention_subject(True), runs, rng.standard_normal((B, H, T, 2 * D)), rng, found, source)

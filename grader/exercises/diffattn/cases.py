@@ -283,6 +283,34 @@ def opposite_exponents(rng: np.random.Generator, dtype: str, sign: float) -> tup
     return float(sign * first), float(-sign * second)
 
 
+def with_zero_rows(case: AttentionCase, rng: np.random.Generator) -> AttentionCase:
+    """``case`` with the first key and one later query of each branch made exactly zero, as padding tokens are: their
+    logits are exactly 0, a value any mask must treat like any other (only positions decide what is hidden)."""
+    t = case.q1.shape[2]
+    row = int(rng.integers(0, t))
+
+    def zeroed(x: np.ndarray, token: int) -> np.ndarray:
+        x = x.copy()
+        x[..., token, :] = 0.0
+        return x
+
+    return replace(case, q1=zeroed(case.q1, row), k1=zeroed(case.k1, 0), q2=zeroed(case.q2, row), k2=zeroed(case.k2, 0),
+                   note=(case.note + ", " if case.note else "") + f"key 0 and query {row} all zeros")  # fmt: skip
+
+
+def cancelling_case(rng: np.random.Generator, pairs: int, dtype: str, lambda_init: float | None, **options: Any) -> LambdaCase:
+    """A λ case whose q1·k1 is exactly 0 although its products q1_i·k1_i alternate −size and +size, with size past the
+    largest exponent of ``dtype``: exp of each product over- or underflows where exp of their sum is 1, so a λ that takes
+    exponentials before summing (a product of exp(q·k) terms) is wrong. Every prefix of the vectors (the counterexample
+    search cuts them short) has a dot product of −size or 0, so its λ stays finite."""
+    case = lambda_case(rng, 2 * pairs, dtype, lambda_init, **options)
+    size = LARGEST_EXPONENT[dtype] * rng.uniform(1.2, 1.4)
+    magnitude = float(exact(np.asarray(math.sqrt(size)), dtype))
+    signs = rng.choice([-1.0, 1.0], 2 * pairs)
+    alternating = np.where(np.arange(2 * pairs) % 2 == 0, -1.0, 1.0)
+    return replace(case, q1=exact(magnitude * signs, dtype), k1=exact(magnitude * signs * alternating, dtype))
+
+
 def _largest_logit(q: np.ndarray, k: np.ndarray) -> float:
     return float(np.abs(q @ np.swapaxes(k, -1, -2)).max() / math.sqrt(q.shape[-1]))
 

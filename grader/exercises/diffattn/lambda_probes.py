@@ -36,6 +36,10 @@ RANGE_TEXT = {  # what a wrong λ for large exponents means, by the vectors' dty
     "float32": ("stability", "λ overflows for large exponents",
                 "With float32 vectors, q1·k1 = {a:.4g} and q2·k2 = {b:.4g}, λ is {got:.4g} although exp of each is finite in float32.",
                 "compute exp(q1·k1) − exp(q2·k2) directly: factorings such as exp(b)·expm1(a − b) overflow"),
+    "elementwise": ("lambda", "λ overflows although the dot products are small",
+                    "With float32 vectors whose elementwise products reach ±100 but whose dot products are q1·k1 = {a:.4g} and "
+                    "q2·k2 = {b:.4g}, λ is {got:.4g}: the exponential is taken before the products are summed (a product of "
+                    "exp(q·k) terms, exp(q) with exp(k), ...).", "sum first, then take one exponential: exp(torch.dot(q, k))"),
     "finite": ("lambda", "λ is wrong for large exponents",
                "With q1·k1 = {a:.4g} and q2·k2 = {b:.4g}, λ is {got:.4g}: finite, but not exp(q1·k1) − exp(q2·k2) + λ_init (a clamp of "
                "the dot products or of the exponentials?).", "do not clamp: exp of any dot product whose exponential is finite is valid"),
@@ -46,6 +50,19 @@ def lambda_values(rng: np.random.Generator, init: float | None = LAMBDA_INIT, le
     """Four λ vectors of dot products about ±0.5 (lambda_init given unless None)."""
     found = {n: rng.uniform(0.3, 1.0, length) * rng.choice([-1.0, 1.0], length) / math.sqrt(length) for n in LAMBDA_NAMES}
     return found if init is None else {**found, "lambda_init": np.asarray(init)}
+
+
+EXPONENTS = (20.0, 15.0)
+LARGE_EXPONENTS = f" with q1·k1 = {EXPONENTS[0]:g} and q2·k2 = {EXPONENTS[1]:g}"
+
+
+def _large_exponents(values: Values) -> dict[str, np.ndarray]:
+    """``values`` with the queries moved along their keys so that q1·k1 and q2·k2 are :data:`EXPONENTS`: exp of each is
+    large but finite, where a backward pass that clips or approximates the exponential is wrong."""
+    moved = dict(values)
+    for (q, k), exponent in zip((("q1", "k1"), ("q2", "k2")), EXPONENTS):
+        moved[q] = values[k] * (exponent / float(values[k] @ values[k]))
+    return moved
 
 
 def lambda_truth(values: Values) -> float:
@@ -120,7 +137,8 @@ def lambda_dependence_probe(worker: Worker, rng: np.random.Generator, found: Fou
 
 
 def lambda_range_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool:
-    """Exponents of ±60 in float32 and 100 in float64 must give finite, right λ; whether they do not."""
+    """Exponents of ±60 in float32 and 100 in float64, and small exponents made of large elementwise products, must give
+    finite, right λ; whether they do not."""
     direction = rng.standard_normal(3)
     direction /= np.linalg.norm(direction)
     pairs = {"float32": ((60.0, -60.0), (-60.0, 60.0)), "float64": ((100.0, 5.0),)}
@@ -137,7 +155,15 @@ def lambda_range_probe(worker: Worker, rng: np.random.Generator, found: Found) -
             component, title, evidence, advice = RANGE_TEXT[dtype] if not np.isfinite(got).all() else RANGE_TEXT["finite"]
             found.add(LAMBDA, component, "forward", title, evidence.format(a=a, b=b, got=float(got.reshape(()))), advice)
             return True
-    return False
+    # Elementwise products of ±100 that cancel in the sum: exp of each overflows float32, exp of the dot product does not.
+    point = {"q1": np.array([10.0, 10.0, 0.5]), "k1": np.array([10.0, -10.0, 0.5]), "q2": np.array([0.5, -0.25, 0.75]),
+             "k2": np.array([0.5, 0.5, -0.5]), "lambda_init": np.asarray(LAMBDA_INIT)}  # fmt: skip
+    got = probes.sweep(worker, lambda_subject("float32"), [{n: exact(v, "float32") for n, v in point.items()}])[0]
+    if got is None or got.size != 1 or np.isfinite(got).all():
+        return False
+    component, title, evidence, advice = RANGE_TEXT["elementwise"]
+    found.add(LAMBDA, component, "forward", title, evidence.format(a=point["q1"] @ point["k1"], b=point["q2"] @ point["k2"], got=float(got.reshape(()))), advice)
+    return True
 
 
 def run(worker: Worker, rng: np.random.Generator, found: Found, forward: bool, gradients: bool, source: str | None) -> None:
@@ -152,4 +178,5 @@ def run(worker: Worker, rng: np.random.Generator, found: Found, forward: bool, g
         if not localised and base.size == 1:
             precision_finding(found, LAMBDA, base.reshape(()), np.asarray(lambda_truth(values))) or layout_probe(worker, lambda_subject, values, found)
     if gradients:
-        gradients_probe(worker, lambda_subject(), [GradientRun(values, grads) for grads in LAMBDA_RUNS], np.asarray(1.3), rng, found, source)
+        runs = [GradientRun(values, grads) for grads in LAMBDA_RUNS] + [GradientRun(_large_exponents(values), LAMBDA_NAMES, LARGE_EXPONENTS)]
+        gradients_probe(worker, lambda_subject(), runs, np.asarray(1.3), rng, found, source)

@@ -45,7 +45,7 @@ SETS = CaseSets()
 @SETS.register
 def lambda_values(seed: int) -> list[LambdaCase]:
     """Lengths from 1 to 256, both dtypes, the default, the paper's, 0 and out-of-[0, 1] lambda_init, exponents up to the dtype's finite
-    limit (of opposite signs too), every binding."""
+    limit (of opposite signs too), products past that limit that cancel in the dot product, every binding."""
     rng = domain.generator(seed, "lambda_values")
     long_length = domain.sequence_length(rng, 60)
     return domain.cycled_modes([
@@ -65,6 +65,8 @@ def lambda_values(seed: int) -> list[LambdaCase]:
         cases.lambda_case(rng, int(rng.integers(1, 9)), "float32", 0.0, binding="positional"),
         *(cases.lambda_case(rng, int(rng.integers(1, 9)), dtype, init, exponents=cases.opposite_exponents(rng, dtype, sign))
           for dtype, init, sign in (("float32", 0.2, -1.0), ("float32", None, 1.0), ("float64", None, -1.0), ("float64", 0.5, 1.0))),
+        cases.cancelling_case(rng, int(rng.integers(1, 5)), "float32", 0.2),
+        cases.cancelling_case(rng, int(rng.integers(1, 5)), "float64", None, binding="positional"),
     ])
 
 
@@ -81,7 +83,8 @@ def lambda_strided(seed: int) -> list[LambdaCase]:
 
 @SETS.register
 def attention_causal(seed: int) -> list[AttentionCase]:
-    """Causal cases: T from 1 to 320 (next to block sizes half the time, once past 256), D from 1 to 64, both dtypes, causal omitted, by name and by position."""
+    """Causal cases: T from 1 to 320 (next to block sizes half the time, once past 256), D from 1 to 64, both dtypes, causal omitted, by name and by
+    position, padding-like rows of zeros."""
     rng = domain.generator(seed, "attention_causal")
     return domain.cycled_modes([
         cases.attention_case(rng, (2, 2, 5, 4), "float32", True),
@@ -91,6 +94,7 @@ def attention_causal(seed: int) -> list[AttentionCase]:
         cases.attention_case(rng, domain.domain_shape(rng, 60, 140), "float32", None),
         cases.attention_case(rng, domain.domain_shape(rng, 120), "float32", True, binding="positional"),
         cases.attention_case(rng, (1, 1, int(rng.integers(257, domain.LONGEST + 1)), int(rng.integers(1, 9))), "float64", True),
+        cases.with_zero_rows(cases.attention_case(rng, domain.domain_shape(rng, 3, 24), str(rng.choice(["float32", "float64"])), True), rng),
     ])
 
 
@@ -241,7 +245,7 @@ def sequences(seed: int) -> list[CallSequence[LambdaCase | AttentionCase]]:
     rng = domain.generator(seed, "sequences")
     found: list[CallSequence[LambdaCase | AttentionCase]] = []
     for kind in domain.SEQUENCE_KINDS:
-        for mode in ("enabled", "no_grad", "grads"):
+        for mode in ("enabled", "no_grad", "grads") if kind != "interleaved" else ("grads",):
             grads, grad_mode = mode == "grads", "enabled" if mode == "grads" else mode
             dtype = str(rng.choice(["float32", "float64"]))
             changed = kind in ("retyped", "reflagged")
@@ -264,8 +268,13 @@ def _second(first: _Case, kind: str, rng: np.random.Generator) -> _Case:
 
 
 def sequence_request(sequence: CallSequence[LambdaCase | AttentionCase]) -> Request:
-    """The two calls of ``sequence`` in one request; with gradients, a backward pass from the second."""
+    """The two calls of ``sequence`` in one request; with gradients, a backward pass from the second (from both when
+    interleaved)."""
     first, second = (_built_request(case, sequence.grads) for case in (sequence.first, sequence.second))
+    if sequence.kind == "interleaved":
+        assert first.backward_from is not None and first.cotangent is not None and second.backward_from is not None
+        return replace(second, calls=(*first.calls, *second.calls), inputs=first.inputs + second.inputs,
+                       backward_from=len(first.calls) + second.backward_from, also_backward=((first.backward_from, first.cotangent),))  # fmt: skip
     call = first.calls[-1]
     if sequence.kind in ("refill", "refill_data"):
         inputs = [a for a in (*call.args, *call.kwargs.values()) if isinstance(a, TensorInput)]
@@ -466,6 +475,17 @@ def _functions(case: LambdaCase | AttentionCase) -> tuple[str, ...]:
     if isinstance(case, LambdaCase):
         return (LAMBDA,)
     return (ATTENTION,) if case.lambda_case is None else (LAMBDA, ATTENTION)
+
+
+def differentiated(sequence: CallSequence[LambdaCase | AttentionCase]) -> list[tuple[int, LambdaCase | AttentionCase, dict[str, int]]]:
+    """The calls of ``sequence`` whose gradients its request asks for: (call, its case, input name -> tensor number)."""
+    if not sequence.grads:
+        return []
+    if sequence.kind != "interleaved":
+        return [(1, sequence.second, gradient_positions(sequence.second))]
+    shift = len(_built_request(sequence.first, True).inputs)
+    return [(0, sequence.first, gradient_positions(sequence.first)),
+            (1, sequence.second, {name: shift + i for name, i in gradient_positions(sequence.second).items()})]  # fmt: skip
 
 
 def gradient_positions(case: LambdaCase | AttentionCase) -> dict[str, int]:

@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from grader.core.invoke import Outcome
 from grader.core.plugin import GradingContext
 from grader.exercises.diffv2 import probes, suite
 from grader.exercises.diffv2.cases import DIFF_V2, GQA, TENSORS, Case
-from grader.toolkit import domain, findings, slips
+from grader.toolkit import domain, findings, signatures, slips
 from grader.toolkit.rootcause import Evidence, Role
 from grader.toolkit.slips import Observed
 from grader.toolkit.verdicts import function_problem
@@ -51,7 +52,11 @@ HINTS: dict[str, tuple[str, str, str, tuple[str, ...]]] = {
     "output_detached": (GQA, "graph", "contract", ()),
     "float32_inside": (GQA, "dtype", "forward", ()),
 }  # fmt: skip
-ATTRIBUTE_COMPONENTS = {"the memory layout": "strided", "the inputs' dtype": "dtype", "causal": "mask", "the autograd mode": "graph"}
+PARAMETER_COMPONENTS = {"lambda_logits": "gate", "causal": "mask"}
+"""The component a parameter misnamed or misplaced in a submitted signature belongs to (the others: "type")."""
+KV_HEADS = "the number of key/value heads"
+ATTRIBUTE_COMPONENTS = {"the memory layout": "strided", "the inputs' dtype": "dtype", "causal": "mask", "the autograd mode": "graph",
+                        KV_HEADS: "heads"}  # fmt: skip
 
 
 def _squeezed(got: tuple[int, ...], expected: tuple[int, ...]) -> bool:
@@ -65,8 +70,8 @@ def _squeezed(got: tuple[int, ...], expected: tuple[int, ...]) -> bool:
     return not rest and len(got) < len(expected)
 
 
-def name_shape(function: str, got: tuple[int, ...], expected: tuple[int, ...]) -> tuple[str, str, str, str] | None:
-    """(component, title, evidence, advice) for the wrong shapes students' bugs produce, or None."""
+def name_shape(function: str, got: tuple[int, ...], expected: tuple[int, ...], made: Mapping[str, str]) -> tuple[str, str, str, str] | None:
+    """(component, title, evidence, advice) for the wrong shapes students' bugs produce (``made``: how the call was made), or None."""
     if _squeezed(got, expected):
         return ("output", f"{function} drops the output's axes of size 1",
                 f"It returned shape {list(got)} where {list(expected)} is expected: a .squeeze() removed axes that happen to have size 1.",
@@ -88,6 +93,11 @@ def name_shape(function: str, got: tuple[int, ...], expected: tuple[int, ...]) -
         return ("heads", f"{DIFF_V2} returns all 2H heads: the pairs are never combined",
                 f"It returned shape {list(got)}, the Hq = 2H query heads, where [B, T, H, D] = {list(expected)} is expected.",
                 "combine each pair into one head: A[:, :, 0::2] − σ(ℓ)[..., None]·A[:, :, 1::2]")  # fmt: skip
+    if function == GQA and got[:2] == (b, t) and got[3] == d and str(got[2]) == made.get(KV_HEADS) and got[2] < heads:
+        return ("heads", f"{GQA} returns one output per key/value head, not per query head",
+                f"It returned shape {list(got)}: the {got[2]} key/value heads, where [B, T, Hq, D] = {list(expected)} is expected; "
+                f"each key/value head must serve the {heads // got[2]} query heads of its group.",
+                "repeat each key/value head for its group (repeat_interleave(G, dim=2)), or attend every query head, and return Hq heads")  # fmt: skip
     if len(got) == 4 and got[:2] == (b, t) and got[3] == d and 0 < got[2] < heads and heads % got[2] == 0 and not (function == DIFF_V2 and 2 * got[2] == heads):
         return ("output", f"{function} returns {got[2]} heads instead of {heads}: outputs of several heads are reduced into one",
                 f"It returned shape {list(got)} where [B, T, H, D] = {list(expected)} is expected: every {heads // got[2]} heads' "
@@ -110,7 +120,8 @@ def _attributes(case: Case, grads: bool) -> dict[str, str]:
     """How a call of ``case`` was made, in words (the slip analysis contrasts calls that failed with those that did not)."""
     found = {"the inputs' dtype": case.dtype, "the argument binding": case.binding,
              "causal": "left out" if case.causal is None else str(case.causal),
-             "the memory layout": "non-contiguous" if any(layout != "contiguous" for layout in case.memory_layouts) else "contiguous"}  # fmt: skip
+             "the memory layout": "non-contiguous" if any(layout != "contiguous" for layout in case.memory_layouts) else "contiguous",
+             KV_HEADS: str(case.k.shape[2])}  # fmt: skip
     if not grads:
         found["the autograd mode"] = case.grad_mode
     return found
@@ -169,6 +180,7 @@ def diagnose(grading: GradingContext, records: list[dict[str, Any]]) -> Evidence
     grading.roles = widened(declared, grading.source)  # this submission's roles only: the declarations are left as they are
     if grading.load_failure is not None:
         return evidence
+    evidence.findings += signatures.findings(suite.RUNNER.contracts, grading.functions, PARAMETER_COMPONENTS)
     evidence.findings += slips.findings(observed(grading), grading.source, DECLARATIONS)
     failed = [declared[r["id"]] for r in records if r.get("status") == "failed" and r.get("id") in declared]
     blocked = {f.function for f in evidence.findings if f.blocks}

@@ -56,7 +56,7 @@ from grader.toolkit.attention_maps import MapModel
 from grader.toolkit.domain import exact
 from grader.toolkit.findings import (
     FLOAT32_LIKE, Found, GradientRun, gradients_probe, is_right, layout_probe, precision_finding, randomness_probe, unexplained_maps,
-    half_precision_finding, masked_nan_finding,
+    half_precision_finding, masked_nan_finding, CAUSAL_PATH,
 )  # fmt: skip
 from grader.toolkit.probes import Built, Perturbation, Subject, Values
 from grader.worker.client import Worker
@@ -155,7 +155,7 @@ def _map_findings(found: Found, fits: Sequence[attention_maps.MapFit], function:
                       f"The maps read out of your output have {attention_maps.MASKS[model.mask]}.", advice)
         elif name == "scale" and fit.scale_name == "ln 2/√D":
             found.add(function, "softmax", "forward", "The softmax takes powers of 2 of logits not rescaled by log2(e)",
-                      f"The maps read out of your output fit softmax(s·q kᵀ) with s = ln 2/√D: 2^x is e^(x·ln 2), so exp2 of the "
+                      "The maps read out of your output fit softmax(s·q kᵀ) with s = ln 2/√D: 2^x is e^(x·ln 2), so exp2 of the "
                       "logits is a softmax at another temperature.", "multiply the logits by log2(e) = 1/ln 2 before exp2, or use exp")  # fmt: skip
         elif name == "scale":
             value = fit.scale_name or f"{model.scale:.4g}"
@@ -312,12 +312,7 @@ def causal_flag_probe(worker: Worker, function: str, values: Values, found: Foun
          "causal=False is not passed on to every attention call",
          "With causal=True your output is right; with causal=False some of its heads are the causal ones and the others not.",
          "pass causal on to every attention call (both heads of a pair, every gqa_attention call)"),
-        (is_right(unmasked, plain) and masked is not None and not is_right(masked, right), "mask",
-         "Only the causal path is wrong",
-         "With causal=False your output is right; with causal=True it is wrong: what the function does only for causal "
-         "attention (building or passing the mask) is at fault.",
-         "build the mask of future keys (key s > query t) and pass it where the attention applies it: by name "
-         "(is_causal=True or attn_mask=...), never by position"),
+        (is_right(unmasked, plain) and masked is not None and not is_right(masked, right), *CAUSAL_PATH),
     )  # fmt: skip
 
 

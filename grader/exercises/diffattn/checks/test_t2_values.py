@@ -100,7 +100,7 @@ def test_values_with_gradients(grading: GradingContext) -> None:
     grading.conclude(combine([v for case_set in sets for v in suite.value_verdicts(grading, case_set, grads=True)]))
 
 
-@check("T2", 4, "Repeated calls answer for their current inputs: the same tensors again, inputs updated in place, memory reused",
+@check("T2", 4, "Repeated calls answer for their current inputs: the same tensors again, inputs updated in place, memory reused, two micro-batches",
        judges=of_both("values", also=("gradients",)), replay=Recipe("sequence", ((suite.sequences, False),)))  # fmt: skip
 def test_repeated_calls(grading: GradingContext) -> None:
     verdicts = []
@@ -116,8 +116,7 @@ def test_repeated_calls(grading: GradingContext) -> None:
                     verdict = Comparison(False, "the second call returned the first call's result: the answer is stale "
                                          "(cached by id(), data_ptr(), shape or a global?)", verdict.worst_ratio, what)  # fmt: skip
             verdicts.append(verdict)
-        if sequence.grads:
-            what = f"{sequence.label()}: the second call"
-            wanted = suite.gradient_positions(sequence.second)
-            verdicts.append(grads_verdict(outcome, 1, what, expected.case_grads(sequence.second), wanted))
+        for position, case, wanted in suite.differentiated(sequence):
+            what = f"{sequence.label()}: the {('first', 'second')[position]} call"
+            verdicts.append(grads_verdict(outcome, position, what, expected.case_grads(case), wanted))
     grading.conclude(combine(verdicts))
