@@ -465,3 +465,17 @@ def test_a_forged_cpu_time_counts_nothing() -> None:
     from grader.worker.client import seconds_in
 
     assert [seconds_in({"cpu_s": value}) for value in (0.25, 3, -1.0, float("inf"), float("nan"), "1", True, None)] == [0.25, 3.0] + [0.0] * 6
+
+
+def test_reentrant_checkpointing_gets_its_gradients(tmp_path: Path) -> None:
+    """The backward pass is .backward(), as in training: a correct file that checkpoints with use_reentrant=True (which
+    torch.autograd.grad cannot differentiate) earns every point of T3."""
+    from conftest import REFERENCE
+
+    path = tmp_path / "reentrant.py"
+    path.write_text(REFERENCE.read_text().replace("def differential_attention(", "def _attention(", 1) + "\n\nimport torch.utils.checkpoint\n\n\n"
+                    "def differential_attention(q1, k1, q2, k2, value, coefficient, causal=True):\n"
+                    "    return torch.utils.checkpoint.checkpoint(lambda *a: _attention(*a, causal), q1, k1, q2, k2, value, coefficient,\n"
+                    "                                             use_reentrant=True)\n")  # fmt: skip
+    run = grade(path, tmp_path, 5, "--tiers", "T3")
+    assert run.report["score"] == run.report["max_score"], [c["message"] for t in run.report["tiers"] for c in t["checks"] if c["status"] != "passed"]

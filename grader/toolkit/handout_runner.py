@@ -140,13 +140,20 @@ def run(entry: Dict[str, Any], module: Any, path: Path) -> Outcome:
     if backward is not None:
         origins = [(backward["call"], backward["cotangent"]), *backward.get("also", [])]  # results differentiated together
         wanted = [(n, t) for n, t in zip(names, tensors) if t is not None and t.requires_grad]
+        before_grads = [t.grad for _, t in wanted]
         try:
             results = [outcome.results[call] for call, _ in origins]
             cotangents = [torch.tensor(c, dtype=torch.float64).to(r.dtype) for (_, c), r in zip(origins, results)]
-            grads = torch.autograd.grad(results, [t for _, t in wanted], cotangents, allow_unused=True)
-            outcome.grads = {n: g for (n, _), g in zip(wanted, grads)}
+            for _, t in wanted:
+                t.grad = None
+            # .backward() as a training loop calls it (reentrant checkpointing supports no other way), then each .grad
+            torch.autograd.backward(results, cotangents)
+            outcome.grads = {n: t.grad for n, t in wanted}
         except BaseException as exc:  # a broken graph is a finding too
             outcome.backward_problem = raised("the backward pass", exc, path)
+        finally:
+            for (_, t), grad in zip(wanted, before_grads):
+                t.grad = grad
         outcome.changed += [n for n in changed(tensors, names, before) if n not in outcome.changed]
     return outcome
 

@@ -56,7 +56,7 @@ from grader.toolkit.attention_maps import MapModel
 from grader.toolkit.domain import exact
 from grader.toolkit.findings import (
     FLOAT32_LIKE, Found, GradientRun, gradients_probe, is_right, layout_probe, precision_finding, randomness_probe, unexplained_maps,
-    half_precision_finding, masked_nan_finding, CAUSAL_PATH,
+    half_precision_finding, masked_nan_finding, CAUSAL_PATH, causal_path_first,
 )  # fmt: skip
 from grader.toolkit.probes import Built, Perturbation, Subject, Values
 from grader.worker.client import Worker
@@ -229,25 +229,26 @@ def _moved_features(found: Found, out: np.ndarray | None) -> bool:
     return True
 
 
-def _explained(values: Values, maps: Sequence[np.ndarray], heads: Sequence[int]) -> list[attention_maps.MapFit] | None:
-    """Each map (of query head ``heads[n]``, read with one-hot values) explained from any query head with any key/value
-    head, or None when one cannot be."""
+def _explained(values: Values, maps: Sequence[np.ndarray], heads: Sequence[int], causal: bool = True) -> list[attention_maps.MapFit] | None:
+    """Each map (of query head ``heads[n]``, read with one-hot values and ``causal``) explained from any query head with any
+    key/value head, or None when one cannot be."""
     tensors = {**{f"q{j}": values["q"][0, :, j] for j in range(HQ)}, **{f"k{g}": values["k"][0, :, g] for g in range(HKV)}}
     sources = [(f"q{j}", f"k{g}") for j in range(HQ) for g in range(HKV)]
     fits = []
     for h, got in zip(heads, maps):
-        fit = attention_maps.explain(got, tensors, MapModel(f"q{h}", f"k{h // G}", "causal", scale=SCALES["1/√D"]), sources, SCALES)
+        fit = attention_maps.explain(got, tensors, MapModel(f"q{h}", f"k{h // G}", "causal" if causal else "none", scale=SCALES["1/√D"]), sources, SCALES)
         if fit is None:
             return None
         fits.append(fit)
     return fits
 
 
-def gqa_maps_probe(worker: Worker, values: Values, found: Found) -> bool:
-    """Read each query head's map out of the output with one-hot values and explain it; whether the forward was localised."""
-    found.probes.append(f"{GQA}: maps read out with one-hot values, v = 0 and values the same at every token")
+def gqa_maps_probe(worker: Worker, values: Values, found: Found, causal: bool = True) -> bool:
+    """Read each query head's map out of the output with one-hot values (and ``causal``) and explain it; whether the forward
+    was localised."""
+    found.probes.append(f"{GQA}: maps read out with one-hot values, v = 0 and values the same at every token" + ("" if causal else ", causal=False"))
     points = [{**values, "v": one_hot()}, {**values, "v": np.zeros_like(values["v"])}, {**values, "v": coded_values()}]
-    out, zero, coded = (_shaped(o, GQA) for o in probes.sweep(worker, subject(GQA), points))
+    out, zero, coded = (_shaped(o, GQA) for o in probes.sweep(worker, subject(GQA, causal), points))
     if _added_term(found, GQA, zero):
         return True
     if out is None or not np.isfinite(out).any():
@@ -257,9 +258,9 @@ def gqa_maps_probe(worker: Worker, values: Values, found: Found) -> bool:
     if any(np.nan_to_num(np.abs(blocks[h][g])).max() > FITS for h in range(HQ) for g in range(HKV) if g != read[h]):
         return _moved_features(found, coded)  # a head mixes the values of several heads: not a map
     maps = [blocks[h][read[h]] for h in range(HQ)]
-    fits = _explained(values, maps, list(range(HQ)))
+    fits = _explained(values, maps, list(range(HQ)), causal)
     if fits is None:
-        return _heads_finding(found, [h // G for h in range(HQ)], read) or unexplained_maps(found, GQA, np.array(maps), "one-hot values")
+        return _heads_finding(found, [h // G for h in range(HQ)], read) or (causal and unexplained_maps(found, GQA, np.array(maps), "one-hot values"))
     queries, keys = [int(fit.model.query[1:]) for fit in fits], [int(fit.model.key[1:]) for fit in fits]
     if queries != list(range(HQ)):
         found.add(GQA, "heads", "forward", "Output heads hold other query heads' attention",
@@ -269,7 +270,7 @@ def gqa_maps_probe(worker: Worker, values: Values, found: Found) -> bool:
         return True
     localised = _heads_finding(found, keys, read)
     if not localised and all(not fit.changes for fit in fits):
-        found.maps.append({"function": GQA, "title": "Map of query head 0", "expected": oracle.attention_maps(values["q"], values["k"], True)[0, 0].tolist(),
+        found.maps.append({"function": GQA, "title": "Map of query head 0", "expected": oracle.attention_maps(values["q"], values["k"], causal)[0, 0].tolist(),
                            "got": maps[0].tolist()})  # fmt: skip
         return _float32_scale(found, values, maps)
     return _map_findings(found, fits) or localised
@@ -604,8 +605,14 @@ def run(worker: Worker, function: str, rng: np.random.Generator, found: Found, f
         if rearranged_probe(found, function, base, truth(function, values, True)):
             localised = True
         elif function == GQA:
-            localised = gqa_maps_probe(worker, values, found) or causal_flag_probe(worker, GQA, values, found) or \
-                gqa_dependence_probe(worker, values, rng, found)  # fmt: skip
+            since = len(found.findings)
+            localised = gqa_maps_probe(worker, values, found)
+            unmasked = _shaped(probes.sweep(worker, subject(GQA, False), [values])[0], GQA)
+            if not right:  # wrong with causal=True only: the causal path, whatever the maps fitted
+                localised = causal_path_first(found, GQA, since, base, truth(GQA, values, True), unmasked, truth(GQA, values, False)) or localised
+            elif not is_right(unmasked, truth(GQA, values, False)):  # wrong with causal=False only: explain those maps
+                localised = gqa_maps_probe(worker, values, found, causal=False)
+            localised = localised or causal_flag_probe(worker, GQA, values, found) or gqa_dependence_probe(worker, values, rng, found)
         else:
             localised = causal_flag_probe(worker, DIFF_V2, values, found) or pairs_probe(worker, values, found) or \
                 (np.isfinite(base).all() and gate_dependence_probe(worker, values, rng, found))  # fmt: skip
