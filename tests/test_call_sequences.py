@@ -26,6 +26,19 @@ def mode(q):
     return torch.tensor(float(torch.is_grad_enabled()) + 2 * float(torch.is_inference_mode_enabled()))
 def reads_version(q):
     return torch.tensor(float(q._version))
+class _Stash(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q):
+        _Stash.kept = q.detach().clone()  # on the class: the next forward overwrites it before this call's backward
+        return (q * q).sum()
+    @staticmethod
+    def backward(ctx, g):
+        return 2 * g * _Stash.kept
+def stash_on_class(q):
+    return _Stash.apply(q)
+def trains_it(q):
+    q.requires_grad_(True)
+    return q.sum()
 """
 
 
@@ -33,7 +46,7 @@ def reads_version(q):
 def worker() -> Worker:
     """One worker on a file whose functions remember, share and report what a training loop would trip on."""
     with ForkServer() as forks:
-        running = Worker(STATEFUL, "stateful.py", FUNCTIONS + ["by_identity", "shared_buffer", "mode", "reads_version"],
+        running = Worker(STATEFUL, "stateful.py", FUNCTIONS + ["by_identity", "shared_buffer", "mode", "reads_version", "stash_on_class", "trains_it"],
                          WorkerLimits(call_timeout_s=10), forks)  # fmt: skip
         yield running
         running.close()
@@ -88,3 +101,21 @@ def test_a_result_overwritten_by_a_later_call_is_reported(worker: Worker) -> Non
     assert [r.overwritten for r in outcome.results] == [True, False]
     honest = invoke(worker, Request((Call("by_identity", (a,)), Call("by_identity", (b,)))))
     assert [r.overwritten for r in honest.results] == [False, False]
+
+
+def test_two_micro_batches_are_differentiated_together(worker: Worker) -> None:
+    """Two calls, then one backward pass through both results: each call's inputs get their own gradients, and a backward
+    that reads what the second forward left on its Function class gets the first call's wrong."""
+    first, second = (TensorInput(np.random.default_rng(seed).standard_normal(3), "float64", requires_grad=True) for seed in (1, 2))
+    calls = (Call("stash_on_class", (first,)), Call("stash_on_class", (second,)))
+    outcome = invoke(worker, Request(calls, backward_from=1, cotangent=np.asarray(1.0), inputs=(first, second), also_backward=((0, np.asarray(1.0)),)))
+    assert outcome.failure is None and outcome.backward_error is None
+    assert np.allclose(outcome.grads[1], 2 * second.values)  # the last call's gradient is right
+    assert np.allclose(outcome.grads[0], 2 * second.values) and not np.allclose(outcome.grads[0], 2 * first.values)
+
+
+def test_switching_an_input_to_requires_grad_modifies_it(worker: Worker) -> None:
+    """The caller's tensor is not the submission's to train: requires_grad switched on is reported as a changed input."""
+    frozen = TensorInput(np.ones(3), "float64")
+    outcome = invoke(worker, Request((Call("trains_it", (frozen,)),), inputs=(frozen,)))
+    assert outcome.failure is None and outcome.changed_inputs == [0]

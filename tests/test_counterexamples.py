@@ -23,7 +23,7 @@ from grader.core.invoke import (
 )
 from grader.core.plugin import GradingContext
 from grader.exercises.diffattn import cases, counterexample, expected, oracle, suite
-from grader.exercises.diffattn.counterexample import attention_sizes, cut_attention
+from grader.exercises.diffattn.counterexample import attention_sizes, cut_attention, cut_lambda
 from grader.reports import counterexample_view, heatmap
 from grader.reports.schema import _COUNTEREXAMPLE, validate
 from grader.toolkit import domain, shrink
@@ -281,3 +281,16 @@ def test_correct_submission_has_no_counterexamples(tmp_path: Path) -> None:
     assert run.report["score"] == run.report["max_score"] == 80.0
     assert all(c["counterexample"] is None for t in run.report["tiers"] for c in t["checks"])
     assert '<details class="counterexample"' not in run.html
+
+
+def test_domain_edges_stay_in_the_contract_when_cut() -> None:
+    """The λ case whose products cancel has q1·k1 = 0 and every prefix's exponent at most 0; the padding case has its first
+    key and one query all zeros: every cut the search makes keeps their λ finite and their first key's logits exactly 0."""
+    for seed in (1, 2, 3):
+        cancelling = [c for c in suite.lambda_values(seed) if oracle.lambda_exponents(*c.vectors)[0] == 0.0]
+        assert len(cancelling) == 2 and all(np.abs(c.q1 * c.k1).max() > 88.8 for c in cancelling)
+        for case in cancelling:
+            assert all(float(np.cumsum(case.q1 * case.k1)[n]) <= 0.0 for n in range(case.q1.size))
+            assert all(np.isfinite(oracle.scalar_lambda(*cut_lambda(case, n).vectors, 0.2)) for n in range(1, case.q1.size + 1))
+        (padded,) = [c for c in suite.attention_causal(seed) if "all zeros" in c.note]
+        assert not padded.k1[..., 0, :].any() and not padded.k2[..., 0, :].any()

@@ -183,6 +183,28 @@ def test_sizes_that_do_not_fit_on_a_mask_line_are_the_masks_fault() -> None:
     assert at('s = s.masked_fill(~visible[:t, :t], float("-inf"))', sizes) == ["mask"]
     assert at("s = q @ k.transpose(-2, -1)", sizes) == ["shape"]
     assert at("s = s + mask", "expected scalar type Double but found Float") == ["dtype"]
+    assert at('s = s.masked_fill(hidden, torch.finfo(torch.float64).min)', "value cannot be converted to type float without overflow") == ["dtype"]
+
+
+def test_a_signature_out_of_the_contracts_order_is_a_contract_cause_naming_the_parameter() -> None:
+    """A parameter renamed or moved is named with the component the exercise gives it; a right signature, or one that adds
+    optional parameters after the contract's, is no cause."""
+    from grader.exercises.diffattn.diagnosis import PARAMETER_COMPONENTS
+    from grader.exercises.diffattn.signatures import CONTRACT
+    from grader.toolkit import signatures
+
+    def described(*names: str, extra: str | None = None) -> dict[str, object]:
+        found = [{"name": n, "kind": "POSITIONAL_OR_KEYWORD", "has_default": n == names[-1]} for n in names]
+        return {"parameters": found + ([{"name": extra, "kind": "POSITIONAL_OR_KEYWORD", "has_default": True}] if extra else [])}
+
+    renamed = {A: described("q1", "k1", "q2", "k2", "value", "coefficient", "is_causal"), L: described("q1", "k1", "q2", "k2", "lambda_init")}
+    (found,) = signatures.findings(CONTRACT, renamed, PARAMETER_COMPONENTS)
+    assert (found.function, found.component, found.stage, found.signature) == (A, "mask", "contract", "argument 'causal'")
+    assert "'causal' is 'is_causal'" in found.title
+    swapped = {L: described("q1", "q2", "k1", "k2", "lambda_init")}
+    assert [(f.function, f.component) for f in signatures.findings(CONTRACT, swapped, PARAMETER_COMPONENTS)] == [(L, "lambda")]
+    right = {A: described("q1", "k1", "q2", "k2", "value", "coefficient", "causal", extra="scale"), L: described("q1", "k1", "q2", "k2", "lambda_init")}
+    assert signatures.findings(CONTRACT, right, PARAMETER_COMPONENTS) == []
 
 
 def test_a_modified_input_is_named_with_the_in_place_line() -> None:
@@ -222,6 +244,11 @@ def test_the_file_does_not_load_names_the_function_of_its_line() -> None:
               "def _map(s):\n    return softmax(s, -1)\n\n\ndef differential_attention(q1, k1, q2, k2, value, coefficient):\n    return _map(q1)\n"
     failed = "raised ImportError: cannot import name 'logsumexp'\n  File \"submission.py\", line 2, in <module>\n    from torch.nn.functional import logsumexp, softmax"
     assert diagnosis.file_findings(GradingContext(1, None, {}, failed, source=imports), (L, A))[0].function == A  # softmax, through _map
+    derived = "import torch\n\nVERSION = tuple(int(p) for p in torch.__version__.split('.'))\nFAST = VERSION >= (2, 0)\n\n\n" \
+              "def differential_lambda(q1, k1, q2, k2):\n    return q1\n\n\ndef differential_attention(q1, k1, q2, k2, value, coefficient):\n" \
+              "    return value if FAST else q1\n"
+    version = 'raised ValueError: invalid literal for int()\n  File "submission.py", line 3, in <module>\n    VERSION = tuple(int(p) for p in ...)'
+    assert diagnosis.file_findings(GradingContext(1, None, {}, version, source=derived), (L, A))[0].function == A  # FAST comes from VERSION
     missing = GradingContext(1, None, {L: {"kind": "missing"}, A: {"kind": "callable"}})
     assert [(f.function, f.title) for f in diagnosis.file_findings(missing)] == [(L, f"{L} is not defined")]
 

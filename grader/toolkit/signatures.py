@@ -82,21 +82,22 @@ def misplaced(signature: Signature, parameters: Any) -> tuple[str, str | None] |
 
 def finding(signature: Signature, parameters: Any, components: Mapping[str, str]) -> Finding | None:
     """A contract finding when ``parameters`` do not follow ``signature`` (:func:`order_problem`), its component the one
-    ``components`` gives the contract's parameter at fault ("type" when none does), or None."""
+    ``components`` gives the contract's parameter at fault (else the one it gives "*", else "type"), or None."""
     problem, place = order_problem(signature, parameters), misplaced(signature, parameters)
     if problem is None or place is None:
         return None
     expected, got = place
     title = (f"{signature.name} cannot take '{expected}' by position" if got is None else
              f"{signature.name}'s parameter '{expected}' is '{got}' in the submitted signature")  # fmt: skip
-    return Finding(signature.name, components.get(expected, "type"), "contract", title, problem[0].upper() + problem[1:] + ".",
+    return Finding(signature.name, components.get(expected, components.get("*", "type")), "contract", title, problem[0].upper() + problem[1:] + ".",
                    f"declare the parameters as the contract does: {signature.text}", aspect="binding",
                    explains=frozenset({"binding"}), signature=f"argument '{expected}'")  # fmt: skip
 
 
-def findings(contracts: Mapping[str, Signature], functions: Mapping[str, Any], components: Mapping[str, str]) -> list[Finding]:
-    """:func:`finding` for each function of ``contracts``, from the worker's description of the submitted ones (``functions``)."""
-    found = (finding(contract, functions.get(name, {}).get("parameters"), components) for name, contract in contracts.items())
+def findings(contracts: Mapping[str, Signature], functions: Mapping[str, Any], components: Mapping[str, Mapping[str, str]]) -> list[Finding]:
+    """:func:`finding` for each function of ``contracts``, from the worker's description of the submitted ones (``functions``),
+    with that function's ``components``."""
+    found = (finding(contract, functions.get(name, {}).get("parameters"), components.get(name, {})) for name, contract in contracts.items())
     return [f for f in found if f is not None]
 
 

@@ -61,8 +61,10 @@ ACROSS_CALLS = ("repeated_calls",)
 """Checks whose failure may come from state kept between calls (a cache): they alone do not send a function's probes looking at its forward."""
 STALE_COMPONENTS = {LAMBDA: "lambda"}
 """The component of a function whose whole answer is remembered between calls (attention's parts have components of their own)."""
-PARAMETER_COMPONENTS = {"lambda_init": "lambda", "value": "value", "coefficient": "coefficient", "causal": "mask"}
-"""The component a parameter misnamed or misplaced in a submitted signature belongs to (the others: "type")."""
+PARAMETER_COMPONENTS = {LAMBDA: {"*": "lambda"},
+                        ATTENTION: {**dict.fromkeys(INPUT_NAMES[:4], "branch"), "value": "value", "coefficient": "coefficient", "causal": "mask"}}
+"""Per function, the component a parameter misnamed or misplaced in a submitted signature belongs to (a swapped query and
+key pair the branches' inputs wrongly; every λ parameter is λ's formula)."""
 ATTRIBUTE_COMPONENTS = {"the memory layout": "strided", "the coefficient": "coefficient", "the inputs' dtype": "dtype",
                         "causal": "mask", "the autograd mode": "graph"}  # fmt: skip
 

@@ -52,8 +52,8 @@ HINTS: dict[str, tuple[str, str, str, tuple[str, ...]]] = {
     "output_detached": (GQA, "graph", "contract", ()),
     "float32_inside": (GQA, "dtype", "forward", ()),
 }  # fmt: skip
-PARAMETER_COMPONENTS = {"lambda_logits": "gate", "causal": "mask"}
-"""The component a parameter misnamed or misplaced in a submitted signature belongs to (the others: "type")."""
+PARAMETER_COMPONENTS = {GQA: {"causal": "mask"}, DIFF_V2: {"lambda_logits": "gate", "causal": "mask"}}
+"""Per function, the component a parameter misnamed or misplaced in a submitted signature belongs to (the others: "type")."""
 KV_HEADS = "the number of key/value heads"
 ATTRIBUTE_COMPONENTS = {"the memory layout": "strided", "the inputs' dtype": "dtype", "causal": "mask", "the autograd mode": "graph",
                         KV_HEADS: "heads"}  # fmt: skip

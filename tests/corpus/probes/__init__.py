@@ -67,6 +67,12 @@ def differential_attention(q1, k1, q2, k2, value, coefficient, causal=True):
     c = coefficient if torch.is_tensor(coefficient) else torch.tensor(float(coefficient), dtype=q1.dtype)
     return _Mixed.apply(_map(q1, k1, causal), _map(q2, k2, causal), c) @ value
 '''
+_CAUSAL_AS_DROPOUT = '''
+
+def differential_attention(q1, k1, q2, k2, value, coefficient, causal=True):
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    return sdpa(q1, k1, value, None, causal) - coefficient * sdpa(q2, k2, value, None, causal)  # the fifth parameter is dropout_p
+'''
 
 # name -> (text of BASE, what a student wrote instead, the function and component the first finding must name)
 VARIANTS: dict[str, tuple[str, str, str, str]] = {
@@ -118,12 +124,18 @@ VARIANTS: dict[str, tuple[str, str, str, str]] = {
     "lambda_default": ("lambda_init=0.2", "lambda_init=0.8", _L, "lambda"),
     "lambda_clamped": (_LAMBDA, "(" + _LAMBDA + ").clamp(0, 1)", _L, "lambda"),
     "lambda_sum_not_dot": (_LAMBDA, "torch.exp((q1 + k1).sum()) - torch.exp((q2 + k2).sum()) + lambda_init", _L, "lambda"),
+    "lambda_elementwise_exp": (_LAMBDA, "torch.exp(q1 * k1).prod() - torch.exp(q2 * k2).prod() + lambda_init", _L, "lambda"),
+    "mask_from_zero_logits": ('s = s.masked_fill(torch.ones(t, t, dtype=torch.bool, device=q.device).triu(1), float("-inf"))',
+                              's = s.tril().masked_fill(s.tril() == 0, float("-inf"))', _A, "mask"),
     "lambda_float32": (_LAMBDA, "(torch.exp(torch.dot(q1.float(), k1.float())) - torch.exp(torch.dot(q2.float(), k2.float())) + lambda_init).to(q1.dtype)",
                        _L, "dtype"),  # fmt: skip
 }
 # Whole functions replaced: name -> (the function removed from BASE, what replaces it, function, component)
 REPLACED: dict[str, tuple[str, str, str, str]] = {
     "lambda_backward_without_exp": ("differential_lambda", _CUSTOM_LAMBDA, _L, "backward"),
+    "lambda_backward_clipped_exp": ("differential_lambda", _CUSTOM_LAMBDA.replace("e1, e2 = a, b", "e1, e2 = a.exp().clamp(max=1e4), b.exp().clamp(max=1e4)"),
+                                    _L, "backward"),
+    "causal_passed_as_dropout": ("differential_attention", _CAUSAL_AS_DROPOUT, _A, "mask"),
     "attention_backward_wrong_for_one_input": ("differential_attention", _CUSTOM_ATTENTION, _A, "backward"),
 }
 
