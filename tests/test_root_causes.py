@@ -172,8 +172,9 @@ def test_an_exception_is_classified_by_torchs_wording_or_by_the_calls_it_alone_h
 
 
 def test_sizes_that_do_not_fit_on_a_mask_line_are_the_masks_fault() -> None:
-    """A size mismatch where the mask is applied (a mask buffer of a fixed length) is a mask cause; a dtype mismatch
-    on such a line, or a size mismatch elsewhere, keeps the exception's own component."""
+    """A size mismatch where the mask is applied (a mask buffer of a fixed length), or on a line that reads a name the
+    mask's operation assigned, is a mask cause; a dtype mismatch on such a line, or a size mismatch elsewhere, keeps the
+    exception's own component."""
     def at(code: str, message: str) -> list[str]:
         trace = f'  File "sub.py", line 9, in differential_attention\n    {code}\n'
         raised = Returned(raised={"type": "RuntimeError", "message": message, "traceback": trace})
@@ -184,6 +185,16 @@ def test_sizes_that_do_not_fit_on_a_mask_line_are_the_masks_fault() -> None:
     assert at("s = q @ k.transpose(-2, -1)", sizes) == ["shape"]
     assert at("s = s + mask", "expected scalar type Double but found Float") == ["dtype"]
     assert at('s = s.masked_fill(hidden, torch.finfo(torch.float64).min)', "value cannot be converted to type float without overflow") == ["dtype"]
+    source = ("def differential_attention(q1, k1, q2, k2, value, coefficient, causal=True):\n    s = q1 @ k1.transpose(-2, -1)\n"
+              "    bias = torch.triu(torch.full((64, 64), float('-inf')), 1)\n    s = s + bias\n    w = s.softmax(-1)\n    return w @ value[..., :2]\n")  # fmt: skip
+
+    def traced(line: int, code: str) -> list[str]:
+        trace = f'  File "sub.py", line {line}, in differential_attention\n    {code}\n'
+        return [f.component for f in slips.findings([_call(Returned(raised={"type": "RuntimeError", "message": sizes, "traceback": trace}))],
+                                                    source, DECLARATIONS)]  # fmt: skip
+
+    assert traced(4, "s = s + bias") == ["mask"]  # bias, one assignment back: the triu
+    assert traced(6, "return w @ value[..., :2]") == ["shape"]  # w comes from a softmax: no further back than one assignment
 
 
 def test_a_signature_out_of_the_contracts_order_is_a_contract_cause_naming_the_parameter() -> None:

@@ -232,7 +232,7 @@ def _raised(function: str, calls: Sequence[Observed], source: str | None, declar
                                           blocks=everywhere), signature="NotImplementedError"))  # fmt: skip
             continue
         code = FRAME.findall(error.get("traceback", "") or "")
-        on_line = next((c for pattern, c in declared.lines.items() if code and re.search(pattern, code[-1][2])), None)
+        on_line = _line_component(declared, source, code[-1]) if code else None
         if classified is not None:
             component, meaning, advice, _ = classified
             component = (on_line or component) if component == "shape" else component
@@ -250,6 +250,31 @@ def _raised(function: str, calls: Sequence[Observed], source: str | None, declar
         found.append(replace(_finding(function, component, title, evidence, advice, blocks=everywhere,
                                       explains=frozenset({ASPECT_OF.get(component) or "type"})), signature=signature))  # fmt: skip
     return found
+
+
+def _line_component(declared: Declarations, source: str | None, frame: tuple[str, str, str]) -> str | None:
+    """The component of the student's failing line (``frame``: its number, function and code) by the operation on it, else
+    by the operation of the latest earlier line of its function that assigned a name it uses (``kt = k.T`` before the
+    ``q @ kt`` that fails), or None."""
+    line, function, text = frame
+
+    def of(code: str) -> str | None:
+        return next((component for pattern, component in declared.lines.items() if re.search(pattern, code)), None)
+
+    found = of(text)
+    if found is not None:
+        return found
+    wanted = set(re.findall(r"\b[A-Za-z_]\w*\b", text.split("#", 1)[0]))
+    for number, earlier in reversed(function_lines(source, function)):
+        assigned = re.match(r"\s*([A-Za-z_][\w, ]*?)\s*=(?!=)", earlier)
+        if number >= int(line) or assigned is None:
+            continue
+        names = {name.strip() for name in assigned.group(1).split(",")} & wanted
+        if names:
+            wanted -= names  # an earlier assignment of the same name is no longer the one the failing line reads
+            if (component := of(earlier.split("#", 1)[0])) is not None:
+                return component
+    return None
 
 
 def _not_tensors(function: str, calls: Sequence[Observed], source: str | None) -> list[Finding]:
