@@ -232,7 +232,8 @@ def _raised(function: str, calls: Sequence[Observed], source: str | None, declar
                                           blocks=everywhere), signature="NotImplementedError"))  # fmt: skip
             continue
         code = FRAME.findall(error.get("traceback", "") or "")
-        on_line = _line_component(declared, source, code[-1]) if code else None
+        # sizes that do not fit are traced to the operation that made an operand (one assignment back); other errors stay on their line
+        on_line = _line_component(declared, source if classified and classified[0] == "shape" else None, code[-1]) if code else None
         if classified is not None:
             component, meaning, advice, _ = classified
             component = (on_line or component) if component == "shape" else component
@@ -254,8 +255,8 @@ def _raised(function: str, calls: Sequence[Observed], source: str | None, declar
 
 def _line_component(declared: Declarations, source: str | None, frame: tuple[str, str, str]) -> str | None:
     """The component of the student's failing line (``frame``: its number, function and code) by the operation on it, else
-    by the operation of the latest earlier line of its function that assigned a name it uses (``kt = k.T`` before the
-    ``q @ kt`` that fails), or None."""
+    (given the ``source``) by the operation of the latest earlier line of its function that assigned a name it uses
+    (``kt = k.T`` before the ``q @ kt`` that fails), or None."""
     line, function, text = frame
 
     def of(code: str) -> str | None:
