@@ -65,28 +65,50 @@ def call_problem(signature: Signature, parameters: Any) -> str | None:
     return f"the signature of {signature.name}({', '.join(names)}) does not match the contract {signature.text}: {found}"
 
 
-def misplaced(signature: Signature, parameters: Any) -> tuple[str, str | None] | None:
-    """(the contract's parameter, the submitted one in its place or None when there is none) at the first place where
-    ``parameters`` stops following ``signature``'s order and names, or None."""
+def misplaced(signature: Signature, parameters: Any) -> tuple[int, str, str | None] | None:
+    """(the place, from 1; the contract's parameter there; the submitted one in its place, or None when there is none) at
+    the first place where ``parameters`` stops following ``signature``'s order and names, or None.
+
+    Callers may pass every argument by position or by name: the contract's
+    parameters must come first, in its order and with its names (more
+    optional parameters may follow them, or ``*args``/``**kwargs``).
+    """
     if not isinstance(parameters, list):
         return None
     described = [p for p in parameters if isinstance(p, dict)]
     slots = [p for p in described if p.get("kind") in POSITIONAL_KINDS]
-    for expected, got in zip(signature.parameters, slots):
+    for place, (expected, got) in enumerate(zip(signature.parameters, slots), start=1):
         if got.get("name") != expected:
-            return expected, str(got.get("name"))
+            return place, expected, str(got.get("name"))
     if len(slots) < len(signature.parameters) and not any(p.get("kind") == "VAR_POSITIONAL" for p in described):
-        return signature.parameters[len(slots)], None
+        return len(slots) + 1, signature.parameters[len(slots)], None
     return None
 
 
+def order_problem(signature: Signature, parameters: Any) -> str | None:
+    """Which parameter of ``parameters`` stands where the contract has another, so that a call binds it wrongly, or None
+    (:func:`misplaced`)."""
+    found = misplaced(signature, parameters)
+    return None if found is None else _order_text(signature, *found)
+
+
+def _order_text(signature: Signature, place: int, expected: str, got: str | None) -> str:
+    """What :func:`order_problem` says of the parameter ``got`` at ``place``, where the contract has ``expected``."""
+    if got is None:
+        return f"the signature of {signature.name} does not follow the contract {signature.text}: '{expected}' cannot be passed by position"
+    where = f"parameter {place} is '{got}' where the contract has '{expected}'"
+    return (f"the signature of {signature.name} does not follow the contract {signature.text}: {where}, so a caller "
+            f"passing {expected} by position sets {got}, and one passing {expected} by name fails")  # fmt: skip
+
+
 def finding(signature: Signature, parameters: Any, components: Mapping[str, str]) -> Finding | None:
-    """A contract finding when ``parameters`` do not follow ``signature`` (:func:`order_problem`), its component the one
+    """A contract finding when ``parameters`` do not follow ``signature`` (:func:`misplaced`), its component the one
     ``components`` gives the contract's parameter at fault (else the one it gives "*", else "type"), or None."""
-    problem, place = order_problem(signature, parameters), misplaced(signature, parameters)
-    if problem is None or place is None:
+    found = misplaced(signature, parameters)
+    if found is None:
         return None
-    expected, got = place
+    problem = _order_text(signature, *found)
+    _, expected, got = found
     title = (f"{signature.name} cannot take '{expected}' by position" if got is None else
              f"{signature.name}'s parameter '{expected}' is '{got}' in the submitted signature")  # fmt: skip
     return Finding(signature.name, components.get(expected, components.get("*", "type")), "contract", title, problem[0].upper() + problem[1:] + ".",
@@ -99,27 +121,3 @@ def findings(contracts: Mapping[str, Signature], functions: Mapping[str, Any], c
     with that function's ``components``."""
     found = (finding(contract, functions.get(name, {}).get("parameters"), components.get(name, {})) for name, contract in contracts.items())
     return [f for f in found if f is not None]
-
-
-def order_problem(signature: Signature, parameters: Any) -> str | None:
-    """Which parameter of ``parameters`` stands where the contract has another, so that a call binds it wrongly, or None.
-
-    Callers may pass every argument by position or by name: the contract's
-    parameters must come first, in its order and with its names (more
-    optional parameters may follow them, or ``*args``/``**kwargs``).
-    """
-    if not isinstance(parameters, list):
-        return None
-    name, wanted = signature.name, signature.parameters
-    described = [p for p in parameters if isinstance(p, dict)]
-    slots = [p for p in described if p.get("kind") in POSITIONAL_KINDS]
-    for place, (expected, got) in enumerate(zip(wanted, slots), start=1):
-        if got.get("name") != expected:
-            where = f"parameter {place} is '{got.get('name')}' where the contract has '{expected}'"
-            return (f"the signature of {name} does not follow the contract {signature.text}: {where}, so a caller "
-                    f"passing {expected} by position sets {got.get('name')}, and one passing {expected} by name fails")  # fmt: skip
-    if len(slots) < len(wanted) and not any(p.get("kind") == "VAR_POSITIONAL" for p in described):
-        missing = wanted[len(slots)]
-        return (f"the signature of {name} does not follow the contract {signature.text}: "
-                f"'{missing}' cannot be passed by position")  # fmt: skip
-    return None

@@ -233,7 +233,7 @@ def _raised(function: str, calls: Sequence[Observed], source: str | None, declar
             continue
         code = FRAME.findall(error.get("traceback", "") or "")
         # sizes that do not fit are traced to the operation that made an operand (one assignment back); other errors stay on their line
-        on_line = _line_component(declared, source if classified and classified[0] == "shape" else None, code[-1]) if code else None
+        on_line = _line_component(declared, code[-1], source, trace=classified is not None and classified[0] == "shape") if code else None
         if classified is not None:
             component, meaning, advice, _ = classified
             component = (on_line or component) if component == "shape" else component
@@ -253,9 +253,9 @@ def _raised(function: str, calls: Sequence[Observed], source: str | None, declar
     return found
 
 
-def _line_component(declared: Declarations, source: str | None, frame: tuple[str, str, str]) -> str | None:
+def _line_component(declared: Declarations, frame: tuple[str, str, str], source: str | None, *, trace: bool) -> str | None:
     """The component of the student's failing line (``frame``: its number, function and code) by the operation on it, else
-    (given the ``source``) by the operation of the latest earlier line of its function that assigned a name it uses
+    (with ``trace``) by the operation of the latest earlier line of its function in ``source`` that assigned a name it uses
     (``kt = k.T`` before the ``q @ kt`` that fails), or None."""
     line, function, text = frame
 
@@ -263,7 +263,7 @@ def _line_component(declared: Declarations, source: str | None, frame: tuple[str
         return next((component for pattern, component in declared.lines.items() if re.search(pattern, code)), None)
 
     found = of(text)
-    if found is not None:
+    if found is not None or not trace:
         return found
     wanted = set(re.findall(r"\b[A-Za-z_]\w*\b", text.split("#", 1)[0]))
     for number, earlier in reversed(function_lines(source, function)):
