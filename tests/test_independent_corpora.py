@@ -11,13 +11,11 @@ holdout corpora, two right ones refused). The other independent corpora
 
 from __future__ import annotations
 
-import csv
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import grade_class
 
 CORPORA = Path(__file__).resolve().parent / "corpus"
 SEED = 20261201
@@ -26,21 +24,15 @@ EXERCISES = {"diff_attention": ("diagnosis_holdout", "diagnosis_sealed"), "diff_
 
 @pytest.fixture(scope="module", params=sorted(EXERCISES))
 def graded(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[bool, float]]:
-    """Every file of the exercise's independent corpus, graded once: "corpus/kind/name" -> (whether it is correct, score)."""
-    folder = tmp_path_factory.mktemp(request.param)
-    labels = {}
+    """Every file of the exercise's independent corpora, graded once as one class: "corpus/kind/name" -> (whether it is correct, score)."""
+    files, labels = {}, {}
     for corpus in EXERCISES[request.param]:
         for key, label in json.loads((CORPORA / corpus / "labels.json").read_text(encoding="utf-8")).items():
             kind, name = key.split("/")
-            (folder / f"{corpus}__{kind}__{name}.py").write_text((CORPORA / corpus / kind / f"{name}.py").read_text(encoding="utf-8"), encoding="utf-8")
+            files[f"{corpus}__{kind}__{name}"] = CORPORA / corpus / kind / f"{name}.py"
             labels[f"{corpus}__{kind}__{name}"] = bool(label["correct"])
-    out = tmp_path_factory.mktemp(f"{request.param}_reports")
-    command = [sys.executable, "-m", "grader", "batch", str(folder), "--out", str(out), "--seed", str(SEED), "--exercise", request.param, "--no-preview"]
-    subprocess.run(command, capture_output=True, text=True, timeout=900, check=False)
-    with open(out / "grades.csv", newline="", encoding="utf-8") as stream:
-        scores = {row["student"]: float(row["score"]) for row in csv.DictReader(stream)}
-    assert set(scores) == set(labels)
-    return {student.replace("__", "/"): (labels[student], score) for student, score in scores.items()}
+    runs = grade_class(files, SEED, tmp_path_factory.mktemp(request.param), "--exercise", request.param)
+    return {student.replace("__", "/"): (labels[student], run.report["score"]) for student, run in runs.items()}
 
 
 def test_no_wrong_file_earns_full_marks(graded: dict[str, tuple[bool, float]]) -> None:
