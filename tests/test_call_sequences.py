@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import importlib
+
 import numpy as np
 import pytest
 
 from grader.core.invoke import Call, Request, TensorInput, invoke
+from grader.toolkit import domain
 from grader.worker.client import ForkServer, Worker, WorkerLimits
 
 FUNCTIONS = ["differential_lambda", "differential_attention"]
+SEED = 20261201
 STATEFUL = """
 import torch
 _by_pointer, _by_identity, _buffer = {}, {}, torch.zeros(())
@@ -119,3 +123,35 @@ def test_switching_an_input_to_requires_grad_modifies_it(worker: Worker) -> None
     frozen = TensorInput(np.ones(3), "float64")
     outcome = invoke(worker, Request((Call("trains_it", (frozen,)),), inputs=(frozen,)))
     assert outcome.failure is None and outcome.changed_inputs == [0]
+
+
+@pytest.mark.parametrize("exercise", ["diffattn", "diffv2"])
+def test_every_kind_is_drawn_in_every_mode_for_every_function(exercise: str) -> None:
+    """Each kind of call sequence, in each of its modes, for each function of both exercises; one-token decoding steps and
+    the flag left out after causal=False among them."""
+    suite = importlib.import_module(f"grader.exercises.{exercise}.suite")
+    drawn = suite.sequences(SEED)
+    functions = {s.second.function for s in drawn}
+    made = {(s.kind, "grads" if s.grads and s.kind != "retrained" else s.first.grad_mode, s.second.function) for s in drawn}
+    for kind in domain.SEQUENCE_KINDS:
+        modes = domain.KIND_MODES.get(kind, domain.SEQUENCE_MODES)
+        assert {(kind, mode, f) for mode in modes for f in functions} <= made, kind
+    attention = [s for s in drawn if hasattr(s.second, "causal")]
+    assert any(s.kind == "reallocate" and s.first.output_shape[-3 if exercise == "diffv2" else -2] == 1 for s in attention)
+    assert any(s.kind == "reflagged" and s.first.causal is False and s.second.causal is None for s in attention)
+    resized = [s for s in attention if s.kind == "resized"]
+    assert resized and all(s.second.output_shape != s.first.output_shape for s in resized)
+
+
+def test_an_evaluation_then_a_training_step_is_one_request() -> None:
+    """"retrained": the same tensors, the first call under no_grad or inference_mode, the second with grad enabled and the
+    backward pass from it."""
+    from grader.exercises.diffv2 import suite
+
+    retrained = [s for s in suite.sequences(SEED) if s.kind == "retrained"]
+    assert {s.first.grad_mode for s in retrained} == {"no_grad", "inference_mode"}
+    sequence = retrained[0]
+    made = suite.SEQUENCES.request(sequence)
+    assert [c.grad_mode for c in made.calls] == [sequence.first.grad_mode, "enabled"] and made.backward_from == 1
+    assert made.calls[0].args == made.calls[1].args and any(t.requires_grad for t in made.inputs)
+    assert [position for position, _, _ in suite.SEQUENCES.differentiated(sequence)] == [1]

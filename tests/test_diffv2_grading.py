@@ -190,8 +190,8 @@ def test_handout_runs_the_public_checks(tmp_path: Path) -> None:
     assert made.returncode == 0, made.stderr
     data = json.loads((out / "public_checks.json").read_text(encoding="utf-8"))
     hidden = {c["name"].removeprefix("test_") for c in _declared() if c.get("visibility") == "hidden"}
-    assert {c["id"] for c in data["checks"]}.isdisjoint(hidden) and len(data["checks"]) == 20
+    assert {c["id"] for c in data["checks"]}.isdisjoint(hidden) and len(data["checks"]) == 21
     (out / "reference.py").write_text(REFERENCE.read_text(encoding="utf-8"), encoding="utf-8")
-    for submission, code, line in (("reference.py", 0, "20 of 20 public checks passed."), (str(Path("exercise") / STUB.name), 1, "0 of 20")):
+    for submission, code, line in (("reference.py", 0, "21 of 21 public checks passed."), (str(Path("exercise") / STUB.name), 1, "0 of 21")):
         ran = subprocess.run([sys.executable, "run_checks.py", submission], cwd=out, capture_output=True, text=True, timeout=300, check=False)
         assert ran.returncode == code and line in ran.stdout, ran.stdout[-2000:]

@@ -229,24 +229,33 @@ def test_magnitudes_bound_the_values(causal: bool) -> None:
 
 
 def test_magnitudes_are_attained_without_cancellation() -> None:
-    """With non-negative values, cotangent and the gate's odd heads set to zero, the outputs equal their bounds."""
+    """With non-negative values the attention outputs equal their bounds; diff_v2's adds the odd heads' with the gate's terms."""
     arrays = _inputs((1, 5, 4, 2, 3), 19)
     q, k = arrays["q"], arrays["k"]
     v = np.abs(arrays["v"])
-    np.testing.assert_allclose(oracle.gqa_attention(q, k, v, True), oracle.gqa_output_magnitude(q, k, v, True), rtol=1e-13)
+    both = oracle.gqa_output_magnitude(q, k, v, True)
+    np.testing.assert_allclose(oracle.gqa_attention(q, k, v, True), both, rtol=1e-13)
     gates = np.full((1, 5, 2), -800.0)  # σ = 0 to float64 precision: nothing is subtracted
-    np.testing.assert_allclose(
-        oracle.diff_v2_attention(q, k, v, gates, True), oracle.diff_v2_output_magnitude(q, k, v, gates, True), rtol=1e-13
-    )
+    np.testing.assert_allclose(oracle.diff_v2_attention(q, k, v, gates, True), both[:, :, 0::2], rtol=1e-13)
+    np.testing.assert_allclose(oracle.diff_v2_output_magnitude(q, k, v, gates, True), both[:, :, 0::2] + 2.0 * both[:, :, 1::2], rtol=1e-13)
 
 
 def test_complement_magnitude_counts_both_terms() -> None:
-    """The bound of dℓ uses σ(1 + σ), the terms of 1 - σ: at ℓ = 100 it stays of order |G|·|A|·|v| while dℓ is ~e⁻¹⁰⁰."""
+    """The bound of dℓ uses the terms of whichever form of σ' is larger: at ℓ = ±100 it stays of order |G|·|A|·|v| while dℓ is
+    ~e⁻¹⁰⁰ (σ(ℓ)(1 − σ(ℓ)) subtracts near 1 for ℓ > 0, a gate written 1 − σ(−ℓ) for ℓ < 0)."""
     arrays = _inputs((1, 2, 2, 1, 2), 23)
-    gates = np.full((1, 2, 1), 100.0)
-    exact = oracle.diff_v2_vjp(arrays["q"], arrays["k"], arrays["v"], gates, True, arrays["cotangent"])["lambda_logits"]
-    bound = oracle.diff_v2_vjp(arrays["q"], arrays["k"], arrays["v"], gates, True, arrays["cotangent"], absolute=True)["lambda_logits"]
-    assert (np.abs(exact) < 1e-40).all() and (bound > 1e-3).all()
+    for logit in (100.0, -100.0):
+        gates = np.full((1, 2, 1), logit)
+        exact = oracle.diff_v2_vjp(arrays["q"], arrays["k"], arrays["v"], gates, True, arrays["cotangent"])["lambda_logits"]
+        bound = oracle.diff_v2_vjp(arrays["q"], arrays["k"], arrays["v"], gates, True, arrays["cotangent"], absolute=True)["lambda_logits"]
+        assert (np.abs(exact) < 1e-40).all() and (bound > 1e-3).all()
+
+
+def test_the_gate_counts_as_the_terms_of_its_larger_form() -> None:
+    """|λ| is 2 − σ(ℓ), the terms of 1 − σ(−ℓ): at least 1 for every ℓ, 2 where σ(ℓ) is 0."""
+    magnitudes = oracle.gate_magnitudes(np.array([-1000.0, -5.0, 0.0, 5.0, 1000.0]))
+    np.testing.assert_allclose(magnitudes, 2.0 - oracle.sigmoids(np.array([-1000.0, -5.0, 0.0, 5.0, 1000.0])))
+    assert magnitudes[0] == 2.0 and magnitudes[-1] == 1.0 and (magnitudes >= 1.0).all()
 
 
 # --- independence ---------------------------------------------------------------------

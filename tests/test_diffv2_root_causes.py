@@ -1,8 +1,9 @@
 """DIFF V2's root causes: its declarations cover every check and misconception, and graded files get the right first cause.
 
 A handful of wrong files of tests/corpus/v2 (one per kind of fault: heads,
-layout, gate, pairs, mask, stability, backward, graph, a contract slip) are
-graded in one ``diffgrade batch`` with the correct styles and the reference:
+layout, gate, pairs, mask, stability, backward, graph, a contract slip) and
+two written here (a blocked loop that drops the last partial block of keys,
+a result cached by the inputs' addresses and versions) are graded in one ``diffgrade batch`` with the correct styles and the reference:
 each wrong file's first root cause names the function and component of its
 bug, and no correct file gets a root cause. ``benchmarks/diffv2_diagnosis.py``
 measures the whole corpus.
@@ -44,12 +45,44 @@ EXPECTED = {
     "v1_rmsnorm": (DIFF_V2, "output"),
 }
 CORRECT = ("custom_function", "online_blocked", "sdpa_expand_mask")
+REFERENCE = (ROOT / "reference" / "diff_v2_attention.py").read_text(encoding="utf-8")
+KEY_BLOCKS = """
+import math
+import torch
+
+def gqa_attention(q, k, v, causal=True):
+    b, t, hq, d = q.shape
+    qh = q.transpose(1, 2) / math.sqrt(d)
+    kh, vh = (x.transpose(1, 2).repeat_interleave(hq // k.shape[2], dim=1) for x in (k, v))
+    blocks = max(1, t // 32)  # BUG: the last partial block of keys is never visited
+    scores = torch.cat([qh @ kh[:, :, i * 32:(i + 1) * 32].transpose(-1, -2) for i in range(blocks)], dim=-1)
+    if causal:
+        visible = torch.ones(t, scores.shape[-1], dtype=torch.bool).tril()
+        scores = scores.masked_fill(~visible, float("-inf"))
+    return (torch.softmax(scores, dim=-1) @ vh[:, :, :scores.shape[-1]]).transpose(1, 2)
+
+def diff_v2_attention(q, k, v, lambda_logits, causal=True):
+    a = gqa_attention(q, k, v, causal)
+    return a[:, :, 0::2] - torch.sigmoid(lambda_logits)[..., None] * a[:, :, 1::2]
+"""
+CACHED = """
+_computed, _kept = gqa_attention, {}
+
+def gqa_attention(q, k, v, causal=True):  # BUG: a key of addresses and versions misses a refill through .data
+    key = tuple((x.data_ptr(), x._version, tuple(x.shape), x.dtype) for x in (q, k, v)) + (causal,)
+    if key not in _kept:
+        _kept[key] = _computed(q, k, v, causal)
+    return _kept[key]
+"""
+# Files for mechanisms that no file of the corpus needs (long sequences, state kept between calls): name -> source.
+WRITTEN = {"key_blocks_tail_dropped": KEY_BLOCKS, "gqa_cached_by_address": REFERENCE + CACHED}
+WRITTEN_EXPECTED = {"key_blocks_tail_dropped": (GQA, "softmax"), "gqa_cached_by_address": (GQA, "output")}
 
 
 def test_every_check_has_a_role_and_every_misconception_a_place() -> None:
     """Every V2 check declares what it judges; HINTS places every variant and symptom of the catalogue, with known components."""
     checks = set(re.findall(r"^def test_(\w+)\(", "".join(p.read_text() for p in CHECKS.glob("test_*.py")), flags=re.M))
-    assert checks == set(DECLARED) and len(checks) == 24
+    assert checks == set(DECLARED) and len(checks) == 25
     ids = {v.id for family in misconceptions.CATALOGUE.families for v in family.variants}
     ids |= {variant.id for variant, _ in misconceptions.CATALOGUE.symptoms}
     assert ids == set(diagnosis.HINTS)
@@ -98,6 +131,8 @@ def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any
         (students / f"{name}.py").write_text((CORPUS / "wrong" / f"{name}.py").read_text(encoding="utf-8"), encoding="utf-8")
     for name in CORRECT:
         (students / f"correct_{name}.py").write_text((CORPUS / "correct" / f"{name}.py").read_text(encoding="utf-8"), encoding="utf-8")
+    for name, text in WRITTEN.items():
+        (students / f"{name}.py").write_text(text, encoding="utf-8")
     (students / "reference.py").write_text((ROOT / "reference" / "diff_v2_attention.py").read_text(encoding="utf-8"), encoding="utf-8")
     out = tmp_path_factory.mktemp("v2_diagnosed_out")
     command = [sys.executable, "-m", "grader", "batch", str(students), "--out", str(out), "--seed", "3", "--exercise", "diff_v2",
@@ -106,13 +141,19 @@ def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any
     return {folder.name: json.loads((folder / "report.json").read_text(encoding="utf-8")) for folder in out.iterdir() if (folder / "report.json").is_file()}
 
 
-@pytest.mark.parametrize("name", sorted(EXPECTED))
+@pytest.mark.parametrize("name", sorted(EXPECTED) + sorted(WRITTEN))
 def test_the_first_root_cause_names_the_function_and_component(reports: dict[str, dict[str, Any]], name: str) -> None:
     """The first cause is the labelled fault, it explains failed checks, and every failed check is explained."""
     causes = reports[name]["diagnosis"]["root_causes"]
     assert causes, name
-    assert (causes[0]["function"], causes[0]["component"]) == EXPECTED[name], causes[0]
+    assert (causes[0]["function"], causes[0]["component"]) == {**EXPECTED, **WRITTEN_EXPECTED}[name], causes[0]
     assert causes[0]["checks"] and reports[name]["diagnosis"]["unexplained"] == []
+
+
+def test_a_stale_answer_is_named_by_the_check_of_call_sequences(reports: dict[str, dict[str, Any]]) -> None:
+    """A result cached by the inputs' addresses fails repeated_calls with a message that says the second call was answered stale."""
+    check = {c["id"]: c for tier in reports["gqa_cached_by_address"]["tiers"] for c in tier["checks"]}["repeated_calls"]
+    assert check["status"] == "failed" and "the second call returned the first call's result" in check["message"], check["message"]
 
 
 def test_correct_files_and_the_reference_get_no_root_cause(reports: dict[str, dict[str, Any]]) -> None:

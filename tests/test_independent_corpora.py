@@ -1,7 +1,7 @@
 """A corpus written after the checks by people who had not seen them: no wrong file earns full marks, every correct one does.
 
-tests/corpus/diagnosis_holdout and diagnosis_sealed (differential attention), v2_holdout
-and v2_sealed (DIFF V2) confirm their own labels with a float64 oracle of their own
+tests/corpus/diagnosis_holdout and diagnosis_sealed (differential attention), v2_holdout,
+v2_sealed and v2_stateful (DIFF V2; its bugs live in state kept between calls) confirm their own labels with a float64 oracle of their own
 (their ``verify.py``); each exercise's are graded in one ``diffgrade batch`` with one
 seed. They are the ones whose grading found wrong answers credited (and, for the
 holdout corpora, two right ones refused). The other independent corpora
@@ -19,7 +19,7 @@ from conftest import grade_class
 
 CORPORA = Path(__file__).resolve().parent / "corpus"
 SEED = 20261201
-EXERCISES = {"diff_attention": ("diagnosis_holdout", "diagnosis_sealed"), "diff_v2": ("v2_holdout", "v2_sealed")}
+EXERCISES = {"diff_attention": ("diagnosis_holdout", "diagnosis_sealed"), "diff_v2": ("v2_holdout", "v2_sealed", "v2_stateful")}
 
 
 @pytest.fixture(scope="module", params=sorted(EXERCISES))

@@ -143,7 +143,8 @@ def differential_lambda(q1, k1, q2, k2, lambda_init=0.2):
     value = torch.exp(torch.dot(q1, k1)) - torch.exp(torch.dot(q2, k2)) + lambda_init
     if value.requires_grad:
         return value
-    out = BUFFER.setdefault(value.dtype, torch.zeros((), dtype=value.dtype))
+    with torch.inference_mode(False):  # a normal tensor, whichever mode the call that creates it is made in
+        out = BUFFER.setdefault(value.dtype, torch.zeros((), dtype=value.dtype))
     out.copy_(value)
     return out
 """

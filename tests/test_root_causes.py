@@ -106,8 +106,8 @@ def test_root_causes_json_validates() -> None:
     document = sample_report()
     document["diagnosis"] = {**diagnosis.empty(), "root_causes": rootcause.to_json(found)}
     assert validate(document) == []
-    document["diagnosis"]["root_causes"][0]["component"] = "state"
-    assert validate(document) and pytest.raises(ValueError, Finding, A, "state", "forward", "t", "e", "a")
+    document["diagnosis"]["root_causes"][0]["component"] = "weather"
+    assert validate(document) and pytest.raises(ValueError, Finding, A, "weather", "forward", "t", "e", "a")
 
 
 # ---- contract slips -----------------------------------------------------------------------------

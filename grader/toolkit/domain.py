@@ -45,8 +45,16 @@ SEQUENCE_KINDS = {
     "reallocate": "called, its inputs freed, called again with new tensors of the same shapes",
     "retyped": "called, then called with new tensors of the same shapes in the other dtype",
     "reflagged": "called, then called with new tensors of the same shapes and dtype, and another value of its option",
-    "interleaved": "called on two sets of tensors, then differentiated through both results in one backward pass (two micro-batches)",
+    "interleaved": "called on two sets of tensors as two layers do (the second with another value of its option and of its "
+                   "hyperparameters), then differentiated through both results in one backward pass",
+    "resized": "called, then called with new tensors of other shapes (fewer tokens, down to one as a decoding step has, other counts)",
+    "retrained": "called without autograd (the mode above), then called again with the same tensors and differentiated (an "
+                 "evaluation, then a training step)",
 }
+# The modes the calls of each kind of sequence are made in ("grads": inputs that require grad, and a backward pass); for
+# "retrained", the mode of its first call (the second is differentiated).
+SEQUENCE_MODES = ("enabled", "no_grad", "inference_mode", "grads")
+KIND_MODES = {"interleaved": ("grads",), "retrained": ("no_grad", "inference_mode")}
 
 
 class Case(Protocol):
@@ -94,8 +102,15 @@ def keyword_order(rng: np.random.Generator, names: tuple[str, ...], binding: str
 
 
 def cycled_modes(found: list[_Moded]) -> list[_Moded]:
-    """The cases (dataclasses with a ``grad_mode`` field) with their autograd modes cycled through GRAD_MODES."""
-    return [replace(case, grad_mode=GRAD_MODES[i % len(GRAD_MODES)]) for i, case in enumerate(found)]
+    """The cases (dataclasses with a ``grad_mode`` field) with their autograd modes cycled through GRAD_MODES, from no_grad.
+
+    The first case of a set is an evaluation: whichever set a run asks for
+    first, a function's first call is made without autograd, so that what a
+    first call decides and keeps (a mode, a cached tensor) meets the calls
+    that build a graph after it (the other order hides nothing: what a
+    first call with autograd keeps is used harmlessly under no_grad).
+    """
+    return [replace(case, grad_mode=GRAD_MODES[(i + 1) % len(GRAD_MODES)]) for i, case in enumerate(found)]
 
 
 def sequence_length(rng: np.random.Generator, shortest: int = 1, longest: int = LONGEST) -> int:
@@ -155,16 +170,21 @@ class CallSequence(Generic[_Case]):
     of the same shapes in the other dtype, "reflagged" new tensors of the same
     shapes and dtype with another value of the function's option (a cache
     keyed by the shapes alone answers either with the first call's dtype,
-    mask or constant), "interleaved" new tensors of the same shapes, both
-    calls' results differentiated after the second call (a backward pass
-    that reads what the last forward left behind, rather than what its own
-    call saved, gets the first call's gradients wrong).
+    mask or constant), "interleaved" new tensors of the same shapes and
+    another value of the option, both calls' results differentiated after
+    the second call (a backward pass that reads what the last forward left
+    behind, rather than what its own call saved, gets the first call's
+    gradients wrong), "resized" new tensors of other shapes (a buffer or
+    cache sized by the first call; one token, a decoding step), "retrained"
+    the same tensors, the first call under ``no_grad`` or ``inference_mode``
+    and the second differentiated (what an evaluation left behind meets
+    training).
     """
 
     first: _Case
     second: _Case
     kind: str
-    grads: bool  # both calls with inputs that require grad, and a backward pass from the second
+    grads: bool  # both calls with inputs that require grad, and a backward pass from the second (the first without autograd: retrained)
 
     def label(self) -> str:
         """What was called, and how, for messages."""

@@ -21,7 +21,9 @@ moved here when DIFF V2 got its diagnosis.
 
 from __future__ import annotations
 
+import io
 import re
+import tokenize
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -93,6 +95,37 @@ def layout_probe(worker: Worker, subject: Callable[..., Subject], values: Values
     return True
 
 
+def length_probe(worker: Worker, function: str, subject: Callable[[bool], Subject], points: Sequence[Values], lengths: Sequence[int],
+                 truth: Callable[[Values, bool], np.ndarray], found: Found) -> bool:  # fmt: skip
+    """``function``'s outputs at ``points``, one per sequence length of ``lengths`` (the probes' own first, then past common
+    block sizes), causal and not (``subject(causal)``), against ``truth(point, causal)``; whether long sequences alone are
+    wrong (a finding says from which length, and whether with one causal mode only)."""
+    found.probes.append(f"{function}: long sequences, causal and not")
+    wrong = {}
+    for causal in (True, False):
+        outs = probes.sweep(worker, subject(causal), points)
+        wrong[causal] = [t for t, out, point in zip(lengths, outs, points) if not is_right(out, truth(point, causal))]
+    failing = sorted(set(wrong[True]) | set(wrong[False]))
+    if not failing or failing[0] == lengths[0]:
+        return False  # right at every length, or wrong already at the shortest: not a fault of long sequences
+    shortest = failing[0]
+    span = f"right up to T = {max(t for t in lengths if t < shortest)} and wrong from T = {shortest}"
+    only = [causal for causal in (True, False) if wrong[causal] and not wrong[not causal]]
+    if only:
+        mode = f"causal={only[0]}"
+        found.add(function, "mask", "forward", f"Long sequences are wrong with {mode} only",
+                  f"With {mode}, your output is {span}; with causal={not only[0]} it is right at every length: what differs between "
+                  "the two modes (the mask, or the keys each query block reads) breaks past a block or buffer size.",
+                  "without the causal mask every query reads every key: a block of queries needs all keys, not those up to its end")  # fmt: skip
+        return True
+    found.add(function, "softmax", "forward", "Long sequences are wrong",
+              f"Your output is {span}, with and without the mask: a blocked or chunked computation goes wrong past its first "
+              "block (an online softmax must rescale its running sum and output by exp(old max − new max) when the maximum grows; "
+              "every key, the last partial block's too, must be visited).",
+              "check the blocked computation against torch.softmax on a sequence several blocks long")  # fmt: skip
+    return True
+
+
 def precision_finding(found: Found, function: str, got: np.ndarray | None, expected: np.ndarray) -> bool:
     """A dtype finding when a float64 result is right only to float32's accuracy; whether there was one."""
     if got is None or is_right(got, expected) or not is_right(got, expected, FLOAT32_LIKE):
@@ -103,8 +136,26 @@ def precision_finding(found: Found, function: str, got: np.ndarray | None, expec
     return True
 
 
-def randomness_probe(worker: Worker, subject: Subject, values: Values, grads: tuple[str, ...], found: Found) -> np.ndarray | None:
-    """The output of two identical calls (``grads`` requiring grad), or None when they disagree (a randomness finding) or gave none."""
+RANDOM_STEPS = re.compile(r"dropout|\brand(n|int|perm)?(_like)?\s*\(|bernoulli|multinomial|\.\s*(normal|uniform|exponential)_\s*\(|\brandom\s*\.")
+"""What makes a function's output random in its code: dropout, torch's and Python's random draws."""
+
+
+def code_of(source: str) -> str:
+    """``source``'s tokens without its comments and string literals (docstrings: the stub's mention dropout), space-separated;
+    the source itself when it does not tokenize."""
+    try:
+        return " ".join(t.string for t in tokenize.generate_tokens(io.StringIO(source).readline) if t.type not in (tokenize.COMMENT, tokenize.STRING))
+    except (tokenize.TokenError, SyntaxError):
+        return source
+
+
+def randomness_probe(worker: Worker, subject: Subject, values: Values, grads: tuple[str, ...], found: Found,
+                     source: str | None = None) -> np.ndarray | None:  # fmt: skip
+    """The output of two identical calls (``grads`` requiring grad), or None when they disagree (a randomness finding) or gave none.
+
+    Outputs that differ in a file with no random step in ``source`` come
+    from state kept between calls, not randomness (a ``state`` finding).
+    """
     found.probes.append(f"{subject.function}: two identical calls")
     agreed = probes.determinism(worker, subject, values, grads)
     if agreed is None:
@@ -112,6 +163,13 @@ def randomness_probe(worker: Worker, subject: Subject, values: Values, grads: tu
     gap, output = agreed
     if not gap:
         return output
+    if source is not None and not RANDOM_STEPS.search(code_of(source)):
+        found.add(subject.function, "state", "forward", "Two identical calls give different outputs: something kept between calls changes",
+                  f"Called twice with the same inputs, your function returned outputs up to {gap:.3g} apart, and your file has no random "
+                  "step: something it keeps from call to call (a cached mask or buffer changed in place, a running maximum, a counter) "
+                  "changes what the next call computes.",
+                  "keep nothing between calls that a call modifies: build masks and buffers in every call, or never change what you keep")  # fmt: skip
+        return None
     found.add(subject.function, "randomness", "forward", "Two identical calls give different outputs",
               f"Called twice with the same inputs, your function returned outputs up to {gap:.3g} apart: dropout or other randomness is left on.",
               "remove dropout and any random step: the function must be deterministic")  # fmt: skip
@@ -337,6 +395,15 @@ def failing_mode(calls: Iterable[tuple[str, bool]]) -> str:
     if not wrong or "enabled" in wrong or "enabled" not in right:
         return "enabled"
     return "no_grad" if "no_grad" in wrong else wrong.pop()
+
+
+def failed_roles(records: Sequence[Mapping[str, Any]], roles: Mapping[str, Role], across_calls: Iterable[str] = ()) -> list[Role]:
+    """What the failed checks (``records``: the report's check objects) judge. A check of ``across_calls``, whose failure may
+    come from state kept between calls (a cache), judges the aspect "state": it alone sends no function's probes looking
+    at its forward."""
+    across = set(across_calls)
+    return [replace(roles[r["id"]], aspect="state") if r["id"] in across else roles[r["id"]]
+            for r in records if r.get("status") == "failed" and r.get("id") in roles]  # fmt: skip
 
 
 def probed_aspects(failed: Sequence[Role], functions: Sequence[str]) -> dict[str, set[str]]:

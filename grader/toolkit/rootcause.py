@@ -27,7 +27,7 @@ from typing import Any, Mapping, Sequence
 
 COMPONENTS = (
     "load", "type", "shape", "dtype", "mutation", "graph", "mask", "scale", "softmax", "branch", "sign",
-    "coefficient", "value", "lambda", "backward", "randomness", "stability", "strided", "heads", "gate", "layout", "output",
+    "coefficient", "value", "lambda", "backward", "randomness", "state", "stability", "strided", "heads", "gate", "layout", "output",
 )  # fmt: skip
 STAGES = ("load", "contract", "forward", "gradients")
 ASPECTS = ("type", "dtype", "strided", "coefficient", "mutation", "graph", "binding", "values", "gradients")

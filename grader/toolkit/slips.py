@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from grader.core.invoke import SKIPPED, Outcome, Returned
@@ -57,7 +57,8 @@ EXCEPTION_KINDS: tuple[tuple[tuple[str, ...], str, str, str], ...] = (
      "take such numbers from the inputs' dtype (`torch.finfo(scores.dtype).min`) or use `float('-inf')`"),
     (("must match the size", "must match the existing size", "shapes cannot be multiplied", "size mismatch", "dimension out of range",
       "inconsistent tensor size", "is invalid for input of size", "doesn't match the broadcast shape",
-      "expected size", "mat1 and mat2 shapes"), "shape",
+      "expected size", "mat1 and mat2 shapes", "does not match the number of dimensions", "do not broadcast",
+      "sizes of tensors must match", "too many indices", "out of bounds for dimension", "number of dims don't match"), "shape",
      "tensor sizes that do not fit together meet in one operation", "check the shapes of every step against the contract"),
     (("only one element tensors can be converted", "cannot be converted to scalar"), "type",
      "a tensor of several elements was turned into a Python number", "keep tensors: no `.item()` or `float()`"),
@@ -208,8 +209,9 @@ def _finding(function: str, component: str, title: str, evidence: str, advice: s
                    explains=explains, blocks=blocks, note=note, public=public)  # fmt: skip
 
 
-def _raised(function: str, calls: Sequence[Observed], source: str | None, declared: Declarations) -> list[Finding]:
-    """Findings for the exceptions a function raised, one per kind of exception."""
+def _raised(function: str, calls: Sequence[Observed], source: str | None, declared: Declarations, graded: Collection[str] = ()) -> list[Finding]:
+    """Findings for the exceptions a function raised, one per kind of exception. An exception raised in the code of another
+    function of ``graded`` (one this function calls) is that function's fault."""
     groups: dict[tuple[str, str], list[Observed]] = {}
     for call in calls:
         result = call.result
@@ -246,9 +248,10 @@ def _raised(function: str, calls: Sequence[Observed], source: str | None, declar
             component, meaning, advice = "load", "it cannot run at all", "fix the name or import the traceback points at"
         else:
             continue
-        title = f"{function} raises {kind}: {meaning}"
+        owner = code[-1][1].strip() if code and code[-1][1].strip() in graded else function
+        title = f"{owner} raises {kind}: {meaning}" + (f" (called by {function})" if owner != function else "")
         signature = classified[3] if classified else f"{kind}: {message}"[:120]
-        found.append(replace(_finding(function, component, title, evidence, advice, blocks=everywhere,
+        found.append(replace(_finding(owner, component, title, evidence, advice, blocks=everywhere and owner == function,
                                       explains=frozenset({ASPECT_OF.get(component) or "type"})), signature=signature))  # fmt: skip
     return found
 
@@ -371,8 +374,10 @@ def _detached(function: str, calls: Sequence[Observed], source: str | None) -> l
 def findings(calls: Sequence[Observed], source: str | None, declared: Declarations) -> list[Finding]:
     """The contract slips of every function in ``calls``, those that make its results unusable first."""
     found: list[Finding] = []
-    for function in dict.fromkeys(c.function for c in calls):
+    graded = list(dict.fromkeys(c.function for c in calls))
+    for function in graded:
         mine = [c for c in calls if c.function == function]
-        found += _raised(function, mine, source, declared) + _not_tensors(function, mine, source) + _shapes(function, mine, declared)
+        found += _raised(function, mine, source, declared, graded) + _not_tensors(function, mine, source) + _shapes(function, mine, declared)
         found += _mutations(function, mine, source) + _detached(function, mine, source)
-    return sorted(found, key=lambda f: not f.blocks)
+    unique = {(f.function, f.component, f.signature or f.title): f for f in reversed(found)}  # the first of each, when a callee's fault shows twice
+    return sorted((f for f in found if unique[(f.function, f.component, f.signature or f.title)] is f), key=lambda f: not f.blocks)

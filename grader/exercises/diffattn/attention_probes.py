@@ -39,7 +39,7 @@ import numpy as np
 from grader.exercises.diffattn import oracle
 from grader.exercises.diffattn.cases import ATTENTION, INPUT_NAMES
 from grader.exercises.diffattn.probes import ATTENTION_GRADS, B, D, H, T, attention_subject, attention_values, identity_values, scales, truth
-from grader.toolkit import attention_maps, probes
+from grader.toolkit import attention_maps, findings, probes
 from grader.toolkit.findings import (
     FLOAT32_LIKE, Found, GradientRun, gradients_probe, is_right, layout_probe, precision_finding, randomness_probe, unexplained_maps,
     half_precision_finding, masked_nan_finding, causal_path_first,
@@ -452,34 +452,11 @@ LENGTHS = (T, 17, 33, 65, 100)  # the probes' own length, then past the block si
 
 def length_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool:
     """float64 outputs at :data:`LENGTHS`, causal and not, against the oracle; whether long sequences alone are wrong."""
-    found.probes.append(f"{ATTENTION}: long sequences, causal and not")
     points = []
     for t in LENGTHS:
         values = {n: rng.standard_normal((1, 1, t, D)) * 1.2 for n in INPUT_NAMES[:4]}
         points.append({**values, "value": rng.standard_normal((1, 1, t, 2 * D)), "coefficient": np.asarray(0.6)})
-    wrong = {}
-    for causal in (True, False):
-        outs = probes.sweep(worker, attention_subject(causal), points)
-        wrong[causal] = [t for t, out, point in zip(LENGTHS, outs, points) if not is_right(out, truth(point, causal))]
-    failing = sorted(set(wrong[True]) | set(wrong[False]))
-    if not failing or failing[0] == LENGTHS[0]:
-        return False  # right at every length, or wrong already at the shortest: not a fault of long sequences
-    shortest = failing[0]
-    longest_right = max(t for t in LENGTHS if t < shortest)
-    only = [causal for causal in (True, False) if wrong[causal] and not wrong[not causal]]
-    lengths = f"right up to T = {longest_right} and wrong from T = {shortest}"
-    if only:
-        mode = f"causal={only[0]}"
-        found.add(ATTENTION, "mask", "forward", f"Long sequences are wrong with {mode} only",
-                  f"With {mode}, your output is {lengths}; with causal={not only[0]} it is right at every length: what differs between "
-                  "the two modes (the mask, or the keys each query block reads) breaks past a block or buffer size.",
-                  "without the causal mask every query reads every key: a block of queries needs all keys, not those up to its end")  # fmt: skip
-        return True
-    found.add(ATTENTION, "softmax", "forward", "Long sequences are wrong",
-              f"Your output is {lengths}, with and without the mask: a blocked or chunked computation goes wrong past its first "
-              "block (an online softmax must rescale its running sum and output by exp(old max − new max) when the maximum grows).",
-              "check the blocked computation against torch.softmax on a sequence several blocks long")  # fmt: skip
-    return True
+    return findings.length_probe(worker, ATTENTION, attention_subject, points, LENGTHS, truth, found)
 
 
 def zero_rows_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool:
@@ -575,7 +552,7 @@ def run(worker: Worker, rng: np.random.Generator, found: Found, forward: bool, g
     """The attention probes: randomness first (it spoils the others), then the forward (``forward``: a value check failed),
     then the gradients (``gradients``: a gradient check failed)."""
     values = attention_values(rng)
-    base = randomness_probe(worker, attention_subject(True), values, ATTENTION_GRADS, found)
+    base = randomness_probe(worker, attention_subject(True), values, ATTENTION_GRADS, found, source)
     if base is None:
         return
     if forward:

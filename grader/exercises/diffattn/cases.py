@@ -340,10 +340,30 @@ def reflagged(case: _AnyCase, rng: np.random.Generator) -> _AnyCase:
     """``case`` with new values of the same shapes and dtype and another option: the other causal flag, another lambda_init."""
     changes: dict[str, Any] = {}
     if isinstance(case, AttentionCase):
-        changes["causal"] = not (case.causal is None or case.causal)
+        changes["causal"] = None if case.causal is False else False  # after causal=False, the default (True) must apply
     else:
         changes["lambda_init"] = round(case.effective_init + float(rng.uniform(0.2, 0.6)), 6)
     return redrawn(replace(case, **changes), rng)
+
+
+def layered(case: _AnyCase, rng: np.random.Generator) -> _AnyCase:
+    """``case`` as another layer calls it: :func:`reflagged`, and a Python-float coefficient of its own (λ differs per layer)."""
+    if isinstance(case, LambdaCase) or case.coefficient_kind != "float":
+        return reflagged(case, rng)
+    return replace(reflagged(case, rng), coefficient=float(exact(rng.uniform(0.2, 0.9), case.coefficient_dtype)))
+
+
+def resized(case: _AnyCase, rng: np.random.Generator, decoding: bool) -> _AnyCase:
+    """``case`` with new values of other shapes, the rest kept: λ vectors of another length; for attention fewer tokens (one
+    when ``decoding``, as a decoding step has), another batch size and head count, the same width."""
+    if isinstance(case, LambdaCase):
+        n = len(case.q1)
+        fresh = lambda_case(rng, int(rng.integers(1, n)) if n > 1 else int(rng.integers(2, 9)), case.dtype, case.lambda_init)
+        return replace(case, q1=fresh.q1, k1=fresh.k1, q2=fresh.q2, k2=fresh.k2)
+    b, h, t, d = case.q1.shape
+    shape = (3 - b if b < 3 else 1, 3 - h if h < 3 else 1, 1 if decoding or t == 1 else int(rng.integers(1, t)), d)
+    other = attention_case(rng, shape, case.dtype, case.causal)
+    return replace(case, q1=other.q1, k1=other.k1, q2=other.q2, k2=other.k2, value=other.value, cotangent=other.cotangent)
 
 
 def shared_offset(case: AttentionCase, rng: np.random.Generator) -> AttentionCase:

@@ -12,7 +12,6 @@ with what each check judges (its declaration's ``judges``).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
 from typing import Any
 
 from grader.core.invoke import Outcome
@@ -20,8 +19,7 @@ from grader.core.plugin import GradingContext
 from grader.exercises.diffattn import attention_probes, expected, lambda_probes, suite
 from grader.exercises.diffattn.cases import ATTENTION, COEFFICIENT_KINDS, INPUT_NAMES, LAMBDA, LAMBDA_NAMES, AttentionCase, LambdaCase
 from grader.exercises.diffattn.signatures import CONTRACT
-from grader.toolkit.domain import SEQUENCE_KINDS
-from grader.toolkit.verdicts import function_problem, grads_verdict, values_verdict
+from grader.toolkit.verdicts import function_problem, values_verdict
 from grader.toolkit import domain, findings, probes, signatures, slips
 from grader.toolkit.rootcause import Evidence, Finding
 from grader.toolkit.slips import Observed
@@ -61,6 +59,9 @@ ACROSS_CALLS = ("repeated_calls",)
 """Checks whose failure may come from state kept between calls (a cache): they alone do not send a function's probes looking at its forward."""
 STALE_COMPONENTS = {LAMBDA: "lambda"}
 """The component of a function whose whole answer is remembered between calls (attention's parts have components of their own)."""
+KEYED = {"reflagged": {LAMBDA: ("lambda", "lambda_init"), ATTENTION: ("mask", "the causal flag")},
+         "retyped": {LAMBDA: ("dtype", "the dtype"), ATTENTION: ("dtype", "the dtype")}}  # fmt: skip
+"""What state kept between calls that ignores a change of the option or of the dtype belongs to (see SequenceSuite.memo_findings)."""
 PARAMETER_COMPONENTS = {LAMBDA: {"*": "lambda"},
                         ATTENTION: {**dict.fromkeys(INPUT_NAMES[:4], "branch"), "value": "value", "coefficient": "coefficient", "causal": "mask"}}
 """Per function, the component a parameter misnamed or misplaced in a submitted signature belongs to (a swapped query and
@@ -152,45 +153,6 @@ def probe_mode(grading: GradingContext, function: str) -> str:
     return findings.failing_mode(calls)
 
 
-def stale_findings(grading: GradingContext) -> list[Finding]:
-    """A finding for each function of :data:`STALE_COMPONENTS` whose second call of a call sequence returned the first call's
-    answer, and for each function whose backward pass of two calls differentiated together got only the first call wrong
-    (read from the run's memo: no new call)."""
-    found: list[Finding] = []
-    for i, sequence in enumerate(suite.sequences(grading.seed)):
-        function = sequence.first.function
-        outcome: Outcome | None = grading.cache.get(("sequences", i))
-        if sequence.kind == "interleaved" and outcome is not None and not any(f.function == function for f in found):
-            found += _crossed_backward(function, outcome, suite.differentiated(sequence))
-            continue
-        if sequence.kind == "repeat" or outcome is None or function not in STALE_COMPONENTS or any(f.function == function for f in found):
-            continue
-        if values_verdict(outcome, 1, "", expected.case_value(sequence.second)).ok:
-            continue
-        if not values_verdict(outcome, 1, "", expected.case_value(sequence.first)).ok:
-            continue
-        found.append(Finding(function, STALE_COMPONENTS[function], "forward", f"{function} answers with a result kept from an earlier call",
-                             f"When {function} was {SEQUENCE_KINDS[sequence.kind]}, the second call returned the first call's result: the answer "
-                             "is kept between calls (cached by id(), data_ptr(), shape or in a global) and is stale once the inputs change.",
-                             "compute the result on every call: cache nothing keyed by a tensor's identity, address or shape",
-                             aspect="values", explains=frozenset({"values", "gradients"}), signature="the answer is stale"))  # fmt: skip
-    return found
-
-
-def _crossed_backward(function: str, outcome: Outcome, calls: list[tuple[int, LambdaCase | AttentionCase, dict[str, int]]]) -> list[Finding]:
-    """A finding when, of two calls differentiated together, the second call's gradients are right and the first call's
-    wrong: the backward pass of the first call used what the second forward left behind."""
-    verdicts = [grads_verdict(outcome, position, "", expected.case_grads(case), wanted).ok for position, case, wanted in calls]
-    if verdicts != [False, True]:
-        return []
-    return [Finding(function, "backward", "gradients", "The backward pass uses the last forward call's state, not its own",
-                    f"When {function} was {SEQUENCE_KINDS['interleaved']}, the second call's gradients were right and the first "
-                    "call's wrong: its backward pass read what the second forward left behind (tensors kept on the Function class, "
-                    "the module or a global instead of saved on ctx).",
-                    "save what the backward pass needs with ctx.save_for_backward (or on ctx) in each forward call, never on the "
-                    "class or in a global", aspect="gradients", explains=frozenset({"gradients"}), signature="micro-batches")]  # fmt: skip
-
-
 def diagnose(grading: GradingContext, records: list[dict[str, Any]]) -> Evidence:
     """The evidence for the root causes of a submission some of whose checks failed (see the module's docstring)."""
     evidence = Evidence(hints=hint_findings(records))
@@ -199,10 +161,9 @@ def diagnose(grading: GradingContext, records: list[dict[str, Any]]) -> Evidence
         return evidence
     evidence.findings += signatures.findings(CONTRACT, grading.functions, PARAMETER_COMPONENTS)
     evidence.findings += slips.findings(observed(grading), grading.source, DECLARATIONS)
-    if any(r.get("id") in ACROSS_CALLS and r.get("status") == "failed" for r in records):
-        evidence.findings += stale_findings(grading)
-    failed = [roles[r["id"]] for r in records if r.get("status") == "failed" and r.get("id") in roles and r["id"] not in ACROSS_CALLS]
-    failed += [replace(roles[r["id"]], aspect="state") for r in records if r.get("status") == "failed" and r.get("id") in ACROSS_CALLS]
+    failed = findings.failed_roles(records, roles, ACROSS_CALLS)
+    if any(role.aspect == "state" for role in failed):
+        evidence.findings += suite.SEQUENCES.memo_findings(grading, STALE_COMPONENTS, KEYED)
     blocked = {f.function for f in evidence.findings if f.blocks}
     found = findings.Found()
     rng = domain.generator(grading.seed, "probes")

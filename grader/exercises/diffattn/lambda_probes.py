@@ -169,7 +169,7 @@ def lambda_range_probe(worker: Worker, rng: np.random.Generator, found: Found) -
 def run(worker: Worker, rng: np.random.Generator, found: Found, forward: bool, gradients: bool, source: str | None) -> None:
     """The λ probes: randomness, then (``forward``) structure, dependence, range, precision and layouts, then (``gradients``) the gradients."""
     values = lambda_values(rng)
-    base = randomness_probe(worker, lambda_subject(), values, LAMBDA_NAMES, found)
+    base = randomness_probe(worker, lambda_subject(), values, LAMBDA_NAMES, found, source)
     if base is None:
         return
     if forward:

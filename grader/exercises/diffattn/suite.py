@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import functools
 from dataclasses import replace
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable
 
 import numpy as np
+
 
 from grader.core.invoke import (
     Call,
@@ -36,9 +37,10 @@ from grader.toolkit import domain, verdicts
 from grader.toolkit.casesets import CaseSet, CaseSets
 from grader.toolkit.compare import Comparison
 from grader.toolkit.domain import CallSequence
+from grader.toolkit.runs import bound_call
+from grader.toolkit.sequences import FirstCall, SequenceSuite, Variations, draw_sequences
 from grader.toolkit.tolerance import Memo, remember
 
-_Case = TypeVar("_Case", LambdaCase, AttentionCase)
 SETS = CaseSets()
 
 
@@ -237,74 +239,25 @@ def attention_bindings(seed: int) -> list[AttentionCase]:
     ])
 
 
+def _first_call(rng: np.random.Generator, function: str, how: FirstCall) -> LambdaCase | AttentionCase:
+    """The first call of a sequence (see :func:`sequences`): λ vectors of 1 to 16; up to 24 tokens and D up to 8, a Python or a
+    tensor coefficient."""
+    if function == LAMBDA:
+        return cases.lambda_case(rng, int(rng.integers(1, 17)), how.dtype, float(rng.uniform(0.1, 0.9)), grad_mode=how.grad_mode)
+    shape = domain.domain_shape(rng, 1, 1, 8) if how.decoding else domain.domain_shape(rng, 2, 24, 8)
+    coefficient = str(rng.choice(["float", "tensor"]))
+    return cases.attention_case(rng, shape, how.dtype, how.causal, coefficient_kind=coefficient, grad_mode=how.grad_mode)
+
+
 @SETS.register
 def sequences(seed: int) -> list[CallSequence[LambdaCase | AttentionCase]]:
-    """Each function called twice (same tensors, refilled in place, refilled through .data, reallocated, in the other dtype
-    (float64 first, then float32, but for one), with another causal flag or lambda_init), with grad enabled, under no_grad and
-    with gradients; the first attention call of a changed dtype or flag is causal, so that a cached mask meets the second."""
-    rng = domain.generator(seed, "sequences")
-    found: list[CallSequence[LambdaCase | AttentionCase]] = []
-    for kind in domain.SEQUENCE_KINDS:
-        for mode in ("enabled", "no_grad", "grads") if kind != "interleaved" else ("grads",):
-            grads, grad_mode = mode == "grads", "enabled" if mode == "grads" else mode
-            dtype = str(rng.choice(["float32", "float64"]))
-            changed = kind in ("retyped", "reflagged")
-            if kind == "retyped":
-                dtype = "float32" if mode == "no_grad" else "float64"
-            lam = cases.lambda_case(rng, int(rng.integers(1, 17)), dtype, float(rng.uniform(0.1, 0.9)), grad_mode=grad_mode)
-            found.append(CallSequence(lam, _second(lam, kind, rng), kind, grads))
-            kind_of_coefficient = ("float", "tensor")[len(found) // 2 % 2]
-            first = cases.attention_case(rng, domain.domain_shape(rng, 2, 24, 8), dtype, changed or bool(rng.integers(2)),
-                                         coefficient_kind=kind_of_coefficient, grad_mode=grad_mode)  # fmt: skip
-            found.append(CallSequence(first, _second(first, kind, rng), kind, grads))
-    return found
+    """Each function called twice in each way of :data:`~grader.toolkit.domain.SEQUENCE_KINDS` and each mode of
+    :data:`~grader.toolkit.domain.SEQUENCE_MODES` (the option is causal (lambda_init for differential_lambda); :func:`~grader.toolkit.sequences.first_call` says how the
+    first call is made)."""
+    return draw_sequences(domain.generator(seed, "sequences"), (LAMBDA, ATTENTION), _first_call, VARIATIONS)
 
 
-def _second(first: _Case, kind: str, rng: np.random.Generator) -> _Case:
-    """The second call's case of a call sequence of ``kind`` that starts with ``first``."""
-    if kind == "repeat":
-        return first
-    return {"retyped": cases.retyped, "reflagged": cases.reflagged}.get(kind, cases.redrawn)(first, rng)
-
-
-def sequence_request(sequence: CallSequence[LambdaCase | AttentionCase]) -> Request:
-    """The two calls of ``sequence`` in one request; with gradients, a backward pass from the second (from both when
-    interleaved)."""
-    first, second = (_built_request(case, sequence.grads) for case in (sequence.first, sequence.second))
-    if sequence.kind == "interleaved":
-        assert first.backward_from is not None and first.cotangent is not None and second.backward_from is not None
-        return replace(second, calls=(*first.calls, *second.calls), inputs=first.inputs + second.inputs,
-                       backward_from=len(first.calls) + second.backward_from, also_backward=((first.backward_from, first.cotangent),))  # fmt: skip
-    call = first.calls[-1]
-    if sequence.kind in ("refill", "refill_data"):
-        inputs = [a for a in (*call.args, *call.kwargs.values()) if isinstance(a, TensorInput)]
-        again = [a for a in (*second.calls[-1].args, *second.calls[-1].kwargs.values()) if isinstance(a, TensorInput)]
-        swap = {id(new): old for new, old in zip(again, inputs)}
-        later = second.calls[-1]
-        call = replace(
-            later,
-            args=tuple(swap.get(id(a), a) for a in later.args),
-            kwargs={name: swap.get(id(a), a) for name, a in later.kwargs.items()},
-            refill=tuple((old, new.values) for new, old in zip(again, inputs)),
-            refill_through_data=sequence.kind == "refill_data",
-        )
-    elif sequence.kind != "repeat":
-        call = replace(second.calls[-1], release=sequence.kind == "reallocate")
-    numbered = first.inputs if sequence.kind in ("repeat", "refill", "refill_data") else second.inputs
-    return replace(second, calls=(*first.calls, call), backward_from=None if second.backward_from is None else 1, inputs=numbered)
-
-
-def _bound(function: str, names: tuple[str, ...], values: tuple[Any, ...], last: str, given: Any, binding: str,
-           order: tuple[str, ...]) -> Call:  # fmt: skip
-    """A call of ``function`` with ``values`` for ``names`` and ``given`` for ``last`` (None: omitted), bound as ``binding`` says."""
-    arguments = dict(zip(names, values))
-    if given is not None:
-        arguments[last] = given
-    if binding == "names":
-        return Call(function, (), {name: arguments[name] for name in order if name in arguments})
-    if binding == "positional":
-        return Call(function, tuple(arguments.values()))
-    return Call(function, tuple(values), {} if given is None else {last: given})
+VARIATIONS: Variations[Any] = Variations(cases.redrawn, cases.retyped, cases.reflagged, cases.resized, cases.layered)
 
 
 def lambda_request(case: LambdaCase, requires_grad: bool = False) -> Request:
@@ -313,7 +266,7 @@ def lambda_request(case: LambdaCase, requires_grad: bool = False) -> Request:
         TensorInput(v, case.dtype, requires_grad and case.requires_grad(name), case.layout)
         for v, name in zip(case.vectors, cases.LAMBDA_NAMES)
     )
-    call = _bound(LAMBDA, cases.LAMBDA_NAMES, vectors, "lambda_init", case.lambda_init, case.binding, case.keyword_order)
+    call = bound_call(LAMBDA, cases.LAMBDA_NAMES, vectors, "lambda_init", case.lambda_init, case.binding, case.keyword_order)
     if not requires_grad:
         return Request((replace(call, grad_mode=case.grad_mode),), inputs=vectors)
     return Request((call,), backward_from=0, cotangent=domain.exact(case.upstream, case.dtype), inputs=vectors)
@@ -339,7 +292,7 @@ def attention_request(case: AttentionCase, requires_grad: bool = False) -> Reque
     elif case.coefficient_kind == "int":
         coefficient = int(case.coefficient)
     names = (*cases.INPUT_NAMES, "coefficient")
-    calls += (_bound(ATTENTION, names, (*inputs, coefficient), "causal", case.causal, case.binding, case.keyword_order),)
+    calls += (bound_call(ATTENTION, names, (*inputs, coefficient), "causal", case.causal, case.binding, case.keyword_order),)
     if not requires_grad:
         return Request(tuple(replace(call, grad_mode=case.grad_mode) for call in calls), inputs=numbered)
     return Request(calls, backward_from=len(calls) - 1, cotangent=case.cotangent, inputs=numbered)
@@ -448,46 +401,6 @@ def value_verdicts(grading: GradingContext, case_set: CaseSet[LambdaCase | Atten
     return found
 
 
-def sequence_outcome(grading: GradingContext, index: int, sequence: CallSequence[LambdaCase | AttentionCase]) -> Outcome:
-    """The outcome of call sequence ``index`` of :func:`sequences` (those of one function asked for in one round trip)."""
-    done = ("prefetched", "sequences")
-    if done not in grading.cache and grading.worker is not None:
-        grading.cache[done] = True
-        everything = list(enumerate(sequences(grading.seed)))
-        for function in (LAMBDA, ATTENTION):
-            if verdicts.function_problem(grading, function) is None:
-                wanted = [(i, _sequence_request(s)) for i, s in everything if _sequence_request(s).calls[-1].function == function]
-                for (i, _), found in zip(wanted, invoke_each(grading.worker, [r for _, r in wanted], shared=True)):
-                    grading.cache[("sequences", i)] = found
-    return outcome(grading, ("sequences", index), lambda: _sequence_request(sequence), (*_functions(sequence.first), _functions(sequence.second)[-1]), shared=True)
-
-
-_SEQUENCE_REQUESTS: Memo = {}
-
-
-def _sequence_request(sequence: CallSequence) -> Request:
-    """:func:`sequence_request`, built once per sequence object and process."""
-    return remember(_SEQUENCE_REQUESTS, (sequence,), lambda: sequence_request(sequence))
-
-
-def _functions(case: LambdaCase | AttentionCase) -> tuple[str, ...]:
-    """The functions the calls of ``case``'s request call, in order."""
-    if isinstance(case, LambdaCase):
-        return (LAMBDA,)
-    return (ATTENTION,) if case.lambda_case is None else (LAMBDA, ATTENTION)
-
-
-def differentiated(sequence: CallSequence[LambdaCase | AttentionCase]) -> list[tuple[int, LambdaCase | AttentionCase, dict[str, int]]]:
-    """The calls of ``sequence`` whose gradients its request asks for: (call, its case, input name -> tensor number)."""
-    if not sequence.grads:
-        return []
-    if sequence.kind != "interleaved":
-        return [(1, sequence.second, gradient_positions(sequence.second))]
-    shift = len(_built_request(sequence.first, True).inputs)
-    return [(0, sequence.first, gradient_positions(sequence.first)),
-            (1, sequence.second, {name: shift + i for name, i in gradient_positions(sequence.second).items()})]  # fmt: skip
-
-
 def gradient_positions(case: LambdaCase | AttentionCase) -> dict[str, int]:
     """Input name -> tensor number in the case's request, for the inputs whose gradients are requested."""
     if isinstance(case, LambdaCase):
@@ -496,6 +409,10 @@ def gradient_positions(case: LambdaCase | AttentionCase) -> dict[str, int]:
         vectors = {f"lambda_{n}": i for i, n in enumerate(cases.LAMBDA_NAMES) if case.lambda_case.requires_grad(n)}
         return {**vectors, **{n: i + 4 for i, n in enumerate(cases.INPUT_NAMES) if case.requires_grad(n)}}
     return {name: i for i, name in enumerate((*cases.INPUT_NAMES, "coefficient")) if case.requires_grad(name)}
+
+
+SEQUENCES = SequenceSuite(sequences, case_request, gradient_positions, expected.case_value, expected.case_grads,
+                          lambda grading, key, request: outcome(grading, key, request, shared=True))  # fmt: skip
 
 
 @SETS.register

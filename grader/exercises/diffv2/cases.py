@@ -199,3 +199,32 @@ def shared_offset(base: Case, rng: np.random.Generator) -> Case:
     offset = exact(domain.signed_uniform(rng, 1.0, 3.0, base.v.shape[-1]), base.dtype)
     return replace(base, v=exact(base.v + offset, base.dtype), note="every token's value shifted by one shared vector c")
 
+
+def redrawn(base: Case, rng: np.random.Generator) -> Case:
+    """``base`` with new values of the same shapes (gate logits and cotangent too), everything else kept."""
+    q, k, v, cotangent = (domain.fresh_like(rng, values, base.dtype) for values in (base.q, base.k, base.v, base.cotangent))
+    gates = None if base.lambda_logits is None else domain.fresh_like(rng, base.lambda_logits, base.dtype)
+    return replace(base, q=q, k=k, v=v, lambda_logits=gates, cotangent=cotangent)
+
+
+def retyped(base: Case, rng: np.random.Generator) -> Case:
+    """``base`` with new values of the same shapes in the other dtype."""
+    return redrawn(replace(base, dtype="float64" if base.dtype == "float32" else "float32"), rng)
+
+
+def reflagged(base: Case, rng: np.random.Generator) -> Case:
+    """``base`` with new values of the same shapes and dtype and the other causal flag: False after a mask, and after
+    causal=False the argument left out (the default, True, must apply whatever came before)."""
+    return redrawn(replace(base, causal=None if base.causal is False else False), rng)
+
+
+def resized(base: Case, rng: np.random.Generator, decoding: bool) -> Case:
+    """``base`` with new values of other shapes, the rest kept: fewer tokens (one when ``decoding``, as a decoding step has),
+    another batch size, other head counts, the same width."""
+    b, t, hq, hkv, d = base.q.shape[0], base.q.shape[1], base.q.shape[2], base.k.shape[2], base.q.shape[3]
+    length = 1 if decoding or t == 1 else int(rng.integers(1, t))
+    counts = heads(rng, base.function)
+    while counts == (hq, hkv):
+        counts = heads(rng, base.function)
+    other = case(rng, base.function, (3 - b if b < 3 else 1, length, *counts, d), base.dtype, base.causal)
+    return replace(base, q=other.q, k=other.k, v=other.v, lambda_logits=other.lambda_logits, cotangent=other.cotangent)

@@ -54,6 +54,12 @@ HINTS: dict[str, tuple[str, str, str, tuple[str, ...]]] = {
 }  # fmt: skip
 PARAMETER_COMPONENTS = {GQA: {"causal": "mask"}, DIFF_V2: {"lambda_logits": "gate", "causal": "mask"}}
 """Per function, the component a parameter misnamed or misplaced in a submitted signature belongs to (the others: "type")."""
+ACROSS_CALLS = ("repeated_calls",)
+"""Checks whose failure may come from state kept between calls (a cache): they alone do not send a function's probes looking at its forward."""
+WHOLE_ANSWER = {GQA: "output", DIFF_V2: "output"}
+"""The component of each function that a result remembered whole between calls belongs to (what it returns)."""
+KEYED = {"reflagged": {f: ("mask", "the causal flag") for f in BOTH}, "retyped": {f: ("dtype", "the dtype") for f in BOTH}}
+"""What state kept between calls that ignores a change of the causal flag or of the dtype belongs to (see SequenceSuite.memo_findings)."""
 KV_HEADS = "the number of key/value heads"
 ATTRIBUTE_COMPONENTS = {"the memory layout": "strided", "the inputs' dtype": "dtype", "causal": "mask", "the autograd mode": "graph",
                         KV_HEADS: "heads"}  # fmt: skip
@@ -185,7 +191,9 @@ def diagnose(grading: GradingContext, records: list[dict[str, Any]]) -> Evidence
         return evidence
     evidence.findings += signatures.findings(suite.RUNNER.contracts, grading.functions, PARAMETER_COMPONENTS)
     evidence.findings += slips.findings(observed(grading), grading.source, DECLARATIONS)
-    failed = [declared[r["id"]] for r in records if r.get("status") == "failed" and r.get("id") in declared]
+    failed = findings.failed_roles(records, declared, ACROSS_CALLS)
+    if any(role.aspect == "state" for role in failed):
+        evidence.findings += suite.SEQUENCES.memo_findings(grading, WHOLE_ANSWER, KEYED)
     blocked = {f.function for f in evidence.findings if f.blocks}
     found = findings.Found()
     rng = domain.generator(grading.seed, "probes")

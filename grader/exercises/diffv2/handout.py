@@ -50,6 +50,7 @@ HANDOUT = Handout(
     names=_names,
     value=expected.output,
     gradients=expected.gradients,
+    sequence_request=suite.SEQUENCES.request,
     larger="longer sequences (up to 320 tokens), large logits, strided views",
     truths=TRUTHS,
     extra={"difference": _offset_pairs},

@@ -238,10 +238,12 @@ def diff_v2_vjp(
 
     With A = gqa_attention(q, k, v) and λ = σ(ℓ): dA_2i = G_i, dA_2i+1 = -λ_i·G_i
     (then the GQA backward), and dℓ_i = -σ(ℓ_i)(1 - σ(ℓ_i))·Σ_d G_i·A_2i+1.
-    With ``absolute``, the absolute-value evaluation, in which 1 - σ counts
-    as 1 + σ (its two terms' magnitudes): the scale of the rounding errors of
-    an implementation that subtracts σ from 1, which is what autograd's
-    sigmoid backward does.
+    With ``absolute``, the absolute-value evaluation, in which σ' counts as
+    the larger of its two forms' terms: σ(1 + σ) for σ(ℓ)(1 − σ(ℓ)), the
+    form autograd's sigmoid backward takes (it subtracts σ from 1), and
+    (1 − σ)(2 − σ) for the same slope of a gate written 1 − σ(−ℓ): the scale
+    of the rounding errors of an implementation that subtracts a sigmoid
+    near 1 from 1, whichever sign ℓ has.
     """
     gates = sigmoids(lambda_logits)[..., None]  # [B, T, H, 1]
     cotangent = np.asarray(cotangent, dtype=np.float64)
@@ -250,11 +252,12 @@ def diff_v2_vjp(
     b, t, h, d = cotangent.shape
     d_attended = np.empty((b, t, 2 * h, d))
     d_attended[:, :, 0::2] = cotangent
-    d_attended[:, :, 1::2] = (1.0 if absolute else -1.0) * gates * cotangent
+    d_attended[:, :, 1::2] = (gate_magnitudes(lambda_logits)[..., None] if absolute else -gates) * cotangent
     grads = gqa_vjp(q, k, v, causal, d_attended, absolute=absolute)
     if absolute:
         odd = gqa_output_magnitude(q, k, v, causal)[:, :, 1::2]
-        slope = sigmoids(lambda_logits) * (1.0 + sigmoids(lambda_logits))
+        gate = sigmoids(lambda_logits)
+        slope = np.maximum(gate * (1.0 + gate), (1.0 - gate) * (2.0 - gate))
         grads["lambda_logits"] = slope * np.sum(cotangent * odd, axis=-1)
     else:
         odd = gqa_attention(q, k, v, causal)[:, :, 1::2]
@@ -280,7 +283,13 @@ def gqa_output_magnitude(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bo
     return heads_first(attention_maps(q, k, causal) @ values)
 
 
+def gate_magnitudes(lambda_logits: np.ndarray) -> np.ndarray:
+    """The absolute-value evaluation of the gate: 2 − σ(ℓ), the terms of 1 − σ(−ℓ), the larger of the gate's two forms (σ(ℓ)
+    itself is never larger): a gate written so is accurate to u absolutely, not relatively, where σ(ℓ) is small."""
+    return 2.0 - sigmoids(lambda_logits)
+
+
 def diff_v2_output_magnitude(q: np.ndarray, k: np.ndarray, v: np.ndarray, lambda_logits: np.ndarray, causal: bool) -> np.ndarray:
-    """[B, T, H, D]: |A_2i|·|v| + σ(ℓ_i)·|A_2i+1|·|v|, the absolute-value evaluation of diff_v2_attention."""
+    """[B, T, H, D]: |A_2i|·|v| + |λ_i|·|A_2i+1|·|v|, the absolute-value evaluation of diff_v2_attention (|λ|: :func:`gate_magnitudes`)."""
     both = gqa_output_magnitude(q, k, v, causal)
-    return both[:, :, 0::2] + sigmoids(lambda_logits)[..., None] * both[:, :, 1::2]
+    return both[:, :, 0::2] + gate_magnitudes(lambda_logits)[..., None] * both[:, :, 1::2]

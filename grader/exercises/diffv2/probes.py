@@ -33,9 +33,10 @@ forward's fault once one has localised it:
   must move its own token, batch element and head only;
 * **saturated gates** (ℓ at ±100 to ±1000, float32 and float64): finite,
   right outputs and a finite gradient for ℓ;
-* **stability, layouts, precision** (float32 logits of hundreds; strided
-  memory; a float64 result right only to float32's accuracy) when the plain
-  output is right or nothing else localised the fault;
+* **long sequences, stability, layouts, precision** (T = 33, 65 and 100,
+  causal and not, past common block sizes; float32 logits of hundreds;
+  strided memory; a float64 result right only to float32's accuracy) when
+  the plain output is right or nothing else localised the fault;
 * **gradients** against finite differences of the function's own forward
   (toolkit), with inputs frozen in turn and at ℓ = 0, the sigmoid's steepest
   point, where a gate built on ``|ℓ|`` has a kink.
@@ -43,6 +44,7 @@ forward's fault once one has localised it:
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Sequence
 
@@ -51,7 +53,7 @@ import numpy as np
 from grader.core.invoke import Call, Request, TensorInput
 from grader.exercises.diffv2 import oracle
 from grader.exercises.diffv2.cases import DIFF_V2, GQA, TENSORS
-from grader.toolkit import attention_maps, probes
+from grader.toolkit import attention_maps, findings, probes
 from grader.toolkit.attention_maps import MapModel
 from grader.toolkit.domain import exact
 from grader.toolkit.findings import (
@@ -578,6 +580,18 @@ def saturated_probe(worker: Worker, values: Values, found: Found, gradients: boo
 # ---- both ---------------------------------------------------------------------------------
 
 
+LENGTHS = (T, 33, 65, 100)  # the probes' own length, then past the block sizes 32 and 64, and a length no power of two is near
+
+
+def length_probe(worker: Worker, function: str, rng: np.random.Generator, found: Found) -> bool:
+    """float64 outputs of ``function`` at :data:`LENGTHS` (one batch element, Hq = 4, Hkv = 2, D = 4), causal and not, against
+    the oracle; whether long sequences alone are wrong."""
+    points = [{"q": rng.standard_normal((1, t, 4, 4)) * 1.2, "k": rng.standard_normal((1, t, 2, 4)) * 1.2,
+               "v": rng.standard_normal((1, t, 2, 4)), "lambda_logits": 1.5 * rng.standard_normal((1, t, 2))} for t in LENGTHS]  # fmt: skip
+    return findings.length_probe(worker, function, functools.partial(subject, function), points, LENGTHS,
+                                 lambda values, causal: truth(function, values, causal), found)  # fmt: skip
+
+
 def rearranged_probe(found: Found, function: str, out: np.ndarray | None, want: np.ndarray) -> bool:
     """A layout finding when the output of the right shape holds exactly the right numbers, in other places; whether it does."""
     if out is None or out.shape != want.shape or not np.isfinite(out).all() or is_right(out, want):
@@ -597,7 +611,7 @@ def run(worker: Worker, function: str, rng: np.random.Generator, found: Found, f
     failed), then the gradients (``gradients``: a gradient check failed)."""
     values = draw(rng)
     names = TENSORS[function]
-    base = randomness_probe(worker, subject(function), values, names, found)
+    base = randomness_probe(worker, subject(function), values, names, found, source)
     if base is None:
         return
     if forward:
@@ -619,7 +633,8 @@ def run(worker: Worker, function: str, rng: np.random.Generator, found: Found, f
         if right and not localised and function == DIFF_V2:
             localised = saturated_probe(worker, values, found, gradients)
         if right and not localised:
-            stability_probe(worker, function, values, rng, found) or layout_probe(worker, lambda **kw: subject(function, **kw), values, found)
+            length_probe(worker, function, rng, found) or stability_probe(worker, function, values, rng, found) or \
+                layout_probe(worker, lambda **kw: subject(function, **kw), values, found)  # fmt: skip
         elif not localised:
             precision_finding(found, function, base, truth(function, values, True))
     elif function == DIFF_V2 and gradients and is_right(base, truth(function, values, True)):

@@ -14,6 +14,8 @@ from dataclasses import replace
 
 from collections.abc import Callable
 
+import numpy as np
+
 from grader.core.invoke import Outcome, Request, Returned, TensorInput
 from grader.core.plugin import GradingContext
 from grader.exercises.diffv2 import cases, expected
@@ -21,8 +23,9 @@ from grader.exercises.diffv2.cases import DIFF_V2, GQA, PARAMETERS, Case
 from grader.toolkit import domain, verdicts
 from grader.toolkit.casesets import CaseSet, CaseSets
 from grader.toolkit.compare import Comparison
-from grader.toolkit.domain import exact
+from grader.toolkit.domain import CallSequence, exact
 from grader.toolkit.runs import Runner, bound_call
+from grader.toolkit.sequences import FirstCall, SequenceSuite, Variations, draw_sequences
 from grader.toolkit.signatures import Signature
 from grader.toolkit.tolerance import Truth
 
@@ -210,6 +213,25 @@ def diff_bindings(seed: int) -> list[Case]:
     ])  # fmt: skip
 
 
+SEQUENCE_SETS = CaseSets()
+"""The call sequences: pairs of calls, kept apart from :data:`SETS`, whose members are single calls."""
+VARIATIONS = Variations(cases.redrawn, cases.retyped, cases.reflagged, cases.resized)
+
+
+def _first_call(rng: np.random.Generator, function: str, how: FirstCall) -> Case:
+    """The first call of a sequence (see :func:`sequences`): up to 24 tokens, heads drawn, D up to 8."""
+    dims = cases.shape(rng, function, 1 if how.decoding else 2, 1 if how.decoding else 24, 8)
+    return cases.case(rng, function, dims, how.dtype, how.causal, grad_mode=how.grad_mode)
+
+
+@SEQUENCE_SETS.register
+def sequences(seed: int) -> list[CallSequence[Case]]:
+    """Each function called twice in each way of :data:`~grader.toolkit.domain.SEQUENCE_KINDS` and each mode of
+    :data:`~grader.toolkit.domain.SEQUENCE_MODES` (the option is causal; :func:`~grader.toolkit.sequences.first_call` says how the
+    first call is made)."""
+    return draw_sequences(domain.generator(seed, "sequences"), FUNCTIONS, _first_call, VARIATIONS)
+
+
 def request(case: Case, grads: bool = False) -> Request:
     """The call of ``case`` (its inputs numbered in the contract's order); with ``grads``, a backward pass with its cotangent."""
     tensors = tuple(
@@ -254,6 +276,10 @@ def described(case: Case, grads: bool = False) -> str:
     return f"{case.function}({case.label()})" + (" with inputs that require grad" if grads else "")
 
 
+SEQUENCES = SequenceSuite(sequences, request, gradient_positions, expected.output, expected.gradients,
+                          RUNNER.request_outcome)
+
+
 GRADIENT_SETS = (gqa_gradients, diff_gradients, diff_saturated, gqa_strided, diff_strided)
 
 
@@ -264,3 +290,8 @@ def prepare(seed: int) -> None:
             expected.output(case)
             if case_set in GRADIENT_SETS:
                 expected.gradients(case)
+    for sequence in sequences(seed):
+        for called in (sequence.first, sequence.second):
+            expected.output(called)
+            if sequence.grads:
+                expected.gradients(called)

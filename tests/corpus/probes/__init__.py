@@ -99,6 +99,8 @@ VARIANTS: dict[str, tuple[str, str, str, str]] = {
     "lambda_times_difference": (_OUT, "coefficient * (_map(q1, k1, causal) - _map(q2, k2, causal)) @ value", _A, "coefficient"),
     "one_minus_lambda_init": (_OUT, "0.8 * " + _OUT, _A, "coefficient"),
     "dropout_left_on": ("return torch.softmax(s, dim=-1)", "return torch.nn.functional.dropout(torch.softmax(s, dim=-1), p=0.1)", _A, "randomness"),
+    "warm_up_kept_on_the_function": ("return torch.softmax(s, dim=-1)", "calls = _map.__dict__.setdefault('calls', [0])\n    calls[0] += 1\n"
+                                     "    return torch.softmax(s * min(1.0, calls[0] / 1000), dim=-1)", _A, "state"),
     "normalised_output": (_OUT, "torch.nn.functional.rms_norm(" + _OUT + ", (value.shape[-1],))", _A, "softmax"),
     "naive_softmax": ("return torch.softmax(s, dim=-1)", "e = torch.exp(s)\n    return e / e.sum(-1, keepdim=True)", _A, "stability"),
     "float32_inside": (_OUT, "((_map(q1.float(), k1.float(), causal) - coefficient * _map(q2.float(), k2.float(), causal)) @ value.float()).to(value.dtype)",

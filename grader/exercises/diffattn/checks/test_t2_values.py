@@ -8,9 +8,9 @@ from grader.exercises.diffattn.cases import AttentionCase
 from grader.exercises.diffattn.declared import LAMBDA_CALLS, attention, of_both, of_lambda
 from grader.exercises.diffattn.suite import ATTENTION
 from grader.toolkit.casesets import CaseSet
-from grader.toolkit.compare import Comparison, combine, compare
+from grader.toolkit.compare import combine, compare
 from grader.toolkit.handout import Recipe
-from grader.toolkit.verdicts import grads_verdict, tensor_result, values_verdict
+from grader.toolkit.verdicts import tensor_result, values_verdict
 
 
 def _attention_values(grading: GradingContext, case_set: CaseSet[AttentionCase], truth=expected.attention_output) -> None:
@@ -100,23 +100,7 @@ def test_values_with_gradients(grading: GradingContext) -> None:
     grading.conclude(combine([v for case_set in sets for v in suite.value_verdicts(grading, case_set, grads=True)]))
 
 
-@check("T2", 4, "Repeated calls answer for their current inputs: the same tensors again, inputs updated in place, memory reused, two micro-batches",
+@check("T2", 4, "Repeated calls answer for their current inputs: the same tensors again, inputs updated in place, memory reused, other shapes, evaluation then training, two layers in one backward pass",
        judges=of_both("values", also=("gradients",)), replay=Recipe("sequence", ((suite.sequences, False),)))  # fmt: skip
 def test_repeated_calls(grading: GradingContext) -> None:
-    verdicts = []
-    for i, sequence in enumerate(suite.sequences(grading.seed)):
-        outcome = suite.sequence_outcome(grading, i, sequence)
-        for position, case in enumerate((sequence.first, sequence.second)):
-            call = ("first", "second")[position]
-            what = f"{sequence.label()}: the {call} call"
-            verdict = values_verdict(outcome, position, what, expected.case_value(case))
-            if not verdict.ok and position == 1 and values_verdict(outcome, 0, what, expected.case_value(sequence.first)).ok:
-                stale = values_verdict(outcome, 1, what, expected.case_value(sequence.first))
-                if stale.ok and sequence.kind != "repeat":
-                    verdict = Comparison(False, "the second call returned the first call's result: the answer is stale "
-                                         "(cached by id(), data_ptr(), shape or a global?)", verdict.worst_ratio, what)  # fmt: skip
-            verdicts.append(verdict)
-        for position, case, wanted in suite.differentiated(sequence):
-            what = f"{sequence.label()}: the {('first', 'second')[position]} call"
-            verdicts.append(grads_verdict(outcome, position, what, expected.case_grads(case), wanted))
-    grading.conclude(combine(verdicts))
+    grading.conclude(combine(suite.SEQUENCES.verdicts(grading)))

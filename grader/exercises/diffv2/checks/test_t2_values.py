@@ -31,7 +31,7 @@ def test_gqa_causal_values(grading: GradingContext) -> None:
     _values(grading, suite.gqa_causal)
 
 
-@check("T2", 4, "gqa_attention, causal=False: matches the oracle (no mask)",
+@check("T2", 3, "gqa_attention, causal=False: matches the oracle (no mask)",
        judges=of(GQA, "values"), replay=Recipe("values", ((suite.gqa_noncausal, False),)))  # fmt: skip
 def test_gqa_noncausal_values(grading: GradingContext) -> None:
     _values(grading, suite.gqa_noncausal)
@@ -43,13 +43,13 @@ def test_diff_v2_causal_values(grading: GradingContext) -> None:
     _values(grading, suite.diff_causal)
 
 
-@check("T2", 4, "diff_v2_attention, causal=False: matches the oracle",
+@check("T2", 3, "diff_v2_attention, causal=False: matches the oracle",
        judges=of(DIFF_V2, "values"), replay=Recipe("values", ((suite.diff_noncausal, False),)))  # fmt: skip
 def test_diff_v2_noncausal_values(grading: GradingContext) -> None:
     _values(grading, suite.diff_noncausal)
 
 
-@check("T2", 4, "float32 inputs with scaled logits of 100 to 1000 give finite, correct outputs", visibility="hidden",
+@check("T2", 3, "float32 inputs with scaled logits of 100 to 1000 give finite, correct outputs", visibility="hidden",
        judges=of_both("values"))  # fmt: skip
 def test_large_logit_values(grading: GradingContext) -> None:
     _values(grading, suite.gqa_large_logits, suite.diff_large_logits)
@@ -90,8 +90,14 @@ def test_gate_off_is_even_heads(grading: GradingContext) -> None:
     _values(grading, suite.diff_gate_off, truth=expected.even_heads)
 
 
-@check("T2", 4, "Calls that build an autograd graph return the same correct values (no separate training path)",
+@check("T2", 3, "Calls that build an autograd graph return the same correct values (no separate training path)",
        judges=of_both("values"), replay=Recipe("values", GRADIENT_CALLS))  # fmt: skip
 def test_values_with_gradients(grading: GradingContext) -> None:
     sets = (suite.gqa_gradients, suite.diff_gradients)
     grading.conclude(combine([v for case_set in sets for v in suite.value_verdicts(grading, case_set, grads=True)]))
+
+
+@check("T2", 4, "Repeated calls answer for their current inputs: the same tensors again, inputs updated in place, memory reused, other shapes, evaluation then training, two layers in one backward pass",
+       judges=of_both("values", also=("gradients",)), replay=Recipe("sequence", ((suite.sequences, False),)))  # fmt: skip
+def test_repeated_calls(grading: GradingContext) -> None:
+    grading.conclude(combine(suite.SEQUENCES.verdicts(grading)))

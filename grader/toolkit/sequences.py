@@ -1,0 +1,285 @@
+"""Call sequences: a function called twice, its second call meeting whatever the first one left behind.
+
+Generic, for any exercise of tensor functions. An exercise draws its
+sequences (:class:`~grader.toolkit.domain.CallSequence`, the kinds of
+:data:`~grader.toolkit.domain.SEQUENCE_KINDS`), making each second call's case
+with its :class:`Variations`, and gives a :class:`SequenceSuite` its request
+builder and oracle. The suite sends a sequence as one worker request (both
+calls, and a backward pass where the sequence has gradients), judges both
+calls' results, and reads two faults out of the run's memo for the diagnosis:
+an answer kept from the first call, and a backward pass that used the second
+forward call's state for the first call's gradients.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any, Generic, TypeVar
+
+import numpy as np
+
+from grader.core.invoke import Outcome, Request, TensorInput, invoke_each
+from grader.core.plugin import GradingContext
+from grader.toolkit import domain, verdicts
+from grader.toolkit.casesets import CaseSet
+from grader.toolkit.compare import Comparison
+from grader.toolkit.domain import SEQUENCE_KINDS, CallSequence
+from grader.toolkit.rootcause import Finding
+from grader.toolkit.tolerance import Memo, Truth, remember
+
+_Case = TypeVar("_Case")
+Vary = Callable[[_Case, np.random.Generator], _Case]
+RequestOf = Callable[[Any, bool], Request]
+Ask = Callable[[GradingContext, tuple[Any, ...], Request], Outcome]
+"""(grading, memo key, request) -> the request's outcome, made once per run (the exercise's way of sending a request)."""
+CHANGES = {"reflagged": ("interleaved",), "retyped": ()}
+"""Kinds of sequence whose second call changes one thing besides the values (the option, the dtype) -> the other kinds that change it too."""
+Keyed = Mapping[str, Mapping[str, tuple[str, str]]]
+"""A kind of :data:`CHANGES` -> function -> (the component that state ignoring that change belongs to, the change in words)."""
+STALE = "the second call returned the first call's result: the answer is stale (cached by id(), data_ptr(), shape or a global?)"
+
+
+@dataclass(frozen=True)
+class Variations(Generic[_Case]):
+    """How an exercise makes the second call's case of a sequence from the first's.
+
+    ``redrawn``: new values of the same shapes (every kind but those below);
+    ``retyped``: the same in the other dtype; ``reflagged``: the same with
+    another value of the function's option (a flag, a constant);
+    ``resized``: new values of other shapes, fewer tokens (one,
+    ``decoding``) and other counts; ``layered``: the second of two calls
+    differentiated together, as another layer makes it (default:
+    ``reflagged``; an exercise whose functions take hyperparameters that
+    differ per layer changes them too).
+    """
+
+    redrawn: Vary[_Case]
+    retyped: Vary[_Case]
+    reflagged: Vary[_Case]
+    resized: Callable[[_Case, np.random.Generator, bool], _Case]
+    layered: Vary[_Case] | None = None
+
+    def second(self, first: _Case, kind: str, mode: str, rng: np.random.Generator) -> _Case:
+        """The second call's case of a sequence of ``kind`` in ``mode`` that starts with ``first`` (the same tensors: ``first``)."""
+        if kind in ("repeat", "retrained"):
+            return first
+        if kind == "resized":
+            return self.resized(first, rng, mode in ("no_grad", "inference_mode"))  # generation decodes without gradients
+        changes = {"retyped": self.retyped, "reflagged": self.reflagged, "interleaved": self.layered or self.reflagged}
+        return changes.get(kind, self.redrawn)(first, rng)
+
+
+@dataclass(frozen=True)
+class FirstCall:
+    """How the first call of a sequence is made, whatever the exercise (see :func:`first_call`)."""
+
+    dtype: str
+    causal: bool | None  # the function's option, for an exercise whose option is the causal flag (None: left out)
+    grad_mode: str  # a member of domain.GRAD_MODES: the autograd mode of the calls (mode "grads": grad enabled)
+    decoding: bool  # one token (the second call's too): a decoding step
+
+
+def first_call(rng: np.random.Generator, kind: str, mode: str) -> FirstCall:
+    """How the first call of a sequence of ``kind`` in ``mode`` is made: a drawn dtype (float64 first for "retyped", float32
+    first under no_grad); a drawn causal flag, but before a change of the option (and of two calls differentiated together)
+    causal, or under no_grad causal=False (the second call then leaves the flag out, and the default must apply whatever came
+    before); one token for calls with new tensors without autograd (decoding steps)."""
+    dtype = str(rng.choice(["float32", "float64"]))
+    if kind == "retyped":
+        dtype = "float32" if mode == "no_grad" else "float64"
+    causal: bool | None = (True, False, None)[int(rng.integers(3))]
+    if kind in ("retyped", "reflagged", "interleaved"):
+        causal = mode != "no_grad"
+    decoding = kind == "reallocate" and mode in ("no_grad", "inference_mode")
+    return FirstCall(dtype, causal, mode if mode in domain.GRAD_MODES else "enabled", decoding)
+
+
+FirstCase = Callable[[np.random.Generator, str, FirstCall], Any]
+"""(generator, function, how the call is made) -> the first call's case of a sequence (see :func:`draw_sequences`)."""
+
+
+def draw_sequences(rng: np.random.Generator, functions: tuple[str, ...], first_case: FirstCase, variations: Variations[Any]) -> list[CallSequence[Any]]:
+    """One sequence per kind of :data:`~grader.toolkit.domain.SEQUENCE_KINDS`, mode of
+    :data:`~grader.toolkit.domain.SEQUENCE_MODES` (or of ``KIND_MODES``, for the kinds that have their own) and function.
+
+    ``first_case(rng, function, how)`` draws the first call's case as
+    ``how`` (:func:`first_call`) says; its inputs require grad in the
+    sequences with gradients (mode "grads", and "retrained").
+    """
+    found = []
+    for kind in domain.SEQUENCE_KINDS:
+        for mode in domain.KIND_MODES.get(kind, domain.SEQUENCE_MODES):
+            for function in functions:
+                first = first_case(rng, function, first_call(rng, kind, mode))
+                found.append(CallSequence(first, variations.second(first, kind, mode, rng), kind, mode == "grads" or kind == "retrained"))
+    return found
+
+
+def joined_request(sequence: CallSequence[Any], request_of: RequestOf) -> Request:
+    """The two calls of ``sequence`` in one request: with gradients, a backward pass from the second call (from both when
+    interleaved); the second call refills, reuses or replaces the first call's tensors as the sequence's kind says."""
+    first, second = (request_of(case, sequence.grads) for case in (sequence.first, sequence.second))
+    if sequence.kind == "interleaved":
+        assert first.backward_from is not None and first.cotangent is not None and second.backward_from is not None
+        return replace(second, calls=(*first.calls, *second.calls), inputs=first.inputs + second.inputs,
+                       backward_from=len(first.calls) + second.backward_from, also_backward=((first.backward_from, first.cotangent),))  # fmt: skip
+    call = first.calls[-1]
+    if sequence.kind in ("refill", "refill_data"):
+        inputs = [a for a in (*call.args, *call.kwargs.values()) if isinstance(a, TensorInput)]
+        later = second.calls[-1]
+        again = [a for a in (*later.args, *later.kwargs.values()) if isinstance(a, TensorInput)]
+        swap = {id(new): old for new, old in zip(again, inputs)}
+        call = replace(
+            later,
+            args=tuple(swap.get(id(a), a) for a in later.args),
+            kwargs={name: swap.get(id(a), a) for name, a in later.kwargs.items()},
+            refill=tuple((old, new.values) for new, old in zip(again, inputs)),
+            refill_through_data=sequence.kind == "refill_data",
+        )
+    elif sequence.kind == "retrained":
+        first = replace(first, calls=(*first.calls[:-1], replace(call, grad_mode=sequence.first.grad_mode)))
+    elif sequence.kind != "repeat":
+        call = replace(second.calls[-1], release=sequence.kind == "reallocate")
+    numbered = first.inputs if sequence.kind in ("repeat", "refill", "refill_data", "retrained") else second.inputs
+    return replace(second, calls=(*first.calls, call), backward_from=None if second.backward_from is None else len(first.calls), inputs=numbered)
+
+
+_REQUESTS: Memo = {}
+
+
+@dataclass(frozen=True)
+class SequenceSuite:
+    """An exercise's call sequences: how to send them, and what their calls must return.
+
+    ``sequences`` is the case set of the sequences; ``request_of(case,
+    grads)`` the request of one call; ``positions(case)`` input name ->
+    tensor number in that request for the inputs whose gradients are asked
+    for; ``value(case)`` and ``gradients(case)`` the oracle's truths;
+    ``ask`` sends a request once per run (see :data:`Ask`).
+    """
+
+    sequences: CaseSet[CallSequence[Any]]
+    request_of: RequestOf
+    positions: Callable[[Any], dict[str, int]]
+    value: Callable[[Any], Truth]
+    gradients: Callable[[Any], dict[str, Truth]]
+    ask: Ask
+
+    def request(self, sequence: CallSequence[Any]) -> Request:
+        """:func:`joined_request` of ``sequence``, built once per sequence object and process."""
+        return remember(_REQUESTS, (sequence, self.request_of), lambda: joined_request(sequence, self.request_of))
+
+    def ends(self, sequence: CallSequence[Any]) -> tuple[int, int]:
+        """The positions of the first and of the second call's last call in the sequence's request."""
+        return len(self.request_of(sequence.first, sequence.grads).calls) - 1, len(self.request(sequence).calls) - 1
+
+    def differentiated(self, sequence: CallSequence[Any]) -> list[tuple[int, Any, dict[str, int]]]:
+        """The calls of ``sequence`` whose gradients its request asks for: (call, its case, input name -> tensor number)."""
+        if not sequence.grads:
+            return []
+        first, second = self.ends(sequence)
+        if sequence.kind != "interleaved":
+            return [(second, sequence.second, self.positions(sequence.second))]
+        shift = len(self.request_of(sequence.first, True).inputs)
+        return [(first, sequence.first, self.positions(sequence.first)),
+                (second, sequence.second, {name: shift + i for name, i in self.positions(sequence.second).items()})]  # fmt: skip
+
+    def outcome(self, grading: GradingContext, index: int, sequence: CallSequence[Any]) -> Outcome:
+        """The outcome of sequence ``index``; the first one asked for sends every sequence of each working function in one round trip."""
+        done = ("prefetched", self.sequences.name)
+        if done not in grading.cache and grading.worker is not None:
+            grading.cache[done] = True
+            everything = list(enumerate(self.sequences(grading.seed)))
+            for function in dict.fromkeys(s.second.function for _, s in everything):
+                wanted = [(i, self.request(s)) for i, s in everything if s.second.function == function]
+                if any(verdicts.function_problem(grading, c.function) for c in wanted[0][1].calls):
+                    continue
+                for (i, _), found in zip(wanted, invoke_each(grading.worker, [r for _, r in wanted], shared=True)):
+                    grading.cache[(self.sequences.name, i)] = found
+        return self.ask(grading, (self.sequences.name, index), self.request(sequence))
+
+    def verdicts(self, grading: GradingContext) -> list[Comparison]:
+        """Every call of every sequence: its output right when it was returned and still right after the other call, and its
+        gradients where asked for; a second call that returned the first call's answer says so."""
+        return [v for index, sequence in enumerate(self.sequences(grading.seed)) for v in self.judged(self.outcome(grading, index, sequence), sequence)]
+
+    def judged(self, outcome: Outcome, sequence: CallSequence[Any]) -> list[Comparison]:
+        """The verdicts on the calls of one sequence (see :meth:`verdicts`)."""
+        found = []
+        ends = self.ends(sequence)
+        for position, case, which in zip(ends, (sequence.first, sequence.second), ("first", "second")):
+            what = f"{sequence.label()}: the {which} call"
+            verdict = verdicts.values_verdict(outcome, position, what, self.value(case))
+            if not verdict.ok and which == "second" and self.stale(outcome, sequence):
+                verdict = Comparison(False, STALE, verdict.worst_ratio, what)
+            found.append(verdict)
+        for position, case, wanted in self.differentiated(sequence):
+            what = f"{sequence.label()}: the {'first' if position == ends[0] else 'second'} call"
+            found.append(verdicts.grads_verdict(outcome, position, what, self.gradients(case), wanted))
+        return found
+
+    def stale(self, outcome: Outcome, sequence: CallSequence[Any]) -> bool:
+        """Whether the second call of a sequence that changed its inputs returned what the first call should have (and did)."""
+        if sequence.second is sequence.first:
+            return False
+        first, second = self.ends(sequence)
+        before = self.value(sequence.first)
+        return (verdicts.values_verdict(outcome, first, "", before).ok and verdicts.values_verdict(outcome, second, "", before).ok
+                and not verdicts.values_verdict(outcome, second, "", self.value(sequence.second)).ok)  # fmt: skip
+
+    def memo_findings(self, grading: GradingContext, whole_answer: Mapping[str, str], keyed: Keyed) -> list[Finding]:
+        """What the sequences the checks sent show (read from the run's memo: no new call), at most one finding per function:
+        a backward pass of two calls differentiated together that got only the first call's gradients wrong, while every
+        other sequence of the function is right; for a function
+        of ``whole_answer`` (function -> the component that computes its whole answer), a stale answer; else, when the only
+        sequences that fail are those whose second call changes one thing of :data:`CHANGES`, state kept between calls that
+        ignores it (``keyed``, :data:`Keyed`)."""
+        found: list[Finding] = []
+        failing: dict[str, set[str]] = {}
+        made = []
+        for index, sequence in enumerate(self.sequences(grading.seed)):
+            outcome: Outcome | None = grading.cache.get((self.sequences.name, index))
+            if outcome is not None:
+                made.append((sequence, outcome))
+                if not all(v.ok for v in self.judged(outcome, sequence)):
+                    failing.setdefault(sequence.second.function, set()).add(sequence.kind)
+        for sequence, outcome in made:
+            function = sequence.second.function
+            if any(f.function == function for f in found):
+                continue
+            if sequence.kind == "interleaved" and failing.get(function) == {"interleaved"}:  # right in every other sequence
+                found += self._crossed_backward(function, outcome, sequence)
+            elif function in whole_answer and self.stale(outcome, sequence):
+                found.append(Finding(function, whole_answer[function], "forward", f"{function} answers with a result kept from an earlier call",
+                                     f"When {function} was {SEQUENCE_KINDS[sequence.kind]}, the second call returned the first call's result: "
+                                     "the answer is kept between calls (cached by id(), data_ptr(), shape or in a global) and is stale once the "
+                                     "inputs change.", "compute the result on every call: cache nothing keyed by a tensor's identity, address or shape",
+                                     aspect="values", explains=frozenset({"values", "gradients"}), signature="the answer is stale"))  # fmt: skip
+        for function, kinds in failing.items():
+            changed = next((kind for kind in CHANGES if kind in kinds and kinds <= {kind, *CHANGES[kind]}), None)
+            named = keyed.get(changed or "", {}).get(function)
+            if named is None or any(f.function == function for f in found):
+                continue
+            component, what = named
+            found.append(Finding(function, component, "forward", f"What {function} keeps between calls ignores {what}",
+                                 f"Only the call sequences that change {what} between two calls fail ({', '.join(sorted(kinds))}): calls on new "
+                                 f"values, on inputs refilled in place, reallocated or of other shapes are right. Something kept from an earlier "
+                                 f"call (a mask, a constant, a cached tensor) is reused although {what} changed.",
+                                 f"build it in every call, or key what you keep by everything it depends on ({what} included)",
+                                 aspect="values", explains=frozenset({"values", "gradients"})))  # fmt: skip
+        return found
+
+    def _crossed_backward(self, function: str, outcome: Outcome, sequence: CallSequence[Any]) -> list[Finding]:
+        """A finding when, of two calls differentiated together, the second call's gradients are right and the first call's
+        wrong: the backward pass of the first call used what the second forward left behind."""
+        judged = [verdicts.grads_verdict(outcome, position, "", self.gradients(case), wanted).ok
+                  for position, case, wanted in self.differentiated(sequence)]  # fmt: skip
+        if judged != [False, True]:
+            return []
+        return [Finding(function, "backward", "gradients", "The backward pass uses the last forward call's state, not its own",
+                        f"When {function} was {SEQUENCE_KINDS['interleaved']}, the second call's gradients were right and the first "
+                        "call's wrong: its backward pass read what the second forward left behind (tensors kept on the Function class, "
+                        "the module or a global instead of saved on ctx).",
+                        "save what the backward pass needs with ctx.save_for_backward (or on ctx) in each forward call, never on the "
+                        "class or in a global", aspect="gradients", explains=frozenset({"gradients"}), signature="differentiated through both results")]  # fmt: skip
