@@ -158,7 +158,7 @@ def every_layout(rng: np.random.Generator) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class CallSequence(Generic[_Case]):
-    """Two calls of one function with inputs of the same shapes and layouts.
+    """Two calls of one function with inputs of the same layouts (and shapes, but for "resized").
 
     ``kind`` (a key of :data:`SEQUENCE_KINDS`) says how the second call's
     inputs come about: "repeat" passes the first call's tensors again

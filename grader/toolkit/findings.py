@@ -106,7 +106,7 @@ def length_probe(worker: Worker, function: str, subject: Callable[[bool], Subjec
         outs = probes.sweep(worker, subject(causal), points)
         wrong[causal] = [t for t, out, point in zip(lengths, outs, points) if not is_right(out, truth(point, causal))]
     failing = sorted(set(wrong[True]) | set(wrong[False]))
-    if not failing or failing[0] == lengths[0]:
+    if not failing or failing[0] == min(lengths):
         return False  # right at every length, or wrong already at the shortest: not a fault of long sequences
     shortest = failing[0]
     span = f"right up to T = {max(t for t in lengths if t < shortest)} and wrong from T = {shortest}"
@@ -136,8 +136,10 @@ def precision_finding(found: Found, function: str, got: np.ndarray | None, expec
     return True
 
 
-RANDOM_STEPS = re.compile(r"dropout|\brand(n|int|perm)?(_like)?\s*\(|bernoulli|multinomial|\.\s*(normal|uniform|exponential)_\s*\(|\brandom\s*\.")
-"""What makes a function's output random in its code: dropout, torch's and Python's random draws."""
+RANDOM_STEPS = re.compile(r"dropout|\brand(n|int|perm)?(_like)?\s*\(|bernoulli|multinomial|poisson|\bnormal\s*\(|\.\s*(normal|uniform|exponential|"
+                          r"random|cauchy|log_normal|geometric)_\s*\(|\brandom\b|\b(new_)?empty(_like|_strided)?\s*\(", re.IGNORECASE)
+"""What makes a function's output vary from call to call in its code: dropout (nn.Dropout too), torch's and Python's random
+draws, and uninitialised memory (torch.empty)."""
 
 
 def code_of(source: str) -> str:
@@ -400,10 +402,15 @@ def failing_mode(calls: Iterable[tuple[str, bool]]) -> str:
 def failed_roles(records: Sequence[Mapping[str, Any]], roles: Mapping[str, Role], across_calls: Iterable[str] = ()) -> list[Role]:
     """What the failed checks (``records``: the report's check objects) judge. A check of ``across_calls``, whose failure may
     come from state kept between calls (a cache), judges the aspect "state": it alone sends no function's probes looking
-    at its forward."""
+    at its values or gradients."""
     across = set(across_calls)
     return [replace(roles[r["id"]], aspect="state") if r["id"] in across else roles[r["id"]]
             for r in records if r.get("status") == "failed" and r.get("id") in roles]  # fmt: skip
+
+
+def only_state(failed: Sequence[Role], functions: Iterable[str]) -> set[str]:
+    """The functions whose failed checks (``failed``, :func:`failed_roles`) all judge call sequences (aspect "state")."""
+    return {f for f in functions if not any(f in role.functions and role.aspect != "state" for role in failed)}
 
 
 def probed_aspects(failed: Sequence[Role], functions: Sequence[str]) -> dict[str, set[str]]:

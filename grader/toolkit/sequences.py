@@ -6,14 +6,15 @@ sequences (:class:`~grader.toolkit.domain.CallSequence`, the kinds of
 with its :class:`Variations`, and gives a :class:`SequenceSuite` its request
 builder and oracle. The suite sends a sequence as one worker request (both
 calls, and a backward pass where the sequence has gradients), judges both
-calls' results, and reads two faults out of the run's memo for the diagnosis:
-an answer kept from the first call, and a backward pass that used the second
-forward call's state for the first call's gradients.
+calls' results, and reads three faults out of the run's memo for the
+diagnosis: an answer kept from the first call, a backward pass that used the
+second forward call's state for the first call's gradients, and state that
+ignores a change of the option or of the dtype.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Generic, TypeVar
 
@@ -82,9 +83,9 @@ class FirstCall:
 
 def first_call(rng: np.random.Generator, kind: str, mode: str) -> FirstCall:
     """How the first call of a sequence of ``kind`` in ``mode`` is made: a drawn dtype (float64 first for "retyped", float32
-    first under no_grad); a drawn causal flag, but before a change of the option (and of two calls differentiated together)
-    causal, or under no_grad causal=False (the second call then leaves the flag out, and the default must apply whatever came
-    before); one token for calls with new tensors without autograd (decoding steps)."""
+    first under no_grad); a drawn causal flag, but causal before a change of the option, of the dtype and of two calls
+    differentiated together, and causal=False under no_grad (a reflagged second call then leaves the flag out, and the
+    default must apply whatever came before); one token for reallocated calls without autograd (decoding steps)."""
     dtype = str(rng.choice(["float32", "float64"]))
     if kind == "retyped":
         dtype = "float32" if mode == "no_grad" else "float64"
@@ -120,6 +121,8 @@ def joined_request(sequence: CallSequence[Any], request_of: RequestOf) -> Reques
     """The two calls of ``sequence`` in one request: with gradients, a backward pass from the second call (from both when
     interleaved); the second call refills, reuses or replaces the first call's tensors as the sequence's kind says."""
     first, second = (request_of(case, sequence.grads) for case in (sequence.first, sequence.second))
+    if len(first.calls) != 1 or len(second.calls) != 1:
+        raise ValueError(f"a call sequence joins two requests of one call each (got {len(first.calls)} and {len(second.calls)} calls)")
     if sequence.kind == "interleaved":
         assert first.backward_from is not None and first.cotangent is not None and second.backward_from is not None
         return replace(second, calls=(*first.calls, *second.calls), inputs=first.inputs + second.inputs,
@@ -228,12 +231,13 @@ class SequenceSuite:
         return (verdicts.values_verdict(outcome, first, "", before).ok and verdicts.values_verdict(outcome, second, "", before).ok
                 and not verdicts.values_verdict(outcome, second, "", self.value(sequence.second)).ok)  # fmt: skip
 
-    def memo_findings(self, grading: GradingContext, whole_answer: Mapping[str, str], keyed: Keyed) -> list[Finding]:
+    def memo_findings(self, grading: GradingContext, whole_answer: Mapping[str, str], keyed: Keyed, alone: Collection[str] = ()) -> list[Finding]:
         """What the sequences the checks sent show (read from the run's memo: no new call), at most one finding per function:
         a backward pass of two calls differentiated together that got only the first call's gradients wrong, while every
         other sequence of the function is right; for a function
         of ``whole_answer`` (function -> the component that computes its whole answer), a stale answer; else, when the only
-        sequences that fail are those whose second call changes one thing of :data:`CHANGES`, state kept between calls that
+        sequences that fail are those whose second call changes one thing of :data:`CHANGES` and the function fails no check
+        of single calls (``alone``: the functions whose only failed checks are call sequences'), state kept between calls that
         ignores it (``keyed``, :data:`Keyed`)."""
         found: list[Finding] = []
         failing: dict[str, set[str]] = {}
@@ -259,7 +263,7 @@ class SequenceSuite:
         for function, kinds in failing.items():
             changed = next((kind for kind in CHANGES if kind in kinds and kinds <= {kind, *CHANGES[kind]}), None)
             named = keyed.get(changed or "", {}).get(function)
-            if named is None or any(f.function == function for f in found):
+            if named is None or function not in alone or any(f.function == function for f in found):
                 continue
             component, what = named
             found.append(Finding(function, component, "forward", f"What {function} keeps between calls ignores {what}",

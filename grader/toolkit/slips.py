@@ -209,9 +209,11 @@ def _finding(function: str, component: str, title: str, evidence: str, advice: s
                    explains=explains, blocks=blocks, note=note, public=public)  # fmt: skip
 
 
-def _raised(function: str, calls: Sequence[Observed], source: str | None, declared: Declarations, graded: Collection[str] = ()) -> list[Finding]:
+def _raised(function: str, calls: Sequence[Observed], source: str | None, declared: Declarations,
+            callees: Collection[tuple[str, str]] = ()) -> list[Finding]:  # fmt: skip
     """Findings for the exceptions a function raised, one per kind of exception. An exception raised in the code of another
-    function of ``graded`` (one this function calls) is that function's fault."""
+    graded function (one this function calls) that raises it on its own calls too (``callees``: (function, signature)) is
+    that function's fault; otherwise it stays this function's (it may hand the other one wrong inputs)."""
     groups: dict[tuple[str, str], list[Observed]] = {}
     for call in calls:
         result = call.result
@@ -248,9 +250,9 @@ def _raised(function: str, calls: Sequence[Observed], source: str | None, declar
             component, meaning, advice = "load", "it cannot run at all", "fix the name or import the traceback points at"
         else:
             continue
-        owner = code[-1][1].strip() if code and code[-1][1].strip() in graded else function
-        title = f"{owner} raises {kind}: {meaning}" + (f" (called by {function})" if owner != function else "")
         signature = classified[3] if classified else f"{kind}: {message}"[:120]
+        owner = code[-1][1].strip() if code and (code[-1][1].strip(), signature) in callees else function
+        title = f"{owner} raises {kind}: {meaning}" + (f" (called by {function})" if owner != function else "")
         found.append(replace(_finding(owner, component, title, evidence, advice, blocks=everywhere and owner == function,
                                       explains=frozenset({ASPECT_OF.get(component) or "type"})), signature=signature))  # fmt: skip
     return found
@@ -374,10 +376,13 @@ def _detached(function: str, calls: Sequence[Observed], source: str | None) -> l
 def findings(calls: Sequence[Observed], source: str | None, declared: Declarations) -> list[Finding]:
     """The contract slips of every function in ``calls``, those that make its results unusable first."""
     found: list[Finding] = []
-    graded = list(dict.fromkeys(c.function for c in calls))
-    for function in graded:
-        mine = [c for c in calls if c.function == function]
-        found += _raised(function, mine, source, declared, graded) + _not_tensors(function, mine, source) + _shapes(function, mine, declared)
-        found += _mutations(function, mine, source) + _detached(function, mine, source)
-    unique = {(f.function, f.component, f.signature or f.title): f for f in reversed(found)}  # the first of each, when a callee's fault shows twice
-    return sorted((f for f in found if unique[(f.function, f.component, f.signature or f.title)] is f), key=lambda f: not f.blocks)
+    mine = {function: [c for c in calls if c.function == function] for function in dict.fromkeys(c.function for c in calls)}
+    own = {(function, f.signature or "") for function, made in mine.items() for f in _raised(function, made, source, declared)}
+    for function, made in mine.items():
+        found += _raised(function, made, source, declared, own) + _not_tensors(function, made, source) + _shapes(function, made, declared)
+        found += _mutations(function, made, source) + _detached(function, made, source)
+    # a callee's fault seen through its caller's calls too: keep the callee's own finding
+    kept: dict[tuple[str | None, str, str], Finding] = {}
+    for f in sorted(found, key=lambda f: "(called by" in f.title):
+        kept.setdefault((f.function, f.component, f.signature or f.title), f)
+    return sorted((f for f in found if kept[(f.function, f.component, f.signature or f.title)] is f), key=lambda f: not f.blocks)

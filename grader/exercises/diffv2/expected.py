@@ -17,9 +17,10 @@ of this exercise (docs/diffv2.md, "Tolerances"):
 
 The gate's own magnitudes count ``1 − σ`` as ``1 + σ`` (its two terms): at
 ℓ = 100 float32 has ``σ = 1`` and ``1 − σ = 0`` exactly, so the allowance of
-``∂ℓ`` must follow the terms, not the ``e⁻¹⁰⁰``-sized result; and as a gate
-may be written ``1 − σ(−ℓ)`` (the same near 1 for ℓ < 0), the slope's
-magnitude is the larger of its two forms' terms, about 1 for every ℓ. And float32
+``∂ℓ`` must follow the terms, not the ``e⁻¹⁰⁰``-sized result. A gate may
+also be written ``1 − σ(−ℓ)``, whose subtraction loses σ's relative accuracy
+for ℓ < 0: the gate counts as ``2 − σ`` (those terms), and the slope as the
+larger of its two forms' terms, about 1 for every ℓ (``oracle.gate_magnitudes``). And float32
 flushes a gate below its smallest normal number ``tiny`` to zero (torch's
 ``sigmoid(−89)`` is 0): the gate's output and gradient get ``SAFETY·tiny``
 times the size of what the gate multiplies on top.

@@ -23,9 +23,10 @@ and accurate for any finite ``ℓ``.
 
 With ``absolute=True`` a VJP evaluates the same formulas with every operand
 replaced by its absolute value and every subtraction turned into an addition
-(``1 - σ`` included, whose terms have magnitude ``1 + σ``): an element-wise
-bound on the true values and the scale of their rounding errors, which is how
-the grader sizes its tolerances.
+(``1 - σ`` included, whose terms have magnitude ``1 + σ``; the gate itself
+counts as ``2 - σ``, the terms of its other form ``1 - σ(-ℓ)``): an
+element-wise bound on the true values and the scale of the rounding errors
+of any of their usual forms, which is how the grader sizes its tolerances.
 """
 
 from __future__ import annotations
