@@ -27,6 +27,7 @@ from grader.toolkit.casesets import CaseSet
 from grader.toolkit.compare import Comparison
 from grader.toolkit.domain import SEQUENCE_KINDS, CallSequence
 from grader.toolkit.rootcause import Finding
+from grader.toolkit.slips import Observed
 from grader.toolkit.tolerance import Memo, Truth, remember
 
 _Case = TypeVar("_Case")
@@ -230,6 +231,20 @@ class SequenceSuite:
         before = self.value(sequence.first)
         return (verdicts.values_verdict(outcome, first, "", before).ok and verdicts.values_verdict(outcome, second, "", before).ok
                 and not verdicts.values_verdict(outcome, second, "", self.value(sequence.second)).ok)  # fmt: skip
+
+    def observed(self, grading: GradingContext, attributes: Callable[[Any, bool], Mapping[str, str]]) -> list[Observed]:
+        """Both calls of every sequence the checks sent (from the run's memo: no new call), as the slip analysis reads them
+        (``attributes(case, grads)``: how a call was made, in words; the sequence's kind is added)."""
+        found = []
+        for index, sequence in enumerate(self.sequences(grading.seed)):
+            outcome: Outcome | None = grading.cache.get((self.sequences.name, index))
+            if outcome is None:
+                continue
+            for position, case, which in zip(self.ends(sequence), (sequence.first, sequence.second), ("first", "second")):
+                grads = sequence.grads and not (sequence.kind == "retrained" and which == "first")  # an evaluation builds no graph
+                made = {**attributes(case, grads), "the call sequence": sequence.kind}
+                found.append(Observed(case.function, outcome, position, case.output_shape, case.dtype, made, (), grads))
+        return found
 
     def memo_findings(self, grading: GradingContext, whole_answer: Mapping[str, str], keyed: Keyed, alone: Collection[str] = ()) -> list[Finding]:
         """What the sequences the checks sent show (read from the run's memo: no new call), at most one finding per function:

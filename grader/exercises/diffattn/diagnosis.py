@@ -160,7 +160,7 @@ def diagnose(grading: GradingContext, records: list[dict[str, Any]]) -> Evidence
     if grading.load_failure is not None:
         return evidence
     evidence.findings += signatures.findings(CONTRACT, grading.functions, PARAMETER_COMPONENTS)
-    evidence.findings += slips.findings(observed(grading), grading.source, DECLARATIONS)
+    evidence.findings += slips.findings(observed(grading) + suite.SEQUENCES.observed(grading, _attributes), grading.source, DECLARATIONS)
     failed = findings.failed_roles(records, roles, ACROSS_CALLS)
     if any(role.aspect == "state" for role in failed):
         evidence.findings += suite.SEQUENCES.memo_findings(grading, STALE_COMPONENTS, KEYED, findings.only_state(failed, (LAMBDA, ATTENTION)))
