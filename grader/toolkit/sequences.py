@@ -175,8 +175,16 @@ class SequenceSuite:
         return remember(_REQUESTS, (sequence, self.request_of), lambda: joined_request(sequence, self.request_of))
 
     def ends(self, sequence: CallSequence[Any]) -> tuple[int, int]:
-        """The positions of the first and of the second call's last call in the sequence's request."""
-        return len(self.request_of(sequence.first, sequence.grads).calls) - 1, len(self.request(sequence).calls) - 1
+        """The positions of the first and of the second call in the sequence's request (each joined request is of one call)."""
+        return 0, len(self.request(sequence).calls) - 1
+
+    def prepare(self, seed: int) -> None:
+        """Compute the oracle's truths of both calls of every sequence for ``seed``, once (a batch does, before it forks)."""
+        for sequence in self.sequences(seed):
+            for called in (sequence.first, sequence.second):
+                self.value(called)
+                if sequence.grads:
+                    self.gradients(called)
 
     def differentiated(self, sequence: CallSequence[Any]) -> list[tuple[int, Any, dict[str, int]]]:
         """The calls of ``sequence`` whose gradients its request asks for: (call, its case, input name -> tensor number)."""

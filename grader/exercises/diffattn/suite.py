@@ -466,11 +466,7 @@ def prepare(seed: int) -> None:
         expected.lambda_grads(case)
     for case in lambda_strided(seed) + lambda_bindings(seed):
         expected.lambda_value(case)
-    for sequence in sequences(seed):
-        for called in (sequence.first, sequence.second):
-            expected.case_value(called)
-            if sequence.grads:
-                expected.case_grads(called)
+    SEQUENCES.prepare(seed)
     for case_set in VALUE_SETS + GRADIENT_SETS:  # a case's value and gradients one after the other: they share its maps
         for drawn in case_set(seed):
             expected.attention_output(drawn)

@@ -290,8 +290,4 @@ def prepare(seed: int) -> None:
             expected.output(case)
             if case_set in GRADIENT_SETS:
                 expected.gradients(case)
-    for sequence in sequences(seed):
-        for called in (sequence.first, sequence.second):
-            expected.output(called)
-            if sequence.grads:
-                expected.gradients(called)
+    SEQUENCES.prepare(seed)
