@@ -155,3 +155,19 @@ def test_an_evaluation_then_a_training_step_is_one_request() -> None:
     assert [c.grad_mode for c in made.calls] == [sequence.first.grad_mode, "enabled"] and made.backward_from == 1
     assert made.calls[0].args == made.calls[1].args and any(t.requires_grad for t in made.inputs)
     assert [position for position, _, _ in suite.SEQUENCES.differentiated(sequence)] == [1]
+
+
+@pytest.mark.parametrize(("exercise", "tokens_axis"), [("diffattn", -2), ("diffv2", -3)])
+def test_an_evaluation_before_training_is_longer_than_every_other_call(exercise: str, tokens_axis: int) -> None:
+    """The "retrained" sequences of the attention functions are causal and each at its own length, past every other call of the
+    run: a mask or buffer kept per length (or grown to the longest length seen) is made by their evaluation call, in its mode."""
+    suite = importlib.import_module(f"grader.exercises.{exercise}.suite")
+    others = []
+    for case_set in [*suite.SETS, *getattr(suite, "SEQUENCE_SETS", [])]:
+        for drawn in case_set(SEED):
+            calls = [] if getattr(drawn, "kind", None) == "retrained" else [drawn.first, drawn.second] if hasattr(drawn, "kind") else [drawn]
+            others += [c.output_shape[tokens_axis] for c in calls if len(c.output_shape) >= 3]
+    retrained = [s for s in suite.sequences(SEED) if s.kind == "retrained" and len(s.first.output_shape) >= 3]
+    lengths = [s.first.output_shape[tokens_axis] for s in retrained]
+    assert len(set(lengths)) == len(retrained) >= 2 and min(lengths) > max(others) > 256
+    assert all(s.first.causal is not False and s.first.grad_mode in ("no_grad", "inference_mode") for s in retrained)

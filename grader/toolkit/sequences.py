@@ -80,21 +80,29 @@ class FirstCall:
     causal: bool | None  # the function's option, for an exercise whose option is the causal flag (None: left out)
     grad_mode: str  # a member of domain.GRAD_MODES: the autograd mode of the calls (mode "grads": grad enabled)
     decoding: bool  # one token (the second call's too): a decoding step
+    fresh_length: int | None = None  # a length no other call of the run has (see first_call); None: the exercise draws one
 
 
-def first_call(rng: np.random.Generator, kind: str, mode: str) -> FirstCall:
+def first_call(rng: np.random.Generator, kind: str, mode: str, fresh_length: int | None = None) -> FirstCall:
     """How the first call of a sequence of ``kind`` in ``mode`` is made: a drawn dtype (float64 first for "retyped", float32
     first under no_grad); a drawn causal flag, but causal before a change of the option, of the dtype and of two calls
-    differentiated together, and causal=False under no_grad (a reflagged second call then leaves the flag out, and the
-    default must apply whatever came before); one token for reallocated calls without autograd (decoding steps)."""
+    differentiated together, causal=False under no_grad (a reflagged second call then leaves the flag out, and the
+    default must apply whatever came before) and causal (given or left out) for an evaluation before training; one token
+    for reallocated calls without autograd (decoding steps). An evaluation before training ("retrained") is made at
+    ``fresh_length``: longer than every other call of the run, so that whatever the function keeps per length, or grows
+    to the longest length seen (a mask, a buffer), is made by this call, in its mode, and then met by the training call.
+    """
     dtype = str(rng.choice(["float32", "float64"]))
     if kind == "retyped":
         dtype = "float32" if mode == "no_grad" else "float64"
     causal: bool | None = (True, False, None)[int(rng.integers(3))]
     if kind in ("retyped", "reflagged", "interleaved"):
         causal = mode != "no_grad"
+    elif kind == "retrained":
+        causal = True if causal is False else causal
     decoding = kind == "reallocate" and mode in ("no_grad", "inference_mode")
-    return FirstCall(dtype, causal, mode if mode in domain.GRAD_MODES else "enabled", decoding)
+    fresh = fresh_length if kind == "retrained" else None
+    return FirstCall(dtype, causal, mode if mode in domain.GRAD_MODES else "enabled", decoding, fresh)
 
 
 FirstCase = Callable[[np.random.Generator, str, FirstCall], Any]
@@ -109,11 +117,12 @@ def draw_sequences(rng: np.random.Generator, functions: tuple[str, ...], first_c
     ``how`` (:func:`first_call`) says; its inputs require grad in the
     sequences with gradients (mode "grads", and "retrained").
     """
-    found = []
+    found: list[CallSequence[Any]] = []
     for kind in domain.SEQUENCE_KINDS:
         for mode in domain.KIND_MODES.get(kind, domain.SEQUENCE_MODES):
             for function in functions:
-                first = first_case(rng, function, first_call(rng, kind, mode))
+                fresh = domain.LONGEST + 1 + sum(s.kind == "retrained" for s in found)  # one length per such sequence
+                first = first_case(rng, function, first_call(rng, kind, mode, fresh))
                 found.append(CallSequence(first, variations.second(first, kind, mode, rng), kind, mode == "grads" or kind == "retrained"))
     return found
 

@@ -219,8 +219,9 @@ VARIATIONS = Variations(cases.redrawn, cases.retyped, cases.reflagged, cases.res
 
 
 def _first_call(rng: np.random.Generator, function: str, how: FirstCall) -> Case:
-    """The first call of a sequence (see :func:`sequences`): up to 24 tokens, heads drawn, D up to 8."""
-    dims = cases.shape(rng, function, 1 if how.decoding else 2, 1 if how.decoding else 24, 8)
+    """The first call of a sequence (see :func:`sequences`): up to 24 tokens (or the fresh length it is given), heads drawn, D up to 8."""
+    shortest, longest = (1, 1) if how.decoding else (how.fresh_length, how.fresh_length) if how.fresh_length else (2, 24)
+    dims = cases.shape(rng, function, shortest, longest, 8)
     return cases.case(rng, function, dims, how.dtype, how.causal, grad_mode=how.grad_mode)
 
 
