@@ -10,10 +10,14 @@ Prints, in one run:
     the test corpus) in two mixes, each graded with ``diffgrade batch``
     (default --jobs, isolation on): submissions per second, and the wall
     time per submission divided by the torch import;
-(c) for each class, the floor: the CPU time of the submissions' own code
-    (their calls and backward passes, the ``worker.submission_cpu_s`` of every
-    report) plus one torch import, spread over every core: no grader that
-    makes the same calls could grade the class faster than that.
+(c) for each class, the floor: one torch import (no call can be made
+    before the fork server has imported torch), then the CPU time of the
+    submissions' own code (their calls and backward passes, the
+    ``worker.submission_cpu_s`` of every report) and of one bare sandboxed
+    worker per student (forked, isolated, loading a two-line file, ending:
+    measured here, fork server and grading side included), spread over every
+    core: no grader that makes the same calls in a sandbox per student could
+    grade the class faster than that.
 
 Run from the repository root: ``python benchmarks/speed.py [ROUNDS] [EXERCISE]``
 (EXERCISE: ``diff_attention``, the default, or ``diff_v2``, whose classes
@@ -34,6 +38,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))
 
 from corpus.mutants import (  # noqa: E402
     CORRECT_DIR,
@@ -43,7 +48,11 @@ from corpus.mutants import (  # noqa: E402
     mutant_source,
 )
 
+from grader.worker.client import ForkServer, Worker, WorkerLimits  # noqa: E402
+
 CLASS_SIZE = 50
+BARE_WORKERS = 30
+BARE_SOURCE = "import torch\n\ndef gqa_attention(q, k, v, causal=True):\n    return q\n"
 # Classes of 50 with this many right submissions: the test corpus's mix (mostly
 # wrong: every wrong one costs a diagnosis and a counterexample search), and half.
 CLASS_MIXES = (12, 25)
@@ -76,6 +85,31 @@ def class_sources(exercise: str) -> tuple[list[str], list[str]]:
     right = [p.read_text() for p in sorted(CORRECT_DIR.glob("*.py"))] + [completed_stub_source()]
     wrong = [p.read_text() for p in sorted(WRONG_DIR.glob("*.py"))] + [(ROOT / "exercise" / "diff_attention.py").read_text()]
     return right, wrong + [mutant_source(m) for m in MUTANTS]
+
+
+def cpu_of(pid: int) -> float:
+    """CPU seconds of process ``pid`` and of the children it has collected (from /proc/PID/stat)."""
+    with open(f"/proc/{pid}/stat") as stream:
+        fields = stream.read().rsplit(")", 1)[1].split()
+    return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+def bare_worker_cpu_s() -> float:
+    """CPU seconds one sandboxed worker costs with no call at all: forked, isolated, loading a two-line file and ending,
+    the fork server's, the worker's and this side's time together (the mean of BARE_WORKERS, after one to warm up;
+    /proc counts in clock ticks, so one worker alone would be measured to 10 ms at best)."""
+    def bare_worker(forks: ForkServer) -> None:
+        worker = Worker(BARE_SOURCE, "bare.py", ["gqa_attention"], WorkerLimits(), forks)
+        worker.load()
+        worker.close()
+
+    with ForkServer() as forks:
+        bare_worker(forks)
+        server, mine = cpu_of(forks.pid), sum(os.times()[:2])
+        for _ in range(BARE_WORKERS):
+            bare_worker(forks)
+        time.sleep(0.1)  # the server collects the last worker (its CPU time joins the server's) when it notices the exit
+        return (cpu_of(forks.pid) - server + sum(os.times()[:2]) - mine) / BARE_WORKERS
 
 
 def make_class(folder: Path, correct: int, exercise: str) -> None:
@@ -112,6 +146,7 @@ def main(rounds: int, exercise: str) -> None:
                                     "--reference", str(reference)], work))  # fmt: skip
         torch_s, single_s = statistics.median(imports), statistics.median(singles)
         classes = {correct: batch_rate(python, work, correct, exercise) for correct in CLASS_MIXES}
+    bare_s = bare_worker_cpu_s()
     print(f"exercise {exercise}; machine: {os.cpu_count()} cores; python {sys.version.split()[0]}; rounds: {rounds}")
     print(f'python -c "import torch": median {torch_s:.2f} s (runs: {", ".join(f"{t:.2f}" for t in imports)})')
     print(f"(a) one submission, all tiers, with the preview: median {single_s:.2f} s "
@@ -122,10 +157,10 @@ def main(rounds: int, exercise: str) -> None:
         print(f"(b) batch of {CLASS_SIZE} ({correct} correct, {CLASS_SIZE - correct} wrong): {batch_s:.2f} s, "
               f"{CLASS_SIZE / batch_s:.2f} submissions/s (target >= 10); "
               f"wall time per submission / torch import: {batch_s / CLASS_SIZE / torch_s:.3f}")  # fmt: skip
-        floor_s = (own_s + torch_s) / cores
-        print(f"(c)   the submissions' own code: {own_s:.2f} CPU s; with one torch import on {cores} cores, no grader making "
-              f"these calls takes less than {floor_s:.2f} s ({CLASS_SIZE / floor_s:.1f}/s); the grader's share: "
-              f"{1 - floor_s / batch_s:.0%} of the wall time")  # fmt: skip
+        floor_s = torch_s + (own_s + CLASS_SIZE * bare_s) / cores
+        print(f"(c)   the submissions' own code: {own_s:.2f} CPU s; a bare sandboxed worker: {bare_s * 1000:.0f} CPU ms each; "
+              f"after one torch import, on {cores} cores, no grader making these calls in a sandbox per student takes less "
+              f"than {floor_s:.2f} s ({CLASS_SIZE / floor_s:.1f}/s); the grader's share: {1 - floor_s / batch_s:.0%} of the wall time")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -63,6 +63,11 @@ class ForkServer:
         # Readable once the server has ended; usable from processes forked later (a batch's graders).
         self._pidfd = os.pidfd_open(self._process.pid)
 
+    @property
+    def pid(self) -> int:
+        """The server's process id (its CPU time, and its workers' once it has collected them, are in /proc/PID/stat)."""
+        return self._process.pid
+
     def alive(self) -> bool:
         """Whether the server still runs (from any process that inherited this object)."""
         return not select.select([self._pidfd], [], [], 0)[0]
