@@ -240,12 +240,14 @@ def attention_bindings(seed: int) -> list[AttentionCase]:
 
 
 def _first_call(rng: np.random.Generator, function: str, how: FirstCall) -> LambdaCase | AttentionCase:
-    """The first call of a sequence (see :func:`sequences`): λ vectors of 1 to 16; up to 24 tokens (or the fresh length it is
-    given) and D up to 8, a Python or a tensor coefficient."""
+    """The first call of a sequence (see :func:`sequences`): λ vectors of 1 to 16; up to 24 tokens and D up to 8 (at the fresh
+    length it is given: one batch element, one head, D up to 4), a Python or a tensor coefficient."""
     if function == LAMBDA:
         return cases.lambda_case(rng, int(rng.integers(1, 17)), how.dtype, float(rng.uniform(0.1, 0.9)), grad_mode=how.grad_mode)
-    shortest, longest = (1, 1) if how.decoding else (how.fresh_length, how.fresh_length) if how.fresh_length else (2, 24)
-    shape = domain.domain_shape(rng, shortest, longest, 8)
+    if how.fresh_length:
+        shape = (1, 1, how.fresh_length, domain.head_width(rng, 4))
+    else:
+        shape = domain.domain_shape(rng, 1, 1, 8) if how.decoding else domain.domain_shape(rng, 2, 24, 8)
     coefficient = str(rng.choice(["float", "tensor"]))
     return cases.attention_case(rng, shape, how.dtype, how.causal, coefficient_kind=coefficient, grad_mode=how.grad_mode)
 

@@ -219,9 +219,12 @@ VARIATIONS = Variations(cases.redrawn, cases.retyped, cases.reflagged, cases.res
 
 
 def _first_call(rng: np.random.Generator, function: str, how: FirstCall) -> Case:
-    """The first call of a sequence (see :func:`sequences`): up to 24 tokens (or the fresh length it is given), heads drawn, D up to 8."""
-    shortest, longest = (1, 1) if how.decoding else (how.fresh_length, how.fresh_length) if how.fresh_length else (2, 24)
-    dims = cases.shape(rng, function, shortest, longest, 8)
+    """The first call of a sequence (see :func:`sequences`): up to 24 tokens, heads drawn, D up to 8; or at the fresh length it is
+    given, with one pair of query heads on one key/value head and D up to 4 (the length is what matters; the oracle's cost)."""
+    if how.fresh_length:
+        dims = cases.shape(rng, function, how.fresh_length, how.fresh_length, 4, head_counts=(2, 1))
+    else:
+        dims = cases.shape(rng, function, 1 if how.decoding else 2, 1 if how.decoding else 24, 8)
     return cases.case(rng, function, dims, how.dtype, how.causal, grad_mode=how.grad_mode)
 
 
