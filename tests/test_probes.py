@@ -198,3 +198,23 @@ def test_a_check_of_both_functions_sends_the_probes_of_those_with_failures_of_th
     assert probed_aspects([both], ("L", "A")) == {"L": {"values"}, "A": {"values"}}
     assert probed_aspects([both, attention], ("L", "A")) == {"L": set(), "A": {"values"}}
     assert probed_aspects([both, attention, lam], ("L", "A")) == {"L": {"gradients", "values"}, "A": {"values"}}
+
+
+@pytest.mark.parametrize("tokens_axis", [-2, 1])
+def test_large_logits_reach_hundreds_as_each_kind_says(tokens_axis: int) -> None:
+    """"all" scales the queries; "future" puts the last key about 300 above every query's other keys; "below" puts every
+    logit near −160, where exp without each row's maximum subtracted is 0 in float32 (and a softmax 0/0)."""
+    rng = np.random.default_rng(3)
+    shape = (2, 3, 9, 8) if tokens_axis == -2 else (2, 9, 3, 8)
+    q, k = rng.standard_normal(shape), rng.standard_normal(shape)
+    direction = rng.standard_normal(8)
+    direction /= np.linalg.norm(direction)
+    heads_first = (lambda x: x) if tokens_axis == -2 else (lambda x: np.swapaxes(x, 1, 2))
+    logits = {kind: np.einsum("bhtd,bhsd->bhts", *map(heads_first, probes.large_logits(q, k, kind, direction, tokens_axis, 60.0))) / math.sqrt(8)
+              for kind in probes.LARGE_LOGITS}  # fmt: skip
+    np.testing.assert_allclose(logits["all"], 60.0 * np.einsum("bhtd,bhsd->bhts", heads_first(q), heads_first(k)) / math.sqrt(8))
+    assert (logits["future"][..., -1] - logits["future"][..., :-1].max(axis=-1) > 250).all()
+    assert (logits["below"] < -140).all() and (logits["below"] > -180).all()
+    assert not np.exp(logits["below"].astype(np.float32)).any()
+    with pytest.raises(ValueError, match="'kind' must be one of"):
+        probes.large_logits(q, k, "sideways", direction, tokens_axis, 60.0)

@@ -28,6 +28,7 @@ request from named input values (see grader/exercises/diffattn/probes.py).
 
 from __future__ import annotations
 
+import math
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
@@ -312,6 +313,31 @@ def raised_text(outcome: Outcome) -> str | None:
 
 
 # ---- sweeps --------------------------------------------------------------------------------
+
+
+LARGE_LOGITS = {"all": "every logit is large", "future": "a future key's logit is far above the visible ones",
+                "below": "every visible logit is far below zero"}
+"""The kinds of :func:`large_logits`, in words."""
+
+
+def large_logits(q: np.ndarray, k: np.ndarray, kind: str, direction: np.ndarray, tokens_axis: int, factor: float) -> tuple[np.ndarray, np.ndarray]:
+    """Queries and keys (float64, head width on the last axis, tokens on ``tokens_axis``) remade so that the scaled logits
+    reach hundreds as ``kind`` (:data:`LARGE_LOGITS`) says: "all", the queries ``factor`` times larger; "future", every
+    query near the unit vector ``direction`` and the last key far along it, so that its logit (hidden from every earlier
+    query by a causal mask) is about 300 above the visible ones; "below", every query against every key, so that every
+    logit is about −160: a softmax that does not subtract each row's own maximum divides 0 by 0 in float32."""
+    root = math.sqrt(q.shape[-1])
+    if kind == "all":
+        return q * factor, k
+    if kind == "future":
+        far = k * 0.1
+        last: list[Any] = [slice(None)] * k.ndim
+        last[tokens_axis] = -1
+        far[tuple(last)] = direction * 300.0 * root / 20.0
+        return np.broadcast_to(direction * 20.0, q.shape) + q * 0.1, far
+    if kind == "below":
+        return np.broadcast_to(-direction * 20.0, q.shape) + q * 0.1, np.broadcast_to(direction * 8.0 * root, k.shape) + k * 0.1
+    raise ValueError(f"'kind' must be one of {sorted(LARGE_LOGITS)} (got {kind!r})")
 
 
 def sweep(worker: Worker, subject: Subject, points: Sequence[Values]) -> list[np.ndarray | None]:

@@ -480,25 +480,16 @@ def zero_rows_probe(worker: Worker, rng: np.random.Generator, found: Found) -> b
 
 
 def _large(rng: np.random.Generator, kind: str) -> dict[str, np.ndarray]:
-    """float32-exact inputs whose scaled logits reach hundreds, arranged as ``kind`` says."""
+    """float32-exact inputs whose scaled logits reach hundreds, arranged as ``kind`` says (a kind of
+    :data:`~grader.toolkit.probes.LARGE_LOGITS`, both branches alike, or "branches": branch 2's far from branch 1's)."""
     values = attention_values(rng)
-    root = math.sqrt(D)
     direction = rng.standard_normal(D)
     direction /= np.linalg.norm(direction)
-    if kind == "all":
-        values["q1"], values["q2"] = values["q1"] * 120.0, values["q2"] * 120.0
-    elif kind == "future":  # the last key aligned with every query: far above the visible logits of earlier queries
-        for n in ("q1", "q2"):
-            values[n] = np.broadcast_to(direction * 20.0, (B, H, T, D)) + values[n] * 0.1
-        for n in ("k1", "k2"):
-            values[n] = values[n] * 0.1
-            values[n][..., T - 1, :] = direction * 300.0 * root / 20.0
-    elif kind == "branches":
+    if kind == "branches":
         values["q2"] = values["q2"] * 150.0
-    else:  # every logit far below zero
-        for n, m in (("q1", "k1"), ("q2", "k2")):
-            values[n] = np.broadcast_to(-direction * 20.0, (B, H, T, D)) + values[n] * 0.1
-            values[m] = np.broadcast_to(direction * 8.0 * root, (B, H, T, D)) + values[m] * 0.1
+    else:
+        for q, k in (("q1", "k1"), ("q2", "k2")):
+            values[q], values[k] = probes.large_logits(values[q], values[k], kind, direction, -2, 120.0)
     return {n: exact(v, "float32") for n, v in values.items()}
 
 
@@ -522,8 +513,7 @@ def _leaks_at_large_logits(worker: Worker, rng: np.random.Generator, cases: Sequ
 
 def stability_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool:
     """float32 calls with logits of hundreds against the oracle; whether one fails."""
-    kinds = {"all": "every logit is large", "future": "a future key's logit is far above the visible ones",
-             "branches": "branch 2's logits are far from branch 1's", "below": "every visible logit is far below zero"}  # fmt: skip
+    kinds = {**probes.LARGE_LOGITS, "branches": "branch 2's logits are far from branch 1's"}
     cases = {kind: _large(rng, kind) for kind in kinds}
     ordinary = {n: exact(x, "float32") for n, x in attention_values(rng).items()}
     found.probes.append(f"{ATTENTION}: float32 logits of hundreds, and of ordinary size")

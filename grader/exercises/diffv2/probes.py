@@ -358,22 +358,17 @@ def gqa_dependence_probe(worker: Worker, values: Values, rng: np.random.Generato
 
 
 def _large(rng: np.random.Generator, values: Values, kind: str) -> dict[str, np.ndarray]:
-    """float32-exact inputs whose scaled logits reach hundreds: all of them, or one future key far above the visible ones."""
+    """float32-exact inputs whose scaled logits reach hundreds as ``kind`` (:data:`~grader.toolkit.probes.LARGE_LOGITS`) says."""
+    direction = rng.standard_normal(D)
+    direction /= np.linalg.norm(direction)
     large = {n: np.array(x) for n, x in values.items()}
-    if kind == "all":
-        large["q"] = large["q"] * 60.0
-    else:
-        direction = rng.standard_normal(D)
-        direction /= np.linalg.norm(direction)
-        large["q"] = np.broadcast_to(direction * 20.0, (B, T, HQ, D)) + large["q"] * 0.1
-        large["k"] = large["k"] * 0.1
-        large["k"][0, T - 1] = direction * 300.0 * math.sqrt(D) / 20.0
+    large["q"], large["k"] = probes.large_logits(large["q"], large["k"], kind, direction, 1, 60.0)
     return {n: exact(x, "float32") for n, x in large.items()}
 
 
 def stability_probe(worker: Worker, function: str, values: Values, rng: np.random.Generator, found: Found) -> bool:
     """float32 calls with logits of hundreds against the oracle; whether one fails."""
-    kinds = {"all": "every logit is large", "future": "a future key's logit is far above the visible ones"}
+    kinds = probes.LARGE_LOGITS
     cases = {kind: _large(rng, values, kind) for kind in kinds}
     ordinary = {n: exact(x, "float32") for n, x in values.items()}
     found.probes.append(f"{function}: float32 logits of hundreds, and of ordinary size")
