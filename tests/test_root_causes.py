@@ -83,6 +83,19 @@ def test_an_exception_explains_the_checks_whose_messages_carry_it() -> None:
     assert found.checks == (("not_modified",),) and found.unexplained == ("values",) and not found.notes
 
 
+def test_a_fault_seen_only_through_another_functions_result_is_that_functions_when_it_has_one() -> None:
+    """An exception only when the coefficient is λ's result is no cause of its own once λ has a fault: λ's cause explains it."""
+    roles = {**ROLES, "end_to_end": Role((L, A), "gradients")}
+    through = Finding(A, "coefficient", "contract", "raises only with λ's coefficient", "…", "…", aspect="type", explains=frozenset({"type"}),
+                      signature="must be finite", via=L)  # fmt: skip
+    wrong_lambda = Finding(L, "lambda", "forward", "λ is wrong", "…", "…", aspect="values", explains=VALUES)
+    records = [_record("lambda_values"), _record("end_to_end", message="ValueError: 'coefficient' must be finite (got nan)")]
+    found = rootcause.assemble(records, roles, [through, wrong_lambda])
+    assert [c.title for c in found.causes] == ["λ is wrong"] and found.checks == (("lambda_values", "end_to_end"),)
+    alone = rootcause.assemble(records[1:], roles, [through])  # λ with no fault of its own: the exception stays a cause
+    assert [c.title for c in alone.causes] == ["raises only with λ's coefficient"]
+
+
 def test_hidden_causes_put_no_note_on_checks_and_unexplaining_causes_are_dropped() -> None:
     """A cause students may not see names no check in its place; a cause that explains no failed check is no root cause."""
     hidden = Finding(A, "stability", "forward", "Overflow", "…", "…", aspect="values", explains=VALUES, note="wrong", public=False)

@@ -50,6 +50,9 @@ class Finding:
     from a hidden check's inputs or expected values). ``signature``: text
     that, found in a failed check's message (in any case), shows the check
     suffers this fault (an exception's wording), whatever the check judges.
+    ``via``: the graded function whose result was the input this fault shows
+    with, and only with; when that function has a fault of its own, this one
+    is its consequence and no root cause.
     """
 
     function: str | None
@@ -65,6 +68,7 @@ class Finding:
     note: str | None = None
     public: bool = True
     signature: str | None = None
+    via: str | None = None
 
     def __post_init__(self) -> None:
         if self.component not in COMPONENTS or self.stage not in STAGES:
@@ -152,7 +156,8 @@ class Diagnosis:
 
 def assemble(records: Sequence[Mapping[str, Any]], roles: Mapping[str, Role], findings: Sequence[Finding]) -> Diagnosis:
     """Order the findings and give each failed check (``records``: the report's check objects) to one of them."""
-    ordered = sorted(merged(findings), key=lambda f: STAGES.index(f.stage))
+    faulty = {f.function for f in findings if f.via is None}
+    ordered = sorted(merged([f for f in findings if f.via is None or f.via not in faulty]), key=lambda f: STAGES.index(f.stage))
     everything = tuple(dict.fromkeys(f.function for f in ordered if f.function is not None))
     default = Role(everything, "values")
     explained: dict[int, list[str]] = {}

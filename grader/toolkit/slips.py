@@ -116,6 +116,8 @@ class Declarations:
     # a pattern of the student's line where tensors of sizes that do not fit met, or an error torch words in no known way
     # was raised -> the component that line belongs to (e.g. the mask's operations); the exception's wording names it otherwise
     lines: Mapping[str, str] = field(default_factory=dict)
+    # (attribute, value) of a call whose input another graded function made (e.g. a coefficient computed by it) -> that function
+    made_by: Mapping[tuple[str, str], str] = field(default_factory=dict)
 
 
 # ---- the submission's source ----------------------------------------------------------------------
@@ -254,7 +256,8 @@ def _raised(function: str, calls: Sequence[Observed], source: str | None, declar
         owner = code[-1][1].strip() if code and (code[-1][1].strip(), signature) in callees else function
         title = f"{owner} raises {kind}: {meaning}" + (f" (called by {function})" if owner != function else "")
         found.append(replace(_finding(owner, component, title, evidence, advice, blocks=everywhere and owner == function,
-                                      explains=frozenset({ASPECT_OF.get(component) or "type"})), signature=signature))  # fmt: skip
+                                      explains=frozenset({ASPECT_OF.get(component) or "type"})), signature=signature,
+                             via=declared.made_by.get(only) if only else None))  # fmt: skip
     return found
 
 
