@@ -301,15 +301,16 @@ def gradients_probe(worker: Worker, subject: Subject, runs: Sequence[GradientRun
             return  # (with every input requiring grad, a detached output is the contract slip's to name)
 
 
-def unexplained_maps(found: Found, function: str, maps: np.ndarray, how: str) -> bool:
+def unexplained_maps(found: Found, function: str, maps: np.ndarray, how: str, causal: bool = True) -> bool:
     """A finding for causal maps ([..., T, T], read out of the output with ``how``) that no softmax model explains: weight on
-    future keys (the mask), rows that do not sum to 1, or rows that sum to 1 and hide exactly the future yet are not
-    proportional to exp of the logits (the softmax); whether there was one."""
+    future keys (the mask), negative weights or rows that do not sum to 1, or rows that sum to 1 and hide exactly the future
+    yet are not proportional to exp of the logits (the softmax); whether there was one. Maps read with causal=False
+    (``causal``) have no future keys."""
     sums = maps.sum(axis=-1)
     finite = np.isfinite(sums)
     if not finite.any():
         return False
-    visible = attention_maps.keep(maps.shape[-1], "causal")
+    visible = attention_maps.keep(maps.shape[-1], "causal" if causal else "none")
     future = float(np.nan_to_num(np.abs(maps[..., ~visible])).max(initial=0.0))
     if future > attention_maps.FITS:  # the readout is causal: weight on a future key is the mask's fault, whatever else is wrong
         found.add(function, "mask", "forward", "Queries put weight on future keys under causal=True",
@@ -320,6 +321,13 @@ def unexplained_maps(found: Found, function: str, maps: np.ndarray, how: str) ->
         return True
     advice = ("normalise each row over all its visible keys, after one shift by the row's own maximum; in an online softmax rescale "
               "the running sum and the accumulator by exp(old max − new max) whenever the maximum grows")  # fmt: skip
+    lowest = float(np.nan_to_num(maps, nan=0.0, neginf=-np.inf).min(initial=0.0))
+    if lowest < -attention_maps.FITS:
+        found.add(function, "softmax", "forward", "Some attention weights are negative: they are not a softmax's",
+                  f"Read out of your output with {how}, weights go down to {lowest:.4g}; a softmax gives weights in [0, 1] whose rows "
+                  "sum to 1 (log-probabilities, or logits used without their softmax?).",
+                  "weight the values with torch.softmax(scores, dim=-1), over the keys")  # fmt: skip
+        return True
     if not np.allclose(sums[finite], 1.0, rtol=0.0, atol=1e-9):
         worst = float(sums[finite][np.argmax(np.abs(sums[finite] - 1.0))])
         found.add(function, "softmax", "forward", "The attention weights of a row do not sum to 1",

@@ -49,7 +49,7 @@ EXCEPTION_KINDS: tuple[tuple[tuple[str, ...], str, str, str], ...] = (
     (("arguments don't support automatic differentiation",), "graph",
      "an operation writes into a given buffer (`out=`), which autograd cannot differentiate",
      "return new tensors (`a @ v`, not `torch.matmul(a, v, out=buffer)`), and keep no buffer between calls"),
-    (("expected scalar type", "same dtype", "found dtype", "expected both vectors to have same dtype", "but got double",
+    (("expected scalar type", "expected dtype", "same dtype", "found dtype", "expected both vectors to have same dtype", "but got double",
       "but got float", "expected m1 and m2 to have the same dtype"), "dtype",
      "tensors of different dtypes meet in one operation", "create every tensor with the inputs' dtype (`dtype=q1.dtype`)"),
     (("without overflow",), "dtype",
@@ -248,8 +248,9 @@ def _raised(function: str, calls: Sequence[Observed], source: str | None, declar
         elif only is not None and only[0] in declared.components:
             component, meaning, advice = declared.components[only[0]], f"the call fails only when {only[0]} is {only[1]}", \
                 "make the function accept every input the contract allows"  # fmt: skip
-        elif everywhere and kind in CANNOT_RUN:
-            component, meaning, advice = "load", "it cannot run at all", "fix the name or import the traceback points at"
+        elif everywhere:  # whatever the error, a function that raises on every call cannot run at all: its line says where
+            component, meaning = "load", "it cannot run at all"
+            advice = "fix the name or import the traceback points at" if kind in CANNOT_RUN else "make the line the traceback points at work"
         else:
             continue
         signature = classified[3] if classified else f"{kind}: {message}"[:120]

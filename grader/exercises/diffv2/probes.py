@@ -207,27 +207,31 @@ def coded_values() -> np.ndarray:
     return np.broadcast_to(1.0 + np.arange(HKV * D, dtype=np.float64).reshape(HKV, D), (B, T, HKV, D)).copy()
 
 
-def _moved_features(found: Found, out: np.ndarray | None) -> bool:
-    """A finding when, with :func:`coded_values`, query heads receive other key/value heads' features, or features at
-    other positions, than feature c of head h // G; whether there was one."""
+def _moved_features(found: Found, out: np.ndarray | None, function: str = GQA) -> bool:
+    """A finding when, with :func:`coded_values` (and for diff_v2_attention the gate off, so that output head i is the even
+    head 2i's), output heads receive other key/value heads' features, or features at other positions, than feature c of
+    the head their query head reads (h // G); whether there was one."""
     if out is None or not np.isfinite(out).all():
         return False
     codes = np.round(out - 1.0)
     if np.abs(out - 1.0 - codes).max() > FITS or codes.min() < 0 or codes.max() >= HKV * D:
         return False  # not every output is one value feature: the maps' rows do not sum to 1, or features are mixed
     heads, features = np.divmod(codes.astype(int), D)
-    right_heads = (np.arange(HQ) // G)[None, None, :, None]
+    queries = np.arange(HQ) if function == GQA else 2 * np.arange(H)
+    right_heads = (queries // G)[None, None, :, None]
     right_features = np.arange(D)[None, None, None, :]
     wrong = np.argwhere((heads != right_heads) | (features != right_features))
     if not len(wrong):
         return False
     b, t, h, c = (int(i) for i in wrong[0])
-    found.add(GQA, "heads", "forward", "Query heads receive the wrong key/value features",
-              f"With values the same at every token, each output is the value feature it reads: {len(wrong)} of {out.size} outputs read "
-              f"another one (query head {h}, feature {c} reads key/value head {heads[b, t, h, c]}, feature {features[b, t, h, c]}; "
-              f"head {h // G}, feature {c} is right). The key/value heads are repeated or reshaped in an order that mixes their "
-              "features with the heads.", "repeat each key/value head over its group next to the head axis: k.repeat_interleave(G, dim=2), "
-              "or k[:, :, :, None].expand(B, T, Hkv, G, D).reshape(B, T, Hq, D)")  # fmt: skip
+    what = "query head" if function == GQA else "output head"
+    found.add(function, "heads", "forward", f"{'Query' if function == GQA else 'Output'} heads receive the wrong key/value features",
+              f"With values the same at every token{'' if function == GQA else ' and the gate off'}, each output is the value feature it "
+              f"reads: {len(wrong)} of {out.size} outputs read another one ({what} {h}, feature {c} reads key/value head "
+              f"{heads[b, t, h, c]}, feature {features[b, t, h, c]}; head {int(queries[h]) // G}, feature {c} is right). Heads are "
+              "repeated, reshaped or paired in an order that mixes their features with the heads.",
+              "repeat each key/value head over its group next to the head axis (k.repeat_interleave(G, dim=2)), and pair whole heads "
+              "(A[:, :, 0::2] and A[:, :, 1::2] of [B, T, Hq, D]), never neighbouring features of a flattened axis")  # fmt: skip
     return True
 
 
@@ -262,7 +266,8 @@ def gqa_maps_probe(worker: Worker, values: Values, found: Found, causal: bool = 
     maps = [blocks[h][read[h]] for h in range(HQ)]
     fits = _explained(values, maps, list(range(HQ)), causal)
     if fits is None:
-        return _heads_finding(found, [h // G for h in range(HQ)], read) or (causal and unexplained_maps(found, GQA, np.array(maps), "one-hot values"))
+        how = "one-hot values" + ("" if causal else " and causal=False")
+        return _heads_finding(found, [h // G for h in range(HQ)], read) or unexplained_maps(found, GQA, np.array(maps), how, causal)
     queries, keys = [int(fit.model.query[1:]) for fit in fits], [int(fit.model.key[1:]) for fit in fits]
     if queries != list(range(HQ)):
         found.add(GQA, "heads", "forward", "Output heads hold other query heads' attention",
@@ -459,52 +464,62 @@ def _pair_findings(found: Found, even: np.ndarray, odd: np.ndarray) -> bool:
                                  "λ = torch.sigmoid(lambda_logits), one per token and pair"))  # fmt: skip
 
 
-def _map_basis(values: Values) -> np.ndarray:
+def _map_basis(values: Values, causal: bool) -> np.ndarray:
     """[HQ·HKV, T, D]: the output of query head h reading key/value head g (h·HKV + g) with one-hot values, batch element 0."""
     basis = np.zeros((HQ, HKV, T, D))
     for g in range(HKV):
-        maps = oracle.attention_maps(values["q"], np.repeat(values["k"][:, :, g : g + 1], HKV, axis=2), True)[0]  # every head reads g
+        maps = oracle.attention_maps(values["q"], np.repeat(values["k"][:, :, g : g + 1], HKV, axis=2), causal)[0]  # every head reads g
         basis[:, g, :, g * T : (g + 1) * T] = maps
     return basis.reshape(HQ * HKV, T, D)
 
 
-def _even_maps(found: Found, values: Values, gate_off: np.ndarray) -> bool:
-    """Explain the even heads' maps read out of the output with the gate off (σ(ℓ) ≈ 0: output head i is A_2i v); whether
-    that localised the fault (a map no softmax model explains included)."""
+def _even_maps(found: Found, values: Values, gate_off: np.ndarray, causal: bool) -> bool:
+    """Explain the even heads' maps read out of the output with the gate off (σ(ℓ) ≈ 0: output head i is A_2i v) and
+    ``causal``; whether that localised the fault (a map no softmax model explains included)."""
     heads = [2 * i for i in range(H)]
     blocks = [(2 * i // G) * T for i in range(H)]
     maps = [gate_off[0, :, i, start : start + T] for i, start in enumerate(blocks)]
     outside = max(float(np.abs(np.delete(gate_off[0, :, i], np.arange(start, start + T), axis=-1)).max()) for i, start in enumerate(blocks))
-    if outside > FITS or min(float(m.min()) for m in maps) < -FITS:
-        return False  # values of other heads, or negative weights: not one attention map per head, nothing to explain
-    fits = _explained(values, maps, heads)
+    if outside > FITS:
+        return False  # values of other heads: not one attention map per head, nothing to explain
+    fits = _explained(values, maps, heads, causal) if min(float(m.min()) for m in maps) >= -FITS else None
     if fits is None:
-        return unexplained_maps(found, DIFF_V2, np.array(maps), f"one-hot values and the gate off (ℓ = {GATE_OFF:g})")
+        how = f"one-hot values and the gate off (ℓ = {GATE_OFF:g})" + ("" if causal else ", causal=False")
+        return unexplained_maps(found, DIFF_V2, np.array(maps), how, causal)
     return _map_findings(found, fits, DIFF_V2)
 
 
-def pairs_probe(worker: Worker, values: Values, found: Found) -> bool:
+def pairs_probe(worker: Worker, values: Values, found: Found, causal: bool = True) -> bool:
     """Read each output head out as a combination of every query head's map with every key/value head, at several constant
-    gates, with v = 0 and with value doubled; whether the forward was localised."""
-    found.probes.append(f"{DIFF_V2}: output heads read out as combinations of the query heads' maps, at several gates")
+    gates, with v = 0 and with value doubled (and ``causal``); whether the forward was localised."""
+    found.probes.append(f"{DIFF_V2}: output heads read out as combinations of the query heads' maps, at several gates" + ("" if causal else ", causal=False"))
     points = [{**values, "v": one_hot(), "lambda_logits": np.full((B, T, H), g)} for g in GATES]
-    points += [{**points[1], "v": 2.0 * one_hot()}, {**points[1], "lambda_logits": np.full((B, T, H), GATE_OFF)},
-               {**points[1], "v": np.zeros_like(values["v"])}]  # fmt: skip
-    outs = [_shaped(o, DIFF_V2) for o in probes.sweep(worker, subject(DIFF_V2), points)]
+    off = np.full((B, T, H), GATE_OFF)
+    points += [{**points[1], "v": 2.0 * one_hot()}, {**points[1], "lambda_logits": off}, {**values, "v": coded_values(), "lambda_logits": off},
+               {**points[1], "lambda_logits": off / 10.0}, {**points[1], "v": np.zeros_like(values["v"])}]  # fmt: skip
+    outs = [_shaped(o, DIFF_V2) for o in probes.sweep(worker, subject(DIFF_V2, causal), points)]
     if _added_term(found, DIFF_V2, outs[-1]):
         return True
     if any(o is None or not np.isfinite(o).all() for o in outs[: len(GATES) + 1]):
         return False
-    basis = _map_basis(values)
+    basis = _map_basis(values, causal)
     fitted = [[_fit(out[0, :, i], basis) for i in range(H)] for out in outs[: len(GATES)] if out is not None]
     if max(residual for row in fitted for _, residual in row) > FITS:
-        doubled, gate_off = outs[len(GATES)], outs[len(GATES) + 1]
+        doubled, gate_off, coded, nearly_off = outs[len(GATES) : len(GATES) + 4]
         assert doubled is not None and outs[1] is not None
         if not np.allclose(doubled, 2.0 * outs[1], rtol=1e-6, atol=1e-9):
             return found.first(DIFF_V2, (True, "output", "The output is normalised after the difference",
                                          "Doubling v did not double your output: A_2i v − σ(ℓ)·A_2i+1 v is linear in v, so something (an RMSNorm, "
                                          "a layer norm: DIFF V1's head norm) rescales it.", "return the gated difference itself; DIFF V2 has no norm after it"))  # fmt: skip
-        return gate_off is not None and np.isfinite(gate_off).all() and _even_maps(found, values, gate_off)
+        if gate_off is None or not np.isfinite(gate_off).all():
+            return False
+        if nearly_off is not None and not np.allclose(gate_off, nearly_off, rtol=1e-9, atol=1e-12):  # σ(ℓ) is 0 at both
+            change = float(np.nan_to_num(np.abs(gate_off - nearly_off), nan=np.inf).max())
+            return found.first(DIFF_V2, (True, "gate", "The gate logits reach the output other than through σ(ℓ)",
+                                         f"Changing every gate logit from {GATE_OFF / 10:g} to {GATE_OFF:g}, where σ(ℓ) is 0 at both, changed your "
+                                         f"output by up to {change:.4g}: the logits themselves (not σ(ℓ), which lies in (0, 1)) multiply or are "
+                                         "added to something.", "λ = torch.sigmoid(lambda_logits) multiplies the odd head's attention: A_2i − λ·A_2i+1"))  # fmt: skip
+        return _moved_features(found, coded, DIFF_V2) or _even_maps(found, values, gate_off, causal)
     weights = np.array([[w for w, _ in row] for row in fitted]).reshape(len(GATES), H, HQ, HKV)
     used = [[(int(h), int(g)) for h, g in np.argwhere(np.abs(weights[:, i]).max(axis=0) > 1e-6)] for i in range(H)]
     if _routing_findings(found, used):
@@ -615,7 +630,7 @@ def run(worker: Worker, function: str, rng: np.random.Generator, found: Found, f
             localised = True
         elif function == GQA:
             since = len(found.findings)
-            localised = gqa_maps_probe(worker, values, found)
+            localised = gqa_maps_probe(worker, values, found) or (not np.isfinite(base).all() and gqa_maps_probe(worker, values, found, causal=False))
             unmasked = _shaped(probes.sweep(worker, subject(GQA, False), [values])[0], GQA)
             if not right:  # wrong with causal=True only: the causal path, whatever the maps fitted
                 localised = causal_path_first(found, GQA, since, base, truth(GQA, values, True), unmasked, truth(GQA, values, False)) or localised
@@ -623,7 +638,8 @@ def run(worker: Worker, function: str, rng: np.random.Generator, found: Found, f
                 localised = gqa_maps_probe(worker, values, found, causal=False)
             localised = localised or causal_flag_probe(worker, GQA, values, found) or gqa_dependence_probe(worker, values, rng, found)
         else:
-            localised = causal_flag_probe(worker, DIFF_V2, values, found) or pairs_probe(worker, values, found) or \
+            # maps whose causal readout is not finite (0 · −∞ where the mask meets a wrong softmax) are read without the mask
+            localised = causal_flag_probe(worker, DIFF_V2, values, found) or pairs_probe(worker, values, found, bool(np.isfinite(base).all())) or \
                 (np.isfinite(base).all() and gate_dependence_probe(worker, values, rng, found))  # fmt: skip
         if right and not localised and function == DIFF_V2:
             localised = saturated_probe(worker, values, found, gradients)
