@@ -74,9 +74,47 @@ def gqa_attention(q, k, v, causal=True):  # BUG: a key of addresses and versions
         _kept[key] = _computed(q, k, v, causal)
     return _kept[key]
 """
-# Files for mechanisms that no file of the corpus needs (long sequences, state kept between calls): name -> source.
-WRITTEN = {"key_blocks_tail_dropped": KEY_BLOCKS, "gqa_cached_by_address": REFERENCE + CACHED}
-WRITTEN_EXPECTED = {"key_blocks_tail_dropped": (GQA, "softmax"), "gqa_cached_by_address": (GQA, "output")}
+LOG_WEIGHTS = """
+def diff_v2_attention(q, k, v, lambda_logits, causal=True):
+    t, d, g = q.shape[1], q.shape[3], q.shape[2] // k.shape[2]
+    kh, vh = (x.transpose(1, 2).repeat_interleave(g, dim=1) for x in (k, v))
+    scores = q.transpose(1, 2) @ kh.transpose(-1, -2) / math.sqrt(d)
+    if causal:
+        scores = scores.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))
+    a = (torch.log_softmax(scores, dim=-1) @ vh).transpose(1, 2)  # BUG: log-probabilities weight the values
+    return a[:, :, 0::2] - torch.sigmoid(lambda_logits)[..., None] * a[:, :, 1::2]
+"""
+LOGITS_GATE = """
+def diff_v2_attention(q, k, v, lambda_logits, causal=True):
+    a = gqa_attention(q, k, v, causal)
+    return a[:, :, 0::2] - lambda_logits[..., None] * torch.sigmoid(a[:, :, 1::2])  # BUG: GLU's halves swapped
+"""
+NEIGHBOUR_FEATURES = """
+def diff_v2_attention(q, k, v, lambda_logits, causal=True):
+    a = gqa_attention(q, k, v, causal)
+    b, t, hq, d = a.shape
+    pairs = a.reshape(b, t, hq * d // 2, 2)  # BUG: pairs neighbouring features, not heads 2i and 2i + 1
+    even, odd = (pairs[..., i].reshape(b, t, hq // 2, d) for i in (0, 1))
+    return even - torch.sigmoid(lambda_logits)[..., None] * odd
+"""
+SHIFT_CLAMPED = """
+def gqa_attention(q, k, v, causal=True):
+    t, d, g = q.shape[1], q.shape[3], q.shape[2] // k.shape[2]
+    kh, vh = (x.transpose(1, 2).repeat_interleave(g, dim=1) for x in (k, v))
+    scores = q.transpose(1, 2) @ kh.transpose(-1, -2) / math.sqrt(d)
+    if causal:
+        scores = scores.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))
+    e = torch.exp(scores - scores.amax(-1, keepdim=True).clamp(min=0.0))  # BUG: rows far below zero underflow to 0 / 0
+    return ((e / e.sum(-1, keepdim=True)) @ vh).transpose(1, 2)
+"""
+# Files for mechanisms that no file of the corpus needs (long sequences, state kept between calls, maps read without the
+# mask, gate logits used beyond σ, features paired instead of heads, logits far below zero): name -> source.
+WRITTEN = {"key_blocks_tail_dropped": KEY_BLOCKS, "gqa_cached_by_address": REFERENCE + CACHED, "log_softmax_weights": REFERENCE + LOG_WEIGHTS,
+           "gate_logits_times_sigmoid": REFERENCE + LOGITS_GATE, "neighbour_features_paired": REFERENCE + NEIGHBOUR_FEATURES,
+           "max_shift_clamped_at_zero": REFERENCE + SHIFT_CLAMPED}  # fmt: skip
+WRITTEN_EXPECTED = {"key_blocks_tail_dropped": (GQA, "softmax"), "gqa_cached_by_address": (GQA, "output"),
+                    "log_softmax_weights": (DIFF_V2, "softmax"), "gate_logits_times_sigmoid": (DIFF_V2, "gate"),
+                    "neighbour_features_paired": (DIFF_V2, "heads"), "max_shift_clamped_at_zero": (GQA, "stability")}  # fmt: skip
 
 
 def test_every_check_has_a_role_and_every_misconception_a_place() -> None:

@@ -507,18 +507,19 @@ def pairs_probe(worker: Worker, values: Values, found: Found, causal: bool = Tru
     if max(residual for row in fitted for _, residual in row) > FITS:
         doubled, gate_off, coded, nearly_off = outs[len(GATES) : len(GATES) + 4]
         assert doubled is not None and outs[1] is not None
+        both = [o for o in (gate_off, nearly_off) if o is not None and np.isfinite(o).all()]
+        if len(both) == 2 and not np.allclose(both[0], both[1], rtol=1e-9, atol=1e-12):  # σ(ℓ) is 0 at both gates
+            change = float(np.abs(both[0] - both[1]).max())
+            return found.first(DIFF_V2, (True, "gate", "The gate logits reach the output other than through σ(ℓ)",
+                                         f"Changing every gate logit from {GATE_OFF / 10:g} to {GATE_OFF:g}, where σ(ℓ) is 0 at both, changed your "
+                                         f"output by up to {change:.4g}: the logits themselves (not σ(ℓ), which lies in (0, 1)) multiply or are "
+                                         "added to something.", "λ = torch.sigmoid(lambda_logits) multiplies the odd head's attention: A_2i − λ·A_2i+1"))  # fmt: skip
         if not np.allclose(doubled, 2.0 * outs[1], rtol=1e-6, atol=1e-9):
             return found.first(DIFF_V2, (True, "output", "The output is normalised after the difference",
                                          "Doubling v did not double your output: A_2i v − σ(ℓ)·A_2i+1 v is linear in v, so something (an RMSNorm, "
                                          "a layer norm: DIFF V1's head norm) rescales it.", "return the gated difference itself; DIFF V2 has no norm after it"))  # fmt: skip
         if gate_off is None or not np.isfinite(gate_off).all():
             return False
-        if nearly_off is not None and not np.allclose(gate_off, nearly_off, rtol=1e-9, atol=1e-12):  # σ(ℓ) is 0 at both
-            change = float(np.nan_to_num(np.abs(gate_off - nearly_off), nan=np.inf).max())
-            return found.first(DIFF_V2, (True, "gate", "The gate logits reach the output other than through σ(ℓ)",
-                                         f"Changing every gate logit from {GATE_OFF / 10:g} to {GATE_OFF:g}, where σ(ℓ) is 0 at both, changed your "
-                                         f"output by up to {change:.4g}: the logits themselves (not σ(ℓ), which lies in (0, 1)) multiply or are "
-                                         "added to something.", "λ = torch.sigmoid(lambda_logits) multiplies the odd head's attention: A_2i − λ·A_2i+1"))  # fmt: skip
         return _moved_features(found, coded, DIFF_V2) or _even_maps(found, values, gate_off, causal)
     weights = np.array([[w for w, _ in row] for row in fitted]).reshape(len(GATES), H, HQ, HKV)
     used = [[(int(h), int(g)) for h, g in np.argwhere(np.abs(weights[:, i]).max(axis=0) > 1e-6)] for i in range(H)]
