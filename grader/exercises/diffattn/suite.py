@@ -133,13 +133,15 @@ def attention_coefficients(seed: int) -> list[AttentionCase]:
 
 @SETS.register(hidden=True)
 def attention_large_logits(seed: int) -> list[AttentionCase]:
-    """float32 inputs whose scaled logits reach 100 to 1000 in magnitude (a naive exp overflows), T up to 256."""
+    """float32 inputs whose scaled logits reach 100 to 1000 in magnitude, float64 ones 800 to 5000 (past 709.8, where exp
+    overflows float64: a softmax that subtracts no maximum, in one dtype or both, overflows), T up to 256."""
     rng = domain.generator(seed, "attention_large_logits")
     return domain.cycled_modes([
         cases.attention_case(rng, (1, 2, 6, 8), "float32", True, max_logit=float(rng.uniform(100, 250))),
         cases.attention_case(rng, (1, 2, 6, 8), "float32", False, max_logit=float(rng.uniform(100, 250)), binding="positional"),
         cases.attention_case(rng, domain.domain_shape(rng, 2, 140), "float32", True, max_logit=float(rng.uniform(250, 1000))),
         cases.attention_case(rng, domain.domain_shape(rng, 60), "float32", None, max_logit=float(rng.uniform(100, 1000))),
+        cases.attention_case(rng, domain.domain_shape(rng, 2, 60), "float64", True, max_logit=float(rng.uniform(800, 5000))),
     ])
 
 

@@ -79,23 +79,26 @@ def diff_noncausal(seed: int) -> list[Case]:
 
 @SETS.register(hidden=True)
 def gqa_large_logits(seed: int) -> list[Case]:
-    """float32 gqa_attention with scaled logits of 100 to 1000 (a softmax without the row maximum overflows)."""
+    """gqa_attention with scaled logits of 100 to 1000 in float32 and of 800 to 5000 in float64 (past 709.8, where exp overflows
+    float64): a softmax without the row maximum, in one dtype or both, overflows."""
     rng = domain.generator(seed, "gqa_large_logits")
     return domain.cycled_modes([
         cases.case(rng, GQA, (1, 6, 4, 2, 8), "float32", True, max_logit=float(rng.uniform(100, 250))),
         cases.case(rng, GQA, cases.shape(rng, GQA, 2, 140), "float32", False, max_logit=float(rng.uniform(250, 1000))),
         cases.case(rng, GQA, cases.shape(rng, GQA, 60), "float32", None, max_logit=float(rng.uniform(100, 1000))),
+        cases.case(rng, GQA, cases.shape(rng, GQA, 2, 60), "float64", True, max_logit=float(rng.uniform(800, 5000))),
     ])  # fmt: skip
 
 
 @SETS.register(hidden=True)
 def diff_large_logits(seed: int) -> list[Case]:
-    """float32 diff_v2_attention with scaled logits of 100 to 1000."""
+    """diff_v2_attention with scaled logits of 100 to 1000 in float32 and of 800 to 5000 in float64."""
     rng = domain.generator(seed, "diff_large_logits")
     return domain.cycled_modes([
         cases.case(rng, DIFF_V2, (1, 6, 4, 2, 8), "float32", True, max_logit=float(rng.uniform(100, 250))),
         cases.case(rng, DIFF_V2, cases.shape(rng, DIFF_V2, 2, 140), "float32", False, max_logit=float(rng.uniform(250, 1000))),
         cases.case(rng, DIFF_V2, cases.shape(rng, DIFF_V2, 60), "float32", None, max_logit=float(rng.uniform(100, 1000))),
+        cases.case(rng, DIFF_V2, cases.shape(rng, DIFF_V2, 2, 60), "float64", True, max_logit=float(rng.uniform(800, 5000))),
     ])  # fmt: skip
 
 
