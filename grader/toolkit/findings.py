@@ -136,6 +136,36 @@ def precision_finding(found: Found, function: str, got: np.ndarray | None, expec
     return True
 
 
+ROUNDING_STEP = 1e-9
+"""How far :func:`rounding_probe` moves each input, relative to its size: 60 times below float32's resolution, 10⁷ times
+above float64's."""
+
+
+def rounding_probe(worker: Worker, subject: Subject, values: Values, base: np.ndarray | None, found: Found) -> bool:
+    """A dtype finding when float64 inputs moved by :data:`ROUNDING_STEP` (each element up or down) leave most of the output
+    (``base``: the output before the move) exactly where it was; whether they did. A computation in float64 moves every
+    output element, by about 1e-9 of its size; one that rounds its inputs or its intermediate results to float32, float16
+    or bfloat16 absorbs so small a move. Run before the probes that read structure out of the output, which such rounding
+    (errors of 1e-3 in bfloat16) would mislead."""
+    if base is None or not np.isfinite(base).all() or not np.abs(base).max(initial=0.0) > 0.0:
+        return False
+    signs = np.random.default_rng(0)  # its own draws: the probes after it meet the inputs they always met
+    moved = {n: np.asarray(x) * (1.0 + ROUNDING_STEP * signs.choice([-1.0, 1.0], size=np.shape(x))) if np.ndim(x) else x for n, x in values.items()}
+    found.probes.append(f"{subject.function}: inputs moved by one part in 10⁹")
+    out = probes.sweep(worker, subject, [moved])[0]
+    if out is None or np.shape(out) != np.shape(base):
+        return False
+    still = float(np.mean(out == base))
+    if still < 0.5:
+        return False
+    found.add(subject.function, "dtype", "forward", "Inside, your function computes in a lower precision than its inputs'",
+              f"Moving every float64 input by one part in 10⁹ left {still:.0%} of your output exactly unchanged; computed in float64, "
+              "every output element moves (by about 1e-9 of its size). Something rounds the inputs or intermediate results to "
+              "float32, float16 or bfloat16 (.float(), .half(), .to(torch.bfloat16), autocast, a tensor created without dtype=).",
+              "compute in the inputs' dtype throughout, and cast nothing down")  # fmt: skip
+    return True
+
+
 RANDOM_STEPS = re.compile(r"dropout|\brand(n|int|perm)?(_like)?\s*\(|bernoulli|multinomial|poisson|\bnormal\s*\(|\.\s*(normal|uniform|exponential|"
                           r"random|cauchy|log_normal|geometric)_\s*\(|\brandom\b|\b(new_)?empty(_like|_strided)?\s*\(", re.IGNORECASE)
 """What makes a function's output vary from call to call in its code: dropout (nn.Dropout too), torch's and Python's random

@@ -42,7 +42,7 @@ from grader.exercises.diffattn.probes import ATTENTION_GRADS, B, D, H, T, attent
 from grader.toolkit import attention_maps, findings, probes
 from grader.toolkit.findings import (
     FLOAT32_LIKE, Found, GradientRun, gradients_probe, is_right, layout_probe, precision_finding, randomness_probe, unexplained_maps,
-    half_precision_finding, masked_nan_finding, causal_path_first,
+    half_precision_finding, masked_nan_finding, causal_path_first, rounding_probe,
 )  # fmt: skip
 from grader.toolkit.attention_maps import MapModel
 from grader.toolkit.domain import exact
@@ -545,6 +545,8 @@ def run(worker: Worker, rng: np.random.Generator, found: Found, forward: bool, g
     base = randomness_probe(worker, attention_subject(True), values, ATTENTION_GRADS, found, source)
     if base is None:
         return
+    if forward and not is_right(base, truth(values, True)) and rounding_probe(worker, attention_subject(True), values, base, found):
+        return  # rounded to a lower precision: what the other probes would read out of the output, or differentiate, is its noise
     if forward:
         right = is_right(base, truth(values, True))
         unmasked = None if right else probes.sweep(worker, attention_subject(False), [values])[0]

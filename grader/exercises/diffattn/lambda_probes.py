@@ -19,7 +19,7 @@ from grader.exercises.diffattn import oracle
 from grader.exercises.diffattn.cases import LAMBDA, LAMBDA_NAMES
 from grader.exercises.diffattn.probes import lambda_subject
 from grader.toolkit.findings import (
-    FLOAT32_LIKE, Found, GradientRun, gradients_probe, is_right, layout_probe, precision_finding, randomness_probe,
+    FLOAT32_LIKE, Found, GradientRun, gradients_probe, is_right, layout_probe, precision_finding, randomness_probe, rounding_probe,
 )  # fmt: skip
 from grader.toolkit import probes
 from grader.toolkit.domain import exact
@@ -173,6 +173,8 @@ def run(worker: Worker, rng: np.random.Generator, found: Found, forward: bool, g
     if base is None:
         return
     if forward:
+        if not is_right(base.reshape(()), np.asarray(lambda_truth(values))) and rounding_probe(worker, lambda_subject(), values, base, found):
+            return  # rounded to a lower precision: what the other probes would read out of λ, or differentiate, is its noise
         localised = lambda_structure_probe(worker, rng, found) or lambda_dependence_probe(worker, rng, found)
         localised = localised or lambda_range_probe(worker, rng, found)
         if not localised and base.size == 1:

@@ -58,7 +58,7 @@ from grader.toolkit.attention_maps import MapModel
 from grader.toolkit.domain import exact
 from grader.toolkit.findings import (
     FLOAT32_LIKE, Found, GradientRun, gradients_probe, is_right, layout_probe, precision_finding, randomness_probe, unexplained_maps,
-    half_precision_finding, masked_nan_finding, CAUSAL_PATH, causal_path_first,
+    half_precision_finding, masked_nan_finding, CAUSAL_PATH, causal_path_first, rounding_probe,
 )  # fmt: skip
 from grader.toolkit.probes import Built, Perturbation, Subject, Values
 from grader.worker.client import Worker
@@ -625,6 +625,8 @@ def run(worker: Worker, function: str, rng: np.random.Generator, found: Found, f
     base = randomness_probe(worker, subject(function), values, names, found, source)
     if base is None:
         return
+    if forward and not is_right(base, truth(function, values, True)) and rounding_probe(worker, subject(function), values, base, found):
+        return  # rounded to a lower precision: what the other probes would read out of the output, or differentiate, is its noise
     if forward:
         right = is_right(base, truth(function, values, True))
         if rearranged_probe(found, function, base, truth(function, values, True)):
