@@ -142,15 +142,17 @@ above float64's."""
 
 
 def rounding_probe(worker: Worker, subject: Subject, values: Values, base: np.ndarray | None, found: Found) -> bool:
-    """A dtype finding when float64 inputs moved by :data:`ROUNDING_STEP` (each element up or down) leave most of the output
+    """A dtype finding when float64 inputs moved by about :data:`ROUNDING_STEP` (each element of each tensor) leave most of the output
     (``base``: the output before the move) exactly where it was; whether they did. A computation in float64 moves every
     output element, by about 1e-9 of its size; one that rounds its inputs or its intermediate results to float32, float16
     or bfloat16 absorbs so small a move. Run before the probes that read structure out of the output, which such rounding
     (errors of 1e-3 in bfloat16) would mislead."""
     if base is None or not np.isfinite(base).all() or not np.abs(base).max(initial=0.0) > 0.0:
         return False
-    signs = np.random.default_rng(0)  # its own draws: the probes after it meet the inputs they always met
-    moved = {n: np.asarray(x) * (1.0 + ROUNDING_STEP * signs.choice([-1.0, 1.0], size=np.shape(x))) if np.ndim(x) else x for n, x in values.items()}
+    # each element grows by 0.5 to 1.5 steps (a product of two inputs then never stays put by their moves cancelling), drawn
+    # from a generator of its own (the probes after this one meet the inputs they always met); scalar options stay
+    steps = np.random.default_rng(0)
+    moved = {n: np.asarray(x) * (1.0 + ROUNDING_STEP * steps.uniform(0.5, 1.5, np.shape(x))) if np.ndim(x) else x for n, x in values.items()}
     found.probes.append(f"{subject.function}: inputs moved by one part in 10⁹")
     out = probes.sweep(worker, subject, [moved])[0]
     if out is None or np.shape(out) != np.shape(base):

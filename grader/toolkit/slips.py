@@ -194,13 +194,22 @@ def _contrast(failing: Sequence[Observed], working: Sequence[Observed]) -> tuple
     return None
 
 
+DTYPE_NAMES = re.compile(r"\b(?:torch\.)?(float(?:16|32|64)?|double|half|bfloat16|long|int(?:8|16|32|64)?|bool|complex(?:64|128)?)\b", re.IGNORECASE)
+"""The dtypes torch's messages name (Float, double, torch.float32, ...): a message that names two of them is about a mismatch."""
+
+
 def exception_kind(text: str) -> tuple[str, str, str, str] | None:
-    """(component, meaning, advice, the words that told) of an exception's "Type: message" from torch's wording, or None."""
+    """(component, meaning, advice, the words that told) of an exception's "Type: message" from torch's wording, or None: a
+    known fragment, else a message that names two different dtypes (whatever the operation's own wording)."""
     lowered = text.lower()
     for fragments, component, meaning, advice in EXCEPTION_KINDS:
         for fragment in fragments:
             if fragment.lower() in lowered:
                 return component, meaning, advice, fragment
+    named = list(dict.fromkeys(m.group(1).lower() for m in DTYPE_NAMES.finditer(text.split(":", 1)[-1])))
+    if len(named) >= 2:
+        _, component, meaning, advice = next(kind for kind in EXCEPTION_KINDS if kind[1] == "dtype")
+        return component, meaning, advice, text.split(":", 1)[-1].strip()[:60]
     return None
 
 

@@ -129,6 +129,10 @@ VARIANTS: dict[str, tuple[str, str, str, str]] = {
     "lambda_elementwise_exp": (_LAMBDA, "torch.exp(q1 * k1).prod() - torch.exp(q2 * k2).prod() + lambda_init", _L, "lambda"),
     "mask_from_zero_logits": ('s = s.masked_fill(torch.ones(t, t, dtype=torch.bool, device=q.device).triu(1), float("-inf"))',
                               's = s.tril().masked_fill(s.tril() == 0, float("-inf"))', _A, "mask"),
+    "value_product_in_bfloat16": (_OUT, "((_map(q1, k1, causal) - coefficient * _map(q2, k2, causal)).bfloat16() @ value.bfloat16()).to(value.dtype)",
+                                  _A, "dtype"),  # fmt: skip
+    "lambda_dots_in_float16": (_LAMBDA, "torch.exp(torch.dot(q1.half(), k1.half()).to(q1.dtype)) - torch.exp(torch.dot(q2.half(), k2.half()).to(q1.dtype)) "
+                               "+ lambda_init", _L, "dtype"),  # fmt: skip
     "lambda_float32": (_LAMBDA, "(torch.exp(torch.dot(q1.float(), k1.float())) - torch.exp(torch.dot(q2.float(), k2.float())) + lambda_init).to(q1.dtype)",
                        _L, "dtype"),  # fmt: skip
 }
