@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import zlib
 from dataclasses import dataclass, replace
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, Sequence, TypeVar
 
 import numpy as np
 
@@ -111,6 +111,18 @@ def cycled_modes(found: list[_Moded]) -> list[_Moded]:
     first call with autograd keeps is used harmlessly under no_grad).
     """
     return [replace(case, grad_mode=GRAD_MODES[(i + 1) % len(GRAD_MODES)]) for i, case in enumerate(found)]
+
+
+def trainable_alone(names: Sequence[str]) -> list[tuple[str, ...]]:
+    """For each input of ``names``, the others (those frozen when that input alone requires grad).
+
+    At the smallest shapes (one token, one batch element, one head) a
+    function may take a shortcut (a single key's weight is 1, a single gate
+    is a number) whose output is right but keeps no graph to the inputs it
+    no longer needs: it is attached, and their gradients are exactly 0, only
+    if they stay in the computation.
+    """
+    return [tuple(other for other in names if other != name) for name in names]
 
 
 def sequence_length(rng: np.random.Generator, shortest: int = 1, longest: int = LONGEST) -> int:

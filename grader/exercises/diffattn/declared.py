@@ -20,6 +20,7 @@ LAMBDA_CALLS = ((suite.lambda_values, False),)
 LAMBDA_GRAD_CALLS = ((suite.lambda_values, True),)
 OUTPUT_CALLS = ((suite.attention_causal, False), (suite.attention_noncausal, False))
 GRADIENT_CALLS = ((suite.attention_gradients, True),)
+SUBSET_CALLS = ((suite.frozen_subsets, True), (suite.lambda_frozen_subsets, True))
 
 
 def attention(aspect: str, *inputs: str) -> Role:

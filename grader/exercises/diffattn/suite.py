@@ -186,26 +186,27 @@ def attention_gradients(seed: int) -> list[AttentionCase]:
 
 @SETS.register
 def frozen_subsets(seed: int) -> list[AttentionCase]:
-    """One small case per subset of q1, k1, q2, k2, value and a tensor coefficient that requires grad (every one but the empty set)."""
+    """One small case per subset of q1, k1, q2, k2, value and a tensor coefficient that requires grad (every one but the empty set);
+    then at one token, one batch element and one head, each input alone requiring grad (see :func:`domain.trainable_alone`)."""
     rng = domain.generator(seed, "frozen_subsets")
     names = (*cases.INPUT_NAMES, "coefficient")
     bases = [cases.attention_case(rng, domain.domain_shape(rng, 2, 12, 4), dtype, causal, coefficient_kind="tensor")
              for dtype, causal in (("float64", True), ("float32", False))]  # fmt: skip
-    return [
-        replace(bases[mask % 2], frozen=tuple(n for bit, n in enumerate(names) if not mask >> bit & 1))
-        for mask in range(1, 2 ** len(names))
-    ]
+    subsets = [replace(bases[mask % 2], frozen=tuple(n for bit, n in enumerate(names) if not mask >> bit & 1)) for mask in range(1, 2 ** len(names))]
+    return subsets + [cases.attention_case(rng, (1, 1, 1, domain.head_width(rng, 4)), ("float64", "float32")[i % 2], (True, None)[i % 2],
+                                           coefficient_kind="tensor", frozen=frozen) for i, frozen in enumerate(domain.trainable_alone(names))]  # fmt: skip
 
 
 @SETS.register
 def lambda_frozen_subsets(seed: int) -> list[LambdaCase]:
-    """One case per subset of q1, k1, q2, k2 that requires grad (every one but the empty set)."""
+    """One case per subset of q1, k1, q2, k2 that requires grad (every one but the empty set); then vectors of length 1, each
+    alone requiring grad."""
     rng = domain.generator(seed, "lambda_frozen_subsets")
     bases = [cases.lambda_case(rng, int(rng.integers(1, 9)), dtype, 0.2) for dtype in ("float64", "float32")]
-    return [
-        replace(bases[mask % 2], frozen=tuple(n for bit, n in enumerate(cases.LAMBDA_NAMES) if not mask >> bit & 1))
-        for mask in range(1, 2 ** len(cases.LAMBDA_NAMES))
-    ]
+    subsets = [replace(bases[mask % 2], frozen=tuple(n for bit, n in enumerate(cases.LAMBDA_NAMES) if not mask >> bit & 1))
+               for mask in range(1, 2 ** len(cases.LAMBDA_NAMES))]  # fmt: skip
+    return subsets + [replace(cases.lambda_case(rng, 1, ("float64", "float32")[i % 2], 0.2), frozen=frozen)
+                      for i, frozen in enumerate(domain.trainable_alone(cases.LAMBDA_NAMES))]  # fmt: skip
 
 
 @SETS.register

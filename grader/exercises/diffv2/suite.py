@@ -19,7 +19,7 @@ import numpy as np
 from grader.core.invoke import Outcome, Request, Returned, TensorInput
 from grader.core.plugin import GradingContext
 from grader.exercises.diffv2 import cases, expected
-from grader.exercises.diffv2.cases import DIFF_V2, GQA, PARAMETERS, Case
+from grader.exercises.diffv2.cases import DIFF_V2, GQA, PARAMETERS, TENSORS, Case
 from grader.toolkit import domain, verdicts
 from grader.toolkit.casesets import CaseSet, CaseSets
 from grader.toolkit.compare import Comparison
@@ -171,7 +171,8 @@ DIFF_V2_FROZEN = ((), ("lambda_logits",), ("q",), ("k", "v"), ("v",), ("q", "k",
 
 @SETS.register
 def gqa_gradients(seed: int) -> list[Case]:
-    """gqa_attention with gradients: G from 1 to 8, Hkv = 1 and Hkv = Hq, both dtypes, causal True, False and omitted, inputs frozen alone and in groups, T up to 320."""
+    """gqa_attention with gradients: G from 1 to 8, Hkv = 1 and Hkv = Hq, both dtypes, causal True, False and omitted, inputs frozen alone and in groups, T up to 320;
+    then at one token, one batch element and one head, each input alone requiring grad."""
     rng = domain.generator(seed, "gqa_gradients")
     found = []
     for i, frozen in enumerate(GQA_FROZEN):
@@ -179,12 +180,19 @@ def gqa_gradients(seed: int) -> list[Case]:
         dims = cases.shape(rng, GQA, 2, 140 if i < 5 else domain.LONGEST, 32, head_counts=counts)
         found.append(cases.case(rng, GQA, dims, ("float64", "float32")[i % 2], (True, False, None)[i % 3], frozen=frozen,
                                 binding=("keyword", "positional")[i % 2], max_logit=150.0 if i == 3 else None))  # fmt: skip
-    return found
+    return found + _trainable_alone(rng, GQA, (1, 1, 1, 1))
+
+
+def _trainable_alone(rng: np.random.Generator, function: str, counts: tuple[int, int, int, int]) -> list[Case]:
+    """At the smallest shape ``counts`` (B, T, Hq, Hkv), each input alone requiring grad (see :func:`domain.trainable_alone`)."""
+    return [cases.case(rng, function, (*counts, domain.head_width(rng, 4)), ("float64", "float32")[i % 2], (True, None)[i % 2], frozen=frozen)
+            for i, frozen in enumerate(domain.trainable_alone(TENSORS[function]))]  # fmt: skip
 
 
 @SETS.register
 def diff_gradients(seed: int) -> list[Case]:
-    """diff_v2_attention with gradients: G = 2, 4, 6 and 8, Hkv = 1, both dtypes, causal True, False and omitted, inputs frozen alone and in groups, gates moderate, saturated and exactly 0, T up to 320."""
+    """diff_v2_attention with gradients: G = 2, 4, 6 and 8, Hkv = 1, both dtypes, causal True, False and omitted, inputs frozen alone and in groups, gates moderate, saturated and exactly 0, T up to 320;
+    then at one token, one batch element and one pair, each input alone requiring grad."""
     rng = domain.generator(seed, "diff_gradients")
     found = []
     for i, frozen in enumerate(DIFF_V2_FROZEN):
@@ -193,7 +201,7 @@ def diff_gradients(seed: int) -> list[Case]:
         found.append(cases.case(rng, DIFF_V2, dims, ("float64", "float32")[i % 2], (True, False, None)[i % 3], frozen=frozen,
                                 binding=("keyword", "positional")[i % 2], saturated=0.3 if i in (2, 5) else 0.0,
                                 zeros=0.25 if i in (0, 3, 4) else 0.0, max_logit=150.0 if i == 4 else None))  # fmt: skip
-    return found
+    return found + _trainable_alone(rng, DIFF_V2, (1, 1, 2, 1))
 
 
 @SETS.register

@@ -291,7 +291,7 @@ RECALL["lam_want"] = oracle_lambda(*RECALL["lam"], LAM_CASES["d"]["init"])
 INTERLEAVE = {"att": [RNG.standard_normal(np.shape(x)) for x in ATT_CASES["A"]["args"]],
               "lam": [RNG.standard_normal(np.shape(x)) * 0.4 for x in LAM_CASES["b"]["args"]]}
 # index 5 is the coefficient; (0, 1, 2, 3, 4) leaves only the coefficient trainable
-FROZEN = {"att": [("C", (0, 4)), ("B", (5,)), ("T17", (0, 1, 2, 3, 4)), ("A", (2, 3)), ("P", (1,))],
+FROZEN = {"att": [("C", (0, 4)), ("B", (5,)), ("T17", (0, 1, 2, 3, 4)), ("A", (2, 3)), ("P", (1,)), ("S", (1, 2, 3, 4, 5))],
           "lam": [("b", (0,)), ("c", (2, 3)), ("m", (1, 2, 3))]}
 GRAD_ATT = [k for k in ATT_CASES] + list(ATT_LARGE_GRAD)
 GRAD_ATT_STRIDED = ["A", "B", "C", "D1", "T33", "T65", "Z", "G1"]
@@ -536,6 +536,8 @@ def tier1(mod, which):
     fresh = ATT_CASES["I"] if which == ATT else LAM_CASES["a"]
     go(mod, fresh, dtype=torch.float64, rg=False, inference=True)
     after = go(mod, fresh, dtype=torch.float64, rg=True, coef_kind="tensor")
+    # one token, only the first query trainable: its gradient is exactly 0, but the output must stay attached
+    alone = go(mod, ATT_CASES["S"], dtype=torch.float64, rg=True, coef_kind="tensor", frozen=(1, 2, 3, 4, 5)) if which == ATT else after
     called = r64["exc"] is None
     return {
         "type": called and r64["tensor"],
@@ -544,7 +546,7 @@ def tier1(mod, which):
         "dtype": r64["dtype"] == torch.float64 and r32["dtype"] == torch.float32
         and (rst32["exc"] is not None or rst32["dtype"] == torch.float32),
         "mutation": called and not any(r["mutated"] for r in (r64, r32, rng, rinf, *rst)),
-        "graph": rgr["exc"] is None and rgr["requires_grad"] and after["exc"] is None and after["requires_grad"],
+        "graph": all(r["exc"] is None and r["requires_grad"] for r in (rgr, after, alone)),
         "strided": all(r["exc"] is None and r["shape"] == shape
                        and (r64["out"] is None or r["out"] is None or self_consistent(r["out"], r64["out"]))
                        for r in rst),

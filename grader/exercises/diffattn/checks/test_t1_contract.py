@@ -10,7 +10,7 @@ from grader.core.plugin import GradingContext, check
 from grader.exercises.diffattn import suite
 from grader.exercises.diffattn.cases import AttentionCase, LambdaCase
 from grader.exercises.diffattn.signatures import signature_order_problem
-from grader.exercises.diffattn.declared import GRADIENT_CALLS, LAMBDA_CALLS, LAMBDA_GRAD_CALLS, OUTPUT_CALLS, attention, of_both, of_lambda
+from grader.exercises.diffattn.declared import GRADIENT_CALLS, LAMBDA_CALLS, LAMBDA_GRAD_CALLS, OUTPUT_CALLS, SUBSET_CALLS, attention, of_both, of_lambda
 from grader.exercises.diffattn.suite import ATTENTION, LAMBDA
 from grader.toolkit.casesets import CaseSet
 from grader.toolkit.compare import Comparison, combine
@@ -149,9 +149,10 @@ def test_inputs_not_modified(grading: GradingContext) -> None:
 
 
 @check("T1", 2, "Outputs carry an autograd graph when inputs require grad",
-       judges=of_both("graph"), replay=Recipe("graph", (*GRADIENT_CALLS, *LAMBDA_GRAD_CALLS)))  # fmt: skip
+       judges=of_both("graph"), replay=Recipe("graph", (*GRADIENT_CALLS, *LAMBDA_GRAD_CALLS, *SUBSET_CALLS)))  # fmt: skip
 def test_graph_attached(grading: GradingContext) -> None:
     observed = _attentions(grading, suite.attention_gradients, grads=True) + _lambdas(grading, suite.lambda_values, grads=True)
+    observed += _attentions(grading, suite.frozen_subsets, grads=True) + _lambdas(grading, suite.lambda_frozen_subsets, grads=True)
     grading.conclude(_judge(observed, _graph_problem, "Outputs of inputs that require grad are attached to the autograd graph."))
 
 

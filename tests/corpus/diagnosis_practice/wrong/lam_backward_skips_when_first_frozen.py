@@ -210,10 +210,7 @@ def _map_inplace(q, k, scale, causal):
 
 def differential_attention(q1, k1, q2, k2, value, coefficient, causal=True):
     check_attention_inputs(q1, k1, q2, k2, value, coefficient)
-    t, d = q1.shape[-2], q1.shape[-1]
-    if t == 1:
-        # a single token sees only itself in both branches
-        return value * (1 - coefficient)
+    d = q1.shape[-1]
     scale = 1.0 / math.sqrt(d)
     a1 = _map_inplace(q1, k1, scale, causal)
     if not isinstance(coefficient, torch.Tensor) and coefficient == 0:
