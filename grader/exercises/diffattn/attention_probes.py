@@ -15,7 +15,7 @@
 * **which input matters**: the last token's key or value must not reach
   earlier queries under the causal mask, the second half of value must
   reach the output, and one batch element's or head's value no other;
-* **long sequences**: float64 outputs at T = 5, 17, 33, 65 and 100, causal and
+* **long sequences**: float64 outputs at T = 5, 17, 33, 65, 100 and 300, causal and
   not, against the oracle: a computation that is right for short sequences
   only (key blocks, chunks, a fixed buffer) says from which length, and
   whether only one causal mode;
@@ -447,7 +447,7 @@ def dependence_probe(worker: Worker, rng: np.random.Generator, found: Found) -> 
     return localised
 
 
-LENGTHS = (T, 17, 33, 65, 100)  # the probes' own length, then past the block sizes 16, 32 and 64, and a length no power of two is near
+LENGTHS = (T, 17, 33, 65, 100, 300)  # the probes' own length, then past the block sizes 16, 32 and 64, a length no power of two is near, past 256
 
 
 def length_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool:

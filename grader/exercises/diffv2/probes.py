@@ -33,7 +33,7 @@ forward's fault once one has localised it:
   must move its own token, batch element and head only;
 * **saturated gates** (ℓ at ±100 to ±1000, float32 and float64): finite,
   right outputs and a finite gradient for ℓ;
-* **long sequences, stability, layouts, precision** (T = 33, 65 and 100,
+* **long sequences, stability, layouts, precision** (T = 33, 65, 100 and 300,
   causal and not, past common block sizes; float32 logits of hundreds;
   strided memory; a float64 result right only to float32's accuracy) when
   the plain output is right or nothing else localised the fault;
@@ -436,7 +436,7 @@ def _pair_findings(found: Found, even: np.ndarray, odd: np.ndarray) -> bool:
     if np.allclose(even, sigma, atol=1e-6) and np.allclose(odd, -sigma, atol=1e-6):
         return found.first(DIFF_V2, (True, "gate", "The gate multiplies the whole difference: σ(ℓ)·(A_2i − A_2i+1)", weights,
                                      "gate the odd head only: A_2i − σ(ℓ)·A_2i+1"))  # fmt: skip
-    if np.all(odd > 1e-6):
+    if np.allclose(odd, sigma * even, rtol=1e-6, atol=1e-9):
         return found.first(DIFF_V2, (True, "output", "The gated head is added, not subtracted", weights,
                                      "subtract the gated odd head: A_2i − σ(ℓ)·A_2i+1 (no lerp, no sum)"))  # fmt: skip
     factor = float(np.mean(even))
@@ -591,7 +591,7 @@ def saturated_probe(worker: Worker, values: Values, found: Found, gradients: boo
 # ---- both ---------------------------------------------------------------------------------
 
 
-LENGTHS = (T, 33, 65, 100)  # the probes' own length, then past the block sizes 32 and 64, and a length no power of two is near
+LENGTHS = (T, 33, 65, 100, 300)  # the probes' own length, then past the block sizes 32 and 64, a length no power of two is near, past 256
 
 
 def length_probe(worker: Worker, function: str, rng: np.random.Generator, found: Found) -> bool:
