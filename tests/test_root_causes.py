@@ -237,13 +237,20 @@ def test_a_modified_input_is_named_with_the_in_place_line() -> None:
     assert found.component == "mutation" and "q1" in found.evidence and "(line 7: `q1 /= 2`)" in found.evidence
 
 
-def test_an_output_without_history_is_a_slip_only_when_every_graded_call_has_none() -> None:
-    """A wholly detached output is a contract slip; a path cut for some inputs only is left to the gradient probes."""
+def test_an_output_without_history_is_a_slip_when_every_graded_call_or_one_way_of_calling_has_none() -> None:
+    """A wholly detached output is a contract slip; so is one detached only in the calls made one way (one token with value
+    and the coefficient frozen, three attributes together); a path cut in calls that share no such way is left to the gradient probes."""
     detached = Returned(type_name="torch.Tensor", is_tensor=True, exact_tensor=True, shape=(1, 1, 2, 4), dtype="float32")
-    graded = [Observed(A, Outcome(functions=[A], results=[r]), 0, (1, 1, 2, 4), "float32", {}, ("q1",), True) for r in (detached, detached)]
-    assert [f.component for f in slips.findings(graded, None, DECLARATIONS)] == ["graph"]
-    graded[1] = Observed(A, Outcome(functions=[A], results=[_tensor()]), 0, (1, 1, 2, 4), "float32", {}, ("q1",), True)
-    assert slips.findings(graded, None, DECLARATIONS) == []
+
+    def graded(result: Returned, **made: str) -> Observed:
+        return Observed(A, Outcome(functions=[A], results=[result]), 0, (1, 1, 2, 4), "float32", made, ("q1",), True)
+
+    assert [f.component for f in slips.findings([graded(detached), graded(detached)], None, DECLARATIONS)] == ["graph"]
+    assert slips.findings([graded(detached), graded(_tensor())], None, DECLARATIONS) == []
+    ways = [dict(zip(("tokens", "value", "coefficient"), w)) for w in
+            (("1", "frozen", "frozen"), ("1", "trained", "frozen"), ("1", "frozen", "trained"), ("9", "frozen", "frozen"))]  # fmt: skip
+    found = slips.findings([graded(detached, **ways[0])] + [graded(_tensor(), **w) for w in ways[1:]], None, DECLARATIONS)
+    assert [f.title for f in found] == [f"{A}'s output is cut off from autograd, when tokens is 1, value is frozen and coefficient is frozen"]
 
 
 def test_the_file_does_not_load_names_the_function_of_its_line() -> None:

@@ -23,6 +23,7 @@ the exercise chooses and maps to components (a strided layout: ``strided``).
 from __future__ import annotations
 
 import ast
+import itertools
 import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -185,12 +186,20 @@ def function_of_line(source: str | None, line: int) -> str | None:
 
 
 def _contrast(failing: Sequence[Observed], working: Sequence[Observed]) -> tuple[str, str] | None:
-    """An attribute value every failing call has and no working call has, or None."""
+    """An attribute value every failing call has and no working call has, else two or three that together do (as
+    ("a is x and b", "y")), the rarest ways of calling first; or None."""
     if not failing or not working:
         return None
-    for key, value in failing[0].attributes.items():
-        if all(c.attributes.get(key) == value for c in failing) and not any(c.attributes.get(key) == value for c in working):
+    shared = [(key, value) for key, value in failing[0].attributes.items() if all(c.attributes.get(key) == value for c in failing)]
+    for key, value in shared:
+        if not any(c.attributes.get(key) == value for c in working):
             return key, value
+    shared.sort(key=lambda kv: sum(c.attributes.get(kv[0]) == kv[1] for c in working))
+    for size in (2, 3):
+        for combined in itertools.combinations(shared, size):
+            if not any(all(c.attributes.get(key) == value for key, value in combined) for c in working):
+                *first, (key, value) = combined
+                return f"{', '.join(f'{k} is {v}' for k, v in first)} and {key}", value
     return None
 
 
@@ -374,16 +383,23 @@ def _mutations(function: str, calls: Sequence[Observed], source: str | None) -> 
 
 
 def _detached(function: str, calls: Sequence[Observed], source: str | None) -> list[Finding]:
-    """A finding when outputs of inputs that require grad carry no autograd history."""
+    """A finding when outputs of inputs that require grad carry no autograd history: in every call, or only in calls that
+    share how they were made (a shortcut for one token, a fast path for some inputs frozen; other partial cuts are for the
+    gradient probes to name)."""
     graded = [c for c in calls if c.grads and c.result is not None and c.result.exact_tensor and c.result.shape == c.shape]
-    cut = [c for c in graded if c.result is not None and not (c.result.requires_grad and c.result.has_grad_fn)]
-    if not cut or len(cut) < len(graded):  # a path cut for some inputs only is for the gradient probes to name
+    attached = [c.result is not None and c.result.requires_grad and c.result.has_grad_fn for c in graded]
+    cut = [c for c, kept in zip(graded, attached) if not kept]
+    only = _contrast(cut, [c for c, kept in zip(graded, attached) if kept]) if len(cut) < len(graded) else None
+    if not cut or (len(cut) < len(graded) and only is None):
         return []
-    evidence = (f"Its output has no autograd history (grad_fn is None) although its inputs require grad"
+    when = f", when {only[0]} is {only[1]}" if only else ""
+    evidence = (f"Its output has no autograd history (grad_fn is None) although inputs require grad{when}"
                 f"{first_line(source, function, GRAPH_SLIPS)}.")  # fmt: skip
-    return [_finding(function, "graph", f"{function}'s output is cut off from autograd", evidence,
-                     "keep every step in torch: no `.detach()`, `.numpy()`, `.item()`, `torch.tensor(...)` or `torch.no_grad()` on the way",
-                     explains=frozenset({"graph", "gradients"}), note="no gradient can flow through an output without autograd history")]  # fmt: skip
+    return [replace(_finding(function, "graph", f"{function}'s output is cut off from autograd{when}", evidence,
+                             "keep every step in torch, for every input that may require grad: no `.detach()`, `.numpy()`, `.item()`, "
+                             "`torch.tensor(...)`, `torch.no_grad()` or shortcut that leaves the inputs out on the way",
+                             explains=frozenset({"graph", "gradients"}), note="no gradient can flow through an output without autograd history"),
+                    public=all(c.public for c in cut))]  # fmt: skip
 
 
 def findings(calls: Sequence[Observed], source: str | None, declared: Declarations) -> list[Finding]:

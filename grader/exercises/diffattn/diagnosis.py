@@ -101,12 +101,15 @@ def _attributes(case: LambdaCase | AttentionCase, grads: bool) -> dict[str, str]
     found = {"the inputs' dtype": case.dtype, "the argument binding": case.binding}
     if not grads:
         found["the autograd mode"] = case.grad_mode
+    names = LAMBDA_NAMES if isinstance(case, LambdaCase) else INPUT_NAMES + (("coefficient",) if case.coefficient_is_tensor else ())
+    trainable = {name: "trained" if case.requires_grad(name) else "frozen" for name in names} if grads else {}
     if isinstance(case, LambdaCase):
-        return found | {"the memory layout": "non-contiguous" if case.layout != "contiguous" else "contiguous"}
+        return found | {"the memory layout": "non-contiguous" if case.layout != "contiguous" else "contiguous"} | trainable
     coefficient = f"computed by {LAMBDA}" if case.lambda_case is not None else COEFFICIENT_KINDS[case.coefficient_kind]
     causal = "left out" if case.causal is None else str(case.causal)
     layout = "non-contiguous" if any(layout != "contiguous" for layout in case.layouts) else "contiguous"
-    return found | {"the coefficient": coefficient, "causal": causal, "the memory layout": layout}
+    tokens = "1" if case.q1.shape[-2] == 1 else "more than 1"
+    return found | {"the coefficient": coefficient, "causal": causal, "the memory layout": layout, "the number of tokens": tokens} | trainable
 
 
 def observed(grading: GradingContext) -> list[Observed]:

@@ -130,9 +130,11 @@ def _attributes(case: Case, grads: bool) -> dict[str, str]:
     found = {"the inputs' dtype": case.dtype, "the argument binding": case.binding,
              "causal": "left out" if case.causal is None else str(case.causal),
              "the memory layout": "non-contiguous" if any(layout != "contiguous" for layout in case.memory_layouts) else "contiguous",
-             KV_HEADS: str(case.k.shape[2])}  # fmt: skip
+             KV_HEADS: str(case.k.shape[2]), "the number of tokens": "1" if case.q.shape[1] == 1 else "more than 1"}  # fmt: skip
     if not grads:
         found["the autograd mode"] = case.grad_mode
+    else:
+        found |= {name: "trained" if case.requires_grad(name) else "frozen" for name in case.names}
     return found
 
 
