@@ -1,7 +1,7 @@
 """The forward probes of differential_attention, and what their answers mean.
 
 * **the maps**: with value = the identity (one-hot rows) the output *is* the
-  signed map ``A1 − cA2``; at coefficients 0, ½ and 2 it must be affine
+  signed map ``A1 − cA2``; at coefficients 0, ½, 2 and −½ it must be affine
   in c with the first map as intercept and minus the second as slope, and
   linear in value with one map for every column. The combination is fitted
   on the true maps (a sign, swapped branches, λ on the wrong map, an extra
@@ -49,7 +49,7 @@ from grader.toolkit.domain import exact
 from grader.toolkit.probes import Perturbation, Values
 from grader.worker.client import Worker
 
-COEFFICIENTS = (0.0, 0.5, 2.0)  # the readouts' coefficients: three points test that the map is affine in c
+COEFFICIENTS = (0.0, 0.5, 2.0, -0.5)  # the readouts' coefficients: that the map is affine in c, negative c (a clamp) included
 UNROUNDED = 0.3  # a coefficient float32 cannot hold: a readout at it tells a coefficient rounded to float32
 # The gradient comparisons, in turn: every input requiring grad; queries frozen; value frozen; only value and
 # the coefficient; a Python-float coefficient; a zero coefficient.
@@ -213,18 +213,18 @@ def _not_affine(found: Found, values: Values, read: Sequence[np.ndarray]) -> Non
     for kind, component, title, formula, advice in NOT_AFFINE:
         with np.errstate(all="ignore"):
             if all(is_right(r, _not_affine_maps(kind, values, c), attention_maps.FITS) for r, c in zip(read, COEFFICIENTS)):
-                found.add(ATTENTION, component, "forward", title, f"Read out of your output at λ = 0, ½ and 2, {formula}, which is not affine in λ.", advice)
+                found.add(ATTENTION, component, "forward", title, f"Read out of your output at λ = 0, ½, 2 and −½, {formula}, which is not affine in λ.", advice)
                 return
     with np.errstate(all="ignore"):
         absolute = all(np.allclose(np.abs(r).sum(axis=-1), 1.0, atol=attention_maps.FITS) for r in read)
     if absolute:
         found.add(ATTENTION, "softmax", "forward", "The signed map is normalised by the sum of its absolute values",
-                  "Read out of your output at λ = 0, ½ and 2, every row of the signed map has absolute values summing to 1: it was "
+                  "Read out of your output at λ = 0, ½, 2 and −½, every row of the signed map has absolute values summing to 1: it was "
                   "divided by the sum of its absolute values, where its rows must sum to 1 − λ.",
                   "return (A1 − λ·A2) V with no further normalisation: the signed map is not a probability distribution")  # fmt: skip
         return
     found.add(ATTENTION, "coefficient", "forward", "The output is not affine in the coefficient",
-              "Read out of your output at λ = 0, ½ and 2, the signed map does not change linearly with λ, as A1 − λ·A2 does.",
+              "Read out of your output at λ = 0, ½, 2 and −½, the signed map does not change linearly with λ, as A1 − λ·A2 does.",
               "use the coefficient exactly once, as the factor of the second map")  # fmt: skip
 
 
@@ -338,7 +338,7 @@ def maps_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool:
     combination = _combination(intercept, slope, true_maps)
     if _combination_finding(found, combination):
         return True
-    how = "one-hot values at λ = 0, ½ and 2"
+    how = "one-hot values at λ = 0, ½, 2 and −½"
     if combination.fits and combination.weights != (1.0, 0.0, 0.0, -1.0):
         return unexplained_maps(found, ATTENTION, np.stack([intercept, -slope]), how)
     if combination.fits:
