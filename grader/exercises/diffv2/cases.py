@@ -31,6 +31,7 @@ GQA_GROUPS = (1, 2, 3, 4, 8)  # G = Hq / Hkv for gqa_attention: any positive int
 DIFF_V2_GROUPS = (2, 4, 6, 8)  # G for diff_v2_attention: even, so heads 2i and 2i + 1 share a group
 KV_HEADS = (1, 1, 2, 3, 4)  # Hkv, multi-query (1) twice as often
 BUDGET = 2**17  # B·Hq·T·max(T, D) of a drawn shape: more (batch, head) problems add cost, not coverage
+MIN_HEAD_ROOM = 4  # however long the sequence, drawn head counts may reach Hq = 4 (two groups of a pair each, or one of two)
 SATURATED = (100.0, 1000.0)  # |lambda_logits| of a saturated gate: exp(-ℓ) overflows float32 from 89, float64 from 710
 
 
@@ -110,21 +111,30 @@ class Case:
         return ", ".join(parts)
 
 
-def heads(rng: np.random.Generator, function: str) -> tuple[int, int]:
-    """(Hq, Hkv) for ``function``: Hkv from KV_HEADS, G from the function's groups."""
-    hkv = int(rng.choice(KV_HEADS))
-    group = int(rng.choice(GQA_GROUPS if function == GQA else DIFF_V2_GROUPS))
-    return hkv * group, hkv
+def heads(rng: np.random.Generator, function: str, room: int = BUDGET) -> tuple[int, int]:
+    """(Hq, Hkv) for ``function``: Hkv from KV_HEADS, G from the function's groups, drawn again while Hq exceeds
+    ``room`` (taken as at least MIN_HEAD_ROOM, which both functions' smallest pairs fit)."""
+    while True:
+        hkv = int(rng.choice(KV_HEADS))
+        group = int(rng.choice(GQA_GROUPS if function == GQA else DIFF_V2_GROUPS))
+        if hkv * group <= max(room, MIN_HEAD_ROOM):
+            return hkv * group, hkv
+
+
+def head_room(length: int, width: int) -> int:
+    """How many query heads one batch element of ``length`` tokens and ``width`` features has within BUDGET."""
+    return BUDGET // (length * max(length, width))
 
 
 def shape(
     rng: np.random.Generator, function: str, shortest: int = 1, longest: int = domain.LONGEST, widest: int = domain.WIDEST,
     *, head_counts: tuple[int, int] | None = None,
 ) -> tuple[int, int, int, int, int]:  # fmt: skip
-    """(B, T, Hq, Hkv, D) from the contract's domain; B shrinks so that B·Hq·T·max(T, D) stays within BUDGET."""
+    """(B, T, Hq, Hkv, D) from the contract's domain; Hq (when drawn) and then B shrink so that B·Hq·T·max(T, D) stays
+    within BUDGET, as far as MIN_HEAD_ROOM query heads and one batch element allow."""
     t, d = domain.sequence_length(rng, shortest, longest), domain.head_width(rng, widest)
-    hq, hkv = head_counts or heads(rng, function)
-    room = max(1, BUDGET // (hq * t * max(t, d)))
+    hq, hkv = head_counts or heads(rng, function, head_room(t, d))
+    room = max(1, head_room(t, d) // hq)
     return int(rng.integers(1, min(3, room) + 1)), t, hq, hkv, d
 
 
@@ -223,8 +233,8 @@ def resized(base: Case, rng: np.random.Generator, decoding: bool) -> Case:
     another batch size, other head counts, the same width."""
     b, t, hq, hkv, d = base.q.shape[0], base.q.shape[1], base.q.shape[2], base.k.shape[2], base.q.shape[3]
     length = 1 if decoding or t == 1 else int(rng.integers(1, t))
-    counts = heads(rng, base.function)
+    counts = heads(rng, base.function, head_room(length, d))
     while counts == (hq, hkv):
-        counts = heads(rng, base.function)
+        counts = heads(rng, base.function, head_room(length, d))
     other = case(rng, base.function, (3 - b if b < 3 else 1, length, *counts, d), base.dtype, base.causal)
     return replace(base, q=other.q, k=other.k, v=other.v, lambda_logits=other.lambda_logits, cotangent=other.cotangent)

@@ -37,6 +37,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from grader.toolkit.softmax import softmax_maps
+
 SCALAR_LIMIT = 40_000  # B·Hq·T²·D up to which the maps and outputs are computed in Python floats
 
 
@@ -115,20 +117,8 @@ def scalar_maps(q: np.ndarray, k: np.ndarray, causal: bool) -> np.ndarray:
 
 
 def vectorised_maps(q: np.ndarray, k: np.ndarray, causal: bool) -> np.ndarray:
-    """The [B, Hq, T, T] softmax maps, vectorised in ``numpy.longdouble`` and rounded to float64 at the end.
-
-    Where longdouble is x87 extended precision (unit roundoff 2⁻⁶⁴) a sum of
-    T terms errs by about T·2⁻⁶⁴ relative, 2¹¹ times less than in float64.
-    """
-    group = group_size(q, k)
-    queries = heads_first(np.asarray(q, dtype=np.longdouble))
-    keys = per_query_head(np.asarray(k, dtype=np.longdouble), group)
-    logits = np.einsum("bhtd,bhsd->bhts", queries, keys) / np.sqrt(np.longdouble(np.shape(q)[-1]))
-    if causal:
-        t = logits.shape[-1]
-        logits = np.where(np.triu(np.ones((t, t), dtype=bool), 1), -np.inf, logits)
-    weights = np.exp(logits - logits.max(axis=-1, keepdims=True))
-    return (weights / weights.sum(axis=-1, keepdims=True)).astype(np.float64)
+    """The [B, Hq, T, T] softmax maps, vectorised in ``numpy.longdouble`` and rounded to float64 at the end (grader.toolkit.softmax)."""
+    return softmax_maps(heads_first(q), per_query_head(k, group_size(q, k)), causal)
 
 
 def _is_small(q: np.ndarray, k: np.ndarray) -> bool:
