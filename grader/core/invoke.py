@@ -197,14 +197,16 @@ def _encode(requests: Sequence[Request]) -> tuple[dict[str, Any], list[np.ndarra
     refills: list[np.ndarray] = []
     calls: list[dict[str, Any]] = []
     spans: list[Span] = []
-    backward: list[tuple[int, np.ndarray]] = []
+    backward: list[tuple[int, np.ndarray, str]] = []
     for request in requests:
         first_call, first_tensor = len(calls), len(tensors)
         tensors += request.inputs
         calls += [_encode_call(c, tensors, refills, first_call, first_tensor) for c in request.calls]
         if request.backward_from is not None and request.cotangent is not None:
-            backward.append((first_call + request.backward_from, np.asarray(request.cotangent, dtype=np.float64)))
-            backward += [(first_call + call, np.asarray(cotangent, dtype=np.float64)) for call, cotangent in request.also_backward]
+            # A request with inputs in other memory gets its cotangents in the first such input's layout.
+            layout = next((t.layout for t in request.inputs if t.layout != "contiguous"), "contiguous")
+            backward.append((first_call + request.backward_from, np.asarray(request.cotangent, dtype=np.float64), layout))
+            backward += [(first_call + call, np.asarray(cotangent, dtype=np.float64), layout) for call, cotangent in request.also_backward]
         spans.append((first_call, len(calls), first_tensor, len(tensors)))
     for call in calls:  # refill arrays follow the input arrays
         if "refill" in call:
@@ -218,8 +220,9 @@ def _encode(requests: Sequence[Request]) -> tuple[dict[str, Any], list[np.ndarra
         ],
     }
     if backward:
-        header["backward"] = {"calls": [c for c, _ in backward], "cotangents": list(range(len(arrays), len(arrays) + len(backward)))}
-        arrays += [cotangent for _, cotangent in backward]
+        header["backward"] = {"calls": [c for c, _, _ in backward], "cotangents": list(range(len(arrays), len(arrays) + len(backward))),
+                              "layouts": [layout for _, _, layout in backward]}  # fmt: skip
+        arrays += [cotangent for _, cotangent, _ in backward]
     return header, arrays, spans
 
 

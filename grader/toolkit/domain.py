@@ -28,6 +28,9 @@ import numpy as np
 # non-zero storage offset), and a contiguous tensor that starts at a non-zero storage offset.
 NON_CONTIGUOUS = ("transposed", "heads_permuted", "sliced", "fused")
 OFFSET_LAYOUTS = ("fused", "offset")
+# Every input of a call given "packed" lies in one storage, one after another at non-zero offsets (the slices of one fused
+# projection): code that tells its inputs apart by their storage (untyped_storage(), data_ptr() of the storage) meets it.
+PACKED = "packed"
 # How a call binds its arguments: "keyword" passes the tensors by position and the last parameter
 # (the one with a default) by name; "positional" passes every argument by position; "names" passes
 # every argument by name, in an order of the generator's choosing (:func:`keyword_order`).
@@ -48,13 +51,16 @@ SEQUENCE_KINDS = {
     "interleaved": "called on two sets of tensors as two layers do (the second with another value of its option and of its "
                    "hyperparameters), then differentiated through both results in one backward pass",
     "resized": "called, then called with new tensors of other shapes (fewer tokens, down to one as a decoding step has, other counts)",
+    "stacked": "called on two sets of tensors as two layers of one model do (the same value of its option, the second with "
+               "other hyperparameters), then differentiated through both results in one backward pass",
     "retrained": "called without autograd (the mode above), then called again with the same tensors and differentiated (an "
                  "evaluation, then a training step)",
 }
 # The modes the calls of each kind of sequence are made in ("grads": inputs that require grad, and a backward pass); for
 # "retrained", the mode of its first call (the second is differentiated).
 SEQUENCE_MODES = ("enabled", "no_grad", "inference_mode", "grads")
-KIND_MODES = {"interleaved": ("grads",), "retrained": ("no_grad", "inference_mode")}
+KIND_MODES = {"interleaved": ("grads",), "stacked": ("grads",), "retrained": ("no_grad", "inference_mode")}
+TWO_LAYERS = ("interleaved", "stacked")  # the kinds whose calls are both differentiated, in one backward pass
 
 
 class Case(Protocol):
@@ -155,6 +161,14 @@ def domain_shape(rng: np.random.Generator, shortest: int = 1, longest: int = LON
     return (*batch_and_heads(rng, t, d), t, d)
 
 
+def token_ramp(length: int, rising: bool = False) -> np.ndarray:
+    """Factors from 1 down to 1/20 along ``length`` tokens, geometric (from 1/20 up to 1, ``rising``). Keys scaled by them
+    give rows whose early and late key blocks have maxima far apart (past exp's range, at large logits), as a start token
+    that draws all the attention does: an online softmax must carry the maximum of every block seen so far."""
+    ramp = np.geomspace(1.0, 0.05, length)
+    return ramp[::-1] if rising else ramp
+
+
 def strided_layouts(rng: np.random.Generator, count: int = 5, choices: tuple[str, ...] = NON_CONTIGUOUS + ("offset",)) -> tuple[str, ...]:
     """A layout per input (``count`` of them) from ``choices``, at least one of them with a non-zero storage offset."""
     drawn = [str(rng.choice(choices)) for _ in range(count)]
@@ -163,9 +177,12 @@ def strided_layouts(rng: np.random.Generator, count: int = 5, choices: tuple[str
     return tuple(drawn)
 
 
-def every_layout(rng: np.random.Generator) -> tuple[str, ...]:
-    """Five layouts, one per input: each of the non-contiguous layouts and the storage offset once, in a random order."""
-    return tuple(str(layout) for layout in rng.permutation(NON_CONTIGUOUS + ("offset",)))
+def every_layout(rng: np.random.Generator, count: int = 5) -> list[tuple[str, ...]]:
+    """Layouts for ``count`` inputs in six calls: five in which each input meets each non-contiguous layout and the storage
+    offset once (rotations of one random order), and one with every input in one storage (:data:`PACKED`)."""
+    order = [str(layout) for layout in rng.permutation(NON_CONTIGUOUS + ("offset",))]
+    rotations = [tuple(order[(i + j) % len(order)] for j in range(count)) for i in range(len(order))]
+    return [*rotations, (PACKED,) * count]
 
 
 @dataclass(frozen=True)
@@ -186,7 +203,9 @@ class CallSequence(Generic[_Case]):
     another value of the option, both calls' results differentiated after
     the second call (a backward pass that reads what the last forward left
     behind, rather than what its own call saved, gets the first call's
-    gradients wrong), "resized" new tensors of other shapes (a buffer or
+    gradients wrong), "stacked" the same with the option unchanged (two causal
+    layers: a mask or buffer that the second call rewrites in place breaks
+    the first call's backward pass), "resized" new tensors of other shapes (a buffer or
     cache sized by the first call; one token, a decoding step), "retrained"
     the same tensors, the first call under ``no_grad`` or ``inference_mode``
     and the second differentiated (what an evaluation left behind meets

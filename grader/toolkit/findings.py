@@ -78,7 +78,7 @@ class Found:
 def layout_probe(worker: Worker, subject: Callable[..., Subject], values: Values, found: Found) -> bool:
     """The same values in non-contiguous memory must give the same output; whether they do not."""
     found.probes.append(f"{subject().function}: the same inputs in other memory layouts")
-    layouts = (*domain.NON_CONTIGUOUS, "offset")
+    layouts = (*domain.NON_CONTIGUOUS, "offset", domain.PACKED)
     outputs = probes.ask(worker, [subject(layout=layout).request(values) for layout in ("contiguous", *layouts)])
     base = probes.output(outputs[0])
     if base is None:
@@ -90,7 +90,8 @@ def layout_probe(worker: Worker, subject: Callable[..., Subject], values: Values
     error = probes.raised_text(outcome)
     what = f"raises {error}" if error else "gives another output"
     found.add(subject().function, "strided", "forward", "Non-contiguous inputs give other results",
-              f"The same input values held in {layout} memory (a non-contiguous view or a storage offset) {what} than in contiguous memory.",
+              f"The same input values held in {layout} memory (a non-contiguous view, a storage offset, or all inputs in one storage) "
+              f"{what} than in contiguous memory.",
               "do not assume a memory layout: use reshape (not view), and never as_strided with hand-made strides or offsets")  # fmt: skip
     return True
 

@@ -53,7 +53,8 @@ class Variations(Generic[_Case]):
     ``decoding``) and other counts; ``layered``: the second of two calls
     differentiated together, as another layer makes it (default:
     ``reflagged``; an exercise whose functions take hyperparameters that
-    differ per layer changes them too).
+    differ per layer changes them too); ``stacked``: the same with the
+    option unchanged (default: ``redrawn``).
     """
 
     redrawn: Vary[_Case]
@@ -61,6 +62,7 @@ class Variations(Generic[_Case]):
     reflagged: Vary[_Case]
     resized: Callable[[_Case, np.random.Generator, bool], _Case]
     layered: Vary[_Case] | None = None
+    stacked: Vary[_Case] | None = None
 
     def second(self, first: _Case, kind: str, mode: str, rng: np.random.Generator) -> _Case:
         """The second call's case of a sequence of ``kind`` in ``mode`` that starts with ``first`` (the same tensors: ``first``)."""
@@ -68,7 +70,8 @@ class Variations(Generic[_Case]):
             return first
         if kind == "resized":
             return self.resized(first, rng, mode in ("no_grad", "inference_mode"))  # generation decodes without gradients
-        changes = {"retyped": self.retyped, "reflagged": self.reflagged, "interleaved": self.layered or self.reflagged}
+        changes = {"retyped": self.retyped, "reflagged": self.reflagged, "interleaved": self.layered or self.reflagged,
+                   "stacked": self.stacked or self.redrawn}  # fmt: skip
         return changes.get(kind, self.redrawn)(first, rng)
 
 
@@ -96,7 +99,7 @@ def first_call(rng: np.random.Generator, kind: str, mode: str, fresh_length: int
     if kind == "retyped":
         dtype = "float32" if mode == "no_grad" else "float64"
     causal: bool | None = (True, False, None)[int(rng.integers(3))]
-    if kind in ("retyped", "reflagged", "interleaved"):
+    if kind in ("retyped", "reflagged", *domain.TWO_LAYERS):
         causal = mode != "no_grad"
     elif kind == "retrained":
         causal = True if causal is False else causal
@@ -129,11 +132,11 @@ def draw_sequences(rng: np.random.Generator, functions: tuple[str, ...], first_c
 
 def joined_request(sequence: CallSequence[Any], request_of: RequestOf) -> Request:
     """The two calls of ``sequence`` in one request: with gradients, a backward pass from the second call (from both when
-    interleaved); the second call refills, reuses or replaces the first call's tensors as the sequence's kind says."""
+    interleaved or stacked); the second call refills, reuses or replaces the first call's tensors as the sequence's kind says."""
     first, second = (request_of(case, sequence.grads) for case in (sequence.first, sequence.second))
     if len(first.calls) != 1 or len(second.calls) != 1:
         raise ValueError(f"a call sequence joins two requests of one call each (got {len(first.calls)} and {len(second.calls)} calls)")
-    if sequence.kind == "interleaved":
+    if sequence.kind in domain.TWO_LAYERS:
         assert first.backward_from is not None and first.cotangent is not None and second.backward_from is not None
         return replace(second, calls=(*first.calls, *second.calls), inputs=first.inputs + second.inputs,
                        backward_from=len(first.calls) + second.backward_from, also_backward=((first.backward_from, first.cotangent),))  # fmt: skip
@@ -200,7 +203,7 @@ class SequenceSuite:
         if not sequence.grads:
             return []
         first, second = self.ends(sequence)
-        if sequence.kind != "interleaved":
+        if sequence.kind not in domain.TWO_LAYERS:
             return [(second, sequence.second, self.positions(sequence.second))]
         shift = len(self.request_of(sequence.first, True).inputs)
         return [(first, sequence.first, self.positions(sequence.first)),
@@ -284,7 +287,7 @@ class SequenceSuite:
             function = sequence.second.function
             if any(f.function == function for f in found):
                 continue
-            if sequence.kind == "interleaved" and failing.get(function) == {"interleaved"}:  # right in every other sequence
+            if sequence.kind in domain.TWO_LAYERS and failing.get(function, set()) <= set(domain.TWO_LAYERS):  # right in every other sequence
                 found += self._crossed_backward(function, outcome, sequence)
             elif function in whole_answer and self.stale(outcome, sequence):
                 found.append(Finding(function, whole_answer[function], "forward", f"{function} answers with a result kept from an earlier call",
@@ -314,7 +317,7 @@ class SequenceSuite:
         if judged != [False, True]:
             return []
         return [Finding(function, "backward", "gradients", "The backward pass uses the last forward call's state, not its own",
-                        f"When {function} was {SEQUENCE_KINDS['interleaved']}, the second call's gradients were right and the first "
+                        f"When {function} was {SEQUENCE_KINDS[sequence.kind]}, the second call's gradients were right and the first "
                         "call's wrong: its backward pass read what the second forward left behind (tensors kept on the Function class, "
                         "the module or a global instead of saved on ctx).",
                         "save what the backward pass needs with ctx.save_for_backward (or on ctx) in each forward call, never on the "

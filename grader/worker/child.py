@@ -43,6 +43,7 @@ WORKER_FDS = ("requests", "responses", "stdout", "stderr", "status")
 REQUESTS_FD, RESPONSES_FD = 3, 4
 PLACED_FD = 5  # while isolating: where the fork server says that it has moved the worker into its cgroup
 CONFIG_BYTES = 1 << 20
+PACKED_GAP = 3  # elements before and between the inputs that lie in one storage (layout "packed")
 
 
 def apply_limits(limits: dict[str, int | None]) -> None:
@@ -495,6 +496,7 @@ class Run:
         self.freed: dict[tuple[str, tuple[int, ...]], list[Any]] = {}  # memory of released contiguous inputs
         self.results: list[Any] = []
         self.cpu_s = 0.0  # CPU time spent in the submission's calls and in the backward pass
+        self.packed: dict[str, dict[int, Any]] = {}  # dtype -> the "packed" inputs of that dtype, by index
 
     def tensor(self, index: int) -> Any:
         """Input tensor ``index``, built (and its state noted) at first use."""
@@ -515,24 +517,48 @@ class Run:
         if layout == "contiguous":
             memory = self.backings[index] = self.backing(spec)
             return torch.from_numpy(memory).requires_grad_(bool(spec.get("requires_grad", False)))
-        data = torch.from_numpy(self.arrays[spec["array"]].copy()).to(dtype)
-        if layout == "transposed":
-            tensor = data.transpose(-1, -2).contiguous().transpose(-1, -2)
-        elif layout in ("sliced", "fused"):  # every other column, or the middle third of a fused projection
+        if layout == "packed":
+            tensor = self.packed_slot(index, dtype)
+        else:
+            tensor = self.laid_out(torch.from_numpy(self.arrays[spec["array"]].copy()).to(dtype), layout)
+        return tensor.requires_grad_(bool(spec.get("requires_grad", False)))
+
+    def laid_out(self, data: Any, layout: str) -> Any:
+        """``data``'s values in memory laid out as ``layout`` says (as they are when a layout needs more axes than it has)."""
+        torch = self.torch
+        if layout == "transposed" and data.dim() >= 2:
+            return data.transpose(-1, -2).contiguous().transpose(-1, -2)
+        if layout in ("sliced", "fused") and data.dim() >= 1:  # every other column, or the middle third of a fused projection
             last = data.shape[-1]
-            wide = torch.zeros(*data.shape[:-1], (2 if layout == "sliced" else 3) * last, dtype=dtype)
+            wide = torch.zeros(*data.shape[:-1], (2 if layout == "sliced" else 3) * last, dtype=data.dtype)
             part = (slice(None, None, 2) if layout == "sliced" else slice(last, 2 * last))
             wide[..., part] = data
-            tensor = wide[..., part]
-        elif layout == "offset":  # contiguous, but not at the start of its storage
-            storage = torch.zeros(data.numel() + 7, dtype=dtype)
+            return wide[..., part]
+        if layout in ("offset", "packed"):  # contiguous, but not at the start of its storage
+            storage = torch.zeros(data.numel() + 7, dtype=data.dtype)
             tensor = storage[7:].view(data.shape)
             tensor.copy_(data)
-        elif layout == "heads_permuted":
-            tensor = data.transpose(1, 2).contiguous().transpose(1, 2)
-        else:
-            tensor = data
-        return tensor.requires_grad_(bool(spec.get("requires_grad", False)))
+            return tensor
+        if layout == "heads_permuted" and data.dim() >= 3:
+            return data.transpose(1, 2).contiguous().transpose(1, 2)
+        return data
+
+    def packed_slot(self, index: int, dtype: Any) -> Any:
+        """Input ``index`` in the one storage that every "packed" input of its dtype lies in, one after another and each at
+        a non-zero offset, as the slices of one fused projection or one parameter buffer are. The storage is filled with
+        all of them at once: views share one version counter, which filling one later would move for the others."""
+        name = self.header["tensors"][index]["dtype"]
+        if name not in self.packed:
+            members = [(i, self.arrays[spec["array"]]) for i, spec in enumerate(self.header["tensors"])
+                       if spec.get("layout") == "packed" and spec["dtype"] == name]  # fmt: skip
+            storage = self.torch.zeros(sum(values.size + PACKED_GAP for _, values in members) + PACKED_GAP, dtype=dtype)
+            places, end = {}, PACKED_GAP
+            for i, values in members:
+                places[i] = storage[end : end + values.size].view(values.shape)
+                places[i].copy_(self.torch.from_numpy(values.astype(name)))
+                end += values.size + PACKED_GAP
+            self.packed[name] = places
+        return self.packed[name][index]
 
     def backing(self, spec: dict[str, Any]) -> Any:
         """The memory of a contiguous input: a released input's of the same dtype and shape when nothing holds it any more.
@@ -613,7 +639,8 @@ class Run:
         reply: dict[str, Any] = {"status": "ok", "calls": calls, "inputs_after_forward": self.input_changes()}
         backward = self.header.get("backward")
         if backward is not None:
-            reply["backward"] = self.backward(backward["calls"], [self.arrays[i] for i in backward["cotangents"]])
+            layouts = backward.get("layouts") or ["contiguous"] * len(backward["calls"])
+            reply["backward"] = self.backward(backward["calls"], [self.arrays[i] for i in backward["cotangents"]], layouts)
             reply["inputs_after_backward"] = self.input_changes()
         reply["cpu_s"] = self.cpu_s
         return reply, self.out_arrays
@@ -690,10 +717,12 @@ class Run:
         flags = tensor.requires_grad != self.flags[index] or (tensor.is_leaf and tensor.grad is not None)
         return {"values_changed": not same, "version_before": version, "version_after": tensor._version, "flags_changed": flags}
 
-    def backward(self, indices: list[int], cotangents: list[Any]) -> dict[str, Any]:
+    def backward(self, indices: list[int], cotangents: list[Any], layouts: list[str]) -> dict[str, Any]:
         """Gradients of the sum of <result[i], cotangent_i> with respect to the inputs that require them.
 
-        One pass for all: calls on separate inputs get their own gradients.
+        One pass for all: calls on separate inputs get their own gradients. Each cotangent is laid out in memory as
+        ``layouts`` says, and so is the gradient that reaches the submission's backward pass (as when a model reads
+        the output through a transpose).
         """
         torch, server = self.torch, self.server
         outputs = [self.results[i] for i in indices]
@@ -705,9 +734,10 @@ class Run:
                 raise ValueError(f"the output has shape {list(output.shape)}, so no gradient could be taken with respect to an output "
                                  f"of the expected shape {list(cotangent.shape)}")  # fmt: skip
         seeds = [
-            torch.from_numpy(cotangent.copy()).to(output.dtype if output.is_floating_point() else torch.float64).reshape(output.shape)
-            for output, cotangent in zip(outputs, cotangents)
-        ]
+            self.laid_out(torch.from_numpy(cotangent.copy()).to(output.dtype if output.is_floating_point() else torch.float64)
+                          .reshape(output.shape), layout)
+            for output, cotangent, layout in zip(outputs, cotangents, layouts)
+        ]  # fmt: skip
         detached = [i for i, output in enumerate(outputs) if not output.requires_grad]
         complex_ = [i for i, output in enumerate(outputs) if output.is_complex()]
         if detached:  # what torch.autograd.grad says of such an output, whatever the others

@@ -29,6 +29,7 @@ ATTENTION = "differential_attention"
 INPUT_NAMES = ("q1", "k1", "q2", "k2", "value")
 LAMBDA_NAMES = ("q1", "k1", "q2", "k2")
 LARGEST_EXPONENT = {"float32": 80.0, "float64": 600.0}  # exp stays finite, with room for the gradients' factors
+EXP_LIMIT = {"float32": math.log(3.4028234663852886e38), "float64": math.log(1.7976931348623157e308)}  # where exp overflows
 COEFFICIENT_KINDS = {
     "float": "Python float",
     "int": "Python int",
@@ -230,6 +231,7 @@ def attention_case(
     *,
     coefficient_kind: str = "float",
     max_logit: float | None = None,
+    ramp: bool | None = None,
     layouts: tuple[str, ...] = ("contiguous",) * 5,
     frozen: tuple[str, ...] = (),
     binding: str = "keyword",
@@ -240,9 +242,13 @@ def attention_case(
 
     ``coefficient`` None draws one in [0.2, 0.9]. ``max_logit`` rescales the
     queries so that the largest scaled logit |q·k|/√D of either branch equals it.
+    ``ramp`` (False: falling, True: rising) scales the keys along the tokens
+    first (:func:`domain.token_ramp`).
     """
     b, h, t, d = shape
     q1, k1, q2, k2 = (rng.standard_normal(shape) for _ in range(4))
+    if ramp is not None:
+        k1, k2 = (k * domain.token_ramp(t, ramp)[:, None] for k in (k1, k2))
     if max_logit is not None:
         q1 = q1 * max_logit / _largest_logit(q1, k1)
         q2 = q2 * max_logit / _largest_logit(q2, k2)
@@ -274,13 +280,23 @@ def large_exponents(rng: np.random.Generator, dtype: str) -> tuple[float, float]
     return (float(first), float(second)) if rng.random() < 0.5 else (float(second), float(first))
 
 
-def opposite_exponents(rng: np.random.Generator, dtype: str, sign: float) -> tuple[float, float]:
-    """Exponents (q1·k1, q2·k2) of opposite signs, q1·k1's ``sign``, both at least 0.6 of the largest for ``dtype``: their
-    difference (at least 96 in float32, 720 in float64) is past what exp can hold, so a factored form (exp(a)·expm1(b − a)
-    for one sign, exp(b)·expm1(a − b) for the other) overflows where each exponential is finite."""
-    top = LARGEST_EXPONENT[dtype]
-    first, second = rng.uniform(0.6, 1.0, 2) * top
-    return float(sign * first), float(-sign * second)
+def opposite_exponents(rng: np.random.Generator, dtype: str, sign: float, wide: bool = False) -> tuple[float, float]:
+    """Exponents (q1·k1, q2·k2) of opposite signs, q1·k1's ``sign``, the positive one 0.6 to 1 of the largest for ``dtype``.
+    The negative one is 0.6 to 1 of it too, or with ``wide`` as far below that the difference is 2.05 to 2.5 times where
+    exp overflows (exp of any negative number is finite: it underflows to 0). A difference past what exp can hold (at
+    least 96 in float32, 720 in float64) overflows a factored form (exp(a)·expm1(b − a)); past twice that, the midpoint
+    form 2·exp((a + b)/2)·sinh((a − b)/2) too, where each exponential is finite."""
+    top, limit = LARGEST_EXPONENT[dtype], EXP_LIMIT[dtype]
+    first = rng.uniform(0.6, 1.0) * top
+    second = rng.uniform(2.05 * limit - first, 2.5 * limit - first) if wide else rng.uniform(0.6, 1.0) * top
+    return (float(first), float(-second)) if sign > 0 else (float(-second), float(first))
+
+
+def tied_case(rng: np.random.Generator, length: int, dtype: str, lambda_init: float | None, binding: str = "keyword") -> LambdaCase:
+    """Four vectors whose second pair is the first (q1·k1 = q2·k2 exactly, so λ = λ_init): a formula through log|e1 − e2|
+    or e1 / e2 meets 0 or a tie there, where the value and every gradient are finite."""
+    base = lambda_case(rng, length, dtype, lambda_init, binding=binding)
+    return replace(base, q2=base.q1.copy(), k2=base.k1.copy())
 
 
 def with_zero_rows(case: AttentionCase, rng: np.random.Generator) -> AttentionCase:
@@ -348,9 +364,20 @@ def reflagged(case: _AnyCase, rng: np.random.Generator) -> _AnyCase:
 
 def layered(case: _AnyCase, rng: np.random.Generator) -> _AnyCase:
     """``case`` as another layer calls it: :func:`reflagged`, and a Python-float coefficient of its own (λ differs per layer)."""
+    return _own_coefficient(reflagged(case, rng), rng)
+
+
+def stacked(case: _AnyCase, rng: np.random.Generator) -> _AnyCase:
+    """``case`` as the next layer of the same model calls it: :func:`redrawn` (the same flag), and a Python-float coefficient
+    of its own."""
+    return _own_coefficient(redrawn(case, rng), rng)
+
+
+def _own_coefficient(case: _AnyCase, rng: np.random.Generator) -> _AnyCase:
+    """``case`` with a Python-float coefficient drawn anew, when it has one."""
     if isinstance(case, LambdaCase) or case.coefficient_kind != "float":
-        return reflagged(case, rng)
-    return replace(reflagged(case, rng), coefficient=float(exact(rng.uniform(0.2, 0.9), case.coefficient_dtype)))
+        return case
+    return replace(case, coefficient=float(exact(rng.uniform(0.2, 0.9), case.coefficient_dtype)))
 
 
 def resized(case: _AnyCase, rng: np.random.Generator, decoding: bool) -> _AnyCase:

@@ -47,7 +47,8 @@ SETS = CaseSets()
 @SETS.register
 def lambda_values(seed: int) -> list[LambdaCase]:
     """Lengths from 1 to 256, both dtypes, the default, the paper's, 0 and out-of-[0, 1] lambda_init, exponents up to the dtype's finite
-    limit (of opposite signs too), products past that limit that cancel in the dot product, every binding."""
+    limit (of opposite signs too, their difference up to 2.5 times it), products past that limit that cancel in the dot
+    product, pairs that tie exactly, every binding."""
     rng = domain.generator(seed, "lambda_values")
     long_length = domain.sequence_length(rng, 60)
     return domain.cycled_modes([
@@ -65,10 +66,13 @@ def lambda_values(seed: int) -> list[LambdaCase]:
         cases.lambda_case(rng, 3, "float64", 0.2, exponents=(float(rng.uniform(5, 40)), float(rng.uniform(5, 40))), binding="positional"),
         cases.lambda_case(rng, int(rng.integers(2, 17)), "float64", 0.0),  # 0 is falsy: `lambda_init or 0.2` replaces it
         cases.lambda_case(rng, int(rng.integers(1, 9)), "float32", 0.0, binding="positional"),
-        *(cases.lambda_case(rng, int(rng.integers(1, 9)), dtype, init, exponents=cases.opposite_exponents(rng, dtype, sign))
-          for dtype, init, sign in (("float32", 0.2, -1.0), ("float32", None, 1.0), ("float64", None, -1.0), ("float64", 0.5, 1.0))),
+        *(cases.lambda_case(rng, int(rng.integers(1, 9)), dtype, init, exponents=cases.opposite_exponents(rng, dtype, sign, wide))
+          for dtype, init, sign, wide in (("float32", 0.2, -1.0, False), ("float32", None, 1.0, True), ("float64", None, -1.0, False),
+                                          ("float64", 0.5, 1.0, True))),  # fmt: skip
         cases.cancelling_case(rng, int(rng.integers(1, 5)), "float32", 0.2),
         cases.cancelling_case(rng, int(rng.integers(1, 5)), "float64", None, binding="positional"),
+        cases.tied_case(rng, int(rng.integers(1, 9)), "float32", None),
+        cases.tied_case(rng, int(rng.integers(1, 9)), "float64", 0.5, binding="positional"),
     ])
 
 
@@ -134,9 +138,12 @@ def attention_coefficients(seed: int) -> list[AttentionCase]:
 @SETS.register(hidden=True)
 def attention_large_logits(seed: int) -> list[AttentionCase]:
     """float32 inputs whose scaled logits reach 100 to 1000 in magnitude, float64 ones 800 to 5000 (past 709.8, where exp
-    overflows float64: a softmax that subtracts no maximum, in one dtype or both, overflows), T up to 256."""
+    overflows float64: a softmax that subtracts no maximum, in one dtype or both, overflows), T up to 320; and past 64
+    tokens, keys that fall or rise along the sequence (the maxima of early and late key blocks far apart)."""
     rng = domain.generator(seed, "attention_large_logits")
     return domain.cycled_modes([
+        *(cases.attention_case(rng, domain.domain_shape(rng, 65), "float32", True, max_logit=float(rng.uniform(200, 1000)), ramp=rising)
+          for rising in (False, True)),  # fmt: skip
         cases.attention_case(rng, (1, 2, 6, 8), "float32", True, max_logit=float(rng.uniform(100, 250))),
         cases.attention_case(rng, (1, 2, 6, 8), "float32", False, max_logit=float(rng.uniform(100, 250)), binding="positional"),
         cases.attention_case(rng, domain.domain_shape(rng, 2, 140), "float32", True, max_logit=float(rng.uniform(250, 1000))),
@@ -147,11 +154,13 @@ def attention_large_logits(seed: int) -> list[AttentionCase]:
 
 @SETS.register(hidden=True)
 def attention_strided(seed: int) -> list[AttentionCase]:
-    """Transposed, head-permuted, sliced, fused-projection and offset views as inputs, both dtypes, tensor coefficient."""
+    """Transposed, head-permuted, sliced, fused-projection and offset views as inputs (each input in each of them once, with
+    B and H above 1), all inputs in one storage, both dtypes, tensor coefficient."""
     rng = domain.generator(seed, "attention_strided")
     return domain.cycled_modes([
-        cases.attention_case(rng, (2, 3, domain.sequence_length(rng, 2, 40), domain.head_width(rng, 16)), "float32", True,
-                             coefficient_kind="tensor", layouts=domain.every_layout(rng)),  # fmt: skip
+        *(cases.attention_case(rng, (2, 3, domain.sequence_length(rng, 2, 40), domain.head_width(rng, 16)), dtype, True,
+                               coefficient_kind="tensor", layouts=layouts)
+          for layouts, dtype in zip(domain.every_layout(rng), ("float32", "float64") * 3)),  # fmt: skip
         cases.attention_case(rng, domain.domain_shape(rng, 2, 40), "float64", False, layouts=domain.strided_layouts(rng), binding="positional"),
         cases.attention_case(rng, domain.domain_shape(rng, 60, 140), "float32", None, coefficient_kind="tensor",
                              layouts=domain.strided_layouts(rng, choices=domain.OFFSET_LAYOUTS)),  # fmt: skip
@@ -263,7 +272,7 @@ def sequences(seed: int) -> list[CallSequence[LambdaCase | AttentionCase]]:
     return draw_sequences(domain.generator(seed, "sequences"), (LAMBDA, ATTENTION), _first_call, VARIATIONS)
 
 
-VARIATIONS: Variations[Any] = Variations(cases.redrawn, cases.retyped, cases.reflagged, cases.resized, cases.layered)
+VARIATIONS: Variations[Any] = Variations(cases.redrawn, cases.retyped, cases.reflagged, cases.resized, cases.layered, cases.stacked)
 
 
 def lambda_request(case: LambdaCase, requires_grad: bool = False) -> Request:

@@ -33,6 +33,10 @@ KV_HEADS = (1, 1, 2, 3, 4)  # Hkv, multi-query (1) twice as often
 BUDGET = 2**17  # B·Hq·T·max(T, D) of a drawn shape: more (batch, head) problems add cost, not coverage
 MIN_HEAD_ROOM = 4  # however long the sequence, drawn head counts may reach Hq = 4 (two groups of a pair each, or one of two)
 SATURATED = (100.0, 1000.0)  # |lambda_logits| of a saturated gate: exp(-ℓ) overflows float32 from 89, float64 from 710
+# |lambda_logits| between the bulk and saturation, log-uniform: 1 - σ(ℓ) ≈ exp(-ℓ) is resolved by float32 up to about 17 and
+# by float64 up to about 37, so a gate formula that rounds it away (a softplus past its threshold, a clamp) shows here.
+TRANSITION = (4.0, 100.0)
+TRANSITION_SHARE = 0.125
 
 
 @dataclass(frozen=True)
@@ -139,12 +143,15 @@ def shape(
 
 
 def gate_logits(rng: np.random.Generator, size: tuple[int, ...], saturated: float = 0.0, zeros: float = 0.0) -> np.ndarray:
-    """lambda_logits of ``size``: about N(0, 2²), a ``saturated`` share at ±[100, 1000] (signs drawn) and a ``zeros`` share exactly 0.
+    """lambda_logits of ``size``: about N(0, 2²) with a TRANSITION_SHARE at ±TRANSITION (log-uniform magnitudes), a ``saturated``
+    share at ±[100, 1000] (signs drawn) and a ``zeros`` share exactly 0.
 
     0 is where σ has its steepest slope, 1/4, and where a gate built on |ℓ|
     (exp(−|ℓ|) without the sign's branch in its derivative) has a kink.
     """
     logits = 2.0 * rng.standard_normal(size)
+    between = np.exp(rng.uniform(*np.log(TRANSITION), size)) * rng.choice((-1.0, 1.0), size)
+    logits = np.where(rng.random(size) < TRANSITION_SHARE, between, logits)
     if saturated:
         far = domain.signed_uniform(rng, *SATURATED, size)
         logits = np.where(rng.random(size) < saturated, far, logits)
@@ -168,6 +175,7 @@ def case(
     causal: bool | None,
     *,
     max_logit: float | None = None,
+    ramp: bool | None = None,
     saturated: float = 0.0,
     zeros: float = 0.0,
     layouts: tuple[str, ...] = (),
@@ -179,11 +187,15 @@ def case(
     """Random inputs and cotangent for ``dims`` = (B, T, Hq, Hkv, D).
 
     ``max_logit`` rescales the queries of every head so that the largest
-    scaled logit |q·k|/√D equals it; ``saturated`` is the share of gate
-    logits drawn at ±[100, 1000], ``zeros`` the share set to exactly 0.
+    scaled logit |q·k|/√D equals it; ``ramp`` (False: falling, True: rising)
+    scales the keys along the tokens first (:func:`domain.token_ramp`);
+    ``saturated`` is the share of gate logits drawn at ±[100, 1000],
+    ``zeros`` the share set to exactly 0.
     """
     b, t, hq, hkv, d = dims
     q, k, v = rng.standard_normal((b, t, hq, d)), rng.standard_normal((b, t, hkv, d)), rng.standard_normal((b, t, hkv, d))
+    if ramp is not None:
+        k = k * domain.token_ramp(t, ramp)[:, None, None]
     if max_logit is not None:
         q = q * (max_logit / _largest_logits(q, k))[:, None]
     gates = gate_logits(rng, (b, t, hq // 2), saturated, zeros) if function == DIFF_V2 else None

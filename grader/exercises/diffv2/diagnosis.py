@@ -176,9 +176,9 @@ def widened(declared: Mapping[str, Role], source: str | None) -> dict[str, Role]
 
 def hint_findings(records: list[dict[str, Any]], declared: Mapping[str, Role]) -> list[findings.Finding]:
     """The named misconceptions as findings. A variant :data:`HINTS` gives to gqa_attention (a shared output variant, a
-    gradient variant, a symptom) that no check of gqa_attention was hinted with names diff_v2_attention: its own
-    attention has the fault, gqa_attention's checks pass."""
-    gqa_checks = {check for check, role in declared.items() if GQA in role.functions}
+    gradient variant, a symptom) that no check of gqa_attention alone was hinted with names diff_v2_attention: its own
+    attention has the fault, gqa_attention's checks pass (a check of both functions does not tell whose call failed)."""
+    gqa_checks = {check for check, role in declared.items() if set(role.functions) == {GQA}}
     hinted = {r["hint"]["id"] for r in records if r.get("id") in gqa_checks and r.get("status") == "failed" and isinstance(r.get("hint"), dict)}
     hints = {hint: (DIFF_V2 if function == GQA and hint not in hinted else function, component, stage, inputs)
              for hint, (function, component, stage, inputs) in HINTS.items()}  # fmt: skip

@@ -80,9 +80,12 @@ def diff_noncausal(seed: int) -> list[Case]:
 @SETS.register(hidden=True)
 def gqa_large_logits(seed: int) -> list[Case]:
     """gqa_attention with scaled logits of 100 to 1000 in float32 and of 800 to 5000 in float64 (past 709.8, where exp overflows
-    float64): a softmax without the row maximum, in one dtype or both, overflows."""
+    float64): a softmax without the row maximum, in one dtype or both, overflows; past 64 tokens, keys that fall or rise along
+    the sequence (the maxima of early and late key blocks far apart)."""
     rng = domain.generator(seed, "gqa_large_logits")
     return domain.cycled_modes([
+        *(cases.case(rng, GQA, cases.shape(rng, GQA, 65), "float32", True, max_logit=float(rng.uniform(200, 1000)), ramp=rising)
+          for rising in (False, True)),
         cases.case(rng, GQA, (1, 6, 4, 2, 8), "float32", True, max_logit=float(rng.uniform(100, 250))),
         cases.case(rng, GQA, cases.shape(rng, GQA, 2, 140), "float32", False, max_logit=float(rng.uniform(250, 1000))),
         cases.case(rng, GQA, cases.shape(rng, GQA, 60), "float32", None, max_logit=float(rng.uniform(100, 1000))),
@@ -92,9 +95,12 @@ def gqa_large_logits(seed: int) -> list[Case]:
 
 @SETS.register(hidden=True)
 def diff_large_logits(seed: int) -> list[Case]:
-    """diff_v2_attention with scaled logits of 100 to 1000 in float32 and of 800 to 5000 in float64."""
+    """diff_v2_attention with scaled logits of 100 to 1000 in float32 and of 800 to 5000 in float64; past 64 tokens, keys that
+    fall or rise along the sequence."""
     rng = domain.generator(seed, "diff_large_logits")
     return domain.cycled_modes([
+        *(cases.case(rng, DIFF_V2, cases.shape(rng, DIFF_V2, 65), "float32", True, max_logit=float(rng.uniform(200, 1000)), ramp=rising)
+          for rising in (False, True)),
         cases.case(rng, DIFF_V2, (1, 6, 4, 2, 8), "float32", True, max_logit=float(rng.uniform(100, 250))),
         cases.case(rng, DIFF_V2, cases.shape(rng, DIFF_V2, 2, 140), "float32", False, max_logit=float(rng.uniform(250, 1000))),
         cases.case(rng, DIFF_V2, cases.shape(rng, DIFF_V2, 60), "float32", None, max_logit=float(rng.uniform(100, 1000))),
@@ -121,7 +127,8 @@ def gqa_strided(seed: int) -> list[Case]:
     """gqa_attention on transposed, head-permuted, sliced, fused-projection and offset views, both dtypes."""
     rng = domain.generator(seed, "gqa_strided")
     return domain.cycled_modes([
-        cases.case(rng, GQA, cases.shape(rng, GQA, 2, 40, 16), "float32", True, layouts=domain.strided_layouts(rng, 3)),
+        *(cases.case(rng, GQA, cases.shape(rng, GQA, 2, 40, 16), dtype, True, layouts=layouts)
+          for layouts, dtype in zip(domain.every_layout(rng, 3), ("float32", "float64") * 3)),
         cases.case(rng, GQA, cases.shape(rng, GQA, 2, 40), "float64", False, layouts=domain.strided_layouts(rng, 3), binding="positional"),
         cases.case(rng, GQA, cases.shape(rng, GQA, 60, 140), "float32", None, layouts=domain.strided_layouts(rng, 3, domain.OFFSET_LAYOUTS)),
     ])  # fmt: skip
@@ -132,7 +139,8 @@ def diff_strided(seed: int) -> list[Case]:
     """diff_v2_attention on strided views of all four inputs (lambda_logits included), both dtypes."""
     rng = domain.generator(seed, "diff_strided")
     return domain.cycled_modes([
-        cases.case(rng, DIFF_V2, cases.shape(rng, DIFF_V2, 2, 40, 16), "float32", True, layouts=domain.strided_layouts(rng, 4)),
+        *(cases.case(rng, DIFF_V2, cases.shape(rng, DIFF_V2, 2, 40, 16), dtype, True, layouts=layouts)
+          for layouts, dtype in zip(domain.every_layout(rng, 4), ("float32", "float64") * 3)),
         cases.case(rng, DIFF_V2, cases.shape(rng, DIFF_V2, 2, 40), "float64", False, layouts=domain.strided_layouts(rng, 4), binding="positional"),
         cases.case(rng, DIFF_V2, cases.shape(rng, DIFF_V2, 60, 140), "float32", None, layouts=domain.strided_layouts(rng, 4, domain.OFFSET_LAYOUTS)),
     ])  # fmt: skip
