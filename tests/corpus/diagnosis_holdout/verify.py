@@ -174,7 +174,11 @@ LAM_CASES = {
     # each is finite there (a factored form exp(a) * expm1(b - a) overflows)
     "h": lam_case([[-5.0, -5.0], [5.0, 5.0], [4.5, 4.5], [5.0, 5.0]], 0.2),  # q1 . k1 = -50, q2 . k2 = 45
 }
+# added after the second grading: exponents 75 and -110, whose half difference (92.5) is past float32's exp range (a
+# midpoint form 2 * exp((a + b) / 2) * sinh((a - b) / 2) overflows)
+LAM_CASES["i"] = lam_case([[5.0, 5.0, 5.0, 0.0], [5.0, 5.0, 5.0, 5.0], [-5.5, -5.5, -5.5, -5.5], [5.0, 5.0, 5.0, 5.0]], 0.2)
 LAM_CASES["h"]["forward_only"] = True
+LAM_CASES["i"]["forward_only"] = True
 for _c in LAM_CASES.values():
     _c["want"] = oracle_lambda(*_c["args"], 0.2 if _c["init"] is None else _c["init"])
 

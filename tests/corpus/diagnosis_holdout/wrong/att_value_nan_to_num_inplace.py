@@ -180,8 +180,7 @@ def differential_lambda(
     check_lambda_inputs(q1, k1, q2, k2)
     a = torch.dot(q1, k1)
     b = torch.dot(q2, k2)
-    # e^a - e^b = 2 e^((a+b)/2) sinh((a-b)/2)
-    return 2.0 * torch.exp(0.5 * (a + b)) * torch.sinh(0.5 * (a - b)) + lambda_init
+    return torch.exp(a) - torch.exp(b) + lambda_init
 
 
 def _attention_map(q, k, causal):
