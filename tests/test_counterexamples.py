@@ -157,7 +157,8 @@ def test_call_text_names_tensors_after_the_contract() -> None:
 
 
 def test_invoke_many_packs_requests_into_one_round_trip_and_splits_the_reply() -> None:
-    """Call and tensor numbers are offset per request, backward passes listed together, grads given back per request."""
+    """Call and tensor numbers are offset per request, backward passes listed together (each cotangent in the layout of its
+    request's first non-contiguous input), grads given back per request."""
     seen: dict[str, Any] = {}
 
     class Recorder:
@@ -170,17 +171,17 @@ def test_invoke_many_packs_requests_into_one_round_trip_and_splits_the_reply() -
             backward = {"status": "ok", "grads": {"0": 0, "1": None, "2": 1, "3": 2}}
             return {"status": "ok", "calls": [returned] * 3, "backward": backward}, [np.zeros(1), np.ones(1), np.full(1, 2.0)]
 
-    def request(scale: float, composed: bool) -> Request:
-        """Two input tensors, one or two calls, a backward pass."""
-        first, second = TensorInput(np.full(1, scale), "float64", True), TensorInput(np.full(1, -scale), "float64", True)
+    def request(scale: float, composed: bool, layout: str = "contiguous") -> Request:
+        """Two input tensors (the second in ``layout``), one or two calls, a backward pass."""
+        first, second = TensorInput(np.full(1, scale), "float64", True), TensorInput(np.full(1, -scale), "float64", True, layout)
         calls = (Call("f", (first,)), Call("g", (ResultOf(0), second))) if composed else (Call("g", (first, second)),)
         return Request(calls, backward_from=len(calls) - 1, cotangent=np.full(1, scale))
 
-    split = invoke_many(Recorder(), [request(1.0, True), request(2.0, False)], diagnostic=True)  # type: ignore[arg-type]
+    split = invoke_many(Recorder(), [request(1.0, True), request(2.0, False, "sliced")], diagnostic=True)  # type: ignore[arg-type]
     header = seen["header"]
     assert seen["diagnostic"] is True
     assert [c["args"] for c in header["calls"]] == [[{"tensor": 0}], [{"result": 0}, {"tensor": 1}], [{"tensor": 2}, {"tensor": 3}]]
-    assert header["backward"] == {"calls": [1, 2], "cotangents": [4, 5]}
+    assert header["backward"] == {"calls": [1, 2], "cotangents": [4, 5], "layouts": ["contiguous", "sliced"]}
     assert [float(a[0]) for a in seen["arrays"]] == [1.0, -1.0, 2.0, -2.0, 1.0, 2.0]
     assert [len(o.results) for o in split] == [2, 1] and split[1].functions == ["g"]
     assert set(split[0].grads) == {0, 1} and split[0].grads[1] is None

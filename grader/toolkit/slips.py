@@ -119,6 +119,13 @@ class Declarations:
     lines: Mapping[str, str] = field(default_factory=dict)
     # (attribute, value) of a call whose input another graded function made (e.g. a coefficient computed by it) -> that function
     made_by: Mapping[tuple[str, str], str] = field(default_factory=dict)
+    # an input -> the component that handles it, when that is not the graph itself (e.g. "coefficient"): an output cut off
+    # from autograd only when that input alone requires grad is that component's fault (it was made a number, detached)
+    inputs: Mapping[str, str] = field(default_factory=dict)
+
+
+TRAINED = "what requires grad"
+"""The call attribute that lists the inputs requiring grad, as "q, k only" (the exercises record it for calls with gradients)."""
 
 
 # ---- the submission's source ----------------------------------------------------------------------
@@ -382,10 +389,11 @@ def _mutations(function: str, calls: Sequence[Observed], source: str | None) -> 
                      explains=frozenset({"mutation"}))]  # fmt: skip
 
 
-def _detached(function: str, calls: Sequence[Observed], source: str | None) -> list[Finding]:
+def _detached(function: str, calls: Sequence[Observed], source: str | None, declared: Declarations) -> list[Finding]:
     """A finding when outputs of inputs that require grad carry no autograd history: in every call, or only in calls that
     share how they were made (a shortcut for one token, a fast path for some inputs frozen; other partial cuts are for the
-    gradient probes to name)."""
+    gradient probes to name). Cut only when one input alone requires grad, it is the fault of that input's component,
+    when the exercise declares one."""
     graded = [c for c in calls if c.grads and c.result is not None and c.result.exact_tensor and c.result.shape == c.shape]
     attached = [c.result is not None and c.result.requires_grad and c.result.has_grad_fn for c in graded]
     cut = [c for c, kept in zip(graded, attached) if not kept]
@@ -395,7 +403,10 @@ def _detached(function: str, calls: Sequence[Observed], source: str | None) -> l
     when = f", when {only[0]} is {only[1]}" if only else ""
     evidence = (f"Its output has no autograd history (grad_fn is None) although inputs require grad{when}"
                 f"{first_line(source, function, GRAPH_SLIPS)}.")  # fmt: skip
-    return [replace(_finding(function, "graph", f"{function}'s output is cut off from autograd{when}", evidence,
+    alone = {c.attributes.get(TRAINED, "") for c in cut}
+    single = alone.pop()[: -len(" only")] if len(alone) == 1 and only else ""
+    component = declared.inputs.get(single, "graph") if ", " not in single else "graph"
+    return [replace(_finding(function, component, f"{function}'s output is cut off from autograd{when}", evidence,
                              "keep every step in torch, for every input that may require grad: no `.detach()`, `.numpy()`, `.item()`, "
                              "`torch.tensor(...)`, `torch.no_grad()` or shortcut that leaves the inputs out on the way",
                              explains=frozenset({"graph", "gradients"}), note="no gradient can flow through an output without autograd history"),
@@ -409,7 +420,7 @@ def findings(calls: Sequence[Observed], source: str | None, declared: Declaratio
     own = {(function, f.signature or "") for function, made in mine.items() for f in _raised(function, made, source, declared)}
     for function, made in mine.items():
         found += _raised(function, made, source, declared, own) + _not_tensors(function, made, source) + _shapes(function, made, declared)
-        found += _mutations(function, made, source) + _detached(function, made, source)
+        found += _mutations(function, made, source) + _detached(function, made, source, declared)
     # a callee's fault seen through its caller's calls too: keep the callee's own finding
     kept: dict[tuple[str | None, str, str], Finding] = {}
     for f in sorted(found, key=lambda f: "(called by" in f.title):

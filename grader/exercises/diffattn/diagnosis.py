@@ -93,7 +93,8 @@ def name_shape(function: str, got: tuple[int, ...], expected: tuple[int, ...], m
 
 # The student's lines where tensors of sizes that do not fit meet, by the operation: applying or building the causal mask.
 LINE_COMPONENTS = {r"masked_fill|\btril\(|\btriu\(": "mask"}
-DECLARATIONS = slips.Declarations(ATTRIBUTE_COMPONENTS, name_shape, LINE_COMPONENTS, {("the coefficient", f"computed by {LAMBDA}"): LAMBDA})
+DECLARATIONS = slips.Declarations(ATTRIBUTE_COMPONENTS, name_shape, LINE_COMPONENTS, {("the coefficient", f"computed by {LAMBDA}"): LAMBDA},
+                                  {"coefficient": "coefficient"})
 
 
 def _attributes(case: LambdaCase | AttentionCase, grads: bool) -> dict[str, str]:
@@ -104,7 +105,7 @@ def _attributes(case: LambdaCase | AttentionCase, grads: bool) -> dict[str, str]
     names = LAMBDA_NAMES if isinstance(case, LambdaCase) else INPUT_NAMES + (("coefficient",) if case.coefficient_is_tensor else ())
     trainable = {name: "trained" if case.requires_grad(name) else "frozen" for name in names} if grads else {}
     if grads:
-        trainable["what requires grad"] = ", ".join(n for n in names if case.requires_grad(n)) + " only"
+        trainable[slips.TRAINED] = ", ".join(n for n in names if case.requires_grad(n)) + " only"
     if isinstance(case, LambdaCase):
         return found | {"the memory layout": "non-contiguous" if case.layout != "contiguous" else "contiguous"} | trainable
     coefficient = f"computed by {LAMBDA}" if case.lambda_case is not None else COEFFICIENT_KINDS[case.coefficient_kind]

@@ -150,7 +150,7 @@ def gate_logits(rng: np.random.Generator, size: tuple[int, ...], saturated: floa
     (exp(−|ℓ|) without the sign's branch in its derivative) has a kink.
     """
     logits = 2.0 * rng.standard_normal(size)
-    between = np.exp(rng.uniform(*np.log(TRANSITION), size)) * rng.choice((-1.0, 1.0), size)
+    between = np.exp(rng.uniform(math.log(TRANSITION[0]), math.log(TRANSITION[1]), size)) * rng.choice((-1.0, 1.0), size)
     logits = np.where(rng.random(size) < TRANSITION_SHARE, between, logits)
     if saturated:
         far = domain.signed_uniform(rng, *SATURATED, size)
