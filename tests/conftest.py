@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
@@ -123,3 +124,10 @@ def attention_arguments(call: dict[str, Any], tensors: list[Any]) -> tuple[list[
     coefficient = value(bound["coefficient"])
     causal = value(bound["causal"]) if "causal" in bound else True
     return [value(bound[n]) for n in ATTENTION_PARAMETERS[:5]], float(coefficient), causal
+
+
+def imported_modules(path: Path) -> set[str]:
+    """The full names of the modules that the import statements of the Python file ``path`` name."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    return found | {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}

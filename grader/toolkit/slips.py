@@ -25,7 +25,7 @@ from __future__ import annotations
 import ast
 import itertools
 import re
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from grader.core.invoke import SKIPPED, Outcome, Returned
@@ -125,7 +125,13 @@ class Declarations:
 
 
 TRAINED = "what requires grad"
-"""The call attribute that lists the inputs requiring grad, as "q, k only" (the exercises record it for calls with gradients)."""
+"""The call attribute that lists the inputs requiring grad (:func:`trained`; the exercises record it for calls with gradients)."""
+ONLY = " only"
+
+
+def trained(names: Iterable[str]) -> str:
+    """The value of the :data:`TRAINED` attribute of a call whose inputs ``names`` require grad: "q, k only"."""
+    return ", ".join(names) + ONLY
 
 
 # ---- the submission's source ----------------------------------------------------------------------
@@ -404,8 +410,7 @@ def _detached(function: str, calls: Sequence[Observed], source: str | None, decl
     evidence = (f"Its output has no autograd history (grad_fn is None) although inputs require grad{when}"
                 f"{first_line(source, function, GRAPH_SLIPS)}.")  # fmt: skip
     alone = {c.attributes.get(TRAINED, "") for c in cut}
-    single = alone.pop()[: -len(" only")] if len(alone) == 1 and only else ""
-    component = declared.inputs.get(single, "graph") if ", " not in single else "graph"
+    component = declared.inputs.get(alone.pop().removesuffix(ONLY), "graph") if len(alone) == 1 and only else "graph"
     return [replace(_finding(function, component, f"{function}'s output is cut off from autograd{when}", evidence,
                              "keep every step in torch, for every input that may require grad: no `.detach()`, `.numpy()`, `.item()`, "
                              "`torch.tensor(...)`, `torch.no_grad()` or shortcut that leaves the inputs out on the way",

@@ -135,7 +135,7 @@ def _attributes(case: Case, grads: bool) -> dict[str, str]:
         found["the autograd mode"] = case.grad_mode
     else:
         found |= {name: "trained" if case.requires_grad(name) else "frozen" for name in case.names}
-        found[slips.TRAINED] = ", ".join(n for n in case.names if case.requires_grad(n)) + " only"
+        found[slips.TRAINED] = slips.trained(n for n in case.names if case.requires_grad(n))
     return found
 
 
