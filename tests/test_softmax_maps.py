@@ -37,6 +37,24 @@ def test_large_logits_neither_overflow_nor_lose_the_largest_key() -> None:
     np.testing.assert_array_equal(got, [[[1.0, 0.0], [1.0, 0.0]]])
 
 
+@pytest.mark.parametrize("causal", [True, False])
+def test_maps_weights_stay_within_two_ulps_of_an_extended_precision_exp(causal: bool) -> None:
+    """The float64 exp with its longdouble correction: every visible weight within 2 float64 ulps of the map made with longdouble
+    exp throughout, for logits of up to several hundred; hidden keys exactly 0."""
+    rng = np.random.default_rng(11)
+    queries, keys = rng.normal(0, 4, (3, 40, 6)), rng.normal(0, 4, (3, 40, 6))
+    got = softmax.softmax_maps(queries, keys, causal)
+    logits = np.einsum("htd,hsd->hts", queries.astype(np.longdouble), keys.astype(np.longdouble)) / np.sqrt(np.longdouble(6))
+    hidden = np.triu(np.ones((40, 40), dtype=bool), 1) if causal else np.zeros((40, 40), dtype=bool)
+    logits[:, hidden] = -np.inf
+    weights = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    expected = (weights / weights.sum(axis=-1, keepdims=True)).astype(np.float64)
+    visible = expected > np.finfo(np.float64).tiny
+    ulps = np.abs(got - expected)[visible] / np.spacing(expected[visible])
+    assert ulps.max() <= 2.0, ulps.max()
+    assert np.all(got[:, hidden] == 0.0)
+
+
 def test_imports_only_numpy_and_the_standard_library() -> None:
     """softmax.py imports numpy and standard-library modules only, and importing it loads no torch (the oracles rely on it)."""
     roots = {name.split(".")[0] for name in imported_modules(Path(softmax.__file__))}

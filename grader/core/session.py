@@ -300,19 +300,20 @@ def grade(
         except OSError as exc:
             raise InternalError(f"the fork server could not be started: {exc}") from None
     worker = None
-    # The preview's worker runs beside the checks; a single run computes the expected values while its worker starts.
+    # The preview's worker runs beside the checks. A single run computes the expected values in a thread from the start,
+    # and its checks do not wait for them: a check that needs a truth not computed yet computes it, or waits for the
+    # thread that is computing it (grader.toolkit.tolerance.remember), while the worker answers the others.
     drawing = concurrent.futures.ThreadPoolExecutor(max_workers=2)
     try:
         pending = drawing.submit(draw_preview, exercise, options, forks) if preview is None else None
-        expecting = drawing.submit(exercise.expect, options.seed) if preview is None and exercise.expect is not None else None
+        if preview is None and exercise.expect is not None:
+            drawing.submit(exercise.expect, options.seed)  # (a truth that fails there is computed again by its check, which reports it)
         functions: dict[str, dict[str, Any]] = {}
         load_failure = submission.problem
         if load_failure is None:
             assert submission.source is not None
             worker = _start(exercise, submission.source, options.submission.name, options, forks, hidden_paths(exercise, options.reference, options.hide))
             functions, load_failure = _load(worker)
-        if expecting is not None:  # (a truth that failed is computed again by its check, which then reports the error)
-            concurrent.futures.wait([expecting])
         context = GradingContext(options.seed, worker, functions, load_failure, source=submission.source)
         checks = run_checks(context)
         diagnosis = diagnose(exercise, context, [check_record(test) for test in checks])

@@ -15,6 +15,7 @@ batch computes once before it forks.
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar, overload
@@ -24,6 +25,7 @@ from grader.core.plugin import GradingContext
 
 _Case = TypeVar("_Case")
 _Case_co = TypeVar("_Case_co", covariant=True)
+_Drawn = TypeVar("_Drawn")
 Draw = Callable[[int], list[_Case]]
 """Seed -> the cases of a set."""
 
@@ -42,6 +44,23 @@ class CaseSet(Generic[_Case_co]):
     def __call__(self, seed: int) -> list[_Case_co]:
         """The cases drawn for ``seed`` (the same list, and case objects, on every call in the process)."""
         return self.draw(seed)
+
+
+def drawn_once(draw: Callable[[int], _Drawn]) -> Callable[[int], _Drawn]:
+    """``draw`` (seed -> case objects) called once per seed for the last four seeds, also when two threads ask at once.
+
+    A single run computes the truths in a thread while its checks run: both
+    must get the same case objects, which key the truths.
+    """
+    cached = functools.lru_cache(maxsize=4)(draw)
+    lock = threading.RLock()
+
+    @functools.wraps(draw)
+    def drawn(seed: int) -> _Drawn:
+        with lock:
+            return cached(seed)
+
+    return drawn
 
 
 OutcomeOf = Callable[[GradingContext, CaseSet[Any], int, Any, bool], Outcome]
@@ -70,7 +89,7 @@ class CaseSets:
             name = function.__name__
             if name in self._sets:
                 raise ValueError(f"a case set named {name!r} is already registered")
-            found: CaseSet[_Case] = CaseSet(name, functools.lru_cache(maxsize=4)(function), hidden)
+            found: CaseSet[_Case] = CaseSet(name, drawn_once(function), hidden)
             self._sets[name] = found
             return found
 

@@ -21,6 +21,7 @@ cuts are computed once, however many submissions a batch grades.
 from __future__ import annotations
 
 import functools
+import threading
 from dataclasses import dataclass
 from typing import Any, Callable, TypeVar
 
@@ -66,13 +67,47 @@ def remember(store: Memo, objects: tuple[Any, ...], compute: Callable[[], _Resul
 
     The objects are kept in the store with the result, so that their ids stay
     theirs. Case sets are drawn once per seed, so one case object stands for
-    one case for the whole process: a batch fills the stores once.
+    one case for the whole process: a batch fills the stores once. A single
+    run computes the truths in a thread while its checks run (grader.core.session):
+    a thread that asks for a result another thread is computing waits for it
+    instead of computing it again. A computation that raises stores nothing,
+    and whoever waited computes it in turn (and meets the error itself).
     """
     key = (*map(id, objects), *values)
+    found = _kept(store, key, objects)
+    return found[1] if found is not None else _computed_once(store, key, objects, compute)
+
+
+def _kept(store: Memo, key: tuple[Any, ...], objects: tuple[Any, ...]) -> tuple[tuple[Any, ...], Any] | None:
+    """The entry of ``key`` if it was made of ``objects`` themselves (an id may have been reused since)."""
     found = store.get(key)
-    if found is None or any(kept is not given for kept, given in zip(found[0], objects)):
-        found = store[key] = (objects, compute())
-    return found[1]
+    return found if found is not None and all(kept is given for kept, given in zip(found[0], objects)) else None
+
+
+def _computed_once(store: Memo, key: tuple[Any, ...], objects: tuple[Any, ...], compute: Callable[[], _Result]) -> _Result:
+    """Compute and store the entry of ``key``, or wait for the thread that is computing it."""
+    while True:
+        with _COMPUTING_LOCK:
+            found = _kept(store, key, objects)  # (stored since the caller looked)
+            if found is not None:
+                return found[1]
+            busy = _COMPUTING.get((id(store), key))
+            if busy is None:
+                done = _COMPUTING[(id(store), key)] = threading.Event()
+                break
+        busy.wait()
+    try:
+        result = compute()
+        store[key] = (objects, result)
+        return result
+    finally:
+        with _COMPUTING_LOCK:
+            del _COMPUTING[(id(store), key)]
+        done.set()
+
+
+_COMPUTING: dict[tuple[int, tuple[Any, ...]], threading.Event] = {}  # (store, key) -> set when its computation ends
+_COMPUTING_LOCK = threading.Lock()
 
 
 def per_case(identify: Identify) -> Callable[[Callable[[_Case], _Result]], Callable[[_Case], _Result]]:

@@ -22,7 +22,6 @@ verdict.
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass, replace
 
@@ -35,6 +34,7 @@ from grader.exercises.diffattn import cases, expected, oracle
 from grader.exercises.diffattn.cases import ATTENTION, AttentionCase
 from grader.exercises.diffattn.expected import Truth
 from grader.exercises.diffattn.suite import attention_request
+from grader.toolkit.casesets import drawn_once
 from grader.toolkit.compare import Comparison, combine, compare
 from grader.toolkit.domain import exact, generator
 from grader.toolkit.verdicts import tensor_result, unreadable
@@ -83,7 +83,7 @@ def toy_case(seed: int) -> tuple[AttentionCase, np.ndarray]:
     return case, offset
 
 
-@functools.lru_cache(maxsize=4)  # one set of case objects per seed, so that their truths are computed once
+@drawn_once  # one set of case objects per seed, so that their truths are computed once
 def sweep_cases(seed: int) -> tuple[list[AttentionCase], list[AttentionCase], np.ndarray]:
     """The cases at every λ with the offset, the same without it, and the offset."""
     base, offset = toy_case(seed)
@@ -129,7 +129,7 @@ def _maps_case(base: AttentionCase, first: np.ndarray, second: np.ndarray, lam: 
     return replace(base, q1=queries(first), k1=keys, q2=queries(second), k2=keys, coefficient=lam, note=note)
 
 
-@functools.lru_cache(maxsize=4)  # as sweep_cases: one set of case objects per seed
+@drawn_once  # as sweep_cases: one set of case objects per seed
 def probe_cases(seed: int) -> Probes:
     """The noise pair with and without the noise at every λ, and the signed-map readout at every λ of MAP_LAMBDAS."""
     base, _ = toy_case(seed)
@@ -293,7 +293,7 @@ LAMBDA_AXIS = Axis("λ", LAMBDAS)
 MAP_AXIS = Axis("λ", MAP_LAMBDAS)
 
 
-@functools.lru_cache(maxsize=4)  # every submission graded with one seed shares it
+@drawn_once  # every submission graded with one seed shares it
 def frame(seed: int) -> Frame:
     """What every run of the experiment with ``seed`` shares: the panels, their axes and their truths.
 

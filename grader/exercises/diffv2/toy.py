@@ -20,7 +20,6 @@ curves; the check compares every token and head, not the means.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -31,6 +30,7 @@ from grader.core.invoke import Outcome, Request, invoke
 from grader.exercises.diffv2 import cases, expected, oracle, suite
 from grader.exercises.diffv2.cases import DIFF_V2, Case
 from grader.toolkit import domain, verdicts
+from grader.toolkit.casesets import drawn_once
 from grader.toolkit.compare import Comparison, combine, compare
 from grader.toolkit.domain import exact
 from grader.worker.client import Worker
@@ -58,7 +58,7 @@ class Sweep:
     outcome: Outcome
 
 
-@functools.lru_cache(maxsize=4)  # one set of case objects per seed, so that their truths are computed once
+@drawn_once  # one set of case objects per seed, so that their truths are computed once
 def pairs(seed: int) -> tuple[tuple[Pair, ...], np.ndarray]:
     """The pairs of every gate setting (the SWEEP values, then the RAMP), and the offset c."""
     rng = domain.generator(seed, "toy_experiment")
