@@ -231,6 +231,21 @@ def test_a_signature_out_of_the_contracts_order_is_a_contract_cause_naming_the_p
     assert signatures.findings(CONTRACT, right, PARAMETER_COMPONENTS) == []
 
 
+def test_parameters_made_positional_only_are_a_contract_cause_naming_them() -> None:
+    """A `/` after the contract's vectors: a cause of λ's component naming them, which the TypeError's wording matches."""
+    from grader.exercises.diffattn.diagnosis import PARAMETER_COMPONENTS
+    from grader.exercises.diffattn.signatures import CONTRACT
+    from grader.toolkit import signatures
+
+    parameters = [{"name": n, "kind": "POSITIONAL_ONLY", "has_default": False} for n in ("q1", "k1", "q2", "k2")]
+    parameters.append({"name": "lambda_init", "kind": "POSITIONAL_OR_KEYWORD", "has_default": True})
+    (found,) = signatures.findings(CONTRACT, {L: {"parameters": parameters}}, PARAMETER_COMPONENTS)
+    assert (found.function, found.component, found.aspect) == (L, "lambda", "binding")
+    assert found.title == "differential_lambda cannot take 'q1', 'k1', 'q2', 'k2' by name"
+    message = "TypeError: differential_lambda() got some positional-only arguments passed as keyword arguments: 'q1, k1, q2, k2'"
+    assert found.signature is not None and found.signature in message
+
+
 def test_a_modified_input_is_named_with_the_in_place_line() -> None:
     """An input whose values or version changed: the mutation slip names it and the line that writes into it."""
     (found,) = slips.findings([_call(_tensor(), changed=(0,)), _call(_tensor())], SOURCE, DECLARATIONS)

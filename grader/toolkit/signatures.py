@@ -101,12 +101,37 @@ def _order_text(signature: Signature, place: int, expected: str, got: str | None
             f"passing {expected} by position sets {got}, and one passing {expected} by name fails")  # fmt: skip
 
 
+def positional_only(signature: Signature, parameters: Any) -> tuple[str, ...]:
+    """The contract's parameters that ``parameters`` declares positional-only (before a ``/``), which a caller passing
+    them by name cannot set."""
+    if not isinstance(parameters, list):
+        return ()
+    refused = {p.get("name") for p in parameters if isinstance(p, dict) and p.get("kind") == "POSITIONAL_ONLY"}
+    return tuple(name for name in signature.parameters if name in refused)
+
+
+def _by_name_refused(signature: Signature, parameters: Any, components: Mapping[str, str]) -> Finding | None:
+    """A contract finding when ``parameters`` follow ``signature``'s order but make some of its parameters
+    positional-only, or None."""
+    refused = positional_only(signature, parameters)
+    if not refused:
+        return None
+    names = ", ".join(f"'{name}'" for name in refused)
+    return Finding(signature.name, components.get(refused[0], components.get("*", "type")), "contract",
+                   f"{signature.name} cannot take {names} by name",
+                   f"The signature of {signature.name} makes {names} positional-only (they stand before a `/`), so a caller "
+                   f"passing them by name, as the contract {signature.text} allows, gets a TypeError.",
+                   f"remove the `/` and declare the parameters as the contract does: {signature.text}", aspect="binding",
+                   explains=frozenset({"binding"}), signature="positional-only arguments passed as keyword")  # fmt: skip
+
+
 def finding(signature: Signature, parameters: Any, components: Mapping[str, str]) -> Finding | None:
-    """A contract finding when ``parameters`` do not follow ``signature`` (:func:`misplaced`), its component the one
-    ``components`` gives the contract's parameter at fault (else the one it gives "*", else "type"), or None."""
+    """A contract finding when ``parameters`` do not follow ``signature`` (:func:`misplaced`) or make some of its
+    parameters positional-only, its component the one ``components`` gives the contract's parameter at fault (else the
+    one it gives "*", else "type"), or None."""
     found = misplaced(signature, parameters)
     if found is None:
-        return None
+        return _by_name_refused(signature, parameters, components)
     problem = _order_text(signature, *found)
     _, expected, got = found
     title = (f"{signature.name} cannot take '{expected}' by position" if got is None else
