@@ -3,8 +3,9 @@
 λ at zero vectors (lambda_init given, 0 and omitted) and along a line in each
 exponent must follow ``exp(q1·k1) − exp(q2·k2) + λ_init`` (which names a
 missing λ_init, a changed default, missing exponentials, swapped or added
-terms, a clamp); each of the four vectors must matter; exponents of ±60 in
-float32 and 100 in float64 must give finite, right values. :func:`run` runs
+terms, a clamp, a lambda_init transformed so that a negative one fails); each
+of the four vectors must matter; exponents of ±60 in float32 and 100 in
+float64 must give finite, right values. :func:`run` runs
 them after randomness and before the gradients
 (:mod:`grader.toolkit.findings`).
 """
@@ -54,6 +55,7 @@ def lambda_values(rng: np.random.Generator, init: float | None = LAMBDA_INIT, le
 
 EXPONENTS = (20.0, 15.0)
 LARGE_EXPONENTS = f" with q1·k1 = {EXPONENTS[0]:g} and q2·k2 = {EXPONENTS[1]:g}"
+TIED = " with q1·k1 = q2·k2 (q2 = q1, k2 = k1)"
 
 
 def _large_exponents(values: Values) -> dict[str, np.ndarray]:
@@ -84,13 +86,13 @@ def lambda_structure_probe(worker: Worker, rng: np.random.Generator, found: Foun
     direction /= np.linalg.norm(direction)
     zero = {n: np.zeros(3) for n in LAMBDA_NAMES}
     points = [{**zero, "lambda_init": np.asarray(LAMBDA_INIT)}, zero] + [_line(direction, b, t) for b in (1, 2) for t in LINE]
-    points.append({**zero, "lambda_init": np.asarray(0.0)})
+    points += [{**zero, "lambda_init": np.asarray(0.0)}, {**zero, "lambda_init": np.asarray(-LAMBDA_INIT)}]
     found.probes.append(f"{LAMBDA}: at zero vectors and along a line")
     answers = probes.sweep(worker, lambda_subject(), points)
     if any(g is None or g.size != 1 for g in answers):
         return False
     got = [float(np.asarray(g).reshape(())) for g in answers]
-    at_zero, default, given_zero = got[0], got[1], got[-1]
+    at_zero, default, given_zero, negative = got[0], got[1], got[-2], got[-1]
     first, second = (np.array(got[2 + 3 * i : 5 + 3 * i]) - at_zero for i in range(2))
     grow, line = np.expm1(np.array(LINE)), np.array(LINE)
 
@@ -115,8 +117,12 @@ def lambda_structure_probe(worker: Worker, rng: np.random.Generator, found: Foun
          "Along a line, λ changes by exactly q1·k1 (and −q2·k2), not by exp(q1·k1) − 1.", formula),
         (close(first, grow) and close(second, grow), "lambda", "The second exponential is added, not subtracted",
          "Along a line, λ grows with q2·k2 as it does with q1·k1.", f"{formula}: subtract exp(q2·k2)"),
-        (max(got) <= 1.0 + 1e-12 and min(got) >= -1e-12 and not close(first, grow), "lambda", "λ is clamped to [0, 1]",
+        (max(got[:-1]) <= 1.0 + 1e-12 and min(got[:-1]) >= -1e-12 and not close(first, grow), "lambda", "λ is clamped to [0, 1]",
          f"Along a line, λ stays within [0, 1] where {formula[4:]} leaves it.", "do not clamp λ: any real value is valid"),
+        (right and not close(negative, -LAMBDA_INIT), "lambda", "A negative lambda_init gives the wrong λ",
+         f"With all four vectors zero, λ is {LAMBDA_INIT} for lambda_init = {LAMBDA_INIT} but {negative:.4g} for lambda_init = "
+         f"{-LAMBDA_INIT}: λ_init must be added as it is, whatever its sign (a log or a square root of it is NaN below zero).",
+         "add lambda_init to the difference of exponentials, without transforming it"),
         (not right, "lambda", "λ does not follow exp(q1·k1) − exp(q2·k2) + λ_init",
          f"At zero vectors λ is {at_zero:.4g} (λ_init = {LAMBDA_INIT}); along a line where q1·k1 goes from {LINE[0]} to {LINE[-1]} it changes by "
          f"{', '.join(f'{x:.3g}' for x in first)} instead of {', '.join(f'{x:.3g}' for x in grow)}.", f"{formula}, with dot products q·k = Σ_d q_d k_d"),
@@ -180,5 +186,7 @@ def run(worker: Worker, rng: np.random.Generator, found: Found, forward: bool, g
         if not localised and base.size == 1:
             precision_finding(found, LAMBDA, base.reshape(()), np.asarray(lambda_truth(values))) or layout_probe(worker, lambda_subject, values, found)
     if gradients:
-        runs = [GradientRun(values, grads) for grads in LAMBDA_RUNS] + [GradientRun(_large_exponents(values), LAMBDA_NAMES, LARGE_EXPONENTS)]
+        tied = {**values, "q2": values["q1"], "k2": values["k1"]}  # the two exponentials equal: a log of their difference is −∞
+        runs = [GradientRun(values, grads) for grads in LAMBDA_RUNS] + [GradientRun(_large_exponents(values), LAMBDA_NAMES, LARGE_EXPONENTS),
+                                                                        GradientRun(tied, LAMBDA_NAMES, TIED)]
         gradients_probe(worker, lambda_subject(), runs, np.asarray(1.3), rng, found, source)
