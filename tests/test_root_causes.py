@@ -246,6 +246,27 @@ def test_parameters_made_positional_only_are_a_contract_cause_naming_them() -> N
     assert found.signature is not None and found.signature in message
 
 
+def test_a_dtype_clash_only_for_one_kind_of_coefficient_is_the_coefficients() -> None:
+    """Dtypes that clash only when the coefficient is a float64 tensor: the coefficient is not cast (its component, not dtype);
+    the same clash only for float32 inputs stays a dtype cause."""
+    clash = _raised("expected scalar type Float but found Double")
+    calls = [_call(clash, **{"the coefficient": "0-dim float64 tensor", "the inputs' dtype": "float32"}),
+             _call(_tensor(), **{"the coefficient": "Python float", "the inputs' dtype": "float32"}),
+             _call(_tensor(), **{"the coefficient": "0-dim tensor", "the inputs' dtype": "float64"})]
+    assert [f.component for f in slips.findings(calls, SOURCE, DECLARATIONS)] == ["coefficient"]
+    calls = [_call(clash, **{"the coefficient": "Python float", "the inputs' dtype": "float32"}),
+             _call(_tensor(), **{"the coefficient": "Python float", "the inputs' dtype": "float64"})]
+    assert [f.component for f in slips.findings(calls, SOURCE, DECLARATIONS)] == ["dtype"]
+
+
+def test_a_python_number_used_as_a_tensor_is_the_component_of_the_input_that_may_be_one() -> None:
+    """`coefficient.to(...)` on a Python float, raised only for calls by name: the coefficient's fault, not the binding's."""
+    failing = _call(_raised("'float' object has no attribute 'to'", "AttributeError"), **{"the argument binding": "names"})
+    (found,) = slips.findings([failing, _call(_tensor(), **{"the argument binding": "positions"})], SOURCE, DECLARATIONS)
+    assert (found.component, found.blocks) == ("coefficient", False)
+    assert "only when the argument binding is names" in found.evidence
+
+
 def test_a_modified_input_is_named_with_the_in_place_line() -> None:
     """An input whose values or version changed: the mutation slip names it and the line that writes into it."""
     (found,) = slips.findings([_call(_tensor(), changed=(0,)), _call(_tensor())], SOURCE, DECLARATIONS)

@@ -65,6 +65,8 @@ EXCEPTION_KINDS: tuple[tuple[tuple[str, ...], str, str, str], ...] = (
      "a tensor of several elements was turned into a Python number", "keep tensors: no `.item()` or `float()`"),
 )  # fmt: skip
 _TO_FLOAT = r"\bfloat\((?!\s*[\"'])"  # float(x), not float("-inf")
+NUMBER_AS_TENSOR = re.compile(r"'(?:float|int)' object has no attribute|must be Tensor, not (?:float|int)\b")
+"""Wordings of an exception raised where a Python number was used as a tensor (`x.to(...)`, `torch.exp(x)` on a float)."""
 CANNOT_RUN = ("NameError", "UnboundLocalError", "ImportError", "ModuleNotFoundError", "AttributeError")
 """Exceptions that, raised by every call, mean the function cannot run at all (a typo, a missing import)."""
 NUMBER_SLIPS = re.compile(rf"\.item\(\)|\bmath\.(exp|log|sqrt)\(|{_TO_FLOAT}|\.tolist\(\)")
@@ -122,6 +124,9 @@ class Declarations:
     # an input -> the component that handles it, when that is not the graph itself (e.g. "coefficient"): an output cut off
     # from autograd only when that input alone requires grad is that component's fault (it was made a number, detached)
     inputs: Mapping[str, str] = field(default_factory=dict)
+    # a function -> the component of its input that callers may pass as a Python number (e.g. a coefficient): an exception
+    # that says a Python number was used as a tensor is that component's fault
+    numbers: Mapping[str, str] = field(default_factory=dict)
 
 
 TRAINED = "what requires grad"
@@ -198,22 +203,37 @@ def function_of_line(source: str | None, line: int) -> str | None:
 # ---- the calls ------------------------------------------------------------------------------------
 
 
-def _contrast(failing: Sequence[Observed], working: Sequence[Observed]) -> tuple[str, str] | None:
-    """An attribute value every failing call has and no working call has, else two or three that together do (as
-    ("a is x and b", "y")), the rarest ways of calling first; or None."""
+def _contrasting(failing: Sequence[Observed], working: Sequence[Observed]) -> tuple[tuple[str, str], ...]:
+    """The attribute values every failing call has and no working call has together: one alone if one will do, else two or
+    three, the rarest ways of calling first; or () when none do."""
     if not failing or not working:
-        return None
+        return ()
     shared = [(key, value) for key, value in failing[0].attributes.items() if all(c.attributes.get(key) == value for c in failing)]
     for key, value in shared:
         if not any(c.attributes.get(key) == value for c in working):
-            return key, value
+            return ((key, value),)
     shared.sort(key=lambda kv: sum(c.attributes.get(kv[0]) == kv[1] for c in working))
     for size in (2, 3):
         for combined in itertools.combinations(shared, size):
             if not any(all(c.attributes.get(key) == value for key, value in combined) for c in working):
-                *first, (key, value) = combined
-                return f"{', '.join(f'{k} is {v}' for k, v in first)} and {key}", value
-    return None
+                return combined
+    return ()
+
+
+def _contrast(failing: Sequence[Observed], working: Sequence[Observed]) -> tuple[str, str] | None:
+    """:func:`_contrasting` in words: (attribute, value), or ("a is x and b", "y") for several; or None."""
+    found = _contrasting(failing, working)
+    if not found:
+        return None
+    *first, (key, value) = found
+    return (f"{', '.join(f'{k} is {v}' for k, v in first)} and {key}" if first else key), value
+
+
+def _declared(contrast: Sequence[tuple[str, str]], declared: Declarations) -> tuple[str, str] | None:
+    """The one attribute of ``contrast`` the exercise gives a component, with that component, or None (none or several:
+    the other attributes, such as how arguments are bound, say how the call was made, not which part is wrong)."""
+    placed = [(key, declared.components[key]) for key, _ in contrast if key in declared.components]
+    return placed[0] if len(placed) == 1 else None
 
 
 DTYPE_NAMES = re.compile(r"\b(?:torch\.)?(float(?:16|32|64)?|double|half|bfloat16|long|int(?:8|16|32|64)?|bool|complex(?:64|128)?)\b", re.IGNORECASE)
@@ -258,7 +278,9 @@ def _raised(function: str, calls: Sequence[Observed], source: str | None, declar
         error = failing[0].result.raised if failing[0].result is not None else None
         assert error is not None
         working = [c for c in calls if c.result is not None and c.result.raised is None]
+        contrast = _contrasting(failing, working)
         only = _contrast(failing, working)
+        placed = _declared(contrast, declared)
         classified = exception_kind(f"{kind}: {error['message']}")
         message = error["message"].strip().splitlines()[0] if error["message"].strip() else ""
         where = frame(error.get("traceback", ""))
@@ -274,10 +296,15 @@ def _raised(function: str, calls: Sequence[Observed], source: str | None, declar
         if classified is not None:
             component, meaning, advice, _ = classified
             component = (on_line or component) if component == "shape" else component
+            if component == "dtype" and placed is not None and placed[1] in declared.inputs.values():
+                component = placed[1]  # dtypes that clash only for one kind of a declared input: that input is not cast
+        elif function in declared.numbers and NUMBER_AS_TENSOR.search(message):
+            component, meaning = declared.numbers[function], "a Python number it was given is used as a tensor"
+            advice = "accept a Python number as the contract allows: turn it into a tensor (`torch.as_tensor(x, dtype=q.dtype)`) however it is passed"
         elif on_line is not None:  # an error torch words in no known way, on a line the exercise can place
             component, meaning, advice = on_line, "the call fails on that line", "make that line work for every input the contract allows"
-        elif only is not None and only[0] in declared.components:
-            component, meaning, advice = declared.components[only[0]], f"the call fails only when {only[0]} is {only[1]}", \
+        elif only is not None and placed is not None:
+            component, meaning, advice = placed[1], f"the call fails only when {only[0]} is {only[1]}", \
                 "make the function accept every input the contract allows"  # fmt: skip
         elif everywhere:  # whatever the error, a function that raises on every call cannot run at all: its line says where
             component, meaning = "load", "it cannot run at all"

@@ -94,7 +94,7 @@ def name_shape(function: str, got: tuple[int, ...], expected: tuple[int, ...], m
 # The student's lines where tensors of sizes that do not fit meet, by the operation: applying or building the causal mask.
 LINE_COMPONENTS = {r"masked_fill|\btril\(|\btriu\(": "mask"}
 DECLARATIONS = slips.Declarations(ATTRIBUTE_COMPONENTS, name_shape, LINE_COMPONENTS, {("the coefficient", f"computed by {LAMBDA}"): LAMBDA},
-                                  {"coefficient": "coefficient"})
+                                  {"coefficient": "coefficient"}, {ATTENTION: "coefficient", LAMBDA: "lambda"})
 
 
 def _attributes(case: LambdaCase | AttentionCase, grads: bool) -> dict[str, str]:
