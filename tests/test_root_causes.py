@@ -244,6 +244,10 @@ def test_parameters_made_positional_only_are_a_contract_cause_naming_them() -> N
     assert found.title == "differential_lambda cannot take 'q1', 'k1', 'q2', 'k2' by name"
     message = "TypeError: differential_lambda() got some positional-only arguments passed as keyword arguments: 'q1, k1, q2, k2'"
     assert found.signature is not None and found.signature in message
+    every = [{**p, "kind": "POSITIONAL_ONLY"} for p in parameters]  # causal too: the parameter callers pass by name most
+    attention = [{"name": n, "kind": "POSITIONAL_ONLY", "has_default": n == "causal"} for n in CONTRACT[A].parameters]
+    assert [f.component for f in signatures.findings(CONTRACT, {L: {"parameters": every}, A: {"parameters": attention}},
+                                                     PARAMETER_COMPONENTS)] == ["lambda", "mask"]  # fmt: skip
 
 
 def test_a_dtype_clash_only_for_one_kind_of_coefficient_is_the_coefficients() -> None:

@@ -112,12 +112,15 @@ def positional_only(signature: Signature, parameters: Any) -> tuple[str, ...]:
 
 def _by_name_refused(signature: Signature, parameters: Any, components: Mapping[str, str]) -> Finding | None:
     """A contract finding when ``parameters`` follow ``signature``'s order but make some of its parameters
-    positional-only, or None."""
+    positional-only, or None; its component that of the last parameter when it is one of them, else of the first of
+    them ``components`` names."""
     refused = positional_only(signature, parameters)
     if not refused:
         return None
     names = ", ".join(f"'{name}'" for name in refused)
-    return Finding(signature.name, components.get(refused[0], components.get("*", "type")), "contract",
+    # the last parameter is the one callers pass by name most (every binding but all by position)
+    at_fault = signature.keyword if signature.keyword in refused else next((n for n in refused if n in components), refused[0])
+    return Finding(signature.name, components.get(at_fault, components.get("*", "type")), "contract",
                    f"{signature.name} cannot take {names} by name",
                    f"The signature of {signature.name} makes {names} positional-only (they stand before a `/`), so a caller "
                    f"passing them by name, as the contract {signature.text} allows, gets a TypeError.",
