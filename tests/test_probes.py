@@ -69,6 +69,13 @@ def test_the_base_of_the_variants_is_right(forks: ForkServer) -> None:
     assert findings(forks, source("base")) == []
 
 
+def test_large_logits_blame_no_stability_when_ordinary_float32_logits_fail_too(forks: ForkServer) -> None:
+    """An attention that raises for every float32 call: the large-logit calls fail, and so do ordinary ones, so no stability finding."""
+    text = source("base").replace("    return (_map(", "    if q1.dtype == torch.float32:\n        raise RuntimeError('float32')\n    return (_map(")
+    assert "raise RuntimeError" in text
+    assert [f.component for f in findings(forks, text) if f.component == "stability"] == []
+
+
 def test_a_custom_backward_is_named_with_its_inputs(forks: ForkServer) -> None:
     """The gradient that disagrees with the submission's own forward is named, and those that agree too."""
     found = [f for f in findings(forks, source("attention_backward_wrong_for_one_input")) if f.component == "backward"]
