@@ -271,6 +271,13 @@ def test_a_python_number_used_as_a_tensor_is_the_component_of_the_input_that_may
     assert "only when the argument binding is names" in found.evidence
 
 
+def test_a_tuple_used_as_a_tensor_is_a_type_cause() -> None:
+    """`out.transpose(...)` on a tuple a helper returned, raised only without gradients: a type cause quoting the line."""
+    failing = _call(_raised("'tuple' object has no attribute 'transpose'", "AttributeError"), **{"the autograd mode": "no_grad"})
+    (found,) = slips.findings([failing, _call(_tensor(), **{"the autograd mode": "enabled"})], SOURCE, DECLARATIONS)
+    assert (found.component, found.aspect) == ("type", "type") and "a tuple" in found.title and "line 7" in found.evidence
+
+
 def test_a_modified_input_is_named_with_the_in_place_line() -> None:
     """An input whose values or version changed: the mutation slip names it and the line that writes into it."""
     (found,) = slips.findings([_call(_tensor(), changed=(0,)), _call(_tensor())], SOURCE, DECLARATIONS)

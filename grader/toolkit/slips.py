@@ -61,6 +61,9 @@ EXCEPTION_KINDS: tuple[tuple[tuple[str, ...], str, str, str], ...] = (
       "expected size", "mat1 and mat2 shapes", "does not match the number of dimensions", "do not broadcast",
       "sizes of tensors must match", "too many indices", "out of bounds for dimension", "number of dims don't match"), "shape",
      "tensor sizes that do not fit together meet in one operation", "check the shapes of every step against the contract"),
+    (("'tuple' object has no attribute",), "type",
+     "a tuple (several results, e.g. a function's output and its saved statistics) is used as one tensor",
+     "take the tensor out of the tuple (`out, _ = ...`) before using it"),
     (("only one element tensors can be converted", "cannot be converted to scalar"), "type",
      "a tensor of several elements was turned into a Python number", "keep tensors: no `.item()` or `float()`"),
 )  # fmt: skip
