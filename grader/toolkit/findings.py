@@ -302,12 +302,16 @@ def gradient_finding(found: Found, function: str, condition: str, result: Consis
 @dataclass(frozen=True)
 class GradientRun:
     """One comparison of the gradients with the forward: the inputs, those that require grad, words saying what is special
-    about it (e.g. " at coefficient 0"), and the component a fault found first in this run points at (None: graph or backward)."""
+    about it (e.g. " at coefficient 0"), the component a fault found first in this run points at (None: graph or backward),
+    and how the function is called and differentiated when not as in the probe's other runs (another causal flag, a longer
+    sequence: its own subject and cotangent)."""
 
     values: Values
     grads: tuple[str, ...]
     where: str = ""
     component: str | None = None
+    subject: Subject | None = None
+    cotangent: np.ndarray | None = None
 
 
 def gradients_probe(worker: Worker, subject: Subject, runs: Sequence[GradientRun], cotangent: np.ndarray,
@@ -326,7 +330,7 @@ def gradients_probe(worker: Worker, subject: Subject, runs: Sequence[GradientRun
         frozen = [n for n in everything if n not in run.grads]
         condition = f" when {', '.join(frozen)} do{'es' if len(frozen) == 1 else ''} not require grad" if frozen else ""
         condition += run.where
-        result = probes.consistency(worker, subject, run.values, run.grads, cotangent, rng)
+        result = probes.consistency(worker, run.subject or subject, run.values, run.grads, cotangent if run.cotangent is None else run.cotangent, rng)
         before = len(found.findings)
         if gradient_finding(found, subject.function, condition, result, source) or (not condition and NO_GRAPH in (result.problem or "")):
             if run.component is not None and len(found.findings) > before:

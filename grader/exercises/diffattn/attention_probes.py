@@ -538,6 +538,17 @@ def stability_probe(worker: Worker, rng: np.random.Generator, found: Found) -> b
     return True
 
 
+LONG = 130  # past the block sizes 64 and 128, and a multiple of neither: a blocked backward's later and partial blocks
+
+
+def _long_run(rng: np.random.Generator) -> GradientRun:
+    """The gradients at :data:`LONG` tokens (one batch element and head): a backward pass computed in blocks of queries or
+    keys goes wrong only past its first block."""
+    values = {n: rng.standard_normal((1, 1, LONG, D)) for n in INPUT_NAMES[:4]}
+    values |= {"value": rng.standard_normal((1, 1, LONG, 2 * D)), "coefficient": np.asarray(0.6)}
+    return GradientRun(values, ATTENTION_GRADS, f" at T = {LONG}", cotangent=rng.standard_normal((1, 1, LONG, 2 * D)))
+
+
 def run(worker: Worker, rng: np.random.Generator, found: Found, forward: bool, gradients: bool, source: str | None) -> None:
     """The attention probes: randomness first (it spoils the others), then the forward (``forward``: a value check failed),
     then the gradients (``gradients``: a gradient check failed)."""
@@ -563,4 +574,5 @@ def run(worker: Worker, rng: np.random.Generator, found: Found, forward: bool, g
         runs = [GradientRun(values, grads) if c is None else GradientRun({**values, "coefficient": np.asarray(c)}, grads, f" at coefficient {c:g}")
                 for grads, c in FROZEN_RUNS]  # fmt: skip
         runs.append(GradientRun(_far_future(rng), ATTENTION_GRADS, " when a future key's logit is about 900 above the visible ones"))
+        runs += [GradientRun(values, ATTENTION_GRADS, " with causal=False", subject=attention_subject(False)), _long_run(rng)]
         gradients_probe(worker, attention_subject(True), runs, rng.standard_normal((B, H, T, 2 * D)), rng, found, source)

@@ -603,6 +603,18 @@ def length_probe(worker: Worker, function: str, rng: np.random.Generator, found:
                                  lambda values, causal: truth(function, values, causal), found)  # fmt: skip
 
 
+LONG = 130  # past the block sizes 64 and 128, and a multiple of neither: a blocked backward's later and partial blocks
+
+
+def _long_run(function: str, grads: tuple[str, ...], rng: np.random.Generator) -> GradientRun:
+    """The gradients of ``function`` for ``grads`` at :data:`LONG` tokens (one batch element, Hq = 4, Hkv = 2, D = 4): a backward
+    pass computed in blocks of queries or keys goes wrong only past its first block."""
+    values = {"q": rng.standard_normal((1, LONG, 4, 4)), "k": rng.standard_normal((1, LONG, 2, 4)), "v": rng.standard_normal((1, LONG, 2, 4)),
+              "lambda_logits": 1.5 * rng.standard_normal((1, LONG, 2))}  # fmt: skip
+    cotangent = rng.standard_normal((1, LONG, 4 if function == GQA else 2, 4))
+    return GradientRun(values, grads, f" at T = {LONG}", cotangent=cotangent)
+
+
 def rearranged_probe(found: Found, function: str, out: np.ndarray | None, want: np.ndarray) -> bool:
     """A layout finding when the output of the right shape holds exactly the right numbers, in other places; whether it does."""
     if out is None or out.shape != want.shape or not np.isfinite(out).all() or is_right(out, want):
@@ -660,4 +672,5 @@ def run(worker: Worker, function: str, rng: np.random.Generator, found: Found, f
             runs.append(GradientRun({**values, "lambda_logits": np.zeros((B, T, H))}, ("lambda_logits",), " at lambda_logits = 0 (where σ is steepest)",
                                     "gate"))  # fmt: skip
         cotangent = rng.standard_normal((B, T, HQ if function == GQA else H, D))
+        runs += [GradientRun(values, frozen[0], " with causal=False", subject=subject(function, False)), _long_run(function, frozen[0], rng)]
         gradients_probe(worker, subject(function), runs, cotangent, rng, found, source)

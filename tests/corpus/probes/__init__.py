@@ -73,6 +73,30 @@ def differential_attention(q1, k1, q2, k2, value, coefficient, causal=True):
     sdpa = torch.nn.functional.scaled_dot_product_attention
     return sdpa(q1, k1, value, None, causal) - coefficient * sdpa(q2, k2, value, None, causal)  # the fifth parameter is dropout_p
 '''
+# a backward pass that recomputes the forward under autograd: {flag} is the causal flag it recomputes with, {cut} what it does to
+# the incoming gradient first
+_RECOMPUTED = '''
+
+class _Recomputed(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q1, k1, q2, k2, value, coefficient, causal):
+        ctx.save_for_backward(q1, k1, q2, k2, value, coefficient)
+        ctx.causal = causal
+        return (_map(q1, k1, causal) - coefficient * _map(q2, k2, causal)) @ value
+
+    @staticmethod
+    def backward(ctx, g):
+        saved = [t.detach().requires_grad_() for t in ctx.saved_tensors]
+        {cut}
+        with torch.enable_grad():
+            q1, k1, q2, k2, value, coefficient = saved
+            out = (_map(q1, k1, {flag}) - coefficient * _map(q2, k2, {flag})) @ value
+        return (*torch.autograd.grad(out, saved, g, allow_unused=True), None)
+
+
+def differential_attention(q1, k1, q2, k2, value, coefficient, causal=True):
+    return _Recomputed.apply(q1, k1, q2, k2, value, torch.as_tensor(coefficient, dtype=q1.dtype), causal)
+'''
 
 # name -> (text of BASE, what a student wrote instead, the function and component the first finding must name)
 VARIANTS: dict[str, tuple[str, str, str, str]] = {
@@ -147,6 +171,9 @@ REPLACED: dict[str, tuple[str, str, str, str]] = {
                                     _L, "backward"),
     "causal_passed_as_dropout": ("differential_attention", _CAUSAL_AS_DROPOUT, _A, "mask"),
     "attention_backward_wrong_for_one_input": ("differential_attention", _CUSTOM_ATTENTION, _A, "backward"),
+    "backward_recomputes_causal_always": ("differential_attention", _RECOMPUTED.format(flag="True", cut="pass"), _A, "backward"),
+    "backward_keeps_last_64_queries": ("differential_attention", _RECOMPUTED.format(flag="ctx.causal", cut="g = g.clone(); g[..., :-64, :] = 0"),
+                                       _A, "backward"),  # fmt: skip
 }
 
 
