@@ -161,6 +161,18 @@ def test_wrong_shapes_are_named() -> None:
     assert diagnosis.name_shape(GQA, (1, 5, 4), (1, 5, 4, 3), kv2) is None
 
 
+def test_an_index_out_of_range_where_key_value_heads_are_picked_is_the_grouping() -> None:
+    """`k[:, :, kv_of]` with a kv index past the key/value heads: the heads' grouping, not a shape fault."""
+    from grader.core.invoke import Outcome, Returned
+    from grader.toolkit import slips
+
+    trace = '  File "sub.py", line 9, in diff_v2_attention\n    kp, vp = k[:, :, kv_of], v[:, :, kv_of]\n'
+    raised = Returned(raised={"type": "IndexError", "message": "index 2 is out of bounds for dimension 0 with size 1", "traceback": trace})
+    call = slips.Observed(DIFF_V2, Outcome(functions=[DIFF_V2], results=[raised]), 0, (1, 5, 2, 3), "float64", {diagnosis.KV_HEADS: "1"},
+                          ("q", "k", "v", "lambda_logits"), False)  # fmt: skip
+    assert [f.component for f in slips.findings([call], None, diagnosis.DECLARATIONS)] == ["heads"]
+
+
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
     """The chosen wrong files, three correct styles and the reference, graded in one batch (instructor reports): stem -> report."""

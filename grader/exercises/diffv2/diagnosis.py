@@ -119,9 +119,10 @@ def name_shape(function: str, got: tuple[int, ...], expected: tuple[int, ...], m
 # The student's lines where tensors of sizes that do not fit meet (or an error torch words in no known way is raised), by
 # the operation, the first that fits: the axes' order (.T, which reverses every axis of a 4-D tensor; a bare .squeeze(),
 # which drops every axis of size 1; every other entry of axis 1, the tokens in [B, T, H, D], where the pairs are on axis 2),
-# building or applying the causal mask, repeating key/value heads over their group.
+# building or applying the causal mask, repeating key/value heads over their group or picking them by a computed index on
+# the heads' axis of [B, T, H, D] (`k[:, :, kv_of]`).
 LINE_COMPONENTS = {r"\.T\b|\.squeeze\(\)|\[\s*:\s*,\s*[01]?\s*::\s*2\s*\]": "layout", r"masked_fill|\btril\(|\btriu\(": "mask",
-                   r"\.expand\(|repeat_interleave\(|\.repeat\(|index_select\(": "heads"}  # fmt: skip
+                   r"\.expand\(|repeat_interleave\(|\.repeat\(|index_select\(|\b[kv]\[\s*:\s*,\s*:\s*,\s*[A-Za-z_]\w*\s*\]": "heads"}  # fmt: skip
 DECLARATIONS = slips.Declarations(ATTRIBUTE_COMPONENTS, name_shape, LINE_COMPONENTS)
 
 
