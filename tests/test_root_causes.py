@@ -278,6 +278,16 @@ def test_a_tuple_used_as_a_tensor_is_a_type_cause() -> None:
     assert (found.component, found.aspect) == ("type", "type") and "a tuple" in found.title and "line 7" in found.evidence
 
 
+def test_a_wrong_shape_takes_the_component_of_the_line_that_refuses_sizes_in_other_calls() -> None:
+    """Some calls return too many rows, others raise on the mask's line: one fault, the mask's; without that line, a shape cause."""
+    trace = '  File "sub.py", line 4, in differential_attention\n    s = s.masked_fill(cols > rows, float("-inf"))\n'
+    sizes = Returned(raised={"type": "RuntimeError", "message": "The size of tensor a (128) must match the size of tensor b (85)", "traceback": trace})
+    long = _call(_tensor((1, 1, 384, 4)))
+    found = slips.findings([long, _call(sizes, causal="True")], SOURCE, DECLARATIONS)
+    assert [(f.component, f.blocks) for f in found] == [("mask", True), ("mask", False)] and "line 4" in found[0].evidence
+    assert [f.component for f in slips.findings([long, _call(_tensor())], SOURCE, DECLARATIONS)] == ["shape"]
+
+
 def test_a_modified_input_is_named_with_the_in_place_line() -> None:
     """An input whose values or version changed: the mutation slip names it and the line that writes into it."""
     (found,) = slips.findings([_call(_tensor(), changed=(0,)), _call(_tensor())], SOURCE, DECLARATIONS)

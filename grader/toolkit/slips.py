@@ -448,13 +448,28 @@ def _detached(function: str, calls: Sequence[Observed], source: str | None, decl
                     public=all(c.public for c in cut))]  # fmt: skip
 
 
+SIZES = next(fragments for fragments, component, _, _ in EXCEPTION_KINDS if component == "shape")
+"""torch's wordings of tensor sizes that do not fit together."""
+
+
+def _placed_shapes(shapes: list[Finding], raised: Sequence[Finding]) -> list[Finding]:
+    """``shapes`` (a function's wrong-shape findings), an unnamed wrong shape taking the component of the line where, in
+    other calls of the function, sizes that do not fit meet (one fault seen twice: a tile or buffer of the wrong size
+    returned by some calls, refused by an operation in others)."""
+    placed = next((f for f in raised if f.signature in SIZES and f.component != "shape"), None)
+    if placed is None:
+        return shapes
+    return [replace(f, component=placed.component, evidence=f"{f.evidence} {placed.evidence}") if f.component == "shape" else f for f in shapes]
+
+
 def findings(calls: Sequence[Observed], source: str | None, declared: Declarations) -> list[Finding]:
     """The contract slips of every function in ``calls``, those that make its results unusable first."""
     found: list[Finding] = []
     mine = {function: [c for c in calls if c.function == function] for function in dict.fromkeys(c.function for c in calls)}
     own = {(function, f.signature or "") for function, made in mine.items() for f in _raised(function, made, source, declared)}
     for function, made in mine.items():
-        found += _raised(function, made, source, declared, own) + _not_tensors(function, made, source) + _shapes(function, made, declared)
+        raised = _raised(function, made, source, declared, own)
+        found += raised + _not_tensors(function, made, source) + _placed_shapes(_shapes(function, made, declared), raised)
         found += _mutations(function, made, source) + _detached(function, made, source, declared)
     # a callee's fault seen through its caller's calls too: keep the callee's own finding
     kept: dict[tuple[str | None, str, str], Finding] = {}
