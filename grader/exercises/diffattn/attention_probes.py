@@ -538,6 +538,7 @@ def stability_probe(worker: Worker, rng: np.random.Generator, found: Found) -> b
     return True
 
 
+PERMUTED = " with inputs, and so the incoming gradient, stored heads and tokens swapped (an output read through transpose(1, 2))"
 LONG = 130  # past the block sizes 64 and 128, and a multiple of neither: a blocked backward's later and partial blocks
 
 
@@ -574,5 +575,6 @@ def run(worker: Worker, rng: np.random.Generator, found: Found, forward: bool, g
         runs = [GradientRun(values, grads) if c is None else GradientRun({**values, "coefficient": np.asarray(c)}, grads, f" at coefficient {c:g}")
                 for grads, c in FROZEN_RUNS]  # fmt: skip
         runs.append(GradientRun(_far_future(rng), ATTENTION_GRADS, " when a future key's logit is about 900 above the visible ones"))
-        runs += [GradientRun(values, ATTENTION_GRADS, " with causal=False", subject=attention_subject(False)), _long_run(rng)]
+        runs += [GradientRun(values, ATTENTION_GRADS, " with causal=False", subject=attention_subject(False)), _long_run(rng),
+                 GradientRun(values, ATTENTION_GRADS, PERMUTED, subject=attention_subject(True, layout="heads_permuted"))]
         gradients_probe(worker, attention_subject(True), runs, rng.standard_normal((B, H, T, 2 * D)), rng, found, source)

@@ -603,6 +603,7 @@ def length_probe(worker: Worker, function: str, rng: np.random.Generator, found:
                                  lambda values, causal: truth(function, values, causal), found)  # fmt: skip
 
 
+PERMUTED = " with inputs, and so the incoming gradient, stored with tokens and heads swapped (an output read through a transpose)"
 LONG = 130  # past the block sizes 64 and 128, and a multiple of neither: a blocked backward's later and partial blocks
 
 
@@ -672,5 +673,6 @@ def run(worker: Worker, function: str, rng: np.random.Generator, found: Found, f
             runs.append(GradientRun({**values, "lambda_logits": np.zeros((B, T, H))}, ("lambda_logits",), " at lambda_logits = 0 (where σ is steepest)",
                                     "gate"))  # fmt: skip
         cotangent = rng.standard_normal((B, T, HQ if function == GQA else H, D))
-        runs += [GradientRun(values, frozen[0], " with causal=False", subject=subject(function, False)), _long_run(function, frozen[0], rng)]
+        runs += [GradientRun(values, frozen[0], " with causal=False", subject=subject(function, False)), _long_run(function, frozen[0], rng),
+                 GradientRun(values, frozen[0], PERMUTED, subject=subject(function, layout="heads_permuted"))]
         gradients_probe(worker, subject(function), runs, cotangent, rng, found, source)

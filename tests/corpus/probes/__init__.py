@@ -174,6 +174,8 @@ REPLACED: dict[str, tuple[str, str, str, str]] = {
     "backward_recomputes_causal_always": ("differential_attention", _RECOMPUTED.format(flag="True", cut="pass"), _A, "backward"),
     "backward_keeps_last_64_queries": ("differential_attention", _RECOMPUTED.format(flag="ctx.causal", cut="g = g.clone(); g[..., :-64, :] = 0"),
                                        _A, "backward"),  # fmt: skip
+    "backward_views_incoming_gradient": ("differential_attention", _RECOMPUTED.format(flag="ctx.causal", cut="g = g.view(-1).view(g.shape)"),
+                                         _A, "backward"),  # fmt: skip
 }
 
 
