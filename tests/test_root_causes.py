@@ -286,6 +286,10 @@ def test_a_wrong_shape_takes_the_component_of_the_line_that_refuses_sizes_in_oth
     found = slips.findings([long, _call(sizes, causal="True")], SOURCE, DECLARATIONS)
     assert [(f.component, f.blocks) for f in found] == [("mask", True), ("mask", False)] and "line 4" in found[0].evidence
     assert [f.component for f in slips.findings([long, _call(_tensor())], SOURCE, DECLARATIONS)] == ["shape"]
+    source = "def differential_attention(q1, k1, q2, k2, value, coefficient, causal=True):\n    bias = torch.triu(ones, 1)\n    s = s + bias\n"
+    traced = Returned(raised={**(sizes.raised or {}), "traceback": '  File "sub.py", line 3, in differential_attention\n    s = s + bias\n'})
+    found = slips.findings([long, _call(traced, causal="True")], source, DECLARATIONS)
+    assert [f.component for f in found] == ["shape", "mask"]  # a line that only reads the mask places no wrong shape
 
 
 def test_a_modified_input_is_named_with_the_in_place_line() -> None:

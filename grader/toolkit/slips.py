@@ -452,14 +452,21 @@ SIZES = next(fragments for fragments, component, _, _ in EXCEPTION_KINDS if comp
 """torch's wordings of tensor sizes that do not fit together."""
 
 
-def _placed_shapes(shapes: list[Finding], raised: Sequence[Finding]) -> list[Finding]:
-    """``shapes`` (a function's wrong-shape findings), an unnamed wrong shape taking the component of the line where, in
-    other calls of the function, sizes that do not fit meet (one fault seen twice: a tile or buffer of the wrong size
-    returned by some calls, refused by an operation in others)."""
-    placed = next((f for f in raised if f.signature in SIZES and f.component != "shape"), None)
-    if placed is None:
-        return shapes
-    return [replace(f, component=placed.component, evidence=f"{f.evidence} {placed.evidence}") if f.component == "shape" else f for f in shapes]
+def _placed_shapes(shapes: list[Finding], calls: Sequence[Observed], declared: Declarations) -> list[Finding]:
+    """``shapes`` (a function's wrong-shape findings), an unnamed wrong shape taking the component of the operation on the
+    very line where, in other calls of the function, sizes that do not fit meet (one fault seen twice: a tile or buffer of
+    the wrong size returned by some calls, refused by that operation in others; a line merely reading an operand made
+    elsewhere places nothing)."""
+    for call in calls:
+        error = call.result.raised if call.result is not None else None
+        if not error or error is SKIPPED or not any(fragment.lower() in str(error.get("message", "")).lower() for fragment in SIZES):
+            continue
+        code = FRAME.findall(error.get("traceback", "") or "")
+        component = _line_component(declared, code[-1], None, trace=False) if code else None
+        if component is not None:
+            seen = f"Other calls raised {error['type']}{frame(error.get('traceback', ''))}."
+            return [replace(f, component=component, evidence=f"{f.evidence} {seen}") if f.component == "shape" else f for f in shapes]
+    return shapes
 
 
 def findings(calls: Sequence[Observed], source: str | None, declared: Declarations) -> list[Finding]:
@@ -468,8 +475,8 @@ def findings(calls: Sequence[Observed], source: str | None, declared: Declaratio
     mine = {function: [c for c in calls if c.function == function] for function in dict.fromkeys(c.function for c in calls)}
     own = {(function, f.signature or "") for function, made in mine.items() for f in _raised(function, made, source, declared)}
     for function, made in mine.items():
-        raised = _raised(function, made, source, declared, own)
-        found += raised + _not_tensors(function, made, source) + _placed_shapes(_shapes(function, made, declared), raised)
+        found += _raised(function, made, source, declared, own) + _not_tensors(function, made, source)
+        found += _placed_shapes(_shapes(function, made, declared), made, declared)
         found += _mutations(function, made, source) + _detached(function, made, source, declared)
     # a callee's fault seen through its caller's calls too: keep the callee's own finding
     kept: dict[tuple[str | None, str, str], Finding] = {}
