@@ -544,7 +544,9 @@ LONG = 130  # past the block sizes 64 and 128, and a multiple of neither: a bloc
 
 def _long_run(rng: np.random.Generator) -> GradientRun:
     """The gradients at :data:`LONG` tokens (one batch element and head): a backward pass computed in blocks of queries or
-    keys goes wrong only past its first block."""
+    keys goes wrong only past its first block. Drawn from a generator spawned from ``rng``, which leaves ``rng``'s own
+    draws (the earlier runs' directions) as they were."""
+    rng = rng.spawn(1)[0]
     values = {n: rng.standard_normal((1, 1, LONG, D)) for n in INPUT_NAMES[:4]}
     values |= {"value": rng.standard_normal((1, 1, LONG, 2 * D)), "coefficient": np.asarray(0.6)}
     return GradientRun(values, ATTENTION_GRADS, f" at T = {LONG}", cotangent=rng.standard_normal((1, 1, LONG, 2 * D)))

@@ -609,7 +609,9 @@ LONG = 130  # past the block sizes 64 and 128, and a multiple of neither: a bloc
 
 def _long_run(function: str, grads: tuple[str, ...], rng: np.random.Generator) -> GradientRun:
     """The gradients of ``function`` for ``grads`` at :data:`LONG` tokens (one batch element, Hq = 4, Hkv = 2, D = 4): a backward
-    pass computed in blocks of queries or keys goes wrong only past its first block."""
+    pass computed in blocks of queries or keys goes wrong only past its first block. Drawn from a generator spawned from
+    ``rng``, which leaves ``rng``'s own draws (the earlier runs' directions) as they were."""
+    rng = rng.spawn(1)[0]
     values = {"q": rng.standard_normal((1, LONG, 4, 4)), "k": rng.standard_normal((1, LONG, 2, 4)), "v": rng.standard_normal((1, LONG, 2, 4)),
               "lambda_logits": 1.5 * rng.standard_normal((1, LONG, 2))}  # fmt: skip
     cotangent = rng.standard_normal((1, LONG, 4 if function == GQA else 2, 4))
