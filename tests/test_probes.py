@@ -79,7 +79,7 @@ def test_large_logits_blame_no_stability_when_ordinary_float32_logits_fail_too(f
 def test_a_custom_backward_is_named_with_its_inputs(forks: ForkServer) -> None:
     """The gradient that disagrees with the submission's own forward is named, and those that agree too."""
     found = [f for f in findings(forks, source("attention_backward_wrong_for_one_input")) if f.component == "backward"]
-    assert found[0].inputs == ("coefficient",) and "q1, k1, q2, k2, value agree" in found[0].evidence
+    assert found[0].inputs == ("coefficient",) and "k1, k2, value agree" in found[0].evidence  # (q1, q2 too in a run where they require grad)
 
 
 def test_a_detached_branch_names_its_inputs(forks: ForkServer) -> None:
