@@ -292,6 +292,14 @@ def test_a_wrong_shape_takes_the_component_of_the_line_that_refuses_sizes_in_oth
     assert [f.component for f in found] == ["shape", "mask"]  # a line that only reads the mask places no wrong shape
 
 
+def test_a_reduction_over_an_empty_block_of_keys_is_the_softmaxs() -> None:
+    """amax over zero keys (a key block past the last one) raises on the line of the running maximum: a softmax cause."""
+    trace = '  File "sub.py", line 5, in _online\n    m_new = torch.maximum(m, s.amax(-1, keepdim=True))\n'
+    empty = Returned(raised={"type": "IndexError", "message": "amax(): Expected reduction dim -1 to have non-zero size.", "traceback": trace})
+    (found,) = slips.findings([_call(empty), _call(_tensor())], SOURCE, DECLARATIONS)
+    assert (found.component, found.blocks) == ("softmax", False) and "line 5" in found.evidence
+
+
 def test_a_modified_input_is_named_with_the_in_place_line() -> None:
     """An input whose values or version changed: the mutation slip names it and the line that writes into it."""
     (found,) = slips.findings([_call(_tensor(), changed=(0,)), _call(_tensor())], SOURCE, DECLARATIONS)

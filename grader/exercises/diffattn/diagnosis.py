@@ -91,8 +91,10 @@ def name_shape(function: str, got: tuple[int, ...], expected: tuple[int, ...], m
     return None
 
 
-# The student's lines where tensors of sizes that do not fit meet, by the operation: applying or building the causal mask.
-LINE_COMPONENTS = {r"masked_fill|\btril\(|\btriu\(": "mask"}
+# The student's lines where tensors of sizes that do not fit meet (or an error torch words in no known way is raised), by
+# the operation: applying or building the causal mask; a row's maximum or log-normaliser, the softmax's own reductions
+# (over an empty block of keys they raise).
+LINE_COMPONENTS = {r"masked_fill|\btril\(|\btriu\(": "mask", r"\bamax\(|\blogsumexp\(|\bmaximum\(": "softmax"}
 DECLARATIONS = slips.Declarations(ATTRIBUTE_COMPONENTS, name_shape, LINE_COMPONENTS, {("the coefficient", f"computed by {LAMBDA}"): LAMBDA},
                                   {"coefficient": "coefficient"}, {ATTENTION: "coefficient", LAMBDA: "lambda"})
 
