@@ -19,6 +19,9 @@
   not, against the oracle: a computation that is right for short sequences
   only (key blocks, chunks, a fixed buffer) says from which length, and
   whether only one causal mode;
+* **wide heads**: the first map at head widths 3, 40 and 72 against the
+  oracle: maps that are still distributions but wrong past some width have
+  logits scaled from part of the head;
 * **stability**: float32 logits of hundreds (all large, a future key far
   above the visible ones, branch 2 far from branch 1, every visible logit
   far below zero) against the oracle.
@@ -459,6 +462,34 @@ def length_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool
     return findings.length_probe(worker, ATTENTION, attention_subject, points, LENGTHS, truth, found)
 
 
+WIDTHS = (D, 40, 72)  # the probes' own head width, then past the common slab widths 32 and 64, multiples of neither
+
+
+def width_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool:
+    """The first map read out (coefficient 0, one-hot values, causal=False) at head widths :data:`WIDTHS`, against the
+    oracle; whether wide heads alone are wrong while each row is still a distribution (the logits, not the normaliser, change
+    with the width: a scale taken from part of the head)."""
+    points = []
+    for d in WIDTHS:
+        value = np.zeros((1, 1, T, 2 * d))
+        value[..., np.arange(T), np.arange(T)] = 1.0
+        points.append({**{n: rng.standard_normal((1, 1, T, d)) for n in INPUT_NAMES[:4]}, "value": value, "coefficient": np.asarray(0.0)})
+    found.probes.append(f"{ATTENTION}: the first map at head widths {', '.join(map(str, WIDTHS))}")
+    outs = probes.sweep(worker, attention_subject(False), points)
+    wrong = [d for d, out, point in zip(WIDTHS, outs, points) if not is_right(out, truth(point, False))]
+    if not wrong or wrong[0] == WIDTHS[0]:
+        return False
+    read = [np.asarray(out)[..., :T] for d, out in zip(WIDTHS, outs) if d in wrong and out is not None]
+    if not read or not all(np.isfinite(m).all() and m.min() >= 0.0 and np.allclose(m.sum(axis=-1), 1.0, atol=1e-9) for m in read):
+        return False
+    found.add(ATTENTION, "scale", "forward", f"Heads of width {wrong[0]} get the wrong logits",
+              f"With coefficient 0, one-hot values and causal=False, the map is right at head width D = {WIDTHS[0]} but wrong from "
+              f"D = {wrong[0]}, though each row still sums to 1: the logits change with the head width other than as q·k/√D (a "
+              "scale taken from part of the head, such as one slab of a split dot product?).",
+              "compute the whole dot product q·k over all D features, then scale it once by 1/√D")  # fmt: skip
+    return True
+
+
 def zero_rows_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool:
     """The maps with the first key and one query of each branch all zeros (padding), against the oracle; whether logits that are
     exactly 0 are hidden or mishandled while ordinary inputs are right."""
@@ -569,8 +600,8 @@ def run(worker: Worker, rng: np.random.Generator, found: Found, forward: bool, g
         localised = causal_path_first(found, ATTENTION, since, base, truth(values, True), unmasked, truth(values, False)) or localised
         localised = localised or causal_flag_probe(worker, rng, found) or dependence_probe(worker, rng, found)
         if right and not localised:
-            length_probe(worker, rng, found) or stability_probe(worker, rng, found) or zero_rows_probe(worker, rng, found) or \
-                layout_probe(worker, attention_subject, values, found)  # fmt: skip
+            length_probe(worker, rng, found) or width_probe(worker, rng.spawn(1)[0], found) or stability_probe(worker, rng, found) or \
+                zero_rows_probe(worker, rng, found) or layout_probe(worker, attention_subject, values, found)  # fmt: skip
         elif not localised:
             precision_finding(found, ATTENTION, base, truth(values, True)) or precision_finding(found, ATTENTION, unmasked, truth(values, False))
     if gradients:

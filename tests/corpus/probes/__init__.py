@@ -159,6 +159,7 @@ VARIANTS: dict[str, tuple[str, str, str, str]] = {
                                "+ lambda_init", _L, "dtype"),  # fmt: skip
     "lambda_float32": (_LAMBDA, "(torch.exp(torch.dot(q1.float(), k1.float())) - torch.exp(torch.dot(q2.float(), k2.float())) + lambda_init).to(q1.dtype)",
                        _L, "dtype"),  # fmt: skip
+    "scale_from_first_32_features": ("/ math.sqrt(q.shape[-1])", "/ math.sqrt(min(q.shape[-1], 32))", _A, "scale"),
     "lambda_init_through_log": (_LAMBDA, "torch.exp(torch.logaddexp(torch.dot(q1, k1), torch.log(torch.tensor(lambda_init, dtype=q1.dtype)))) "
                                 "- torch.exp(torch.dot(q2, k2))", _L, "lambda"),  # fmt: skip
     "lambda_log_of_difference": (_LAMBDA, "torch.sign(torch.dot(q1, k1) - torch.dot(q2, k2)) * torch.exp(torch.maximum(torch.dot(q1, k1), torch.dot(q2, k2)) "
