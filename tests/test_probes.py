@@ -17,7 +17,7 @@ from conftest import ROOT
 from corpus.probes import REPLACED, VARIANTS, place, source
 
 from grader.exercises.diffattn import attention_probes, lambda_probes
-from grader.toolkit.findings import Found, failing_mode, gradient_finding, probed_aspects, unexplained_maps
+from grader.toolkit.findings import Found, failing_mode, gradient_finding, probed_aspects
 from grader.toolkit import attention_maps, domain, probes
 from grader.toolkit.attention_maps import MapModel
 from grader.toolkit.rootcause import STAGES, Finding, Role
@@ -74,19 +74,6 @@ def test_large_logits_blame_no_stability_when_ordinary_float32_logits_fail_too(f
     text = source("base").replace("    return (_map(", "    if q1.dtype == torch.float32:\n        raise RuntimeError('float32')\n    return (_map(")
     assert "raise RuntimeError" in text
     assert [f.component for f in findings(forks, text) if f.component == "stability"] == []
-
-
-def test_right_maps_scaled_down_row_by_row_are_keys_beyond_the_sequence() -> None:
-    """Each row the true one times a sum below 1 (a visible zero-padded key shares the normaliser): the mask; rows that are
-    not proportional to the truth stay a normaliser fault."""
-    truth = np.array([[0.5, 0.3, 0.2], [0.1, 0.6, 0.3], [0.2, 0.2, 0.6]])
-    padded = truth / (1.0 + np.array([[0.1], [0.3], [0.2]]))
-    found = Found()
-    assert unexplained_maps(found, "f", padded[None], "one-hot values", causal=False, truth=truth[None])
-    assert found.findings[0].component == "mask" and "0.7692" in found.findings[0].evidence
-    other = Found()
-    assert unexplained_maps(other, "f", padded[None, ::-1], "one-hot values", causal=False, truth=truth[None])
-    assert other.findings[0].component == "softmax"
 
 
 def test_a_custom_backward_is_named_with_its_inputs(forks: ForkServer) -> None:

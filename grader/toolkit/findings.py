@@ -338,21 +338,11 @@ def gradients_probe(worker: Worker, subject: Subject, runs: Sequence[GradientRun
             return  # (with every input requiring grad, a detached output is the contract slip's to name)
 
 
-def _padding_shares(maps: np.ndarray, truth: np.ndarray) -> bool:
-    """Whether every row of ``maps`` is its row of ``truth`` times its own sum, some sums clearly below 1 (other keys took
-    the rest of the weight)."""
-    if maps.shape != truth.shape or not np.isfinite(maps).all():
-        return False
-    sums = maps.sum(axis=-1, keepdims=True)
-    return bool((sums < 1.0 - 1e-6).any() and (sums <= 1.0 + 1e-9).all() and np.allclose(maps, sums * truth, rtol=0.0, atol=1e-9))
-
-
-def unexplained_maps(found: Found, function: str, maps: np.ndarray, how: str, causal: bool = True, truth: np.ndarray | None = None) -> bool:
+def unexplained_maps(found: Found, function: str, maps: np.ndarray, how: str, causal: bool = True) -> bool:
     """A finding for causal maps ([..., T, T], read out of the output with ``how``) that no softmax model explains: weight on
-    future keys (the mask), negative weights, rows that are the right maps (``truth``, when given) scaled down (keys beyond
-    the sequence, such as zero padding, share the normaliser: the mask), or rows that do not sum to 1, or rows that sum to 1
-    and hide exactly the future yet are not proportional to exp of the logits (the softmax); whether there was one. Maps
-    read with causal=False (``causal``) have no future keys."""
+    future keys (the mask), negative weights or rows that do not sum to 1, or rows that sum to 1 and hide exactly the future
+    yet are not proportional to exp of the logits (the softmax); whether there was one. Maps read with causal=False
+    (``causal``) have no future keys."""
     sums = maps.sum(axis=-1)
     finite = np.isfinite(sums)
     if not finite.any():
@@ -374,13 +364,6 @@ def unexplained_maps(found: Found, function: str, maps: np.ndarray, how: str, ca
                   f"Read out of your output with {how}, weights go down to {lowest:.4g}; a softmax gives weights in [0, 1] whose rows "
                   "sum to 1 (log-probabilities, or logits used without their softmax?).",
                   "weight the values with torch.softmax(scores, dim=-1), over the keys")  # fmt: skip
-        return True
-    if truth is not None and _padding_shares(maps, truth):
-        worst = float(np.nanmin(sums))
-        found.add(function, "mask", "forward", "Keys beyond the sequence take part of the weight",
-                  f"Read out of your output with {how}, each query's weights are the right ones scaled down (rows sum to as little as "
-                  f"{worst:.4g}): keys outside the sequence, such as the zero padding of a blocked layout, are left visible and share "
-                  "the normaliser.", "hide every key position ≥ T (padding) with −∞, whatever the causal flag")  # fmt: skip
         return True
     if not np.allclose(sums[finite], 1.0, rtol=0.0, atol=1e-9):
         worst = float(sums[finite][np.argmax(np.abs(sums[finite] - 1.0))])

@@ -249,13 +249,6 @@ def _explained(values: Values, maps: Sequence[np.ndarray], heads: Sequence[int],
     return fits
 
 
-def _true_maps(values: Values, heads: Sequence[int], causal: bool) -> np.ndarray:
-    """The right map of each query head of ``heads`` (first batch element), as the readouts give them."""
-    tensors = {**{f"q{j}": values["q"][0, :, j] for j in range(HQ)}, **{f"k{g}": values["k"][0, :, g] for g in range(HKV)}}
-    mask = "causal" if causal else "none"
-    return np.array([attention_maps.predict(MapModel(f"q{h}", f"k{h // G}", mask, scale=SCALES["1/√D"]), tensors) for h in heads])
-
-
 def gqa_maps_probe(worker: Worker, values: Values, found: Found, causal: bool = True) -> bool:
     """Read each query head's map out of the output with one-hot values (and ``causal``) and explain it; whether the forward
     was localised."""
@@ -274,8 +267,7 @@ def gqa_maps_probe(worker: Worker, values: Values, found: Found, causal: bool = 
     fits = _explained(values, maps, list(range(HQ)), causal)
     if fits is None:
         how = "one-hot values" + ("" if causal else " and causal=False")
-        return _heads_finding(found, [h // G for h in range(HQ)], read) or \
-            unexplained_maps(found, GQA, np.array(maps), how, causal, _true_maps(values, list(range(HQ)), causal))  # fmt: skip
+        return _heads_finding(found, [h // G for h in range(HQ)], read) or unexplained_maps(found, GQA, np.array(maps), how, causal)
     queries, keys = [int(fit.model.query[1:]) for fit in fits], [int(fit.model.key[1:]) for fit in fits]
     if queries != list(range(HQ)):
         found.add(GQA, "heads", "forward", "Output heads hold other query heads' attention",
@@ -493,7 +485,7 @@ def _even_maps(found: Found, values: Values, gate_off: np.ndarray, causal: bool)
     fits = _explained(values, maps, heads, causal) if min(float(m.min()) for m in maps) >= -FITS else None
     if fits is None:
         how = f"one-hot values and the gate off (ℓ = {GATE_OFF:g})" + ("" if causal else ", causal=False")
-        return unexplained_maps(found, DIFF_V2, np.array(maps), how, causal, _true_maps(values, heads, causal))
+        return unexplained_maps(found, DIFF_V2, np.array(maps), how, causal)
     return _map_findings(found, fits, DIFF_V2)
 
 
