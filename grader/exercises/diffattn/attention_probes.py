@@ -542,6 +542,33 @@ def _leaks_at_large_logits(worker: Worker, rng: np.random.Generator, cases: Sequ
     return False
 
 
+FALLING = 100  # tokens: blocks of 32 or 64 keys whose largest logits lie hundreds apart
+
+
+def _falling_logits_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool:
+    """float32 logits that fall from about 300 to −300 along :data:`FALLING` keys, against the oracle; whether the output is
+    wrong there (an online softmax whose running maximum is replaced by each block's own: exp(old − new) overflows)."""
+    direction = rng.standard_normal(D)
+    direction /= np.linalg.norm(direction)
+    heights = (300.0 - 6.0 * np.arange(FALLING)) * math.sqrt(D) / 20.0  # query·key/√D ≈ 20·height/√D
+    values = {n: (np.broadcast_to(direction * 20.0, (1, 1, FALLING, D)) + 0.1 * rng.standard_normal((1, 1, FALLING, D))
+                  if n.startswith("q") else heights[:, None] * direction + 0.1 * rng.standard_normal((1, 1, FALLING, D)))
+              for n in INPUT_NAMES[:4]}  # fmt: skip
+    values |= {"value": rng.standard_normal((1, 1, FALLING, 2 * D)), "coefficient": np.asarray(0.6)}
+    values = {n: exact(v, "float32") for n, v in values.items()}
+    found.probes.append(f"{ATTENTION}: float32 logits falling from 300 to −300 along {FALLING} keys")
+    out = probes.sweep(worker, attention_subject(True, "float32"), [values])[0]
+    if is_right(out, truth(values, True), FLOAT32_LIKE):
+        return False
+    bad = "NaN or infinite" if out is not None and not np.isfinite(out).all() else "wrong"
+    found.add(ATTENTION, "stability", "forward", "The softmax is not numerically stable when the logits fall along the keys",
+              f"With float32 logits that fall from about 300 to −300 along {FALLING} keys, your output is {bad}, while logits of hundreds "
+              "over a few keys and ordinary logits give the right output: blocks of keys whose largest logits lie far apart (an online "
+              "softmax's running maximum replaced by each block's own maximum?).",
+              "keep the running maximum m = max(m, block maximum) and rescale by exp(old m − new m), which is then at most 1")  # fmt: skip
+    return True
+
+
 def stability_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool:
     """float32 calls with logits of hundreds against the oracle; whether one fails."""
     kinds = {**probes.LARGE_LOGITS, "branches": "branch 2's logits are far from branch 1's"}
@@ -553,8 +580,10 @@ def stability_probe(worker: Worker, rng: np.random.Generator, found: Found) -> b
         return True
     wrong = {k: values for (k, values), out in zip(cases.items(), outputs) if not is_right(out, truth(values, True), FLOAT32_LIKE)}
     failing = [kinds[k] for k in wrong]
-    if not failing or not is_right(plain, truth(ordinary, True), FLOAT32_LIKE):
+    if not is_right(plain, truth(ordinary, True), FLOAT32_LIKE):
         return False  # (ordinary float32 logits wrong too, or raising: large ones tell nothing of stability)
+    if not failing:
+        return _falling_logits_probe(worker, rng.spawn(1)[0], found)
     bad = "NaN or infinite" if any(out is not None and not np.isfinite(out).all() for out in outputs) else "wrong"
     if bad == "wrong" and _leaks_at_large_logits(worker, rng, list(wrong.values())):
         found.add(ATTENTION, "mask", "forward", "Masked keys still get weight when the logits are large: the mask is a finite number",

@@ -97,6 +97,24 @@ class _Recomputed(torch.autograd.Function):
 def differential_attention(q1, k1, q2, k2, value, coefficient, causal=True):
     return _Recomputed.apply(q1, k1, q2, k2, value, torch.as_tensor(coefficient, dtype=q1.dtype), causal)
 '''
+# an online softmax over blocks of 32 keys whose running maximum is replaced by each block's own (exact, until far-apart
+# block maxima overflow exp(old − new))
+_BLOCK_MAXIMUM = '''
+
+def _map(q, k, causal):
+    s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if causal:
+        t = q.shape[-2]
+        s = s.masked_fill(torch.ones(t, t, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
+    m = s[..., :32].amax(-1, keepdim=True)
+    total = torch.exp(s[..., :32] - m).sum(-1, keepdim=True)
+    for j in range(32, s.shape[-1], 32):
+        block = s[..., j:j + 32].amax(-1, keepdim=True)
+        new = torch.where(torch.isinf(block), m, block)
+        total = total * torch.exp(m - new) + torch.exp(s[..., j:j + 32] - new).sum(-1, keepdim=True)
+        m = new
+    return torch.exp(s - m) / total
+'''
 
 # name -> (text of BASE, what a student wrote instead, the function and component the first finding must name)
 VARIANTS: dict[str, tuple[str, str, str, str]] = {
@@ -175,6 +193,7 @@ REPLACED: dict[str, tuple[str, str, str, str]] = {
     "backward_recomputes_causal_always": ("differential_attention", _RECOMPUTED.format(flag="True", cut="pass"), _A, "backward"),
     "backward_keeps_last_64_queries": ("differential_attention", _RECOMPUTED.format(flag="ctx.causal", cut="g = g.clone(); g[..., :-64, :] = 0"),
                                        _A, "backward"),  # fmt: skip
+    "online_maximum_replaced_by_block_maximum": ("_map", _BLOCK_MAXIMUM, _A, "stability"),
     "backward_views_incoming_gradient": ("differential_attention", _RECOMPUTED.format(flag="ctx.causal", cut="g = g.view(-1).view(g.shape)"),
                                          _A, "backward"),  # fmt: skip
 }
