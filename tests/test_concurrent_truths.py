@@ -71,3 +71,18 @@ def test_a_set_drawn_by_two_threads_at_once_is_one_set_of_objects() -> None:
         assert first.result() is second.result()
     assert draws == [7]
     assert draw(8) is not draw(7)
+
+
+def test_a_computation_that_asks_for_its_own_key_computes_it_instead_of_waiting_for_itself() -> None:
+    """Re-entering the same key in the same thread computes again (as without threads) rather than hanging."""
+    store: Memo = {}
+    key_object = object()
+    depth: list[int] = []
+
+    def nested() -> int:
+        depth.append(1)
+        return 1 if len(depth) > 1 else 1 + remember(store, (key_object,), nested)
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        assert pool.submit(remember, store, (key_object,), nested).result(timeout=10) == 2
+    assert remember(store, (key_object,), lambda: -1) == 2

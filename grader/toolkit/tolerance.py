@@ -85,7 +85,12 @@ def _kept(store: Memo, key: tuple[Any, ...], objects: tuple[Any, ...]) -> tuple[
 
 
 def _computed_once(store: Memo, key: tuple[Any, ...], objects: tuple[Any, ...], compute: Callable[[], _Result]) -> _Result:
-    """Compute and store the entry of ``key``, or wait for the thread that is computing it."""
+    """Compute and store the entry of ``key``, or wait for the other thread that is computing it.
+
+    A computation that asks for its own key again, in its own thread, computes
+    it again (as it would without threads) instead of waiting for itself.
+    """
+    me = threading.get_ident()
     while True:
         with _COMPUTING_LOCK:
             found = _kept(store, key, objects)  # (stored since the caller looked)
@@ -93,9 +98,11 @@ def _computed_once(store: Memo, key: tuple[Any, ...], objects: tuple[Any, ...], 
                 return found[1]
             busy = _COMPUTING.get((id(store), key))
             if busy is None:
-                done = _COMPUTING[(id(store), key)] = threading.Event()
+                done = _COMPUTING[(id(store), key)] = (me, threading.Event())
                 break
-        busy.wait()
+        if busy[0] == me:
+            return compute()
+        busy[1].wait()
     try:
         result = compute()
         store[key] = (objects, result)
@@ -103,10 +110,11 @@ def _computed_once(store: Memo, key: tuple[Any, ...], objects: tuple[Any, ...], 
     finally:
         with _COMPUTING_LOCK:
             del _COMPUTING[(id(store), key)]
-        done.set()
+        done[1].set()
 
 
-_COMPUTING: dict[tuple[int, tuple[Any, ...]], threading.Event] = {}  # (store, key) -> set when its computation ends
+# (store, key) -> the thread computing it, and the event set when it is done
+_COMPUTING: dict[tuple[int, tuple[Any, ...]], tuple[int, threading.Event]] = {}
 _COMPUTING_LOCK = threading.Lock()
 
 
