@@ -17,7 +17,7 @@ from conftest import ROOT
 from corpus.probes import REPLACED, VARIANTS, place, source
 
 from grader.exercises.diffattn import attention_probes, lambda_probes
-from grader.toolkit.findings import Found, failing_mode, gradient_finding, probed_aspects
+from grader.toolkit.findings import Found, failing_mode, gradient_finding, probed_aspects, unexplained_maps
 from grader.toolkit import attention_maps, domain, probes
 from grader.toolkit.attention_maps import MapModel
 from grader.toolkit.rootcause import STAGES, Finding, Role
@@ -225,3 +225,18 @@ def test_large_logits_reach_hundreds_as_each_kind_says(tokens_axis: int) -> None
     assert not np.exp(logits["below"].astype(np.float32)).any()
     with pytest.raises(ValueError, match="'kind' must be one of"):
         probes.large_logits(q, k, "sideways", direction, tokens_axis, 60.0)
+
+
+def test_rows_summing_to_one_are_a_softmax_fault_only_when_some_keys_keep_their_right_ratios() -> None:
+    """Different shifts for two blocks of keys keep the ratios within a block: softmax; logits of other inputs keep none: silent."""
+    rng = np.random.default_rng(2)
+    visible = attention_maps.keep(5, "causal")
+    logits = np.where(visible, rng.standard_normal((1, 2, 5, 5)), -np.inf)
+    right = _softmax(logits)
+    shifted = np.exp(logits - np.where(np.arange(5) < 2, 0.0, 1.5))  # keys 2 to 4 shifted by 1.5 more than keys 0 and 1
+    found = Found()
+    assert unexplained_maps(found, "f", shifted / shifted.sum(axis=-1, keepdims=True), "test", right)
+    assert [(f.component, f.title) for f in found.findings] == [("softmax", "The weights are not a softmax of the logits")]
+    other = _softmax(np.where(visible, rng.standard_normal((1, 2, 5, 5)), -np.inf))  # a softmax of logits of other inputs
+    found = Found()
+    assert not unexplained_maps(found, "f", other, "test", right) and found.findings == []

@@ -338,11 +338,29 @@ def gradients_probe(worker: Worker, subject: Subject, runs: Sequence[GradientRun
             return  # (with every input requiring grad, a detached output is the contract slip's to name)
 
 
-def unexplained_maps(found: Found, function: str, maps: np.ndarray, how: str, causal: bool = True) -> bool:
+def _shifted_within_rows(maps: np.ndarray, expected: np.ndarray, visible: np.ndarray) -> bool:
+    """Whether some row of ``maps`` that is not its row of ``expected`` (the right maps, same shape) still weighs two of its
+    visible keys in the right ratio: exponentials of the right logits, taken against different shifts for different keys.
+    Logits computed from other inputs (another branch's keys, a folded layout, a scale of 0) leave no ratio of a wrong row
+    right."""
+    rows, right = maps[..., visible], expected[..., visible]
+    for got, want in zip(rows.reshape(-1, rows.shape[-1]), right.reshape(-1, right.shape[-1])):
+        keys = (got > 0.0) & (want > 0.0)
+        if keys.sum() < 2 or np.allclose(got, want, rtol=0.0, atol=attention_maps.FITS):
+            continue
+        ratios = np.sort(np.log(got[keys]) - np.log(want[keys]))
+        if np.any(np.diff(ratios) < attention_maps.FITS):
+            return True
+    return False
+
+
+def unexplained_maps(found: Found, function: str, maps: np.ndarray, how: str, expected: np.ndarray, causal: bool = True) -> bool:
     """A finding for causal maps ([..., T, T], read out of the output with ``how``) that no softmax model explains: weight on
     future keys (the mask), negative weights or rows that do not sum to 1, or rows that sum to 1 and hide exactly the future
-    yet are not proportional to exp of the logits (the softmax); whether there was one. Maps read with causal=False
-    (``causal``) have no future keys."""
+    yet are not proportional to exp of the logits while some of their keys are (the softmax: different shifts within a
+    row); whether there was one. ``expected``: the right maps, of the same shape. Rows that sum to 1 with no two keys in
+    the right ratio are left unexplained: wrong logits (a scale, a branch, a layout) and a wrong normalisation both fit.
+    Maps read with causal=False (``causal``) have no future keys."""
     sums = maps.sum(axis=-1)
     finite = np.isfinite(sums)
     if not finite.any():
@@ -371,7 +389,7 @@ def unexplained_maps(found: Found, function: str, maps: np.ndarray, how: str, ca
                   f"Read out of your output with {how}, a query's weights sum to {worst:.4g}, not 1, and no softmax of q kᵀ "
                   "explains them: the normaliser is wrong.", advice)  # fmt: skip
         return True
-    if not (np.all(maps[..., ~visible] == 0.0) and np.all(maps[..., visible] > 0.0)):
+    if not (np.all(maps[..., ~visible] == 0.0) and np.all(maps[..., visible] > 0.0)) or not _shifted_within_rows(maps, expected, visible):
         return False
     found.add(function, "softmax", "forward", "The weights are not a softmax of the logits",
               f"Read out of your output with {how}, each query's weights sum to 1 and hide exactly the future keys, but their "

@@ -343,12 +343,12 @@ def maps_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool:
         return True
     how = "one-hot values at λ = 0, ½, 2 and −½"
     if combination.fits and combination.weights != (1.0, 0.0, 0.0, -1.0):
-        return unexplained_maps(found, ATTENTION, np.stack([intercept, -slope]), how)
+        return unexplained_maps(found, ATTENTION, np.stack([intercept, -slope]), how, np.stack(true_maps))
     if combination.fits:
         return _rounded_coefficient(found, read, unrounded[..., :T]) or _rounded_scale(found, values, intercept)
     fits = _explain_maps(values, {1: intercept, 2: -slope}, causal=True)
     if fits is None:
-        return unexplained_maps(found, ATTENTION, np.stack([intercept, -slope]), how)
+        return unexplained_maps(found, ATTENTION, np.stack([intercept, -slope]), how, np.stack(true_maps))
     _show(found, "First map A1 (read at λ = 0)", true_maps[0], intercept)
     return _map_findings(found, fits)
 

@@ -267,7 +267,7 @@ def gqa_maps_probe(worker: Worker, values: Values, found: Found, causal: bool = 
     fits = _explained(values, maps, list(range(HQ)), causal)
     if fits is None:
         how = "one-hot values" + ("" if causal else " and causal=False")
-        return _heads_finding(found, [h // G for h in range(HQ)], read) or unexplained_maps(found, GQA, np.array(maps), how, causal)
+        return _heads_finding(found, [h // G for h in range(HQ)], read) or unexplained_maps(found, GQA, np.array(maps), how, oracle.attention_maps(values["q"], values["k"], causal)[0], causal)
     queries, keys = [int(fit.model.query[1:]) for fit in fits], [int(fit.model.key[1:]) for fit in fits]
     if queries != list(range(HQ)):
         found.add(GQA, "heads", "forward", "Output heads hold other query heads' attention",
@@ -485,7 +485,7 @@ def _even_maps(found: Found, values: Values, gate_off: np.ndarray, causal: bool)
     fits = _explained(values, maps, heads, causal) if min(float(m.min()) for m in maps) >= -FITS else None
     if fits is None:
         how = f"one-hot values and the gate off (ℓ = {GATE_OFF:g})" + ("" if causal else ", causal=False")
-        return unexplained_maps(found, DIFF_V2, np.array(maps), how, causal)
+        return unexplained_maps(found, DIFF_V2, np.array(maps), how, oracle.attention_maps(values["q"], values["k"], causal)[0][heads], causal)
     return _map_findings(found, fits, DIFF_V2)
 
 
