@@ -322,6 +322,21 @@ def test_an_output_without_history_is_a_slip_when_every_graded_call_or_one_way_o
     assert [f.title for f in found] == [f"{A}'s output is cut off from autograd, when tokens is 1, value is frozen and coefficient is frozen"]
 
 
+def test_an_output_cut_only_when_one_undeclared_input_alone_requires_grad_waits_for_the_forward() -> None:
+    """Cut only when k1 alone requires grad (k1 detached, or never read): a gradients finding, after the forward's faults."""
+    detached = Returned(type_name="torch.Tensor", is_tensor=True, exact_tensor=True, shape=(1, 1, 2, 4), dtype="float32")
+    attached = _tensor()
+
+    def graded(result: Returned, names: str) -> Observed:
+        return Observed(A, Outcome(functions=[A], results=[result]), 0, (1, 1, 2, 4), "float32", {slips.TRAINED: slips.trained([names])},
+                        ("q1",), True)  # fmt: skip
+
+    found = slips.findings([graded(detached, "k1"), graded(attached, "q1"), graded(attached, "value")], None, DECLARATIONS)
+    assert [(f.component, f.stage) for f in found] == [("graph", "gradients")]
+    found = slips.findings([graded(detached, "coefficient"), graded(attached, "q1"), graded(attached, "value")], None, DECLARATIONS)
+    assert [(f.component, f.stage) for f in found] == [("coefficient", "contract")]
+
+
 def test_the_file_does_not_load_names_the_function_of_its_line() -> None:
     """A syntax error's line, the innermost required function of the traceback (a smoke test left at the top level),
     the function that uses a missing module, or the one that uses a module constant that fails, is where the load failure is."""

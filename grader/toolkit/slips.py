@@ -429,7 +429,9 @@ def _detached(function: str, calls: Sequence[Observed], source: str | None, decl
     """A finding when outputs of inputs that require grad carry no autograd history: in every call, or only in calls that
     share how they were made (a shortcut for one token, a fast path for some inputs frozen; other partial cuts are for the
     gradient probes to name). Cut only when one input alone requires grad, it is the fault of that input's component,
-    when the exercise declares one."""
+    when the exercise declares one; when it declares none, the input is cut from the graph or never read by the forward
+    (another branch's keys read in its place), so the finding is a gradients one, after any fault the probes find in the
+    forward values."""
     graded = [c for c in calls if c.grads and c.result is not None and c.result.exact_tensor and c.result.shape == c.shape]
     attached = [c.result is not None and c.result.requires_grad and c.result.has_grad_fn for c in graded]
     cut = [c for c, kept in zip(graded, attached) if not kept]
@@ -440,12 +442,14 @@ def _detached(function: str, calls: Sequence[Observed], source: str | None, decl
     evidence = (f"Its output has no autograd history (grad_fn is None) although inputs require grad{when}"
                 f"{first_line(source, function, GRAPH_SLIPS)}.")  # fmt: skip
     alone = {c.attributes.get(TRAINED, "") for c in cut}
-    component = declared.inputs.get(alone.pop().removesuffix(ONLY), "graph") if len(alone) == 1 and only else "graph"
+    trained_alone = alone.pop().removesuffix(ONLY) if len(alone) == 1 and only else None
+    component = declared.inputs.get(trained_alone, "graph") if trained_alone is not None else "graph"
+    unread = trained_alone is not None and component == "graph" and ", " not in trained_alone
     return [replace(_finding(function, component, f"{function}'s output is cut off from autograd{when}", evidence,
                              "keep every step in torch, for every input that may require grad: no `.detach()`, `.numpy()`, `.item()`, "
                              "`torch.tensor(...)`, `torch.no_grad()` or shortcut that leaves the inputs out on the way",
                              explains=frozenset({"graph", "gradients"}), note="no gradient can flow through an output without autograd history"),
-                    public=all(c.public for c in cut))]  # fmt: skip
+                    public=all(c.public for c in cut), stage="gradients" if unread else "contract")]  # fmt: skip
 
 
 SIZES = next(fragments for fragments, component, _, _ in EXCEPTION_KINDS if component == "shape")
