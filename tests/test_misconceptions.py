@@ -172,3 +172,16 @@ def test_correct_submission_gets_no_hint(runs: dict[str, Graded]) -> None:
     assert run.report["score"] == 100.0
     assert [c["hint"] for t in run.report["tiers"] for c in t["checks"]] == [None] * 28
     assert "hint:" not in run.stdout and 'class="hint"' not in run.html
+
+
+def test_float32_sized_errors_in_a_few_elements_are_no_float32_computation(truths: dict) -> None:
+    """float64 outputs off by float32-sized errors in one element of eight (a clamp of some inputs) are not float32 inside."""
+    attention = next(f for f in mc.FAMILIES if f.name == "attention")
+
+    def clamped_here_and_there(case, truth: engine.Prediction) -> engine.Prediction:
+        values, allowed = np.asarray(truth["output"].values), np.asarray(truth["output"].allowed)
+        if case.dtype == "float64":
+            values = values + 0.5 * engine.FLOAT32_WIDER * allowed * (np.arange(values.size).reshape(values.shape) % 8 == 0)
+        return {"output": Truth(values, allowed)}
+
+    assert not engine.float32_accurate(_observations(attention, truths, clamped_here_and_there))

@@ -381,19 +381,31 @@ FLOAT32_INSIDE = Variant(
 )
 
 
+def _missed(got: np.ndarray, predicted: Truth) -> tuple[int, int]:
+    """How many elements of ``got`` miss the prediction's allowance (NaN where it is NaN agrees), and how many there are."""
+    got, v, allowed = (np.asarray(x, dtype=np.float64) for x in (got, predicted.values, predicted.allowed))
+    with np.errstate(invalid="ignore"):
+        close = np.isfinite(v) & np.isfinite(got) & (np.abs(got - v) <= allowed)
+    same_non_finite = ~np.isfinite(v) & ((np.isnan(v) & np.isnan(got)) | (v == got))
+    return int((~(close | same_non_finite)).sum()), int(v.size)
+
+
 def float32_accurate(observations: list[Observation]) -> bool:
-    """Whether float64 outputs miss their allowance but meet float32's, while float32 outputs are right."""
+    """Whether float64 outputs miss their allowance but meet float32's, while float32 outputs are right, and the float64
+    outputs that miss do so in most of their elements: a computation rounded to float32 moves every element, a fault of
+    some inputs alone (a gate's logits clamped, a threshold past which an exponential is dropped) only theirs."""
     if not any(seen.case.dtype == "float64" for seen in observations):
         return False
-    missed = False
+    missed, elements = 0, 0
     for seen in observations:
         truth = seen.truth["output"]
         if seen.case.dtype == "float64":
-            missed = missed or not agrees(seen.got["output"], truth)
+            wrong, size = _missed(seen.got["output"], truth) if np.shape(seen.got["output"]) == np.shape(truth.values) else (1, 1)
+            missed, elements = missed + wrong, elements + (size if wrong else 0)
             truth = Truth(truth.values, np.asarray(truth.allowed) * FLOAT32_WIDER)
         if not agrees(seen.got["output"], truth):
             return False
-    return missed
+    return missed > 0 and 2 * missed >= elements
 
 
 def float32_accuracy(family: Family) -> Symptom:
