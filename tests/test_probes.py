@@ -228,7 +228,7 @@ def test_large_logits_reach_hundreds_as_each_kind_says(tokens_axis: int) -> None
 
 
 def test_rows_summing_to_one_are_a_softmax_fault_only_when_some_keys_keep_their_right_ratios() -> None:
-    """Different shifts for two blocks of keys keep the ratios within a block: softmax; logits of other inputs keep none: silent."""
+    """Shifts per block of keys or per key (a maximum over the queries) are a softmax fault; logits of other inputs: silent."""
     rng = np.random.default_rng(2)
     visible = attention_maps.keep(5, "causal")
     logits = np.where(visible, rng.standard_normal((1, 2, 5, 5)), -np.inf)
@@ -237,6 +237,10 @@ def test_rows_summing_to_one_are_a_softmax_fault_only_when_some_keys_keep_their_
     found = Found()
     assert unexplained_maps(found, "f", shifted / shifted.sum(axis=-1, keepdims=True), "test", right)
     assert [(f.component, f.title) for f in found.findings] == [("softmax", "The weights are not a softmax of the logits")]
+    by_key = np.exp(logits - np.nanmax(np.where(visible, logits, np.nan), axis=-2, keepdims=True))  # a maximum over the queries
+    found = Found()
+    assert unexplained_maps(found, "f", by_key / by_key.sum(axis=-1, keepdims=True), "test", right)
+    assert [f.component for f in found.findings] == ["softmax"]
     other = _softmax(np.where(visible, rng.standard_normal((1, 2, 5, 5)), -np.inf))  # a softmax of logits of other inputs
     found = Found()
     assert not unexplained_maps(found, "f", other, "test", right) and found.findings == []

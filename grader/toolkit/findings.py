@@ -339,17 +339,26 @@ def gradients_probe(worker: Worker, subject: Subject, runs: Sequence[GradientRun
 
 
 def _shifted_within_rows(maps: np.ndarray, expected: np.ndarray, visible: np.ndarray) -> bool:
-    """Whether some row of ``maps`` that is not its row of ``expected`` (the right maps, same shape) still weighs two of its
-    visible keys in the right ratio: exponentials of the right logits, taken against different shifts for different keys.
-    Logits computed from other inputs (another branch's keys, a folded layout, a scale of 0) leave no ratio of a wrong row
-    right."""
-    rows, right = maps[..., visible], expected[..., visible]
-    for got, want in zip(rows.reshape(-1, rows.shape[-1]), right.reshape(-1, right.shape[-1])):
-        keys = (got > 0.0) & (want > 0.0)
-        if keys.sum() < 2 or np.allclose(got, want, rtol=0.0, atol=attention_maps.FITS):
+    """Whether ``maps`` are exponentials of the right logits (``expected``: the right maps, same shape) taken against
+    different shifts for different keys: a wrong row that still weighs two of its visible keys in the right ratio (a
+    block of keys shifted by its own maximum), or log-weights off from the right ones by one shift per key and one per
+    query (a maximum taken over the queries' axis). Logits computed from other inputs (another branch's keys, a folded
+    layout, a scale of 0) leave the errors of a row all different, and not one shift per key."""
+    t = visible.shape[-1]
+    rows, keys = np.nonzero(visible)
+    design = np.zeros((rows.size, 2 * t))
+    design[np.arange(rows.size), rows] = 1.0
+    design[np.arange(rows.size), t + keys] = 1.0
+    for got, want in zip(maps.reshape(-1, t, t), expected.reshape(-1, t, t)):
+        if np.allclose(got, want, rtol=0.0, atol=attention_maps.FITS) or not np.all(want[visible] > 0.0):
             continue
-        ratios = np.sort(np.log(got[keys]) - np.log(want[keys]))
-        if np.any(np.diff(ratios) < attention_maps.FITS):
+        errors = np.where(visible, np.log(np.where(visible, got, 1.0)) - np.log(np.where(visible, want, 1.0)), 0.0)
+        for i in range(t):
+            row = np.sort(errors[i, visible[i]])
+            if not np.allclose(got[i], want[i], rtol=0.0, atol=attention_maps.FITS) and np.any(np.diff(row) < attention_maps.FITS):
+                return True
+        shifts = np.linalg.lstsq(design, errors[rows, keys], rcond=None)[0]
+        if np.max(np.abs(design @ shifts - errors[rows, keys])) < attention_maps.FITS:
             return True
     return False
 
