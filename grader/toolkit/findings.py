@@ -299,6 +299,11 @@ def gradient_finding(found: Found, function: str, condition: str, result: Consis
     return False
 
 
+LONG_RUN_TOKENS = 130
+"""The sequence length of the exercises' long gradient runs: past the block sizes 64 and 128, and a multiple of neither (a
+blocked backward pass's later and partial blocks)."""
+
+
 @dataclass(frozen=True)
 class GradientRun:
     """One comparison of the gradients with the forward: the inputs, those that require grad, words saying what is special

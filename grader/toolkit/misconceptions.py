@@ -238,14 +238,21 @@ class Catalogue:
 
 def agrees(got: np.ndarray, predicted: Truth) -> bool:
     """Whether ``got`` equals the prediction within its allowance everywhere (NaN where it is NaN)."""
+    agreeing = _agreement(got, predicted)
+    return agreeing is not None and bool(agreeing.all())
+
+
+def _agreement(got: np.ndarray, predicted: Truth) -> np.ndarray | None:
+    """Per element of ``got``, whether it equals the prediction within its allowance (NaN where it is NaN); None when the
+    shapes differ."""
     got, v, allowed = (np.asarray(x, dtype=np.float64) for x in (got, predicted.values, predicted.allowed))
     if got.shape != v.shape:
-        return False
+        return None
     finite = np.isfinite(v)
     with np.errstate(invalid="ignore"):
         close = finite & np.isfinite(got) & (np.abs(got - v) <= allowed)
     same_non_finite = ~finite & ((np.isnan(v) & np.isnan(got)) | (v == got))
-    return bool((close | same_non_finite).all())
+    return close | same_non_finite
 
 
 def far_apart(a: Truth, b: Truth) -> bool:
@@ -381,15 +388,6 @@ FLOAT32_INSIDE = Variant(
 )
 
 
-def _missed(got: np.ndarray, predicted: Truth) -> tuple[int, int]:
-    """How many elements of ``got`` miss the prediction's allowance (NaN where it is NaN agrees), and how many there are."""
-    got, v, allowed = (np.asarray(x, dtype=np.float64) for x in (got, predicted.values, predicted.allowed))
-    with np.errstate(invalid="ignore"):
-        close = np.isfinite(v) & np.isfinite(got) & (np.abs(got - v) <= allowed)
-    same_non_finite = ~np.isfinite(v) & ((np.isnan(v) & np.isnan(got)) | (v == got))
-    return int((~(close | same_non_finite)).sum()), int(v.size)
-
-
 def float32_accurate(observations: list[Observation]) -> bool:
     """Whether float64 outputs miss their allowance but meet float32's, while float32 outputs are right, and the float64
     outputs that miss do so in most of their elements: a computation rounded to float32 moves every element, a fault of
@@ -400,7 +398,8 @@ def float32_accurate(observations: list[Observation]) -> bool:
     for seen in observations:
         truth = seen.truth["output"]
         if seen.case.dtype == "float64":
-            wrong, size = _missed(seen.got["output"], truth) if np.shape(seen.got["output"]) == np.shape(truth.values) else (1, 1)
+            agreeing = _agreement(seen.got["output"], truth)
+            wrong, size = (1, 1) if agreeing is None else (int((~agreeing).sum()), agreeing.size)
             missed, elements = missed + wrong, elements + (size if wrong else 0)
             truth = Truth(truth.values, np.asarray(truth.allowed) * FLOAT32_WIDER)
         if not agrees(seen.got["output"], truth):

@@ -224,11 +224,15 @@ def _contrasting(failing: Sequence[Observed], working: Sequence[Observed]) -> tu
 
 
 def _contrast(failing: Sequence[Observed], working: Sequence[Observed]) -> tuple[str, str] | None:
-    """:func:`_contrasting` in words: (attribute, value), or ("a is x and b", "y") for several; or None."""
-    found = _contrasting(failing, working)
-    if not found:
+    """:func:`_contrasting` in words (:func:`_in_words`)."""
+    return _in_words(_contrasting(failing, working))
+
+
+def _in_words(contrast: Sequence[tuple[str, str]]) -> tuple[str, str] | None:
+    """A contrast as (attribute, value), or ("a is x and b", "y") for several; or None for none."""
+    if not contrast:
         return None
-    *first, (key, value) = found
+    *first, (key, value) = contrast
     return (f"{', '.join(f'{k} is {v}' for k, v in first)} and {key}" if first else key), value
 
 
@@ -282,7 +286,7 @@ def _raised(function: str, calls: Sequence[Observed], source: str | None, declar
         assert error is not None
         working = [c for c in calls if c.result is not None and c.result.raised is None]
         contrast = _contrasting(failing, working)
-        only = _contrast(failing, working)
+        only = _in_words(contrast)
         placed = _declared(contrast, declared)
         classified = exception_kind(f"{kind}: {error['message']}")
         message = error["message"].strip().splitlines()[0] if error["message"].strip() else ""

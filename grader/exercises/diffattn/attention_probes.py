@@ -599,7 +599,7 @@ def stability_probe(worker: Worker, rng: np.random.Generator, found: Found) -> b
 
 
 PERMUTED = " with inputs, and so the incoming gradient, stored heads and tokens swapped (an output read through transpose(1, 2))"
-LONG = 130  # past the block sizes 64 and 128, and a multiple of neither: a blocked backward's later and partial blocks
+LONG = findings.LONG_RUN_TOKENS
 
 
 def _long_run(rng: np.random.Generator) -> GradientRun:

@@ -604,7 +604,7 @@ def length_probe(worker: Worker, function: str, rng: np.random.Generator, found:
 
 
 PERMUTED = " with inputs, and so the incoming gradient, stored with tokens and heads swapped (an output read through a transpose)"
-LONG = 130  # past the block sizes 64 and 128, and a multiple of neither: a blocked backward's later and partial blocks
+LONG = findings.LONG_RUN_TOKENS
 
 
 def _long_run(function: str, grads: tuple[str, ...], rng: np.random.Generator) -> GradientRun:
