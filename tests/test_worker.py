@@ -365,6 +365,15 @@ def test_a_huge_reply_is_refused_unread_and_the_worker_goes_on(hostile: Worker) 
     assert np.allclose(after.results[0].value, np.linspace(-2, 2, 640).reshape(-1, 8).astype(np.float32))
 
 
+def test_the_worker_withholds_a_result_over_its_cap_and_sends_its_count(hostile: Worker) -> None:
+    """A 64 MB result of a call capped at 1,000 elements comes back as its shape and element count, with no array."""
+    header = {"calls": [{"fn": "huge", "args": [{"value": 0}], "max_elements": 1_000}], "tensors": []}
+    reply, arrays = hostile.run(header, [])
+    assert arrays == []
+    assert reply["calls"][0]["value"] is None and reply["calls"][0]["withheld"] == 16_000_000
+    assert reply["calls"][0]["shape"] == [16_000_000]
+
+
 def test_an_honest_wrong_shape_is_still_read(hostile: Worker) -> None:
     """A result bigger than expected but within the cap (an 8×8 map for an 80×8 input) comes back to be judged."""
     outcome = invoke(hostile, _one_tensor_call("square"))
@@ -386,6 +395,10 @@ def test_a_gradient_or_stray_array_over_its_cap_is_refused() -> None:
     assert judge({"calls": [{"value": None}]}, [(f8, (20_000,))]) == (
         "an array sent as no result or gradient had 20,000 elements where 0 were expected; the reply was refused"
     )
+    assert judge({"calls": [{"value": None, "withheld": 20_000}]}, []) == (
+        "f returned 20,000 elements where 6 were expected; the reply was refused"
+    )
+    assert judge({"calls": [{"value": None, "withheld": 20}]}, []) is None  # within the cap: judged as a missing value
 
 
 def test_protocol_drops_refused_arrays_and_stays_in_step() -> None:

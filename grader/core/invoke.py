@@ -219,6 +219,8 @@ def _encode(requests: Sequence[Request]) -> tuple[dict[str, Any], list[np.ndarra
             for i, t in enumerate(tensors)
         ],
     }
+    for call, (_, size) in zip(calls, _expected_sizes(requests)[0]):
+        call["max_elements"] = _most_elements(size)
     if backward:
         header["backward"] = {"calls": [c for c, _, _ in backward], "cotangents": list(range(len(arrays), len(arrays) + len(backward))),
                               "layouts": [layout for _, _, layout in backward]}  # fmt: skip
@@ -285,6 +287,9 @@ def reply_limit(requests: Sequence[Request]) -> Limit:
         calls = reply.get("calls")
         for i, call in enumerate(calls[: len(results)] if isinstance(calls, list) else []):
             index = call.get("value") if isinstance(call, dict) else None
+            withheld = call.get("withheld") if isinstance(call, dict) else None
+            if type(withheld) is int and withheld > _most_elements(results[i][1]):
+                return _refusal(results[i][0], withheld, results[i][1], "returned")
             if type(index) is int:
                 roles.setdefault(index, (results[i][0], results[i][1], "returned"))
         backward = reply.get("backward")
@@ -293,19 +298,29 @@ def reply_limit(requests: Sequence[Request]) -> Limit:
             tensor = int(key) if isinstance(key, str) and key.isdigit() else -1
             if type(index) is int and 0 <= tensor < len(grads):
                 roles.setdefault(index, (grads[tensor][0], grads[tensor][1], "had"))
-        allowed = REPLY_FLOOR + sum(REPLY_FACTOR * size + REPLY_FLOOR for _, size in [*results, *grads])
+        allowed = REPLY_FLOOR + sum(_most_elements(size) for _, size in [*results, *grads])
         total = 0
         for index, (_, shape) in enumerate(described):
             count = math.prod(shape)
             total += count
             what, size, verb = roles.get(index, ("an array sent as no result or gradient", 0, "had"))
-            if count > REPLY_FACTOR * size + REPLY_FLOOR:
-                return f"{what} {verb} {count:,} elements where {size:,} were expected; the reply was refused"
+            if count > _most_elements(size):
+                return _refusal(what, count, size, verb)
         if total > allowed:
             return f"the reply's arrays held {total:,} elements in all where at most {allowed:,} could be expected; the reply was refused"
         return None
 
     return judge
+
+
+def _most_elements(size: int) -> int:
+    """The most elements a reply's array may hold where ``size`` can be needed."""
+    return REPLY_FACTOR * size + REPLY_FLOOR
+
+
+def _refusal(what: str, count: int, size: int, verb: str) -> str:
+    """Why a reply was refused: ``what`` (a call or a gradient) held ``count`` elements where ``size`` were expected."""
+    return f"{what} {verb} {count:,} elements where {size:,} were expected; the reply was refused"
 
 
 def _request_tensors(request: Request) -> list[tuple[TensorInput, str]]:

@@ -631,7 +631,8 @@ class Run:
                 self.cpu_s += time.process_time() - cpu
                 del args, kwargs
             self.results.append(result)
-            calls.append({"status": "returned", "seconds": time.perf_counter() - started, **self.observe(result)})
+            facts = self.observe(result, call.get("max_elements"))
+            calls.append({"status": "returned", "seconds": time.perf_counter() - started, **facts})
             del result  # a later call may release it, and with it the inputs its graph holds
         for call, result in zip(calls[:-1], self.results):  # only a later call can have written into a result
             if call["status"] == "returned" and self.overwritten(result, call.get("value")):
@@ -660,8 +661,13 @@ class Run:
             return False
         return not self.server.np.array_equal(now, self.out_arrays[array], equal_nan=True)
 
-    def observe(self, result: Any) -> dict[str, Any]:
-        """Facts about a returned object, and its values if it is a plain tensor."""
+    def observe(self, result: Any, max_elements: int | None = None) -> dict[str, Any]:
+        """Facts about a returned object, and its values if it is a plain tensor.
+
+        Values of more than ``max_elements`` elements are withheld (their count
+        is sent instead): the grader would refuse them, and copying and sending
+        them could take longer than the call.
+        """
         kind = type(result)
         facts: dict[str, Any] = {
             "type": f"{kind.__module__}.{kind.__qualname__}",
@@ -681,6 +687,9 @@ class Run:
                 requires_grad=bool(result.requires_grad),
                 has_grad_fn=result.grad_fn is not None,
             )
+            if type(max_elements) is int and result.numel() > max_elements:
+                facts["value"], facts["withheld"] = None, int(result.numel())
+                return facts
             try:
                 facts["value"] = self.add_array(result)
             except BaseException as exc:
