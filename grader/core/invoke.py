@@ -462,12 +462,12 @@ def _decode(reply: dict[str, Any], arrays: list[np.ndarray]) -> Outcome:
             index = _field(call, "value", (int, type(None)))
             returned.value = None if index is None else _array(index, arrays)
         outcome.results.append(returned)
-    for key in ("inputs_after_forward", "inputs_after_backward"):
-        for i, change in enumerate(_field(reply, key, list, [])):
-            moved = _field(change, "version_after", int) != _field(change, "version_before", int)
-            flags = _field(change, "flags_changed", bool, False)  # requires_grad switched, or a .grad left on it
-            if (_field(change, "values_changed", bool) or moved or flags) and i not in outcome.changed_inputs:
-                outcome.changed_inputs.append(i)
+    for key in ("inputs_changed_by_forward", "inputs_changed_by_backward"):
+        for index in _field(reply, key, list, []):
+            if type(index) is not int:
+                raise MalformedReply(f"{key!r} holds a {type(index).__name__}")
+            if index not in outcome.changed_inputs:
+                outcome.changed_inputs.append(index)
     backward = _field(reply, "backward", dict, None)
     if backward is not None:
         status = _field(backward, "status", str)

@@ -491,7 +491,7 @@ class Run:
         self.tensors: list[Any] = [None] * len(header["tensors"])
         self.snapshots: list[tuple[Any, int] | None] = [None] * len(header["tensors"])
         self.flags: list[bool] = [False] * len(header["tensors"])  # requires_grad as the caller made each input
-        self.released: dict[int, dict[str, Any]] = {}  # input -> its changes when it was released
+        self.released: dict[int, bool] = {}  # input -> whether it had changed when it was released
         self.backings: dict[int, Any] = {}  # input -> the numpy array holding a contiguous input's memory
         self.freed: dict[tuple[str, tuple[int, ...]], list[Any]] = {}  # memory of released contiguous inputs
         self.results: list[Any] = []
@@ -591,7 +591,7 @@ class Run:
             keep = {a["tensor"] for a in arguments if "tensor" in a}
             for index, tensor in enumerate(self.tensors):
                 if tensor is not None and index not in keep:
-                    self.released[index] = self.change_of(index)
+                    self.released[index] = self.changed(index)
                     memory = self.backings.pop(index, None)
                     if memory is not None:
                         self.freed.setdefault((memory.dtype.str, memory.shape), []).append(memory)
@@ -637,12 +637,12 @@ class Run:
         for call, result in zip(calls[:-1], self.results):  # only a later call can have written into a result
             if call["status"] == "returned" and self.overwritten(result, call.get("value")):
                 call["overwritten"] = True
-        reply: dict[str, Any] = {"status": "ok", "calls": calls, "inputs_after_forward": self.input_changes()}
+        reply: dict[str, Any] = {"status": "ok", "calls": calls, "inputs_changed_by_forward": self.changed_inputs()}
         backward = self.header.get("backward")
         if backward is not None:
             layouts = backward.get("layouts") or ["contiguous"] * len(backward["calls"])
             reply["backward"] = self.backward(backward["calls"], [self.arrays[i] for i in backward["cotangents"]], layouts)
-            reply["inputs_after_backward"] = self.input_changes()
+            reply["inputs_changed_by_backward"] = self.changed_inputs()
         reply["cpu_s"] = self.cpu_s
         return reply, self.out_arrays
 
@@ -708,23 +708,27 @@ class Run:
         self.out_arrays.append(values.contiguous().numpy().copy())  # its values now: a later call may write into the tensor
         return len(self.out_arrays) - 1
 
-    def input_changes(self) -> list[dict[str, Any]]:
-        """For each input tensor: did its values or its version counter change (while the grader was not refilling it)?"""
-        return [self.change_of(index) for index in range(len(self.tensors))]
+    def changed_inputs(self) -> list[int]:
+        """The input tensors whose values, version counter or caller's state changed (while the grader was not refilling them)."""
+        return [index for index in range(len(self.tensors)) if self.changed(index)]
 
-    def change_of(self, index: int) -> dict[str, Any]:
-        """The changes of input ``index`` since it was built or last refilled (none for one never built)."""
+    def changed(self, index: int) -> bool:
+        """Whether input ``index`` changed since it was built or last refilled (never for one never built).
+
+        Its values, its version counter (an in-place write that put the same
+        values back), or the caller's own state of it: requires_grad switched,
+        or a ``.grad`` left by a backward pass the submission ran.
+        """
         if index in self.released:
             return self.released[index]
         tensor, snapshot = self.tensors[index], self.snapshots[index]
         if tensor is None or snapshot is None:
-            return {"values_changed": False, "version_before": 0, "version_after": 0}
+            return False
         before, version = snapshot
         current = tensor.detach()
-        same = current.shape == before.shape and bool(self.server.equal(current, before))
-        # The caller's own state of its tensor: requires_grad switched, or a .grad left by a backward pass the submission ran.
-        flags = tensor.requires_grad != self.flags[index] or (tensor.is_leaf and tensor.grad is not None)
-        return {"values_changed": not same, "version_before": version, "version_after": tensor._version, "flags_changed": flags}
+        if tensor._version != version or current.shape != before.shape or not bool(self.server.equal(current, before)):
+            return True
+        return tensor.requires_grad != self.flags[index] or (tensor.is_leaf and tensor.grad is not None)
 
     def backward(self, indices: list[int], cotangents: list[Any], layouts: list[str]) -> dict[str, Any]:
         """Gradients of the sum of <result[i], cotangent_i> with respect to the inputs that require them.
