@@ -294,4 +294,4 @@ def test_domain_edges_stay_in_the_contract_when_cut() -> None:
             assert all(float(np.cumsum(case.q1 * case.k1)[n]) <= 0.0 for n in range(case.q1.size))
             assert all(np.isfinite(oracle.scalar_lambda(*cut_lambda(case, n).vectors, 0.2)) for n in range(1, case.q1.size + 1))
         (padded,) = [c for c in suite.attention_causal(seed) if "all zeros" in c.note]
-        assert not padded.k1[..., 0, :].any() and not padded.k2[..., 0, :].any()
+        assert not padded.k1[..., 0, :].any() and not padded.k2[..., 0, :].any() and not padded.value[..., 0, :].any()

@@ -161,6 +161,22 @@ def domain_shape(rng: np.random.Generator, shortest: int = 1, longest: int = LON
     return (*batch_and_heads(rng, t, d), t, d)
 
 
+def padding_tokens(rng: np.random.Generator, length: int) -> tuple[int, ...]:
+    """The tokens of a sequence of ``length`` made padding: the first, and one drawn (the same one when ``length`` is 1)."""
+    return tuple(sorted({0, int(rng.integers(0, length))}))
+
+
+def padded(values: np.ndarray, tokens: Sequence[int], axis: int) -> np.ndarray:
+    """``values`` with the rows of ``tokens`` along the token ``axis`` exactly zero, as every per-token input of a padding
+    token is (the projections of a zero embedding): logits exactly 0, which only positions may hide, and values of zeros,
+    which are values like any other."""
+    values = values.copy()
+    index: list[Any] = [slice(None)] * values.ndim
+    index[axis] = list(tokens)
+    values[tuple(index)] = 0.0
+    return values
+
+
 def token_ramp(length: int, rising: bool = False) -> np.ndarray:
     """Factors from 1 down to 1/20 along ``length`` tokens, geometric (from 1/20 up to 1, ``rising``). Keys scaled by them
     give rows whose early and late key blocks have maxima far apart (past exp's range, at large logits), as a start token

@@ -42,7 +42,7 @@ import numpy as np
 from grader.exercises.diffattn import oracle
 from grader.exercises.diffattn.cases import ATTENTION, INPUT_NAMES
 from grader.exercises.diffattn.probes import ATTENTION_GRADS, B, D, H, T, attention_subject, attention_values, identity_values, scales, truth
-from grader.toolkit import attention_maps, findings, probes
+from grader.toolkit import attention_maps, domain, findings, probes
 from grader.toolkit.findings import (
     FLOAT32_LIKE, Found, GradientRun, gradients_probe, is_right, layout_probe, precision_finding, randomness_probe, unexplained_maps,
     half_precision_finding, masked_nan_finding, causal_path_first, rounding_probe,
@@ -491,23 +491,30 @@ def width_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool:
 
 
 def zero_rows_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool:
-    """The maps with the first key and one query of each branch all zeros (padding), against the oracle; whether logits that are
-    exactly 0 are hidden or mishandled while ordinary inputs are right."""
+    """The maps with padding tokens against the oracle: the first key and one query of each branch all zeros (logits exactly
+    0), then, with ordinary queries and keys, the first token's value all zeros; whether either is hidden or mishandled while
+    ordinary inputs are right."""
     values = attention_values(rng)
+    zero_logits = {**values, "value": identity_values(), "coefficient": np.asarray(0.0)}
     for n, token in (("q1", T // 2), ("q2", T // 2), ("k1", 0), ("k2", 0)):
-        values[n] = values[n].copy()
-        values[n][..., token, :] = 0.0
-    found.probes.append(f"{ATTENTION}: the first key and one query all zeros")
-    point = {**values, "value": identity_values(), "coefficient": np.asarray(0.0)}
-    out = probes.sweep(worker, attention_subject(True), [point])[0]
-    if out is None or out.shape != (B, H, T, 2 * D) or is_right(out, truth(point, True), FLOAT32_LIKE):  # (not a precision fault)
-        return False
-    found.add(ATTENTION, "mask", "forward", "Logits that are exactly 0 are treated as masked",
-              "With the first key and one query all zeros (as padding tokens are), their logits are exactly 0 and your output is "
-              "wrong, though it is right for ordinary inputs: the mask is taken from the logits' values (e.g. scores == 0) rather "
-              "than from the positions.",
-              "build the mask from positions alone (key s > query t), e.g. torch.triu(torch.ones(T, T, dtype=torch.bool), 1)")  # fmt: skip
-    return True
+        zero_logits[n] = domain.padded(values[n], [token], axis=2)
+    zero_value = {**values, "value": domain.padded(identity_values(), [0], axis=2), "coefficient": np.asarray(0.0)}
+    found.probes.append(f"{ATTENTION}: the first key and one query all zeros, then the first token's value all zeros")
+    for point, title, what, why in (
+        (zero_logits, "Logits that are exactly 0 are treated as masked", "With the first key and one query all zeros (as padding tokens are), their logits are exactly 0",
+         "the mask is taken from the logits' values (e.g. scores == 0)"),
+        (zero_value, "Keys whose value is all zeros are treated as masked", "With the first token's value all zeros (as a padding token's is) and ordinary queries and keys",
+         "keys are hidden by their values (e.g. a padding mask from value rows that are all zeros)"),
+    ):
+        out = probes.sweep(worker, attention_subject(True), [point])[0]
+        if out is None or out.shape != (B, H, T, 2 * D) or is_right(out, truth(point, True), FLOAT32_LIKE):  # (not a precision fault)
+            continue
+        found.add(ATTENTION, "mask", "forward", title,
+                  f"{what}, your output is wrong, though it is right for ordinary inputs: {why} rather than from the positions.",
+                  "build the mask from positions alone (key s > query t), e.g. torch.triu(torch.ones(T, T, dtype=torch.bool), 1), "
+                  "and treat zeros like any other value")  # fmt: skip
+        return True
+    return False
 
 
 def _large(rng: np.random.Generator, kind: str) -> dict[str, np.ndarray]:

@@ -300,18 +300,13 @@ def tied_case(rng: np.random.Generator, length: int, dtype: str, lambda_init: fl
 
 
 def with_zero_rows(case: AttentionCase, rng: np.random.Generator) -> AttentionCase:
-    """``case`` with the first key and one later query of each branch made exactly zero, as padding tokens are: their
-    logits are exactly 0, a value any mask must treat like any other (only positions decide what is hidden)."""
-    t = case.q1.shape[2]
-    row = int(rng.integers(0, t))
-
-    def zeroed(x: np.ndarray, token: int) -> np.ndarray:
-        x = x.copy()
-        x[..., token, :] = 0.0
-        return x
-
-    return replace(case, q1=zeroed(case.q1, row), k1=zeroed(case.k1, 0), q2=zeroed(case.q2, row), k2=zeroed(case.k2, 0),
-                   note=(case.note + ", " if case.note else "") + f"key 0 and query {row} all zeros")  # fmt: skip
+    """``case`` with padding tokens (:func:`domain.padding_tokens`): the first and one drawn token all zeros in the queries,
+    keys and values of both branches. Their logits are exactly 0 and their values zeros, which a mask must treat like any
+    other (only positions decide what is hidden)."""
+    tokens = domain.padding_tokens(rng, case.q1.shape[2])
+    q1, k1, q2, k2, value = (domain.padded(x, tokens, axis=2) for x in (case.q1, case.k1, case.q2, case.k2, case.value))
+    return replace(case, q1=q1, k1=k1, q2=q2, k2=k2, value=value,
+                   note=(case.note + ", " if case.note else "") + f"tokens {' and '.join(map(str, tokens))} all zeros (padding)")  # fmt: skip
 
 
 def cancelling_case(rng: np.random.Generator, pairs: int, dtype: str, lambda_init: float | None, **options: Any) -> LambdaCase:

@@ -216,6 +216,17 @@ def case(
     )  # fmt: skip
 
 
+def with_padding(base: Case, rng: np.random.Generator) -> Case:
+    """``base`` with padding tokens (:func:`domain.padding_tokens`): the first and one drawn token all zeros in the queries,
+    keys, values and gate logits. Their logits are exactly 0 and their values zeros, which a mask must treat like any other
+    (only positions decide what is hidden)."""
+    tokens = domain.padding_tokens(rng, base.q.shape[1])
+    gates = None if base.lambda_logits is None else domain.padded(base.lambda_logits, tokens, axis=1)
+    return replace(base, q=domain.padded(base.q, tokens, axis=1), k=domain.padded(base.k, tokens, axis=1),
+                   v=domain.padded(base.v, tokens, axis=1), lambda_logits=gates,
+                   note=f"tokens {' and '.join(map(str, tokens))} all zeros (padding)")  # fmt: skip
+
+
 def shared_offset(base: Case, rng: np.random.Generator) -> Case:
     """``base`` with one random vector c (entries of magnitude 1 to 3) added to the value of every token."""
     offset = exact(domain.signed_uniform(rng, 1.0, 3.0, base.v.shape[-1]), base.dtype)

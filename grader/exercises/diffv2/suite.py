@@ -34,8 +34,8 @@ SETS = CaseSets()
 
 def _output_set(seed: int, name: str, function: str, causal: bool) -> list[Case]:
     """Outputs of ``function``, causal (the argument also left out) or not: a small fixed case, T = 1, D = 1, Hkv = 1, Hkv = Hq
-    (gqa_attention) or four key/value heads (diff_v2_attention), a grouped case up to T = 80, a domain draw and T past 256;
-    both dtypes, by name and by position, the autograd modes cycled."""
+    (gqa_attention) or four key/value heads (diff_v2_attention), a grouped case up to T = 80, a domain draw, T past 256 and
+    padding tokens (all their inputs zeros); both dtypes, by name and by position, the autograd modes cycled."""
     rng = domain.generator(seed, name)
     draw = functools.partial(cases.shape, rng, function)
     omitted = None if causal else False
@@ -50,7 +50,9 @@ def _output_set(seed: int, name: str, function: str, causal: bool) -> list[Case]
         (draw(60, 200), "float64", omitted, "keyword"),
         (draw(257, domain.LONGEST, 8, head_counts=(4, 2)), "float32", causal, "keyword"),
     )
-    return domain.cycled_modes([cases.case(rng, function, dims, dtype, flag, binding=binding) for dims, dtype, flag, binding in rows])
+    drawn = [cases.case(rng, function, dims, dtype, flag, binding=binding) for dims, dtype, flag, binding in rows]
+    padding = cases.with_padding(cases.case(rng, function, draw(3, 24), str(rng.choice(["float32", "float64"])), causal), rng)
+    return domain.cycled_modes([*drawn, padding])
 
 
 @SETS.register
