@@ -31,12 +31,14 @@ REPLY_FLOOR = 16_384
 
 @dataclass(frozen=True, eq=False)
 class TensorInput:
-    """An input tensor: float64 values (exact in ``dtype``), dtype, grad flag, memory layout."""
+    """An input tensor: float64 values (exact in ``dtype``), dtype, grad flag, memory layout, and whether one that requires
+    grad is an activation: a non-leaf view of the leaf its gradient is read from, as the outputs of a model's earlier layers are."""
 
     values: np.ndarray
     dtype: str
     requires_grad: bool = False
     layout: str = "contiguous"
+    activation: bool = False
 
 
 @dataclass(frozen=True)
@@ -216,6 +218,7 @@ def _encode(requests: Sequence[Request]) -> tuple[dict[str, Any], list[np.ndarra
         "calls": calls,
         "tensors": [
             {"array": i, "dtype": t.dtype, "requires_grad": t.requires_grad, "layout": t.layout}
+            | ({"activation": True} if t.activation and t.requires_grad else {})
             for i, t in enumerate(tensors)
         ],
     }

@@ -80,6 +80,7 @@ class Case(Protocol):
 
 _Case = TypeVar("_Case", bound=Case)
 _Moded = TypeVar("_Moded", bound=Any)
+_Activated = TypeVar("_Activated", bound=Any)
 
 
 def generator(seed: int, name: str) -> np.random.Generator:
@@ -159,6 +160,17 @@ def domain_shape(rng: np.random.Generator, shortest: int = 1, longest: int = LON
     """(B, H, T, D) drawn from the domain (see :func:`sequence_length`, :func:`head_width`, :func:`batch_and_heads`)."""
     t, d = sequence_length(rng, shortest, longest), head_width(rng, widest)
     return (*batch_and_heads(rng, t, d), t, d)
+
+
+ACTIVATIONS = "inputs that require grad given as activations (non-leaf views)"
+"""How a case label says that its inputs are activations: the outputs of a model's earlier layers, never leaves."""
+
+
+def as_activations(found: list[_Activated]) -> list[_Activated]:
+    """The cases (dataclasses with an ``activations`` field) with every other one, from the second, given its inputs that
+    require grad as activations: in a model, queries, keys and values are outputs of projections, not leaves, so code
+    that tells parameters from activations (``is_leaf``) meets both."""
+    return [replace(case, activations=i % 2 == 1) for i, case in enumerate(found)]
 
 
 def padding_tokens(rng: np.random.Generator, length: int) -> tuple[int, ...]:

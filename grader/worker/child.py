@@ -493,6 +493,7 @@ class Run:
         self.flags: list[bool] = [False] * len(header["tensors"])  # requires_grad as the caller made each input
         self.released: dict[int, bool] = {}  # input -> whether it had changed when it was released
         self.backings: dict[int, Any] = {}  # input -> the numpy array holding a contiguous input's memory
+        self.leaves: dict[int, Any] = {}  # activation input -> the leaf it is a view of (its gradient is read there)
         self.freed: dict[tuple[str, tuple[int, ...]], list[Any]] = {}  # memory of released contiguous inputs
         self.results: list[Any] = []
         self.cpu_s = 0.0  # CPU time spent in the submission's calls and in the backward pass
@@ -503,7 +504,10 @@ class Run:
         if self.tensors[index] is None:
             if index in self.released:
                 raise ValueError(f"input {index} was released before this call")
-            tensor = self.tensors[index] = self.make_tensor(index)
+            tensor = self.make_tensor(index)
+            if self.header["tensors"][index].get("activation") and tensor.requires_grad:
+                self.leaves[index], tensor = tensor, tensor[...]  # a view of a leaf that requires grad is not a leaf
+            self.tensors[index] = tensor
             self.snapshots[index] = (tensor.detach().clone(), tensor._version)
             self.flags[index] = tensor.requires_grad
         return self.tensors[index]
@@ -596,6 +600,7 @@ class Run:
                     if memory is not None:
                         self.freed.setdefault((memory.dtype.str, memory.shape), []).append(memory)
                     self.tensors[index] = self.snapshots[index] = None
+                    self.leaves.pop(index, None)
                     del tensor, memory
             used = {a["result"] for a in arguments if "result" in a}
             self.results = [r if i in used else None for i, r in enumerate(self.results)]
@@ -728,7 +733,8 @@ class Run:
         current = tensor.detach()
         if tensor._version != version or current.shape != before.shape or not bool(self.server.equal(current, before)):
             return True
-        return tensor.requires_grad != self.flags[index] or (tensor.is_leaf and tensor.grad is not None)
+        leaf = self.leaves.get(index, tensor)
+        return tensor.requires_grad != self.flags[index] or (leaf.is_leaf and leaf.grad is not None)
 
     def backward(self, indices: list[int], cotangents: list[Any], layouts: list[str]) -> dict[str, Any]:
         """Gradients of the sum of <result[i], cotangent_i> with respect to the inputs that require them.
@@ -769,7 +775,7 @@ class Run:
                 total = server.total(server.multiply(outputs[0], seeds[0]))
                 for output, seed in zip(outputs[1:], seeds[1:]):
                     total = server.add(total, server.total(server.multiply(output, seed)))
-            grads = self.accumulated(total, [self.tensors[i] for i in wanted])
+            grads = self.accumulated(total, [self.leaves.get(i, self.tensors[i]) for i in wanted])
         except BaseException as exc:
             return {"status": "raised", "error": server.describe_exception(exc)}
         found: dict[str, Any] = {}

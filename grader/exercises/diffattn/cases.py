@@ -62,6 +62,7 @@ class LambdaCase:
     frozen: tuple[str, ...] = ()  # vectors that do not require grad in gradient checks
     keyword_order: tuple[str, ...] = ()  # with binding "names": the order of the keyword arguments
     grad_mode: str = "enabled"  # a member of domain.GRAD_MODES: the autograd mode of a call without gradients
+    activations: bool = False  # inputs that require grad are non-leaf views (domain.as_activations)
 
     @property
     def function(self) -> str:
@@ -100,6 +101,8 @@ class LambdaCase:
             parts.append(f"{self.layout} vectors")
         if self.frozen:
             parts.append(f"{', '.join(self.frozen)} without requires_grad")
+        if self.activations:
+            parts.append(domain.ACTIVATIONS)
         if self.grad_mode != "enabled":
             parts.append(f"called under torch.{self.grad_mode}()")
         return ", ".join(parts)
@@ -126,6 +129,7 @@ class AttentionCase:
     binding: str = "keyword"  # a member of domain.BINDINGS; causal None is omitted whatever the binding
     keyword_order: tuple[str, ...] = ()  # with binding "names": the order of the keyword arguments
     grad_mode: str = "enabled"  # a member of domain.GRAD_MODES: the autograd mode of a call without gradients
+    activations: bool = False  # inputs that require grad are non-leaf views (domain.as_activations)
 
     @property
     def function(self) -> str:
@@ -176,6 +180,8 @@ class AttentionCase:
         parts = [f"B={b} H={h} T={t} D={d}", self.dtype, causal, coefficient]
         if self.frozen:
             parts.append(f"{', '.join(self.frozen)} without requires_grad")
+        if self.activations:
+            parts.append(domain.ACTIVATIONS)
         if any(layout != "contiguous" for layout in self.layouts):
             parts.append("memory layouts " + ", ".join(f"{n} {l}" for n, l in zip(INPUT_NAMES, self.layouts) if l != "contiguous"))
         if self.grad_mode != "enabled":

@@ -190,7 +190,7 @@ def attention_gradients(seed: int) -> list[AttentionCase]:
     # float32 logits of hundreds: masked future logits far above the visible ones overflow any exp taken before masking
     found.append(cases.attention_case(rng, domain.domain_shape(rng, 8, 70, 16), "float32", True, coefficient_kind="tensor",
                                       max_logit=float(rng.uniform(300, 1000))))  # fmt: skip
-    return found
+    return domain.as_activations(found)
 
 
 @SETS.register
@@ -202,8 +202,10 @@ def frozen_subsets(seed: int) -> list[AttentionCase]:
     bases = [cases.attention_case(rng, domain.domain_shape(rng, 2, 12, 4), dtype, causal, coefficient_kind="tensor")
              for dtype, causal in (("float64", True), ("float32", False))]  # fmt: skip
     subsets = [replace(bases[mask % 2], frozen=tuple(n for bit, n in enumerate(names) if not mask >> bit & 1)) for mask in range(1, 2 ** len(names))]
-    return subsets + [cases.attention_case(rng, (1, 1, 1, domain.head_width(rng, 4)), ("float64", "float32")[i % 2], (True, None)[i % 2],
-                                           coefficient_kind="tensor", frozen=frozen) for i, frozen in enumerate(domain.trainable_alone(names))]  # fmt: skip
+    return domain.as_activations(subsets + [
+        cases.attention_case(rng, (1, 1, 1, domain.head_width(rng, 4)), ("float64", "float32")[i % 2], (True, None)[i % 2],
+                             coefficient_kind="tensor", frozen=frozen) for i, frozen in enumerate(domain.trainable_alone(names))
+    ])  # fmt: skip
 
 
 @SETS.register
@@ -214,8 +216,8 @@ def lambda_frozen_subsets(seed: int) -> list[LambdaCase]:
     bases = [cases.lambda_case(rng, int(rng.integers(1, 9)), dtype, 0.2) for dtype in ("float64", "float32")]
     subsets = [replace(bases[mask % 2], frozen=tuple(n for bit, n in enumerate(cases.LAMBDA_NAMES) if not mask >> bit & 1))
                for mask in range(1, 2 ** len(cases.LAMBDA_NAMES))]  # fmt: skip
-    return subsets + [replace(cases.lambda_case(rng, 1, ("float64", "float32")[i % 2], 0.2), frozen=frozen)
-                      for i, frozen in enumerate(domain.trainable_alone(cases.LAMBDA_NAMES))]  # fmt: skip
+    return domain.as_activations(subsets + [replace(cases.lambda_case(rng, 1, ("float64", "float32")[i % 2], 0.2), frozen=frozen)
+                                            for i, frozen in enumerate(domain.trainable_alone(cases.LAMBDA_NAMES))])  # fmt: skip
 
 
 @SETS.register
@@ -278,7 +280,7 @@ VARIATIONS: Variations[Any] = Variations(cases.redrawn, cases.retyped, cases.ref
 def lambda_request(case: LambdaCase, requires_grad: bool = False) -> Request:
     """One differential_lambda call; with gradients, a backward pass with the case's upstream value."""
     vectors = tuple(
-        TensorInput(v, case.dtype, requires_grad and case.requires_grad(name), case.layout)
+        TensorInput(v, case.dtype, requires_grad and case.requires_grad(name), case.layout, case.activations)
         for v, name in zip(case.vectors, cases.LAMBDA_NAMES)
     )
     call = bound_call(LAMBDA, cases.LAMBDA_NAMES, vectors, "lambda_init", case.lambda_init, case.binding, case.keyword_order)
@@ -290,7 +292,7 @@ def lambda_request(case: LambdaCase, requires_grad: bool = False) -> Request:
 def attention_request(case: AttentionCase, requires_grad: bool = False) -> Request:
     """One differential_attention call (after differential_lambda for a composed case)."""
     inputs = tuple(
-        TensorInput(x, case.dtype, requires_grad and case.requires_grad(name), layout)
+        TensorInput(x, case.dtype, requires_grad and case.requires_grad(name), layout, case.activations)
         for x, layout, name in zip(case.inputs, case.layouts, cases.INPUT_NAMES)
     )
     calls: tuple[Call, ...] = ()
@@ -302,7 +304,7 @@ def attention_request(case: AttentionCase, requires_grad: bool = False) -> Reque
         coefficient = ResultOf(0)
     elif case.coefficient_is_tensor:
         grad = requires_grad and case.requires_grad("coefficient")
-        coefficient = TensorInput(domain.exact(case.coefficient, case.coefficient_dtype), case.coefficient_dtype, grad)
+        coefficient = TensorInput(domain.exact(case.coefficient, case.coefficient_dtype), case.coefficient_dtype, grad, activation=case.activations)
         numbered += (coefficient,)
     elif case.coefficient_kind == "int":
         coefficient = int(case.coefficient)

@@ -37,6 +37,9 @@ SATURATED = (100.0, 1000.0)  # |lambda_logits| of a saturated gate: exp(-ℓ) ov
 # by float64 up to about 37, so a gate formula that rounds it away (a softplus past its threshold, a clamp) shows here.
 TRANSITION = (4.0, 100.0)
 TRANSITION_SHARE = 0.125
+# |ℓ| of a gate shut or open everywhere: 1 − σ(|ℓ|) (7e-13 to 3e-10) is far below float32's resolution and well above float64's,
+# and every logit is past a threshold of 20 that a shortcut for a closed or open gate may test
+RESOLVED_BY_FLOAT64_ONLY = (22.0, 28.0)
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,7 @@ class Case:
     binding: str = "keyword"  # a member of domain.BINDINGS; causal None is omitted whatever the binding
     keyword_order: tuple[str, ...] = ()  # with binding "names": the order of the keyword arguments
     grad_mode: str = "enabled"  # a member of domain.GRAD_MODES: the autograd mode of a call without gradients
+    activations: bool = False  # inputs that require grad are non-leaf views (domain.as_activations)
     note: str = ""
 
     @property
@@ -106,6 +110,8 @@ class Case:
             parts.append(f"lambda_logits in [{low:.4g}, {high:.4g}]")
         if self.frozen:
             parts.append(f"{', '.join(self.frozen)} without requires_grad")
+        if self.activations:
+            parts.append(domain.ACTIVATIONS)
         if any(layout != "contiguous" for layout in self.memory_layouts):
             parts.append("memory layouts " + ", ".join(f"{n} {l}" for n, l in zip(self.names, self.memory_layouts) if l != "contiguous"))
         if self.grad_mode != "enabled":
@@ -225,6 +231,16 @@ def with_padding(base: Case, rng: np.random.Generator) -> Case:
     return replace(base, q=domain.padded(base.q, tokens, axis=1), k=domain.padded(base.k, tokens, axis=1),
                    v=domain.padded(base.v, tokens, axis=1), lambda_logits=gates,
                    note=f"tokens {' and '.join(map(str, tokens))} all zeros (padding)")  # fmt: skip
+
+
+def gate_everywhere_at(base: Case, rng: np.random.Generator, sign: float) -> Case:
+    """``base`` with every gate logit of one sign (−1: a closed gate, +1: an open one) and of a magnitude float64 resolves and
+    float32 does not (:data:`RESOLVED_BY_FLOAT64_ONLY`): a shortcut taken when the gate is shut or open everywhere (the odd
+    maps dropped, the gate taken as 0 or 1) is right in float32 and wrong in float64."""
+    assert base.lambda_logits is not None
+    logits = sign * rng.uniform(*RESOLVED_BY_FLOAT64_ONLY, base.lambda_logits.shape)
+    level = "closed" if sign < 0 else "open"
+    return replace(base, lambda_logits=exact(logits, base.dtype), note=f"the gate {level} everywhere, as far as float64 still resolves")
 
 
 def shared_offset(base: Case, rng: np.random.Generator) -> Case:

@@ -112,7 +112,8 @@ def diff_large_logits(seed: int) -> list[Case]:
 
 @SETS.register
 def diff_saturated(seed: int) -> list[Case]:
-    """Gate logits at ±100 to ±1000 (exp(-ℓ) overflows float32 and, past 710, float64), alone and mixed with ordinary ones and zeros."""
+    """Gate logits at ±100 to ±1000 (exp(-ℓ) overflows float32 and, past 710, float64), alone and mixed with ordinary ones and zeros;
+    then, in float64 without autograd, the gate closed and open everywhere at magnitudes only float64 resolves."""
     rng = domain.generator(seed, "diff_saturated")
     draw = functools.partial(cases.shape, rng, DIFF_V2, 2, 60, 16)
     return [
@@ -121,7 +122,9 @@ def diff_saturated(seed: int) -> list[Case]:
         cases.case(rng, DIFF_V2, draw(), "float64", True, saturated=1.0, frozen=("q",)),
         cases.case(rng, DIFF_V2, draw(), "float64", None, saturated=0.5, zeros=0.2),
         cases.case(rng, DIFF_V2, draw(), "float32", True, saturated=0.8, frozen=("v",)),
-    ]
+        *(replace(cases.gate_everywhere_at(cases.case(rng, DIFF_V2, draw(), "float64", True), rng, sign), grad_mode=mode)
+          for sign, mode in ((-1.0, "no_grad"), (1.0, "inference_mode"))),
+    ]  # fmt: skip
 
 
 @SETS.register(hidden=True)
@@ -190,7 +193,7 @@ def gqa_gradients(seed: int) -> list[Case]:
         dims = cases.shape(rng, GQA, 2, 140 if i < 5 else domain.LONGEST, 32, head_counts=counts)
         found.append(cases.case(rng, GQA, dims, ("float64", "float32")[i % 2], (True, False, None)[i % 3], frozen=frozen,
                                 binding=("keyword", "positional")[i % 2], max_logit=150.0 if i == 3 else None))  # fmt: skip
-    return found + _trainable_alone(rng, GQA, (1, 1, 1, 1))
+    return domain.as_activations(found + _trainable_alone(rng, GQA, (1, 1, 1, 1)))
 
 
 def _trainable_alone(rng: np.random.Generator, function: str, counts: tuple[int, int, int, int]) -> list[Case]:
@@ -211,7 +214,7 @@ def diff_gradients(seed: int) -> list[Case]:
         found.append(cases.case(rng, DIFF_V2, dims, ("float64", "float32")[i % 2], (True, False, None)[i % 3], frozen=frozen,
                                 binding=("keyword", "positional")[i % 2], saturated=0.3 if i in (2, 5) else 0.0,
                                 zeros=0.25 if i in (0, 3, 4) else 0.0, max_logit=150.0 if i == 4 else None))  # fmt: skip
-    return found + _trainable_alone(rng, DIFF_V2, (1, 1, 2, 1))
+    return domain.as_activations(found + _trainable_alone(rng, DIFF_V2, (1, 1, 2, 1)))
 
 
 @SETS.register
@@ -260,7 +263,7 @@ def sequences(seed: int) -> list[CallSequence[Case]]:
 def request(case: Case, grads: bool = False) -> Request:
     """The call of ``case`` (its inputs numbered in the contract's order); with ``grads``, a backward pass with its cotangent."""
     tensors = tuple(
-        TensorInput(array, case.dtype, grads and case.requires_grad(name), layout)
+        TensorInput(array, case.dtype, grads and case.requires_grad(name), layout, case.activations)
         for array, name, layout in zip(case.inputs, case.names, case.memory_layouts)
     )
     call = bound_call(case.function, case.names, tensors, "causal", case.causal, case.binding, case.keyword_order)

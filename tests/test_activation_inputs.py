@@ -1,0 +1,76 @@
+"""Inputs as a model gives them: activations that are not leaves, and a DIFF V2 gate shut or open everywhere."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import grade
+
+from grader.core.invoke import Call, Request, TensorInput, invoke
+from grader.exercises.diffattn import suite as attention_suite
+from grader.exercises.diffv2 import cases as v2_cases
+from grader.exercises.diffv2 import suite as v2_suite
+from grader.worker.client import ForkServer, Worker, WorkerLimits
+
+ROOT = Path(__file__).resolve().parents[1]
+COLD = ROOT / "tests" / "corpus" / "v2_cold" / "wrong"
+# Differentiable only for inputs that are not leaves: a layer that keeps a graph for activations alone.
+LEAF_AWARE = """
+def doubled(x):
+    return x * 2 if not x.is_leaf else (x * 2).detach()
+"""
+
+
+@pytest.fixture(scope="module")
+def worker() -> Worker:
+    """A worker on LEAF_AWARE."""
+    with ForkServer() as forks:
+        running = Worker(LEAF_AWARE, "leaf_aware.py", ["doubled"], WorkerLimits(call_timeout_s=10), forks)
+        yield running
+        running.close()
+
+
+@pytest.mark.parametrize("activation", [True, False])
+def test_an_activation_is_a_non_leaf_whose_gradient_is_read_from_its_leaf(worker: Worker, activation: bool) -> None:
+    """Given as an activation, the input is no leaf and its gradient (2 everywhere) comes back; as a leaf, the output has no graph."""
+    values = TensorInput(np.arange(6.0).reshape(2, 3), "float64", requires_grad=True, activation=activation)
+    outcome = invoke(worker, Request((Call("doubled", (values,)),), backward_from=0, cotangent=np.ones((2, 3)), inputs=(values,)))
+    if activation:
+        assert outcome.backward_error is None and np.array_equal(outcome.grads[0], np.full((2, 3), 2.0))
+    else:
+        assert outcome.backward_error is not None and "does not require grad" in outcome.backward_error
+    assert outcome.changed_inputs == []
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_every_other_gradient_case_gives_activations(seed: int) -> None:
+    """Both exercises' gradient and frozen-subset sets alternate leaves and activations, and the label says which."""
+    for found in (attention_suite.attention_gradients(seed), attention_suite.frozen_subsets(seed), attention_suite.lambda_frozen_subsets(seed),
+                  v2_suite.gqa_gradients(seed), v2_suite.diff_gradients(seed)):  # fmt: skip
+        assert [c.activations for c in found] == [i % 2 == 1 for i in range(len(found))]
+        assert all(("non-leaf" in c.label()) == c.activations for c in found)
+
+
+def test_a_layer_that_keeps_a_graph_for_leaves_only_loses_points(tmp_path: Path) -> None:
+    """DIFF V2 with grad mode decided by which inputs are leaves: its output is detached for activations."""
+    run = grade(COLD / "graph_needed_only_for_leaf_inputs.py", tmp_path, 1, "--exercise", "diff_v2")
+    assert run.check("graph_attached")["status"] == "failed" and run.report["score"] < 100.0
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_saturated_set_shuts_and_opens_the_gate_everywhere_without_autograd(seed: int) -> None:
+    """Two float64 cases, every logit at −[22, 28] under no_grad and at +[22, 28] under inference_mode."""
+    shut, opened = v2_suite.diff_saturated(seed)[-2:]
+    assert shut.lambda_logits is not None and opened.lambda_logits is not None
+    low, high = v2_cases.RESOLVED_BY_FLOAT64_ONLY
+    assert (shut.dtype, shut.grad_mode, opened.dtype, opened.grad_mode) == ("float64", "no_grad", "float64", "inference_mode")
+    assert np.all((-high <= shut.lambda_logits) & (shut.lambda_logits <= -low))
+    assert np.all((low <= opened.lambda_logits) & (opened.lambda_logits <= high))
+
+
+def test_a_shortcut_for_a_shut_gate_loses_points(tmp_path: Path) -> None:
+    """Dropping the odd maps when every gate logit is below −20 is wrong in float64 there."""
+    run = grade(COLD / "inference_skips_odd_heads_below_logit_minus_20.py", tmp_path, 1, "--exercise", "diff_v2")
+    assert run.check("saturated_gate_values")["status"] == "failed" and run.report["score"] < 100.0
