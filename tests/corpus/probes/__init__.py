@@ -180,6 +180,9 @@ VARIANTS: dict[str, tuple[str, str, str, str]] = {
     "scale_from_first_32_features": ("/ math.sqrt(q.shape[-1])", "/ math.sqrt(min(q.shape[-1], 32))", _A, "scale"),
     "lambda_init_through_log": (_LAMBDA, "torch.exp(torch.logaddexp(torch.dot(q1, k1), torch.log(torch.tensor(lambda_init, dtype=q1.dtype)))) "
                                 "- torch.exp(torch.dot(q2, k2))", _L, "lambda"),  # fmt: skip
+    "value_half_zero_padded": (_OUT, "torch.nn.functional.pad(((_map(q1, k1, causal) - coefficient * _map(q2, k2, causal)) "
+                               "@ value[..., :value.shape[-1] // 2]), (0, value.shape[-1] // 2))", _A, "value"),
+    "lambda_clamped_at_its_probe_value": (_LAMBDA, "(" + _LAMBDA + ").clamp(0.5, 1)", _L, "lambda"),
     "lambda_log_of_difference": (_LAMBDA, "torch.sign(torch.dot(q1, k1) - torch.dot(q2, k2)) * torch.exp(torch.maximum(torch.dot(q1, k1), torch.dot(q2, k2)) "
                                  "+ torch.log1p(-torch.exp(-(torch.dot(q1, k1) - torch.dot(q2, k2)).abs()))) + lambda_init", _L, "stability"),  # fmt: skip
 }
