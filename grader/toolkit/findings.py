@@ -421,6 +421,22 @@ def unexplained_maps(found: Found, function: str, maps: np.ndarray, how: str, ex
     return True
 
 
+def rearranged_finding(found: Found, function: str, out: np.ndarray | None, want: np.ndarray, component: str, advice: str) -> bool:
+    """A ``component`` finding when the output of the right shape (``out``, against ``want``) holds exactly the right numbers,
+    in other places (axes reshaped where they should be transposed, halves or heads put back in another order); whether it
+    does. No fault of the attention's arithmetic leaves every number of the output as it should be."""
+    if out is None or out.shape != want.shape or not np.isfinite(out).all() or is_right(out, want):
+        return False
+    if not np.allclose(np.sort(out, axis=None), np.sort(want, axis=None), rtol=1e-9, atol=1e-12):
+        return False
+    places = np.argwhere(~np.isclose(out, want, rtol=1e-9, atol=1e-12))
+    found.add(function, component, "forward", "The output holds the right numbers in the wrong places",
+              f"Every number of the right output appears in yours, but {len(places)} of {out.size} are elsewhere "
+              f"(first at index {tuple(int(i) for i in places[0])}): axes are stacked, reshaped or viewed where "
+              "they should be moved with transpose or permute, or parts are put back in another order.", advice)  # fmt: skip
+    return True
+
+
 def half_precision_finding(found: Found, function: str, ordinary: np.ndarray | None, expected: np.ndarray) -> bool:
     """A dtype finding when float32 inputs of ordinary size (``ordinary``, against ``expected``) give a result less accurate
     than float32 is; whether they do. Run before blaming large logits: a computation in bfloat16 or float16 is wrong for

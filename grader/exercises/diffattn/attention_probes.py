@@ -598,6 +598,9 @@ def stability_probe(worker: Worker, rng: np.random.Generator, found: Found) -> b
     return True
 
 
+REARRANGED = ("return [B, H, T, 2D] as (A1 − λ·A2) @ value gives it: move axes with transpose or permute, not reshape or view, "
+              "and put value's halves back in their order")
+"""What to do when the output holds the right numbers in other places."""
 PERMUTED = " with inputs, and so the incoming gradient, stored heads and tokens swapped (an output read through transpose(1, 2))"
 LONG = findings.LONG_RUN_TOKENS
 
@@ -625,7 +628,8 @@ def run(worker: Worker, rng: np.random.Generator, found: Found, forward: bool, g
         right = is_right(base, truth(values, True))
         unmasked = None if right else probes.sweep(worker, attention_subject(False), [values])[0]
         since = len(found.findings)
-        localised = masked_nan_finding(found, ATTENTION, base, unmasked, truth(values, False)) or maps_probe(worker, rng, found)
+        localised = findings.rearranged_finding(found, ATTENTION, base, truth(values, True), "value", REARRANGED) or \
+            masked_nan_finding(found, ATTENTION, base, unmasked, truth(values, False)) or maps_probe(worker, rng, found)  # fmt: skip
         localised = causal_path_first(found, ATTENTION, since, base, truth(values, True), unmasked, truth(values, False)) or localised
         localised = localised or causal_flag_probe(worker, rng, found) or dependence_probe(worker, rng, found)
         if right and not localised:

@@ -183,6 +183,8 @@ VARIANTS: dict[str, tuple[str, str, str, str]] = {
     "value_half_zero_padded": (_OUT, "torch.nn.functional.pad(((_map(q1, k1, causal) - coefficient * _map(q2, k2, causal)) "
                                "@ value[..., :value.shape[-1] // 2]), (0, value.shape[-1] // 2))", _A, "value"),
     "lambda_clamped_at_its_probe_value": (_LAMBDA, "(" + _LAMBDA + ").clamp(0.5, 1)", _L, "lambda"),
+    "value_halves_swapped": ("@ value\n", "@ value.roll(value.shape[-1] // 2, -1)\n", _A, "value"),
+    "output_reshaped_not_transposed": (_OUT, "(" + _OUT + ").transpose(1, 2).contiguous().reshape(value.shape)", _A, "value"),
     "lambda_log_of_difference": (_LAMBDA, "torch.sign(torch.dot(q1, k1) - torch.dot(q2, k2)) * torch.exp(torch.maximum(torch.dot(q1, k1), torch.dot(q2, k2)) "
                                  "+ torch.log1p(-torch.exp(-(torch.dot(q1, k1) - torch.dot(q2, k2)).abs()))) + lambda_init", _L, "stability"),  # fmt: skip
 }
