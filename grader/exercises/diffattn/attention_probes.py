@@ -161,6 +161,24 @@ COMBINATIONS = {
 }  # fmt: skip
 
 
+def _per_element_finding(found: Found, intercept: np.ndarray, slope: np.ndarray, maps: tuple[np.ndarray, np.ndarray]) -> bool:
+    """A finding when the signed map of each batch element and head is its own true maps combined, but with weights that
+    differ between them (weights such as [1, −λ] broadcast along the wrong axis of maps stacked over the batch); whether it
+    is. Only the weighting of the maps gives each head's own maps, exactly, with weights of its own."""
+    pairs = [(b, h) for b in range(B) for h in range(H)]
+    combinations = [_combination(intercept[b, h], slope[b, h], (maps[0][b, h], maps[1][b, h])) for b, h in pairs]
+    weights = list(dict.fromkeys(c.weights for c in combinations))
+    if not all(c.fits for c in combinations) or len(weights) < 2:
+        return False
+    said = "; ".join(f"({w1:.3g}·A1 + {w2:.3g}·A2) + λ·({v1:.3g}·A1 + {v2:.3g}·A2)" for w1, w2, v1, v2 in weights[:2])
+    found.add(ATTENTION, "coefficient", "forward", "The maps of different batch elements or heads are weighted differently",
+              f"Read out of your output, each batch element's and head's signed map is made of its own two maps, but with weights "
+              f"that differ between them ({said}), where every one must be A1 − λ·A2: the weights [1, −λ] reach the wrong maps "
+              "(repeat where repeat_interleave is meant, or a view that interleaves the batch and the branches?).",
+              "compute A1 − λ·A2 for every batch element and head, e.g. by subtracting the two maps directly")  # fmt: skip
+    return True
+
+
 def _combination_finding(found: Found, combination: Combination) -> bool:
     """A finding when the signed map mixes the true maps the wrong way; whether there was one."""
     w1, w2, v1, v2 = combination.weights
@@ -339,7 +357,7 @@ def maps_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool:
     if _added_coefficient(found, slope):
         return True
     combination = _combination(intercept, slope, true_maps)
-    if _combination_finding(found, combination):
+    if _combination_finding(found, combination) or (not combination.fits and _per_element_finding(found, intercept, slope, true_maps)):
         return True
     how = "one-hot values at λ = 0, ½, 2 and −½"
     if combination.fits and combination.weights != (1.0, 0.0, 0.0, -1.0):

@@ -185,6 +185,9 @@ VARIANTS: dict[str, tuple[str, str, str, str]] = {
     "lambda_clamped_at_its_probe_value": (_LAMBDA, "(" + _LAMBDA + ").clamp(0.5, 1)", _L, "lambda"),
     "value_halves_swapped": ("@ value\n", "@ value.roll(value.shape[-1] // 2, -1)\n", _A, "value"),
     "output_reshaped_not_transposed": (_OUT, "(" + _OUT + ").transpose(1, 2).contiguous().reshape(value.shape)", _A, "value"),
+    "branch_weights_repeated_over_the_batch": (_OUT, "(torch.stack([torch.ones_like(torch.as_tensor(coefficient, dtype=value.dtype)), "
+                                               "-torch.as_tensor(coefficient, dtype=value.dtype)]).repeat(q1.shape[0]).view(2, -1, 1, 1, 1) "
+                                               "* torch.stack([_map(q1, k1, causal), _map(q2, k2, causal)])).sum(0) @ value", _A, "coefficient"),
     "lambda_log_of_difference": (_LAMBDA, "torch.sign(torch.dot(q1, k1) - torch.dot(q2, k2)) * torch.exp(torch.maximum(torch.dot(q1, k1), torch.dot(q2, k2)) "
                                  "+ torch.log1p(-torch.exp(-(torch.dot(q1, k1) - torch.dot(q2, k2)).abs()))) + lambda_init", _L, "stability"),  # fmt: skip
 }
