@@ -656,9 +656,11 @@ def run(worker: Worker, rng: np.random.Generator, found: Found, forward: bool, g
         elif not localised:
             precision_finding(found, ATTENTION, base, truth(values, True)) or precision_finding(found, ATTENTION, unmasked, truth(values, False))
     if gradients:
-        runs = [GradientRun(values, grads) if c is None else GradientRun({**values, "coefficient": np.asarray(c)}, grads, f" at coefficient {c:g}")
-                for grads, c in FROZEN_RUNS]  # fmt: skip
-        runs.append(GradientRun(_far_future(rng), ATTENTION_GRADS, " when a future key's logit is about 900 above the visible ones"))
+        # a fault first shown at coefficient 0 is how the function treats that coefficient (a shortcut, a division by it); one
+        # first shown past exp's range, how it keeps exp finite
+        runs = [GradientRun(values, grads) if c is None else
+                GradientRun({**values, "coefficient": np.asarray(c)}, grads, f" at coefficient {c:g}", "coefficient") for grads, c in FROZEN_RUNS]
+        runs.append(GradientRun(_far_future(rng), ATTENTION_GRADS, " when a future key's logit is about 900 above the visible ones", "stability"))
         runs += [GradientRun(values, ATTENTION_GRADS, " with causal=False", subject=attention_subject(False)), _long_run(rng),
                  GradientRun(values, ATTENTION_GRADS, PERMUTED, subject=attention_subject(True, layout="heads_permuted"))]
         gradients_probe(worker, attention_subject(True), runs, rng.standard_normal((B, H, T, 2 * D)), rng, found, source)
