@@ -306,6 +306,28 @@ def test_a_modified_input_is_named_with_the_in_place_line() -> None:
     assert found.component == "mutation" and "q1" in found.evidence and "(line 7: `q1 /= 2`)" in found.evidence
 
 
+def test_an_in_place_write_into_a_leaf_the_function_made_is_the_graph_and_into_an_input_a_mutation() -> None:
+    """torch's "leaf Variable that requires grad" error on a line writing into a buffer created with requires_grad is a graph
+    cause; on a line writing into an input (or a name made without requires_grad) it stays a mutation."""
+    source = (
+        "def differential_attention(q1, k1, q2, k2, value, coefficient, causal=True):\n"
+        "    out = torch.zeros_like(value, requires_grad=value.requires_grad)\n"
+        "    tmp = q1.reshape(-1)\n"
+        "    out[:, 0] = value[:, 0]\n"
+        "    tmp.mul_(2)\n"
+    )  # fmt: skip
+    leaf = "a view of a leaf Variable that requires grad is being used in an in-place operation."
+
+    def at(line: int, code: str) -> list[str]:
+        trace = f'  File "sub.py", line {line}, in differential_attention\n    {code}\n'
+        raised = Returned(raised={"type": "RuntimeError", "message": leaf, "traceback": trace})
+        return [f.component for f in slips.findings([_call(raised), _call(_tensor())], source, DECLARATIONS)]
+
+    assert at(4, "out[:, 0] = value[:, 0]") == ["graph"]
+    assert at(5, "tmp.mul_(2)") == ["mutation"]
+    assert at(4, "q1[:, 0] = value[:, 0]") == ["mutation"]
+
+
 def test_an_output_without_history_is_a_slip_when_every_graded_call_or_one_way_of_calling_has_none() -> None:
     """A wholly detached output is a contract slip; so is one detached only in the calls made one way (one token with value
     and the coefficient frozen, three attributes together); a path cut in calls that share no such way is left to the gradient probes."""

@@ -140,31 +140,40 @@ def precision_finding(found: Found, function: str, got: np.ndarray | None, expec
 ROUNDING_STEP = 1e-9
 """How far :func:`rounding_probe` moves each input, relative to its size: 60 times below float32's resolution, 10⁷ times
 above float64's."""
+COARSE_STEP = 0.03
+"""How far :func:`rounding_probe` moves each input to find the output elements that depend on the inputs at all: several
+times bfloat16's resolution."""
+
+
+def _moved(values: Values, step: float) -> dict[str, Any]:
+    """``values`` with each element of each tensor grown by 0.5 to 1.5 ``step`` of its size (a product of two inputs then never
+    stays put by their moves cancelling), drawn from a generator of its own (the probes after this one meet the inputs they
+    always met); scalar options stay."""
+    steps = np.random.default_rng(0)
+    return {n: np.asarray(x) * (1.0 + step * steps.uniform(0.5, 1.5, np.shape(x))) if np.ndim(x) else x for n, x in values.items()}
 
 
 def rounding_probe(worker: Worker, subject: Subject, values: Values, base: np.ndarray | None, found: Found) -> bool:
-    """A dtype finding when float64 inputs moved by about :data:`ROUNDING_STEP` (each element of each tensor) leave most of the output
-    (``base``: the output before the move) exactly where it was; whether they did. A computation in float64 moves every
-    output element, by about 1e-9 of its size; one that rounds its inputs or its intermediate results to float32, float16
-    or bfloat16 absorbs so small a move. Run before the probes that read structure out of the output, which such rounding
-    (errors of 1e-3 in bfloat16) would mislead."""
+    """A dtype finding when float64 inputs moved by about :data:`ROUNDING_STEP` (each element of each tensor) leave most of the
+    output elements that depend on the inputs (those a move of :data:`COARSE_STEP` changes; ``base``: the output before the
+    moves) exactly where they were; whether they did. A computation in float64 moves every such element, by about 1e-9 of
+    its size; one that rounds its inputs or its intermediate results to float32, float16 or bfloat16 absorbs so small a move.
+    Elements no move changes (zeros written as padding, a clamp's bound) tell nothing of precision. Run before the probes
+    that read structure out of the output, which such rounding (errors of 1e-3 in bfloat16) would mislead."""
     if base is None or not np.isfinite(base).all() or not np.abs(base).max(initial=0.0) > 0.0:
         return False
-    # each element grows by 0.5 to 1.5 steps (a product of two inputs then never stays put by their moves cancelling), drawn
-    # from a generator of its own (the probes after this one meet the inputs they always met); scalar options stay
-    steps = np.random.default_rng(0)
-    moved = {n: np.asarray(x) * (1.0 + ROUNDING_STEP * steps.uniform(0.5, 1.5, np.shape(x))) if np.ndim(x) else x for n, x in values.items()}
     found.probes.append(f"{subject.function}: inputs moved by one part in 10⁹")
-    out = probes.sweep(worker, subject, [moved])[0]
-    if out is None or np.shape(out) != np.shape(base):
+    fine, coarse = probes.sweep(worker, subject, [_moved(values, ROUNDING_STEP), _moved(values, COARSE_STEP)])
+    if fine is None or coarse is None or np.shape(fine) != np.shape(base) or np.shape(coarse) != np.shape(base):
         return False
-    still = float(np.mean(out == base))
+    depends = coarse != base
+    still = float(np.mean(fine[depends] == base[depends])) if depends.any() else 0.0
     if still < 0.5:
         return False
     found.add(subject.function, "dtype", "forward", "Inside, your function computes in a lower precision than its inputs'",
-              f"Moving every float64 input by one part in 10⁹ left {still:.0%} of your output exactly unchanged; computed in float64, "
-              "every output element moves (by about 1e-9 of its size). Something rounds the inputs or intermediate results to "
-              "float32, float16 or bfloat16 (.float(), .half(), .to(torch.bfloat16), autocast, a tensor created without dtype=).",
+              f"Moving every float64 input by one part in 10⁹ left {still:.0%} of the output elements that depend on them exactly "
+              "unchanged; computed in float64, every such element moves (by about 1e-9 of its size). Something rounds the inputs or "
+              "intermediate results to float32, float16 or bfloat16 (.float(), .half(), .to(torch.bfloat16), autocast, a tensor created without dtype=).",
               "compute in the inputs' dtype throughout, and cast nothing down")  # fmt: skip
     return True
 
@@ -409,6 +418,22 @@ def unexplained_maps(found: Found, function: str, maps: np.ndarray, how: str, ex
               f"Read out of your output with {how}, each query's weights sum to 1 and hide exactly the future keys, but their "
               "ratios are not exp of the logits' differences for any scale: exponentials taken against different shifts within a row "
               "(a maximum taken over the wrong axis, or a blocked or online softmax that does not rescale what it accumulated)?", advice)  # fmt: skip
+    return True
+
+
+def rearranged_finding(found: Found, function: str, out: np.ndarray | None, want: np.ndarray, component: str, advice: str) -> bool:
+    """A ``component`` finding when the output of the right shape (``out``, against ``want``) holds exactly the right numbers,
+    in other places (axes reshaped where they should be transposed, halves or heads put back in another order); whether it
+    does. No fault of the attention's arithmetic leaves every number of the output as it should be."""
+    if out is None or out.shape != want.shape or not np.isfinite(out).all() or is_right(out, want):
+        return False
+    if not np.allclose(np.sort(out, axis=None), np.sort(want, axis=None), rtol=1e-9, atol=1e-12):
+        return False
+    places = np.argwhere(~np.isclose(out, want, rtol=1e-9, atol=1e-12))
+    found.add(function, component, "forward", "The output holds the right numbers in the wrong places",
+              f"Every number of the right output appears in yours, but {len(places)} of {out.size} are elsewhere "
+              f"(first at index {tuple(int(i) for i in places[0])}): axes are stacked, reshaped or viewed where "
+              "they should be moved with transpose or permute, or parts are put back in another order.", advice)  # fmt: skip
     return True
 
 

@@ -303,6 +303,9 @@ def _raised(function: str, calls: Sequence[Observed], source: str | None, declar
         if classified is not None:
             component, meaning, advice, _ = classified
             component = (on_line or component) if component == "shape" else component
+            if component == "mutation" and code and _writes_own_leaf(code[-1], source):
+                component, meaning, advice = "graph", OWN_LEAF, "build the result from new tensors (torch.stack or torch.cat of the parts), " \
+                    "or fill a buffer made without requires_grad: autograd records what is written into it"  # fmt: skip
             if component == "dtype" and placed is not None and placed[1] in declared.inputs.values():
                 component = placed[1]  # dtypes that clash only for one kind of a declared input: that input is not cast
         elif function in declared.numbers and NUMBER_AS_TENSOR.search(message):
@@ -325,6 +328,21 @@ def _raised(function: str, calls: Sequence[Observed], source: str | None, declar
                                       explains=frozenset({ASPECT_OF.get(component) or "type"})), signature=signature,
                              via=declared.made_by.get(only) if only else None))  # fmt: skip
     return found
+
+
+OWN_LEAF = "an in-place write into a tensor the function made with requires_grad=True, a leaf autograd cannot record writes into"
+
+
+def _writes_own_leaf(frame: tuple[str, str, str], source: str | None) -> bool:
+    """Whether the student's failing line (``frame``: its number, function and code) writes in place into a name that the
+    latest earlier line of its function assigning it made with ``requires_grad`` (a leaf tensor of its own, not an input)."""
+    line, function, text = frame
+    written = {m.group(1) for m in re.finditer(INPLACE.format(name=r"([A-Za-z_]\w*)"), text.split("#", 1)[0])}
+    for number, earlier in reversed(function_lines(source, function.strip())):
+        assigned = re.match(r"\s*([A-Za-z_]\w*)\s*=(?!=)", earlier)
+        if number < int(line) and assigned is not None and assigned.group(1) in written:
+            return "requires_grad" in earlier.split("#", 1)[0]
+    return False
 
 
 def _line_component(declared: Declarations, frame: tuple[str, str, str], source: str | None, *, trace: bool) -> str | None:

@@ -161,6 +161,24 @@ COMBINATIONS = {
 }  # fmt: skip
 
 
+def _per_element_finding(found: Found, intercept: np.ndarray, slope: np.ndarray, maps: tuple[np.ndarray, np.ndarray]) -> bool:
+    """A finding when the signed map of each batch element and head is its own true maps combined, but with weights that
+    differ between them (weights such as [1, −λ] broadcast along the wrong axis of maps stacked over the batch); whether it
+    is. Only the weighting of the maps gives each head's own maps, exactly, with weights of its own."""
+    pairs = [(b, h) for b in range(B) for h in range(H)]
+    combinations = [_combination(intercept[b, h], slope[b, h], (maps[0][b, h], maps[1][b, h])) for b, h in pairs]
+    weights = list(dict.fromkeys(c.weights for c in combinations))
+    if not all(c.fits for c in combinations) or len(weights) < 2:
+        return False
+    said = "; ".join(f"({w1:.3g}·A1 + {w2:.3g}·A2) + λ·({v1:.3g}·A1 + {v2:.3g}·A2)" for w1, w2, v1, v2 in weights[:2])
+    found.add(ATTENTION, "coefficient", "forward", "The maps of different batch elements or heads are weighted differently",
+              f"Read out of your output, each batch element's and head's signed map is made of its own two maps, but with weights "
+              f"that differ between them ({said}), where every one must be A1 − λ·A2: the weights [1, −λ] reach the wrong maps "
+              "(repeat where repeat_interleave is meant, or a view that interleaves the batch and the branches?).",
+              "compute A1 − λ·A2 for every batch element and head, e.g. by subtracting the two maps directly")  # fmt: skip
+    return True
+
+
 def _combination_finding(found: Found, combination: Combination) -> bool:
     """A finding when the signed map mixes the true maps the wrong way; whether there was one."""
     w1, w2, v1, v2 = combination.weights
@@ -339,7 +357,7 @@ def maps_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool:
     if _added_coefficient(found, slope):
         return True
     combination = _combination(intercept, slope, true_maps)
-    if _combination_finding(found, combination):
+    if _combination_finding(found, combination) or (not combination.fits and _per_element_finding(found, intercept, slope, true_maps)):
         return True
     how = "one-hot values at λ = 0, ½, 2 and −½"
     if combination.fits and combination.weights != (1.0, 0.0, 0.0, -1.0):
@@ -605,6 +623,9 @@ def stability_probe(worker: Worker, rng: np.random.Generator, found: Found) -> b
     return True
 
 
+REARRANGED = ("return [B, H, T, 2D] as (A1 − λ·A2) @ value gives it: move axes with transpose or permute, not reshape or view, "
+              "and put value's halves back in their order")
+"""What to do when the output holds the right numbers in other places."""
 PERMUTED = " with inputs, and so the incoming gradient, stored heads and tokens swapped (an output read through transpose(1, 2))"
 LONG = findings.LONG_RUN_TOKENS
 
@@ -632,7 +653,8 @@ def run(worker: Worker, rng: np.random.Generator, found: Found, forward: bool, g
         right = is_right(base, truth(values, True))
         unmasked = None if right else probes.sweep(worker, attention_subject(False), [values])[0]
         since = len(found.findings)
-        localised = masked_nan_finding(found, ATTENTION, base, unmasked, truth(values, False)) or maps_probe(worker, rng, found)
+        localised = findings.rearranged_finding(found, ATTENTION, base, truth(values, True), "value", REARRANGED) or \
+            masked_nan_finding(found, ATTENTION, base, unmasked, truth(values, False)) or maps_probe(worker, rng, found)  # fmt: skip
         localised = causal_path_first(found, ATTENTION, since, base, truth(values, True), unmasked, truth(values, False)) or localised
         localised = localised or causal_flag_probe(worker, rng, found) or dependence_probe(worker, rng, found)
         if right and not localised:
@@ -641,9 +663,11 @@ def run(worker: Worker, rng: np.random.Generator, found: Found, forward: bool, g
         elif not localised:
             precision_finding(found, ATTENTION, base, truth(values, True)) or precision_finding(found, ATTENTION, unmasked, truth(values, False))
     if gradients:
-        runs = [GradientRun(values, grads) if c is None else GradientRun({**values, "coefficient": np.asarray(c)}, grads, f" at coefficient {c:g}")
-                for grads, c in FROZEN_RUNS]  # fmt: skip
-        runs.append(GradientRun(_far_future(rng), ATTENTION_GRADS, " when a future key's logit is about 900 above the visible ones"))
+        # a fault first shown at coefficient 0 is how the function treats that coefficient (a shortcut, a division by it); one
+        # first shown past exp's range, how it keeps exp finite
+        runs = [GradientRun(values, grads) if c is None else
+                GradientRun({**values, "coefficient": np.asarray(c)}, grads, f" at coefficient {c:g}", "coefficient") for grads, c in FROZEN_RUNS]
+        runs.append(GradientRun(_far_future(rng), ATTENTION_GRADS, " when a future key's logit is about 900 above the visible ones", "stability"))
         runs += [GradientRun(values, ATTENTION_GRADS, " with causal=False", subject=attention_subject(False)), _long_run(rng),
                  GradientRun(values, ATTENTION_GRADS, PERMUTED, subject=attention_subject(True, layout="heads_permuted"))]
         gradients_probe(worker, attention_subject(True), runs, rng.standard_normal((B, H, T, 2 * D)), rng, found, source)

@@ -17,6 +17,7 @@ of a stage are skipped once ``gqa_attention``'s have localised a fault there
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import replace
 from collections.abc import Mapping
@@ -82,6 +83,11 @@ def name_shape(function: str, got: tuple[int, ...], expected: tuple[int, ...], m
         return ("output", f"{function} drops the output's axes of size 1",
                 f"It returned shape {list(got)} where {list(expected)} is expected: a .squeeze() removed axes that happen to have size 1.",
                 "squeeze only an axis you added yourself, by its index, or reshape to [B, T, H, D] explicitly")  # fmt: skip
+    if _squeezed(expected, got):
+        return ("output", f"{function} leaves extra axes of size 1 in the output",
+                f"It returned shape {list(got)} where {list(expected)} is expected: an axis of size 1 was added or kept (keepdim=True, "
+                "unsqueeze, a stack of one) and never removed.",
+                "reduce without keepdim, or index the axis away, so that the result is [B, T, H, D]")  # fmt: skip
     if len(expected) != 4:
         return None
     b, t, heads, d = expected
@@ -113,6 +119,12 @@ def name_shape(function: str, got: tuple[int, ...], expected: tuple[int, ...], m
         return ("layout", f"{function} returns [B, H, T, D] instead of [B, T, H, D]",
                 f"It returned shape {list(got)}: heads before tokens, where [B, T, H, D] = {list(expected)} is expected.",
                 "transpose(1, 2) the result back to [B, T, H, D]")  # fmt: skip
+    if math.prod(got) == math.prod(expected) and len(got) == len(expected):
+        return ("layout", f"{function} returns its numbers in another arrangement of axes",
+                f"It returned shape {list(got)}, as many elements as [B, T, H, D] = {list(expected)} but on other axes: parts were "
+                "concatenated, reshaped or viewed along the wrong axis.",
+                "concatenate and reshape along the axis each part belongs to (tokens on axis 1, heads on axis 2), and check the shape "
+                "of every step")  # fmt: skip
     return None
 
 

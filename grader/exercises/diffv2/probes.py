@@ -603,6 +603,8 @@ def length_probe(worker: Worker, function: str, rng: np.random.Generator, found:
                                  lambda values, causal: truth(function, values, causal), found)  # fmt: skip
 
 
+REARRANGED = "build [B, T, H, D] by indexing and transposing, not by stacking on another axis and reshaping"
+"""What to do when the output holds the right numbers in other places."""
 PERMUTED = " with inputs, and so the incoming gradient, stored with tokens and heads swapped (an output read through a transpose)"
 LONG = findings.LONG_RUN_TOKENS
 
@@ -618,20 +620,6 @@ def _long_run(function: str, grads: tuple[str, ...], rng: np.random.Generator) -
     return GradientRun(values, grads, f" at T = {LONG}", cotangent=cotangent)
 
 
-def rearranged_probe(found: Found, function: str, out: np.ndarray | None, want: np.ndarray) -> bool:
-    """A layout finding when the output of the right shape holds exactly the right numbers, in other places; whether it does."""
-    if out is None or out.shape != want.shape or not np.isfinite(out).all() or is_right(out, want):
-        return False
-    if not np.allclose(np.sort(out, axis=None), np.sort(want, axis=None), rtol=1e-9, atol=1e-12):
-        return False
-    places = np.argwhere(~np.isclose(out, want, rtol=1e-9, atol=1e-12))
-    return found.first(function, (True, "layout", "The output holds the right numbers in the wrong places",
-                                  f"Every number of the right output appears in yours, but {len(places)} of {out.size} are elsewhere "
-                                  f"(first at index {tuple(int(i) for i in places[0])}): axes are stacked, reshaped or viewed where "
-                                  "they should be moved with transpose or permute.",
-                                  "build [B, T, H, D] by indexing and transposing, not by stacking on another axis and reshaping"))  # fmt: skip
-
-
 def run(worker: Worker, function: str, rng: np.random.Generator, found: Found, forward: bool, gradients: bool, source: str | None) -> None:
     """The probes of ``function``: randomness first (it spoils the others), then the forward (``forward``: a value check
     failed), then the gradients (``gradients``: a gradient check failed)."""
@@ -644,7 +632,7 @@ def run(worker: Worker, function: str, rng: np.random.Generator, found: Found, f
         return  # rounded to a lower precision: what the other probes would read out of the output, or differentiate, is its noise
     if forward:
         right = is_right(base, truth(function, values, True))
-        if rearranged_probe(found, function, base, truth(function, values, True)):
+        if findings.rearranged_finding(found, function, base, truth(function, values, True), "layout", REARRANGED):
             localised = True
         elif function == GQA:
             since = len(found.findings)

@@ -97,6 +97,37 @@ class _Recomputed(torch.autograd.Function):
 def differential_attention(q1, k1, q2, k2, value, coefficient, causal=True):
     return _Recomputed.apply(q1, k1, q2, k2, value, torch.as_tensor(coefficient, dtype=q1.dtype), causal)
 '''
+# a backward pass that recovers the second map from the output, dividing by the coefficient (0 / 0 at coefficient 0)
+_DIVIDED = '''
+
+class _Mixed(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, a1, a2, coefficient):
+        out = a1 - coefficient * a2
+        ctx.save_for_backward(a1, out, coefficient)
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        a1, out, coefficient = ctx.saved_tensors
+        return g, -coefficient * g, -(g * (a1 - out) / coefficient).sum()
+
+
+def differential_attention(q1, k1, q2, k2, value, coefficient, causal=True):
+    return _Mixed.apply(_map(q1, k1, causal), _map(q2, k2, causal), torch.as_tensor(coefficient, dtype=q1.dtype)) @ value
+'''
+# a recomputing backward pass whose maps are exp(s) / Σ exp(s), without the row maximum (overflow past exp's range)
+_UNSHIFTED = _RECOMPUTED.format(flag="ctx.causal", cut="pass").replace("_map(q1, k1, ctx.causal) - coefficient * _map(q2, k2, ctx.causal)",
+                                                                        "_naive(q1, k1, ctx.causal) - coefficient * _naive(q2, k2, ctx.causal)") + '''
+
+def _naive(q, k, causal):
+    s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if causal:
+        t = q.shape[-2]
+        s = s.masked_fill(torch.ones(t, t, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
+    e = torch.exp(s)
+    return e / e.sum(-1, keepdim=True)
+'''
 # an online softmax over blocks of 32 keys whose running maximum is replaced by each block's own (exact, until far-apart
 # block maxima overflow exp(old − new))
 _BLOCK_MAXIMUM = '''
@@ -180,6 +211,14 @@ VARIANTS: dict[str, tuple[str, str, str, str]] = {
     "scale_from_first_32_features": ("/ math.sqrt(q.shape[-1])", "/ math.sqrt(min(q.shape[-1], 32))", _A, "scale"),
     "lambda_init_through_log": (_LAMBDA, "torch.exp(torch.logaddexp(torch.dot(q1, k1), torch.log(torch.tensor(lambda_init, dtype=q1.dtype)))) "
                                 "- torch.exp(torch.dot(q2, k2))", _L, "lambda"),  # fmt: skip
+    "value_half_zero_padded": (_OUT, "torch.nn.functional.pad(((_map(q1, k1, causal) - coefficient * _map(q2, k2, causal)) "
+                               "@ value[..., :value.shape[-1] // 2]), (0, value.shape[-1] // 2))", _A, "value"),
+    "lambda_clamped_at_its_probe_value": (_LAMBDA, "(" + _LAMBDA + ").clamp(0.5, 1)", _L, "lambda"),
+    "value_halves_swapped": ("@ value\n", "@ value.roll(value.shape[-1] // 2, -1)\n", _A, "value"),
+    "output_reshaped_not_transposed": (_OUT, "(" + _OUT + ").transpose(1, 2).contiguous().reshape(value.shape)", _A, "value"),
+    "branch_weights_repeated_over_the_batch": (_OUT, "(torch.stack([torch.ones_like(torch.as_tensor(coefficient, dtype=value.dtype)), "
+                                               "-torch.as_tensor(coefficient, dtype=value.dtype)]).repeat(q1.shape[0]).view(2, -1, 1, 1, 1) "
+                                               "* torch.stack([_map(q1, k1, causal), _map(q2, k2, causal)])).sum(0) @ value", _A, "coefficient"),
     "lambda_log_of_difference": (_LAMBDA, "torch.sign(torch.dot(q1, k1) - torch.dot(q2, k2)) * torch.exp(torch.maximum(torch.dot(q1, k1), torch.dot(q2, k2)) "
                                  "+ torch.log1p(-torch.exp(-(torch.dot(q1, k1) - torch.dot(q2, k2)).abs()))) + lambda_init", _L, "stability"),  # fmt: skip
 }
@@ -193,6 +232,8 @@ REPLACED: dict[str, tuple[str, str, str, str]] = {
     "backward_recomputes_causal_always": ("differential_attention", _RECOMPUTED.format(flag="True", cut="pass"), _A, "backward"),
     "backward_keeps_last_64_queries": ("differential_attention", _RECOMPUTED.format(flag="ctx.causal", cut="g = g.clone(); g[..., :-64, :] = 0"),
                                        _A, "backward"),  # fmt: skip
+    "backward_divides_by_the_coefficient": ("differential_attention", _DIVIDED, _A, "coefficient"),
+    "backward_recomputes_exp_without_the_maximum": ("differential_attention", _UNSHIFTED, _A, "stability"),
     "online_maximum_replaced_by_block_maximum": ("_map", _BLOCK_MAXIMUM, _A, "stability"),
     "backward_views_incoming_gradient": ("differential_attention", _RECOMPUTED.format(flag="ctx.causal", cut="g = g.view(-1).view(g.shape)"),
                                          _A, "backward"),  # fmt: skip
