@@ -483,3 +483,12 @@ def test_a_graded_mutant_leads_every_output_with_its_root_cause(tmp_path: Any) -
     assert "Root causes" in json.loads(outputs["results.json"].read_text())["output"]
     assert "Root causes" in outputs["junit.xml"].read_text() and "### Root causes" in outputs["summary.md"].read_text()
     assert run.check("inputs_not_modified")["message"].startswith("Not judged: differential_attention returned tensors of the wrong shape")
+
+
+def test_gradients_that_vanish_only_at_a_tie_are_the_lambda_formulas(tmp_path: Any) -> None:
+    """λ as sign(a − b)·exp(max(a, b))·(1 − exp(−|a − b|)): right values, zero gradients at a = b; the cause is λ's form."""
+    path = ROOT / "tests" / "corpus" / "diagnosis_cold" / "wrong" / "lam_sign_factored_tie.py"
+    run = run_cli([str(path), "--seed", "20261201", "--no-preview", "--tiers", "T3"], tmp_path)
+    first = run.report["diagnosis"]["root_causes"][0]
+    assert (first["function"], first["component"]) == ("differential_lambda", "lambda")
+    assert first["title"] == "λ's gradients are wrong where q1·k1 = q2·k2" and "sign(a − b)" in first["advice"]

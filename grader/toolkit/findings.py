@@ -316,8 +316,9 @@ blocked backward pass's later and partial blocks)."""
 @dataclass(frozen=True)
 class GradientRun:
     """One comparison of the gradients with the forward: the inputs, those that require grad, words saying what is special
-    about it (e.g. " at coefficient 0"), the component a fault found first in this run points at (None: graph or backward),
-    and how the function is called and differentiated when not as in the probe's other runs (another causal flag, a longer
+    about it (e.g. " at coefficient 0"), the component a cut graph or wrong backward found first in this run points at
+    (None: graph or backward) and, when that component's fault needs other words, its title and advice, and how
+    the function is called and differentiated when not as in the probe's other runs (another causal flag, a longer
     sequence: its own subject and cotangent)."""
 
     values: Values
@@ -325,6 +326,7 @@ class GradientRun:
     where: str = ""
     component: str | None = None
     subject: Subject | None = None
+    explanation: tuple[str, str] | None = None
     cotangent: np.ndarray | None = None
 
 
@@ -347,8 +349,9 @@ def gradients_probe(worker: Worker, subject: Subject, runs: Sequence[GradientRun
         result = probes.consistency(worker, run.subject or subject, run.values, run.grads, cotangent if run.cotangent is None else run.cotangent, rng)
         before = len(found.findings)
         if gradient_finding(found, subject.function, condition, result, source) or (not condition and NO_GRAPH in (result.problem or "")):
-            if run.component is not None and len(found.findings) > before:
-                found.findings[-1] = replace(found.findings[-1], component=run.component)
+            if run.component is not None and len(found.findings) > before and found.findings[-1].component in ("graph", "backward"):
+                title, advice = run.explanation or (found.findings[-1].title, found.findings[-1].advice)
+                found.findings[-1] = replace(found.findings[-1], component=run.component, title=title, advice=advice)
             return  # (with every input requiring grad, a detached output is the contract slip's to name)
 
 

@@ -56,6 +56,10 @@ def lambda_values(rng: np.random.Generator, init: float | None = LAMBDA_INIT, le
 EXPONENTS = (20.0, 15.0)
 LARGE_EXPONENTS = f" with q1·k1 = {EXPONENTS[0]:g} and q2·k2 = {EXPONENTS[1]:g}"
 TIED = " with q1·k1 = q2·k2 (q2 = q1, k2 = k1)"
+# Found first at a tie, after ordinary inputs: the formula's own derivative there, not a cut graph or a hand-written backward.
+AT_THE_TIE = ("λ's gradients are wrong where q1·k1 = q2·k2",
+              "differentiate exp(q1·k1) − exp(q2·k2) + lambda_init as written: a form through sign(a − b), |a − b|, max(a, b) or "
+              "log|e^a − e^b| has a derivative of 0, or none, where the two exponents are equal")
 
 
 def _large_exponents(values: Values) -> dict[str, np.ndarray]:
@@ -188,5 +192,5 @@ def run(worker: Worker, rng: np.random.Generator, found: Found, forward: bool, g
     if gradients:
         tied = {**values, "q2": values["q1"], "k2": values["k1"]}  # the two exponentials equal: a log of their difference is −∞
         runs = [GradientRun(values, grads) for grads in LAMBDA_RUNS] + [GradientRun(_large_exponents(values), LAMBDA_NAMES, LARGE_EXPONENTS),
-                                                                        GradientRun(tied, LAMBDA_NAMES, TIED)]
+                                                                        GradientRun(tied, LAMBDA_NAMES, TIED, "lambda", explanation=AT_THE_TIE)]
         gradients_probe(worker, lambda_subject(), runs, np.asarray(1.3), rng, found, source)
