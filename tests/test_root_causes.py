@@ -492,3 +492,11 @@ def test_gradients_that_vanish_only_at_a_tie_are_the_lambda_formulas(tmp_path: A
     first = run.report["diagnosis"]["root_causes"][0]
     assert (first["function"], first["component"]) == ("differential_lambda", "lambda")
     assert first["title"] == "λ's gradients are wrong where q1·k1 = q2·k2" and "sign(a − b)" in first["advice"]
+
+
+def test_maps_that_are_a_softmax_of_the_right_maps_name_a_softmax_applied_twice(tmp_path: Any) -> None:
+    """softmax(softmax(scores)): the readout is the softmax of the right maps over every key, so the cause is the softmax, not the mask."""
+    path = ROOT / "tests" / "corpus" / "diagnosis_cold" / "wrong" / "att_softmax_applied_twice.py"
+    run = run_cli([str(path), "--seed", "20261201", "--no-preview", "--tiers", "T2"], tmp_path)
+    first = run.report["diagnosis"]["root_causes"][0]
+    assert (first["function"], first["component"], first["title"]) == ("differential_attention", "softmax", "The softmax is applied twice")

@@ -380,6 +380,14 @@ def _shifted_within_rows(maps: np.ndarray, expected: np.ndarray, visible: np.nda
     return False
 
 
+def _softmax_of_maps(maps: np.ndarray, expected: np.ndarray) -> bool:
+    """Whether ``maps`` are the softmax, over every key, of the right maps ``expected`` (a softmax applied to its own output)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        weights = np.exp(expected - expected.max(axis=-1, keepdims=True))
+        twice = weights / weights.sum(axis=-1, keepdims=True)
+    return bool(np.isfinite(maps).all()) and np.allclose(maps, twice, rtol=0.0, atol=attention_maps.FITS)
+
+
 def unexplained_maps(found: Found, function: str, maps: np.ndarray, how: str, expected: np.ndarray, causal: bool = True) -> bool:
     """A finding for causal maps ([..., T, T], read out of the output with ``how``) that no softmax model explains: weight on
     future keys (the mask), negative weights or rows that do not sum to 1, or rows that sum to 1 and hide exactly the future
@@ -392,6 +400,12 @@ def unexplained_maps(found: Found, function: str, maps: np.ndarray, how: str, ex
     if not finite.any():
         return False
     visible = attention_maps.keep(maps.shape[-1], "causal" if causal else "none")
+    if _softmax_of_maps(maps, expected):
+        found.add(function, "softmax", "forward", "The softmax is applied twice",
+                  f"Read out of your output with {how}, each query's weights are a softmax of the right attention weights rather "
+                  "than of the logits (hidden keys, whose weight is 0, get exp(0) again).",
+                  "apply torch.softmax once, to the scaled and masked logits, and use its output as the weights")  # fmt: skip
+        return True
     future = float(np.nan_to_num(np.abs(maps[..., ~visible])).max(initial=0.0))
     if future > attention_maps.FITS:  # the readout is causal: weight on a future key is the mask's fault, whatever else is wrong
         found.add(function, "mask", "forward", "Queries put weight on future keys under causal=True",
