@@ -506,7 +506,8 @@ class Run:
                 raise ValueError(f"input {index} was released before this call")
             tensor = self.make_tensor(index)
             if self.header["tensors"][index].get("activation") and tensor.requires_grad:
-                self.leaves[index], tensor = tensor, tensor[...]  # a view of a leaf that requires grad is not a leaf
+                with self.server.enable_grad():  # (a submission may turn gradients off globally)
+                    self.leaves[index], tensor = tensor, tensor[...]  # a view of a leaf that requires grad is not a leaf
             self.tensors[index] = tensor
             self.snapshots[index] = (tensor.detach().clone(), tensor._version)
             self.flags[index] = tensor.requires_grad
