@@ -74,3 +74,11 @@ def test_a_shortcut_for_a_shut_gate_loses_points(tmp_path: Path) -> None:
     """Dropping the odd maps when every gate logit is below −20 is wrong in float64 there."""
     run = grade(COLD / "inference_skips_odd_heads_below_logit_minus_20.py", tmp_path, 1, "--exercise", "diff_v2")
     assert run.check("saturated_gate_values")["status"] == "failed" and run.report["score"] < 100.0
+
+
+def test_an_output_cut_only_for_activations_is_named_with_that_attribute(tmp_path: Path) -> None:
+    """The leaf-only graph file's first root cause is the graph, cut when the inputs that require grad are activations."""
+    run = grade(COLD / "graph_needed_only_for_leaf_inputs.py", tmp_path, 20261201, "--exercise", "diff_v2")
+    first = run.report["diagnosis"]["root_causes"][0]
+    assert (first["function"], first["component"]) == ("diff_v2_attention", "graph")
+    assert "activations (non-leaf views)" in first["title"]

@@ -142,6 +142,15 @@ def trained(names: Iterable[str]) -> str:
     return ", ".join(names) + ONLY
 
 
+ORIGIN = "the kind of inputs that require grad"
+"""The call attribute that says whether the inputs requiring grad were leaves or activations (:func:`origin`)."""
+
+
+def origin(activations: bool) -> str:
+    """The value of the :data:`ORIGIN` attribute: "activations (non-leaf views)" or "leaves"."""
+    return "activations (non-leaf views)" if activations else "leaves"
+
+
 # ---- the submission's source ----------------------------------------------------------------------
 
 

@@ -108,6 +108,7 @@ def _attributes(case: LambdaCase | AttentionCase, grads: bool) -> dict[str, str]
     trainable = {name: "trained" if case.requires_grad(name) else "frozen" for name in names} if grads else {}
     if grads:
         trainable[slips.TRAINED] = slips.trained(n for n in names if case.requires_grad(n))
+        trainable[slips.ORIGIN] = slips.origin(case.activations)
     if isinstance(case, LambdaCase):
         return found | {"the memory layout": "non-contiguous" if case.layout != "contiguous" else "contiguous"} | trainable
     coefficient = f"computed by {LAMBDA}" if case.lambda_case is not None else COEFFICIENT_KINDS[case.coefficient_kind]
