@@ -181,20 +181,27 @@ def _encoded(requests: Sequence[Request], shared: bool) -> Encoded:
     (:class:`protocol.Written`); of the others, every time.
     """
     if not shared:
-        return (*_encode(requests), reply_limit(requests))
+        return _encoded_once(requests)
     key = tuple(map(id, requests))
     found = _ENCODED.get(key)
     if found is None or any(kept is not given for kept, given in zip(found[0], requests)):
-        header, arrays, spans = _encode(requests)
-        found = _ENCODED[key] = (tuple(requests), (Written(header), arrays, spans, reply_limit(requests)))
+        header, arrays, spans, limit = _encoded_once(requests)
+        found = _ENCODED[key] = (tuple(requests), (Written(header), arrays, spans, limit))
     return found[1]
+
+
+def _encoded_once(requests: Sequence[Request]) -> tuple[dict[str, Any], list[np.ndarray], list[Span], Limit]:
+    """:func:`_encode` and the reply's limit, from one reckoning of the sizes each call's result and gradient can need."""
+    results, grads = _expected_sizes(requests)
+    return (*_encode(requests, results), _size_limit(results, grads))
 
 
 Answer = Union[tuple[dict[str, Any], list[np.ndarray]], Exception]  # the worker's reply and arrays, or why there is none
 
 
-def _encode(requests: Sequence[Request]) -> tuple[dict[str, Any], list[np.ndarray], list[Span]]:
-    """The header and arrays of one round trip making ``requests``, and each one's share of it."""
+def _encode(requests: Sequence[Request], results: list[tuple[str, int]]) -> tuple[dict[str, Any], list[np.ndarray], list[Span]]:
+    """The header and arrays of one round trip making ``requests``, and each one's share of it; ``results``: what each call's
+    result can need (:func:`_expected_sizes`), sent as the call's cap."""
     tensors: list[TensorInput] = []
     refills: list[np.ndarray] = []
     calls: list[dict[str, Any]] = []
@@ -222,7 +229,7 @@ def _encode(requests: Sequence[Request]) -> tuple[dict[str, Any], list[np.ndarra
             for i, t in enumerate(tensors)
         ],
     }
-    for call, (_, size) in zip(calls, _expected_sizes(requests)[0]):
+    for call, (_, size) in zip(calls, results):
         call["max_elements"] = _most_elements(size)
     if backward:
         header["backward"] = {"calls": [c for c, _, _ in backward], "cotangents": list(range(len(arrays), len(arrays) + len(backward))),
@@ -283,7 +290,11 @@ def reply_limit(requests: Sequence[Request]) -> Limit:
     than the sum of those bounds. A larger reply is refused unread, with a
     message that says what was sent and what was expected.
     """
-    results, grads = _expected_sizes(requests)
+    return _size_limit(*_expected_sizes(requests))
+
+
+def _size_limit(results: list[tuple[str, int]], grads: list[tuple[str, int]]) -> Limit:
+    """:func:`reply_limit` for the calls' results and the inputs' gradients as :func:`_expected_sizes` names and sizes them."""
 
     def judge(reply: dict[str, Any], described: list[Description]) -> str | None:
         roles: dict[int, tuple[str, int, str]] = {}

@@ -79,8 +79,7 @@ class Case(Protocol):
 
 
 _Case = TypeVar("_Case", bound=Case)
-_Moded = TypeVar("_Moded", bound=Any)
-_Activated = TypeVar("_Activated", bound=Any)
+_Drawn = TypeVar("_Drawn", bound=Any)  # a case dataclass of any exercise
 
 
 def generator(seed: int, name: str) -> np.random.Generator:
@@ -108,7 +107,7 @@ def keyword_order(rng: np.random.Generator, names: tuple[str, ...], binding: str
     return tuple(str(n) for n in rng.permutation(names)) if binding == "names" else ()
 
 
-def cycled_modes(found: list[_Moded]) -> list[_Moded]:
+def cycled_modes(found: list[_Drawn]) -> list[_Drawn]:
     """The cases (dataclasses with a ``grad_mode`` field) with their autograd modes cycled through GRAD_MODES, from no_grad.
 
     The first case of a set is an evaluation: whichever set a run asks for
@@ -166,7 +165,7 @@ ACTIVATIONS = "inputs that require grad given as activations (non-leaf views)"
 """How a case label says that its inputs are activations: the outputs of a model's earlier layers, never leaves."""
 
 
-def as_activations(found: list[_Activated]) -> list[_Activated]:
+def as_activations(found: list[_Drawn]) -> list[_Drawn]:
     """The cases (dataclasses with an ``activations`` field) with every other one, from the second, given its inputs that
     require grad as activations: in a model, queries, keys and values are outputs of projections, not leaves, so code
     that tells parameters from activations (``is_leaf``) meets both."""
@@ -176,6 +175,11 @@ def as_activations(found: list[_Activated]) -> list[_Activated]:
 def padding_tokens(rng: np.random.Generator, length: int) -> tuple[int, ...]:
     """The tokens of a sequence of ``length`` made padding: the first, and one drawn (the same one when ``length`` is 1)."""
     return tuple(sorted({0, int(rng.integers(0, length))}))
+
+
+def padding_note(tokens: Sequence[int]) -> str:
+    """How a case label names its padding tokens."""
+    return f"tokens {' and '.join(map(str, tokens))} all zeros (padding)"
 
 
 def padded(values: np.ndarray, tokens: Sequence[int], axis: int) -> np.ndarray:

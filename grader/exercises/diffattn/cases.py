@@ -305,14 +305,14 @@ def tied_case(rng: np.random.Generator, length: int, dtype: str, lambda_init: fl
     return replace(base, q2=base.q1.copy(), k2=base.k1.copy())
 
 
-def with_zero_rows(case: AttentionCase, rng: np.random.Generator) -> AttentionCase:
+def with_padding(case: AttentionCase, rng: np.random.Generator) -> AttentionCase:
     """``case`` with padding tokens (:func:`domain.padding_tokens`): the first and one drawn token all zeros in the queries,
     keys and values of both branches. Their logits are exactly 0 and their values zeros, which a mask must treat like any
     other (only positions decide what is hidden)."""
     tokens = domain.padding_tokens(rng, case.q1.shape[2])
     q1, k1, q2, k2, value = (domain.padded(x, tokens, axis=2) for x in (case.q1, case.k1, case.q2, case.k2, case.value))
     return replace(case, q1=q1, k1=k1, q2=q2, k2=k2, value=value,
-                   note=(case.note + ", " if case.note else "") + f"tokens {' and '.join(map(str, tokens))} all zeros (padding)")  # fmt: skip
+                   note=(case.note + ", " if case.note else "") + domain.padding_note(tokens))  # fmt: skip
 
 
 def cancelling_case(rng: np.random.Generator, pairs: int, dtype: str, lambda_init: float | None, **options: Any) -> LambdaCase:

@@ -230,7 +230,7 @@ def with_padding(base: Case, rng: np.random.Generator) -> Case:
     gates = None if base.lambda_logits is None else domain.padded(base.lambda_logits, tokens, axis=1)
     return replace(base, q=domain.padded(base.q, tokens, axis=1), k=domain.padded(base.k, tokens, axis=1),
                    v=domain.padded(base.v, tokens, axis=1), lambda_logits=gates,
-                   note=f"tokens {' and '.join(map(str, tokens))} all zeros (padding)")  # fmt: skip
+                   note=domain.padding_note(tokens))  # fmt: skip
 
 
 def gate_everywhere_at(base: Case, rng: np.random.Generator, sign: float) -> Case:
