@@ -228,3 +228,16 @@ def test_the_terminal_opens_with_the_root_causes(tmp_path: Path) -> None:
                            "--no-preview", "--json", str(tmp_path / "r.json"), "--html", str(tmp_path / "r.html")],
                           capture_output=True, text=True, timeout=300, check=False, cwd=tmp_path)  # fmt: skip
     assert done.stdout.index("ROOT CAUSES") < done.stdout.index("T1 Contract") and "gate" in done.stdout.lower()
+
+
+def test_a_parameter_inserted_before_causal_explains_the_value_checks_it_breaks(tmp_path: Path) -> None:
+    """softmax_scale inserted before causal: the signature cause comes first and explains the value and gradient checks whose
+    calls pass causal by position, not the binding check alone."""
+    path = ROOT / "tests" / "corpus" / "v2_cold" / "wrong" / "softmax_scale_param_before_causal.py"
+    done = subprocess.run([sys.executable, "-m", "grader", "--exercise", "diff_v2", str(path), "--seed", "1", "--no-preview", "--json",
+                           str(tmp_path / "r.json"), "--html", str(tmp_path / "r.html")], capture_output=True, text=True, timeout=300,
+                          check=False, cwd=tmp_path)  # fmt: skip
+    report = json.loads((tmp_path / "r.json").read_text())
+    first = report["diagnosis"]["root_causes"][0]
+    assert "'causal' is 'softmax_scale'" in first["title"], done.stdout
+    assert {"arguments_bind", "gqa_noncausal_values", "gqa_gradients"} <= set(first["checks"])

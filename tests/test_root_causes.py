@@ -231,6 +231,23 @@ def test_a_signature_out_of_the_contracts_order_is_a_contract_cause_naming_the_p
     assert signatures.findings(CONTRACT, right, PARAMETER_COMPONENTS) == []
 
 
+def test_a_signature_cause_explains_value_checks_only_when_the_usually_bound_calls_are_right() -> None:
+    """Wrong calls all bound otherwise and every usually bound (keyword) call right: the signature also explains value and
+    gradient checks; a wrong keyword call, no keyword call, or no wrong call leaves it explaining the binding check alone."""
+    from grader.exercises.diffattn.diagnosis import PARAMETER_COMPONENTS
+    from grader.exercises.diffattn.signatures import CONTRACT
+    from grader.toolkit import signatures
+
+    parameters = [{"name": n, "kind": "POSITIONAL_OR_KEYWORD", "has_default": False} for n in ("q1", "k1", "q2", "k2", "value", "coefficient")]
+    parameters += [{"name": n, "kind": "POSITIONAL_OR_KEYWORD", "has_default": True} for n in ("scale", "causal")]
+    (found,) = signatures.findings(CONTRACT, {A: {"parameters": parameters}}, PARAMETER_COMPONENTS)
+    assert found.explains == {"binding"}
+    widened = signatures.confirmed(found, [("keyword", True), ("positional", False), ("positional", True), ("names", True)])
+    assert widened.explains == {"binding", "values", "gradients"} and widened.title == found.title
+    for calls in ([("keyword", False), ("positional", False)], [("positional", False), ("names", False)], [("keyword", True), ("positional", True)]):
+        assert signatures.confirmed(found, calls) is found
+
+
 def test_parameters_made_positional_only_are_a_contract_cause_naming_them() -> None:
     """A `/` after the contract's vectors: a cause of λ's component naming them, which the TypeError's wording matches."""
     from grader.exercises.diffattn.diagnosis import PARAMETER_COMPONENTS

@@ -212,8 +212,9 @@ def _encode(requests: Sequence[Request], results: list[tuple[str, int]]) -> tupl
         tensors += request.inputs
         calls += [_encode_call(c, tensors, refills, first_call, first_tensor) for c in request.calls]
         if request.backward_from is not None and request.cotangent is not None:
-            # A request with inputs in other memory gets its cotangents in the first such input's layout.
-            layout = next((t.layout for t in tensors[first_tensor:] if t.layout != "contiguous"), "contiguous")
+            # A request with inputs in other memory gets its cotangents in the first such input's layout (but an
+            # expanded one, which keeps a single batch element's values).
+            layout = next((t.layout for t in tensors[first_tensor:] if t.layout not in ("contiguous", "expanded")), "contiguous")
             backward.append((first_call + request.backward_from, np.asarray(request.cotangent, dtype=np.float64), layout))
             backward += [(first_call + call, np.asarray(cotangent, dtype=np.float64), layout) for call, cotangent in request.also_backward]
         spans.append((first_call, len(calls), first_tensor, len(tensors)))

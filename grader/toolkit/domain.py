@@ -28,6 +28,10 @@ import numpy as np
 # non-zero storage offset), and a contiguous tensor that starts at a non-zero storage offset.
 NON_CONTIGUOUS = ("transposed", "heads_permuted", "sliced", "fused")
 OFFSET_LAYOUTS = ("fused", "offset")
+# An input given "expanded" is its first batch element broadcast over the batch (stride 0 along its first axis), as one
+# sequence expanded to a batch is: code that allocates a buffer with its input's strides (empty_strided) or writes into a
+# view of it meets elements that share memory. Its values are the first batch element's, repeated (:func:`batch_broadcast`).
+EXPANDED = "expanded"
 # Every input of a call given "packed" lies in one storage, one after another at non-zero offsets (the slices of one fused
 # projection): code that tells its inputs apart by their storage (untyped_storage(), data_ptr() of the storage) meets it.
 PACKED = "packed"
@@ -215,6 +219,30 @@ def every_layout(rng: np.random.Generator, count: int = 5) -> list[tuple[str, ..
     order = [str(layout) for layout in rng.permutation(NON_CONTIGUOUS + ("offset",))]
     rotations = [tuple(order[(i + j) % len(order)] for j in range(count)) for i in range(len(order))]
     return [*rotations, (PACKED,) * count]
+
+
+def expanded_layouts(rng: np.random.Generator, count: int = 5) -> list[tuple[str, ...]]:
+    """Layouts for ``count`` (at least two) inputs in two calls: a drawn half of them :data:`EXPANDED` in the first, the
+    others in the second, the rest contiguous. Each input is expanded once, as when one input is a sequence shared by the
+    batch and the others are not, and every call keeps inputs that can require grad."""
+    chosen = set(rng.permutation(count)[: count // 2].tolist())
+    return [tuple(EXPANDED if (i in chosen) == first else "contiguous" for i in range(count)) for first in (True, False)]
+
+
+def batch_broadcast(values: np.ndarray) -> np.ndarray:
+    """``values`` with every element along the first axis equal to the first one, when it has two axes or more: the values
+    an :data:`EXPANDED` input holds (one of fewer axes stays as it is, and the worker gives it contiguous memory)."""
+    return np.broadcast_to(values[:1], values.shape).copy() if values.ndim >= 2 else values
+
+
+def expanded_inputs(arrays: Sequence[np.ndarray], layouts: Sequence[str]) -> list[np.ndarray]:
+    """``arrays`` with those whose layout is :data:`EXPANDED` made batch-constant (:func:`batch_broadcast`).
+
+    Such an input never requires grad: the gradient of each element of a tensor whose elements share memory is not
+    defined alike by every operation (``as_strided`` spreads it evenly over the elements that share an address; most
+    operations give each element its own), and a model's gradient reaches the tensor it expanded, as their sum over the
+    batch, either way."""
+    return [batch_broadcast(a) if layout == EXPANDED else a for a, layout in zip(arrays, layouts)] + list(arrays[len(layouts):])
 
 
 @dataclass(frozen=True)

@@ -76,23 +76,32 @@ class Found:
 
 
 def layout_probe(worker: Worker, subject: Callable[..., Subject], values: Values, found: Found) -> bool:
-    """The same values in non-contiguous memory must give the same output; whether they do not."""
+    """The same values in non-contiguous memory must give the same output; whether they do not.
+
+    The expanded layout (one batch element broadcast over the batch) is compared on ``values`` made batch-constant."""
     found.probes.append(f"{subject().function}: the same inputs in other memory layouts")
     layouts = (*domain.NON_CONTIGUOUS, "offset", domain.PACKED)
-    outputs = probes.ask(worker, [subject(layout=layout).request(values) for layout in ("contiguous", *layouts)])
+    pairs = [(layout, values) for layout in layouts]
+    if any(v.ndim >= 2 for v in values.values()):
+        shared = {name: domain.batch_broadcast(v) for name, v in values.items()}
+        pairs.append((domain.EXPANDED, shared))
+    outputs = probes.ask(worker, [subject(layout="contiguous").request(values)] + [subject(layout=layout).request(v) for layout, v in pairs]
+                         + ([subject(layout="contiguous").request(pairs[-1][1])] if len(pairs) > len(layouts) else []))  # fmt: skip
     base = probes.output(outputs[0])
     if base is None:
         return False
-    failing = [(layout, o) for layout, o in zip(layouts, outputs[1:]) if not is_right(probes.output(o), base)]
+    bases = [base] * len(layouts) + [probes.output(o) for o in outputs[len(pairs) + 1 :]]
+    failing = [(layout, o) for (layout, _), o, b in zip(pairs, outputs[1:], bases) if b is not None and not is_right(probes.output(o), b)]
     if not failing:
         return False
     layout, outcome = failing[0]
     error = probes.raised_text(outcome)
-    what = f"raises {error}" if error else "gives another output"
-    found.add(subject().function, "strided", "forward", "Non-contiguous inputs give other results",
-              f"The same input values held in {layout} memory (a non-contiguous view, a storage offset, or all inputs in one storage) "
-              f"{what} than in contiguous memory.",
-              "do not assume a memory layout: use reshape (not view), and never as_strided with hand-made strides or offsets")  # fmt: skip
+    what = f"the function raises {error.rstrip('.')} (it does not in contiguous memory)" if error else "the output differs from the one in contiguous memory"
+    held = "expanded over the batch (stride 0: every batch element shares the first one's memory)" if layout == domain.EXPANDED else \
+        f"held in {layout} memory (a non-contiguous view, a storage offset, or all inputs in one storage)"
+    found.add(subject().function, "strided", "forward", "Non-contiguous inputs give other results", f"With the same input values {held}, {what}.",
+              "do not assume a memory layout: use reshape (not view), never as_strided or empty_strided with an input's strides, and "
+              "never write into a view of an input", explains=VALUES_AND_GRADIENTS | {"strided"})  # fmt: skip
     return True
 
 

@@ -12,8 +12,8 @@ has_default), or anything else when it could not describe them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 from grader.toolkit.rootcause import Finding
@@ -142,6 +142,18 @@ def finding(signature: Signature, parameters: Any, components: Mapping[str, str]
     return Finding(signature.name, components.get(expected, components.get("*", "type")), "contract", title, problem[0].upper() + problem[1:] + ".",
                    f"declare the parameters as the contract does: {signature.text}", aspect="binding",
                    explains=frozenset({"binding"}), signature=f"argument '{expected}'")  # fmt: skip
+
+
+def confirmed(found: Finding, calls: Iterable[tuple[str, bool]]) -> Finding:
+    """``found`` (a finding of :func:`finding` for one function) also explaining its value and gradient checks when that
+    function's own calls in the checks, as (binding, whether its value was right), show the signature at fault: some
+    were wrong, every call bound the usual way ("keyword": tensors by position, the option by name) was right, and so
+    each wrong one was bound otherwise (every argument by position, or every one by name)."""
+    calls = list(calls)
+    usual = [right for binding, right in calls if binding == "keyword"]
+    if not usual or not all(usual) or all(right for _, right in calls):
+        return found
+    return replace(found, explains=found.explains | {"values", "gradients"})
 
 
 def findings(contracts: Mapping[str, Signature], functions: Mapping[str, Any], components: Mapping[str, Mapping[str, str]]) -> list[Finding]:

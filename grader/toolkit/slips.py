@@ -37,6 +37,11 @@ EXCEPTION_KINDS: tuple[tuple[tuple[str, ...], str, str, str], ...] = (
     (("view size is not compatible", "use .reshape("), "strided",
      "`.view` needs memory laid out contiguously, and non-contiguous inputs (transposed, permuted or sliced views) are not",
      "use `.reshape` (or `.contiguous()` first) instead of `.view`"),
+    (("more than one element of the written-to tensor refers to a single memory location",), "strided",
+     "a write into a tensor whose elements share memory: an input expanded over the batch (stride 0), a view of it, or a buffer "
+     "made with its strides (`empty_strided`)",
+     "write only into tensors you create densely (`torch.empty(shape)`, `torch.empty_like(x)`, `.clone()`), never into an input "
+     "or a buffer that copies an input's strides"),
     (("leaf variable that requires grad is being used in an in-place operation",
       "a view of a leaf variable that requires grad is being used in an in-place",
       "has been modified by an inplace operation"), "mutation",

@@ -131,6 +131,15 @@ class AttentionCase:
     grad_mode: str = "enabled"  # a member of domain.GRAD_MODES: the autograd mode of a call without gradients
     activations: bool = False  # inputs that require grad are non-leaf views (domain.as_activations)
 
+    def __post_init__(self) -> None:
+        """An input expanded over the batch holds its first batch element's values in every batch element, and never
+        requires grad (:func:`domain.expanded_inputs`)."""
+        if domain.EXPANDED in self.layouts:
+            for name, values in zip(INPUT_NAMES, domain.expanded_inputs(self.inputs, self.layouts)):
+                object.__setattr__(self, name, values)
+            expanded = tuple(name for name, layout in zip(INPUT_NAMES, self.layouts) if layout == domain.EXPANDED)
+            object.__setattr__(self, "frozen", tuple(dict.fromkeys(self.frozen + expanded)))
+
     @property
     def function(self) -> str:
         """The function the case's last call calls (differential_lambda computes a composed case's coefficient first)."""

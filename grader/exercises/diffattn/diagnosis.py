@@ -147,9 +147,8 @@ def hint_findings(records: list[dict[str, Any]]) -> list[Finding]:
     return findings.hint_findings(records, HINTS)
 
 
-def probe_mode(grading: GradingContext, function: str) -> str:
-    """The autograd mode the forward probes of ``function`` call it in (:func:`findings.failing_mode` of the value checks'
-    calls of it, read from the run's memo)."""
+def value_calls(grading: GradingContext, function: str) -> list[tuple[AttentionCase | LambdaCase, bool]]:
+    """Each call of ``function`` the value checks made (read from the run's memo), and whether its value was right."""
     calls = []
     for set_name, grads in SETS:
         if grads:
@@ -157,9 +156,15 @@ def probe_mode(grading: GradingContext, function: str) -> str:
         for i, case in enumerate(getattr(suite, set_name)(grading.seed)):
             outcome: Outcome | None = grading.cache.get((set_name, i, False))
             if outcome is not None and case.function == function:
-                calls.append((case.grad_mode, values_verdict(outcome, int(getattr(case, "lambda_case", None) is not None), "",
-                                                             expected.case_value(case)).ok))  # fmt: skip
-    return findings.failing_mode(calls)
+                calls.append((case, values_verdict(outcome, int(getattr(case, "lambda_case", None) is not None), "",
+                                                   expected.case_value(case)).ok))  # fmt: skip
+    return calls
+
+
+def probe_mode(grading: GradingContext, function: str) -> str:
+    """The autograd mode the forward probes of ``function`` call it in (:func:`findings.failing_mode` of the value checks'
+    calls of it)."""
+    return findings.failing_mode((case.grad_mode, right) for case, right in value_calls(grading, function))
 
 
 def diagnose(grading: GradingContext, records: list[dict[str, Any]]) -> Evidence:
@@ -168,7 +173,8 @@ def diagnose(grading: GradingContext, records: list[dict[str, Any]]) -> Evidence
     roles = grading.roles
     if grading.load_failure is not None:
         return evidence
-    evidence.findings += signatures.findings(CONTRACT, grading.functions, PARAMETER_COMPONENTS)
+    evidence.findings += [signatures.confirmed(f, ((case.binding, right) for case, right in value_calls(grading, f.function or "")))
+                          for f in signatures.findings(CONTRACT, grading.functions, PARAMETER_COMPONENTS)]  # fmt: skip
     evidence.findings += slips.findings(observed(grading) + suite.SEQUENCES.observed(grading, _attributes), grading.source, DECLARATIONS)
     failed = findings.failed_roles(records, roles, ACROSS_CALLS)
     if any(role.aspect == "state" for role in failed):

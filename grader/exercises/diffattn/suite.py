@@ -155,7 +155,8 @@ def attention_large_logits(seed: int) -> list[AttentionCase]:
 @SETS.register(hidden=True)
 def attention_strided(seed: int) -> list[AttentionCase]:
     """Transposed, head-permuted, sliced, fused-projection and offset views as inputs (each input in each of them once, with
-    B and H above 1), all inputs in one storage, both dtypes, tensor coefficient."""
+    B and H above 1), all inputs in one storage, inputs expanded over the batch (all, then some), both dtypes, tensor
+    coefficient."""
     rng = domain.generator(seed, "attention_strided")
     return domain.cycled_modes([
         *(cases.attention_case(rng, (2, 3, domain.sequence_length(rng, 2, 40), domain.head_width(rng, 16)), dtype, True,
@@ -164,6 +165,9 @@ def attention_strided(seed: int) -> list[AttentionCase]:
         cases.attention_case(rng, domain.domain_shape(rng, 2, 40), "float64", False, layouts=domain.strided_layouts(rng), binding="positional"),
         cases.attention_case(rng, domain.domain_shape(rng, 60, 140), "float32", None, coefficient_kind="tensor",
                              layouts=domain.strided_layouts(rng, choices=domain.OFFSET_LAYOUTS)),  # fmt: skip
+        *(cases.attention_case(rng, (int(rng.integers(2, 4)), 2, domain.sequence_length(rng, 2, 40), domain.head_width(rng, 16)), dtype,
+                               True, coefficient_kind="tensor", layouts=layouts)
+          for layouts, dtype in zip(domain.expanded_layouts(rng), ("float32", "float64"))),  # fmt: skip
     ])
 
 

@@ -62,6 +62,15 @@ class Case:
     activations: bool = False  # inputs that require grad are non-leaf views (domain.as_activations)
     note: str = ""
 
+    def __post_init__(self) -> None:
+        """An input expanded over the batch holds its first batch element's values in every batch element, and never
+        requires grad (:func:`domain.expanded_inputs`)."""
+        if domain.EXPANDED in self.layouts:
+            for name, values in zip(self.names, domain.expanded_inputs(self.inputs, self.layouts)):
+                object.__setattr__(self, name, values)
+            expanded = tuple(name for name, layout in zip(self.names, self.layouts) if layout == domain.EXPANDED)
+            object.__setattr__(self, "frozen", tuple(dict.fromkeys(self.frozen + expanded)))
+
     @property
     def names(self) -> tuple[str, ...]:
         """The names of the input tensors, in the contract's order."""
@@ -146,6 +155,11 @@ def shape(
     hq, hkv = head_counts or heads(rng, function, head_room(t, d))
     room = max(1, head_room(t, d) // hq)
     return int(rng.integers(1, min(3, room) + 1)), t, hq, hkv, d
+
+
+def batched(dims: tuple[int, int, int, int, int]) -> tuple[int, int, int, int, int]:
+    """``dims`` (B, T, Hq, Hkv, D) with two batch elements or more (a shape drawn for short sequences stays within BUDGET)."""
+    return (max(2, dims[0]), *dims[1:])
 
 
 def gate_logits(rng: np.random.Generator, size: tuple[int, ...], saturated: float = 0.0, zeros: float = 0.0) -> np.ndarray:

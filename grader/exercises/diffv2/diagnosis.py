@@ -25,12 +25,12 @@ from typing import Any
 
 from grader.core.invoke import Outcome
 from grader.core.plugin import GradingContext
-from grader.exercises.diffv2 import probes, suite
+from grader.exercises.diffv2 import expected, probes, suite
 from grader.exercises.diffv2.cases import DIFF_V2, GQA, TENSORS, Case
 from grader.toolkit import domain, findings, signatures, slips
 from grader.toolkit.rootcause import Evidence, Role
 from grader.toolkit.slips import Observed
-from grader.toolkit.verdicts import function_problem
+from grader.toolkit.verdicts import function_problem, values_verdict
 
 BOTH = (GQA, DIFF_V2)
 
@@ -167,6 +167,17 @@ def observed(grading: GradingContext) -> list[Observed]:
     return found
 
 
+def value_calls(grading: GradingContext, function: str) -> list[tuple[Case, bool]]:
+    """Each call of ``function`` made without gradients by the checks (read from the run's memo), and whether its value was right."""
+    calls = []
+    for case_set in suite.SETS:
+        for i, case in enumerate(case_set(grading.seed)):
+            outcome: Outcome | None = grading.cache.get((case_set.name, i, False))
+            if outcome is not None and case.function == function:
+                calls.append((case, values_verdict(outcome, 0, "", expected.output(case)).ok))
+    return calls
+
+
 def calls_gqa(source: str | None) -> bool:
     """Whether the submission's diff_v2_attention calls its gqa_attention."""
     return any(re.search(rf"\b{GQA}\s*\(", text.split("#", 1)[0]) for _, text in slips.function_lines(source, DIFF_V2)[1:])
@@ -206,7 +217,8 @@ def diagnose(grading: GradingContext, records: list[dict[str, Any]]) -> Evidence
     grading.roles = widened(declared, grading.source)  # this submission's roles only: the declarations are left as they are
     if grading.load_failure is not None:
         return evidence
-    evidence.findings += signatures.findings(suite.RUNNER.contracts, grading.functions, PARAMETER_COMPONENTS)
+    evidence.findings += [signatures.confirmed(f, ((case.binding, right) for case, right in value_calls(grading, f.function or "")))
+                          for f in signatures.findings(suite.RUNNER.contracts, grading.functions, PARAMETER_COMPONENTS)]  # fmt: skip
     evidence.findings += slips.findings(observed(grading) + suite.SEQUENCES.observed(grading, _attributes), grading.source, DECLARATIONS)
     failed = findings.failed_roles(records, declared, ACROSS_CALLS)
     if any(role.aspect == "state" for role in failed):

@@ -111,7 +111,7 @@ def test_attention_keeps_dtype(grading: GradingContext) -> None:
     grading.conclude(_judge(observed, _shape_and_dtype, "float32 and float64 inputs gave outputs in their own dtype, on the CPU."))
 
 
-@check("T1", 2, "Both functions accept non-contiguous (strided) inputs and inputs at a storage offset", visibility="hidden",
+@check("T1", 2, "Both functions accept non-contiguous (strided) inputs, inputs at a storage offset and inputs expanded over the batch", visibility="hidden",
        judges=of_both("strided"))  # fmt: skip
 def test_strided_inputs_accepted(grading: GradingContext) -> None:
     observed = _attentions(grading, suite.attention_strided) + _lambdas(grading, suite.lambda_strided)

@@ -70,7 +70,7 @@ def test_dtype_and_device_kept(grading: GradingContext) -> None:
     grading.conclude(_judge(grading, sets, _shape_and_dtype, "float32 and float64 inputs gave outputs in their own dtype, on the CPU."))
 
 
-@check("T1", 3, "Both functions accept strided views (transposed, head-permuted, sliced, fused, at a storage offset)", visibility="hidden",
+@check("T1", 3, "Both functions accept strided views (transposed, head-permuted, sliced, fused, at a storage offset, expanded)", visibility="hidden",
        judges=of_both("strided"))  # fmt: skip
 def test_strided_inputs_accepted(grading: GradingContext) -> None:
     sets = [(suite.gqa_strided, False), (suite.diff_strided, False)]

@@ -1,0 +1,92 @@
+"""Inputs expanded over the batch (stride 0): how they are drawn, what the worker builds, and what they catch."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import grade
+
+from grader.exercises.diffattn import suite as attention_suite
+from grader.exercises.diffv2 import suite as v2_suite
+from grader.toolkit import domain
+
+ROOT = Path(__file__).resolve().parents[1]
+# The output buffer allocated with the strides of value: an expanded value makes its elements share memory
+BUFFER_MIRRORS_VALUE = (
+    "    return torch.matmul(signed_map, value)",
+    "    out = torch.empty_strided(value.size(), value.stride(), dtype=value.dtype)\n"
+    "    out.copy_(torch.matmul(signed_map, value))\n"
+    "    return out",
+)
+# Keys transposed by as_strided with their own strides: right for any layout, stride 0 included
+OWN_STRIDES_TRANSPOSE = (
+    "    kh = k.transpose(1, 2).repeat_interleave(group, dim=1)",
+    "    kh = k.as_strided((k.shape[0], k.shape[2], k.shape[1], k.shape[3]), (k.stride(0), k.stride(2), k.stride(1), k.stride(3)),\n"
+    "                      k.storage_offset()).repeat_interleave(group, dim=1)",
+)
+
+
+def test_expanded_layouts_expand_each_input_once_and_never_all_in_one_call() -> None:
+    """Two calls: a drawn half of the inputs expanded in one, the rest in the other; each call keeps a contiguous input."""
+    rng = np.random.default_rng(3)
+    for count in (3, 4, 5):
+        first, second = domain.expanded_layouts(rng, count)
+        assert [(a, b) for a, b in zip(first, second)].count((domain.EXPANDED, domain.EXPANDED)) == 0
+        assert all(domain.EXPANDED in (a, b) for a, b in zip(first, second))
+        assert "contiguous" in first and "contiguous" in second
+
+
+def test_batch_broadcast_repeats_the_first_batch_element_and_leaves_vectors_alone() -> None:
+    """Every element along axis 0 becomes the first one; an array of one axis is returned as it is."""
+    values = np.arange(24.0).reshape(3, 2, 4)
+    out = domain.batch_broadcast(values)
+    assert all(np.array_equal(out[i], values[0]) for i in range(3)) and out.flags.writeable
+    vector = np.arange(4.0)
+    assert domain.batch_broadcast(vector) is vector
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_expanded_cases_are_batch_constant_and_frozen_in_both_exercises(seed: int) -> None:
+    """Each strided set holds two expanded calls with B >= 2; an expanded input repeats its first batch element and does not
+    require grad, also in a case rebuilt from it (as the shrinker rebuilds cases)."""
+    drawn = [(c, c.inputs, c.layouts) for c in attention_suite.attention_strided(seed) if domain.EXPANDED in c.layouts]
+    drawn += [(c, c.inputs, c.memory_layouts) for name in ("gqa_strided", "diff_strided") for c in getattr(v2_suite, name)(seed)
+              if domain.EXPANDED in c.layouts]  # fmt: skip
+    assert len(drawn) == 6
+    for case, inputs, layouts in drawn:
+        rebuilt = replace(case, note="rebuilt")
+        names = attention_suite.cases.INPUT_NAMES if len(layouts) == 5 else case.names
+        for name, values, layout in zip(names, inputs, layouts):
+            if layout == domain.EXPANDED:
+                assert values.shape[0] >= 2 and all(np.array_equal(values[i], values[0]) for i in range(values.shape[0]))
+                assert not case.requires_grad(name) and not rebuilt.requires_grad(name)
+            else:
+                assert case.requires_grad(name)
+
+
+def _variant(source: Path, change: tuple[str, str], target: Path) -> Path:
+    text = source.read_text()
+    assert change[0] in text
+    target.write_text(text.replace(change[0], change[1], 1))
+    return target
+
+
+def test_a_buffer_with_an_inputs_strides_loses_strided_points_and_is_named(tmp_path: Path) -> None:
+    """Differential attention writing its output into empty_strided(value's size and strides): the strided checks fail and
+    the first root cause says that inputs expanded over the batch make it raise."""
+    path = _variant(ROOT / "reference" / "diff_attention.py", BUFFER_MIRRORS_VALUE, tmp_path / "mirrors.py")
+    run = grade(path, tmp_path, 1, "--no-preview")
+    assert run.check("strided_values")["status"] == "failed" and run.report["score"] < 100.0
+    first = run.report["diagnosis"]["root_causes"][0]
+    assert (first["function"], first["component"]) == ("differential_attention", "strided")
+    assert "expanded over the batch" in first["title"] + first["evidence"] and "strided_inputs_accepted" in first["checks"]
+
+
+def test_a_transpose_by_the_inputs_own_strides_earns_full_marks(tmp_path: Path) -> None:
+    """DIFF V2 transposing its keys with as_strided and their own strides (stride 0 included) is right: full marks."""
+    path = _variant(ROOT / "reference" / "diff_v2_attention.py", OWN_STRIDES_TRANSPOSE, tmp_path / "own_strides.py")
+    run = grade(path, tmp_path, 2, "--no-preview")
+    assert run.report["score"] == 100.0
