@@ -182,6 +182,28 @@ def test_an_index_out_of_range_where_key_value_heads_are_picked_is_the_grouping(
     assert [f.component for f in slips.findings([call], None, diagnosis.DECLARATIONS)] == ["heads"]
 
 
+def test_an_error_only_for_groups_above_two_on_several_key_value_heads_is_the_heads_grouping() -> None:
+    """An unworded error raised only by calls with several key/value heads, each shared by more than two query heads (the
+    regimes of the grouping, whatever the exact counts), while multi-query and pairs-only calls return: the heads."""
+    from grader.core.invoke import Outcome, Returned
+    from grader.toolkit import slips
+
+    trace = '  File "sub.py", line 9, in diff_v2_attention\n    s = torch.einsum("bthd,bshd->bhts", qe, kp)\n'
+    raised = Returned(raised={"type": "RuntimeError", "message": "einsum(): subscript h has size 2 for operand 1", "traceback": trace})
+    returned = Returned(type_name="Tensor", is_tensor=True, exact_tensor=True, shape=(1, 5, 2, 3), dtype="float64")
+
+    def call(result: Returned, kv: int, group: int) -> slips.Observed:
+        attributes = {diagnosis.KV_HEADS: str(kv), diagnosis.SHARING: "one (multi-query)" if kv == 1 else "several",
+                      diagnosis.GROUP: str(group) if group <= 2 else "more than 2", "the argument binding": "keyword"}  # fmt: skip
+        return slips.Observed(DIFF_V2, Outcome(functions=[DIFF_V2], results=[result]), 0, (1, 5, 2, 3), "float64", attributes,
+                              ("q", "k", "v", "lambda_logits"), False)  # fmt: skip
+
+    calls = [call(raised, 2, 4), call(raised, 3, 4), call(raised, 2, 6), call(returned, 1, 4), call(returned, 3, 2), call(returned, 1, 2)]
+    (found,) = slips.findings(calls, None, diagnosis.DECLARATIONS)
+    assert (found.function, found.component) == (DIFF_V2, "heads")
+    assert "several" in found.title and "more than 2" in found.title
+
+
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
     """The chosen wrong files, three correct styles and the reference, graded in one batch (instructor reports): stem -> report."""

@@ -197,6 +197,7 @@ def test_the_forward_is_probed_in_the_autograd_mode_where_values_fail() -> None:
     assert failing_mode([("enabled", False), ("no_grad", False)]) == "enabled"
     assert failing_mode([("no_grad", False)]) == "enabled"  # no right grad-enabled call to contrast with
     assert failing_mode([("enabled", True)]) == "enabled"
+    assert failing_mode(call for call in [("enabled", True), ("no_grad", False)]) == "no_grad"  # a generator is read once
 
 
 def test_a_check_of_both_functions_sends_the_probes_of_those_with_failures_of_their_own() -> None:

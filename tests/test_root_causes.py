@@ -184,6 +184,23 @@ def test_an_exception_is_classified_by_torchs_wording_or_by_the_calls_it_alone_h
     assert cached.component == "graph" and "torch.inference_mode()" in cached.title
 
 
+def test_a_write_into_shared_memory_is_a_mutation_unless_the_buffer_was_made_with_chosen_strides() -> None:
+    """torch refusing a write whose elements share memory: into an input or an alias of it (`.to` of the same dtype), a
+    mutation; into a buffer the function made with empty_strided or as_strided, the strided layout."""
+    message = ("unsupported operation: more than one element of the written-to tensor refers to a single memory location. "
+               "Please clone() the tensor before performing the operation.")  # fmt: skip
+
+    def written(lines: list[str]) -> list[str]:
+        source = "def differential_attention(q1, k1, q2, k2, value, coefficient, causal=True):\n" + "".join(f"    {line}\n" for line in lines)
+        trace = f'  File "sub.py", line {len(lines) + 1}, in differential_attention\n    {lines[-1]}\n'
+        raised = Returned(raised={"type": "RuntimeError", "message": message, "traceback": trace})
+        return [f.component for f in slips.findings([_call(raised)], source, DECLARATIONS)]
+
+    assert written(["q1 = q1.mul_(0.5)"]) == ["mutation"]
+    assert written(["q = q1.to(torch.float64)", "q /= 2.0"]) == ["mutation"]
+    assert written(["out = torch.empty_strided(value.size(), value.stride())", "out[..., 0] = 1.0"]) == ["strided"]
+
+
 def test_sizes_that_do_not_fit_on_a_mask_line_are_the_masks_fault() -> None:
     """A size mismatch where the mask is applied (a mask buffer of a fixed length), or on a line that reads a name the
     mask's operation assigned, is a mask cause; a dtype mismatch on such a line, or a size mismatch elsewhere, keeps the

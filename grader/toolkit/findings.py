@@ -520,6 +520,7 @@ def failing_mode(calls: Iterable[tuple[str, bool]]) -> str:
     """The autograd mode to probe a forward in, from (mode, whether the result was right) of the checks' calls: the mode other
     than "enabled" that every wrong call was made in while calls with grad enabled were right (no_grad when both
     no_grad and inference_mode calls were wrong), else "enabled"."""
+    calls = list(calls)
     wrong = {mode for mode, right in calls if not right}
     right = {mode for mode, right in calls if right}
     if not wrong or "enabled" in wrong or "enabled" not in right:

@@ -31,15 +31,16 @@ from dataclasses import dataclass, field, replace
 from grader.core.invoke import SKIPPED, Outcome, Returned
 from grader.toolkit.rootcause import ASPECTS, Finding
 
+SHARED_MEMORY_WRITE = "more than one element of the written-to tensor refers to a single memory location"
 FRAME = re.compile(r'File "[^"\n]*", line (\d+), in ([^\n]+)\n[ \t]+([^\n]+)')
 # torch's wording of an exception -> (component, what it means, what to do)
 EXCEPTION_KINDS: tuple[tuple[tuple[str, ...], str, str, str], ...] = (
     (("view size is not compatible", "use .reshape("), "strided",
      "`.view` needs memory laid out contiguously, and non-contiguous inputs (transposed, permuted or sliced views) are not",
      "use `.reshape` (or `.contiguous()` first) instead of `.view`"),
-    (("more than one element of the written-to tensor refers to a single memory location",), "strided",
-     "a write into a tensor whose elements share memory: an input expanded over the batch (stride 0), a view of it, or a buffer "
-     "made with its strides (`empty_strided`)",
+    ((SHARED_MEMORY_WRITE,), "strided",
+     "a write into a buffer made with an input's strides (`empty_strided`, `as_strided`), whose elements share memory when "
+     "the input is expanded over the batch (stride 0)",
      "write only into tensors you create densely (`torch.empty(shape)`, `torch.empty_like(x)`, `.clone()`), never into an input "
      "or a buffer that copies an input's strides"),
     (("leaf variable that requires grad is being used in an in-place operation",
@@ -251,10 +252,11 @@ def _in_words(contrast: Sequence[tuple[str, str]]) -> tuple[str, str] | None:
 
 
 def _declared(contrast: Sequence[tuple[str, str]], declared: Declarations) -> tuple[str, str] | None:
-    """The one attribute of ``contrast`` the exercise gives a component, with that component, or None (none or several:
-    the other attributes, such as how arguments are bound, say how the call was made, not which part is wrong)."""
+    """The attribute of ``contrast`` the exercise gives a component (the first, when several all give the same one), with
+    that component, or None (none, or several components: the other attributes, such as how arguments are bound, say how
+    the call was made, not which part is wrong)."""
     placed = [(key, declared.components[key]) for key, _ in contrast if key in declared.components]
-    return placed[0] if len(placed) == 1 else None
+    return placed[0] if placed and len({component for _, component in placed}) == 1 else None
 
 
 DTYPE_NAMES = re.compile(r"\b(?:torch\.)?(float(?:16|32|64)?|double|half|bfloat16|long|int(?:8|16|32|64)?|bool|complex(?:64|128)?)\b", re.IGNORECASE)
@@ -317,7 +319,9 @@ def _raised(function: str, calls: Sequence[Observed], source: str | None, declar
         if classified is not None:
             component, meaning, advice, _ = classified
             component = (on_line or component) if component == "shape" else component
-            if component == "mutation" and code and _writes_own_leaf(code[-1], source):
+            if classified[3] == SHARED_MEMORY_WRITE and not (code and _writes_made_with(code[-1], source, STRIDED_BUFFER)):
+                component, meaning, advice = "mutation", INPUT_WRITE, next(kind[3] for kind in EXCEPTION_KINDS if kind[1] == "mutation")
+            if component == "mutation" and code and _writes_made_with(code[-1], source, "requires_grad"):
                 component, meaning, advice = "graph", OWN_LEAF, "build the result from new tensors (torch.stack or torch.cat of the parts), " \
                     "or fill a buffer made without requires_grad: autograd records what is written into it"  # fmt: skip
             if component == "dtype" and placed is not None and placed[1] in declared.inputs.values():
@@ -347,15 +351,27 @@ def _raised(function: str, calls: Sequence[Observed], source: str | None, declar
 OWN_LEAF = "an in-place write into a tensor the function made with requires_grad=True, a leaf autograd cannot record writes into"
 
 
-def _writes_own_leaf(frame: tuple[str, str, str], source: str | None) -> bool:
+INPUT_WRITE = "an in-place operation writes into an input or a view of it (here one expanded over the batch, whose elements share memory)"
+STRIDED_BUFFER = r"\b(empty_strided|new_empty_strided|as_strided)\("
+"""Code that makes a tensor with strides of its choosing: written into, the only other way than an expanded input itself to meet
+elements that share memory."""
+
+
+def _written(text: str) -> set[str]:
+    """The names a line of code writes into in place (``x.mul_(...)``, ``x /= ...``, ``x[...] = ...``)."""
+    return {m.group(1) for m in re.finditer(INPLACE.format(name=r"([A-Za-z_]\w*)"), text.split("#", 1)[0])}
+
+
+def _writes_made_with(frame: tuple[str, str, str], source: str | None, made: str) -> bool:
     """Whether the student's failing line (``frame``: its number, function and code) writes in place into a name that the
-    latest earlier line of its function assigning it made with ``requires_grad`` (a leaf tensor of its own, not an input)."""
+    latest earlier line of its function assigning it made with code matching ``made`` (e.g. a leaf of its own made with
+    ``requires_grad``)."""
     line, function, text = frame
-    written = {m.group(1) for m in re.finditer(INPLACE.format(name=r"([A-Za-z_]\w*)"), text.split("#", 1)[0])}
+    written = _written(text)
     for number, earlier in reversed(function_lines(source, function.strip())):
         assigned = re.match(r"\s*([A-Za-z_]\w*)\s*=(?!=)", earlier)
         if number < int(line) and assigned is not None and assigned.group(1) in written:
-            return "requires_grad" in earlier.split("#", 1)[0]
+            return re.search(made, earlier.split("#", 1)[0]) is not None
     return False
 
 

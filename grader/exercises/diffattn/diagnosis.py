@@ -164,7 +164,7 @@ def value_calls(grading: GradingContext, function: str) -> list[tuple[AttentionC
 def probe_mode(grading: GradingContext, function: str) -> str:
     """The autograd mode the forward probes of ``function`` call it in (:func:`findings.failing_mode` of the value checks'
     calls of it)."""
-    return findings.failing_mode((case.grad_mode, right) for case, right in value_calls(grading, function))
+    return findings.failing_mode([(case.grad_mode, right) for case, right in value_calls(grading, function)])
 
 
 def diagnose(grading: GradingContext, records: list[dict[str, Any]]) -> Evidence:
