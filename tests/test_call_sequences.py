@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import ROOT, grade
 
 from grader.core.invoke import Call, Request, TensorInput, invoke
 from grader.toolkit import domain
@@ -171,3 +173,27 @@ def test_an_evaluation_before_training_is_longer_than_every_other_call(exercise:
     lengths = [s.first.output_shape[tokens_axis] for s in retrained]
     assert len(set(lengths)) == len(retrained) >= 2 and min(lengths) > max(others) > 256
     assert all(s.first.causal is not False and s.first.grad_mode in ("no_grad", "inference_mode") for s in retrained)
+
+
+def test_a_default_that_remembers_the_last_flag_is_named_in_both_exercises(tmp_path: Path) -> None:
+    """causal left out takes the value of the previous call's flag: the first root cause says so, under the mask."""
+    source = (ROOT / "reference" / "diff_attention.py").read_text()
+    source = source.replace("coefficient: float | Tensor, causal: bool = True,", "coefficient: float | Tensor, causal: bool | None = None,")
+    source = source.replace("    signed_map = _attention_map(", "    causal = _LAST[0] if causal is None else causal\n    _LAST[0] = causal\n"
+                            "    signed_map = _attention_map(", 1) + "\n\n_LAST = [True]\n"  # fmt: skip
+    (tmp_path / "remembers.py").write_text(source)
+    files = {"attention": tmp_path / "remembers.py",
+             "v2": ROOT / "tests" / "corpus" / "v2_stateful" / "wrong" / "default_causal_remembers_last_flag.py"}  # fmt: skip
+    for name, path in files.items():
+        run = grade(path, tmp_path / name, 20261201, "--no-preview")
+        first = run.report["diagnosis"]["root_causes"][0]
+        assert first["component"] == "mask" and first["title"] == "A call without causal takes the flag of an earlier call", name
+
+
+def test_a_gate_kept_between_calls_by_shape_is_named_from_a_call_on_other_values(tmp_path: Path) -> None:
+    """DIFF V2 memoising σ(lambda_logits) by shape under no_grad: the probes run in that mode, and two calls on other values of
+    the same shapes show the second answering with the first call's gate logits."""
+    path = ROOT / "tests" / "corpus" / "v2_stateful" / "wrong" / "eval_gate_memo_keyed_by_shape.py"
+    first = grade(path, tmp_path, 20261201, "--no-preview").report["diagnosis"]["root_causes"][0]
+    assert (first["function"], first["component"]) == ("diff_v2_attention", "gate")
+    assert first["title"] == "The answer uses the lambda_logits of an earlier call"

@@ -184,6 +184,16 @@ def test_an_exception_is_classified_by_torchs_wording_or_by_the_calls_it_alone_h
     assert cached.component == "graph" and "torch.inference_mode()" in cached.title
 
 
+def test_a_result_a_later_call_overwrites_is_a_buffer_of_the_functions_answer() -> None:
+    """A returned tensor that a later call wrote into: one cause, under the component of the function's answer, matched to
+    the checks by the words of their message; results left alone give none."""
+    tensor = _tensor()
+    (found,) = slips.findings([_call(replace(tensor, overwritten=True)), _call(tensor)], None, DECLARATIONS)
+    assert (found.function, found.component, found.signature) == (A, "value", "overwritten by a later call")
+    assert found.signature in "the returned tensor was overwritten by a later call (is it a buffer shared between calls?)"
+    assert slips.findings([_call(tensor), _call(tensor)], None, DECLARATIONS) == []
+
+
 def test_a_write_into_shared_memory_is_a_mutation_unless_the_buffer_was_made_with_chosen_strides() -> None:
     """torch refusing a write whose elements share memory: into an input or an alias of it (`.to` of the same dtype), a
     mutation; into a buffer the function made with empty_strided or as_strided, the strided layout."""

@@ -229,6 +229,26 @@ def randomness_probe(worker: Worker, subject: Subject, values: Values, grads: tu
     return None
 
 
+def stale_input_probe(worker: Worker, subject: Subject, first: Values, second: Values, truth: Callable[[Values], np.ndarray],
+                      parts: Mapping[str, str], found: Found) -> bool:  # fmt: skip
+    """Two calls on inputs of the same shapes: the second output must be the second inputs' own. When it is instead the right
+    output for the second inputs with one input of ``parts`` (input -> its component) taken from the first call, what the
+    function computes from that input is kept between calls; whether that was found."""
+    found.probes.append(f"{subject.function}: two calls on other values of the same shapes")
+    out = probes.output(probes.ask(worker, [subject.request(first), subject.request(second)])[1])
+    if out is None or is_right(out, truth(second)):
+        return False
+    for name, component in parts.items():
+        if is_right(out, truth({**second, name: first[name]})):
+            found.add(subject.function, component, "forward", f"The answer uses the {name} of an earlier call",
+                      f"Called right after a call on other values of the same shapes, your output is the right one for the new inputs "
+                      f"but with the {name} of the earlier call: what you compute from {name} is kept between calls (cached by shape, "
+                      "id(), data_ptr() or version) and is stale once the inputs change.",
+                      f"compute what depends on {name} in every call: cache nothing keyed by shape or by a tensor's identity")  # fmt: skip
+            return True
+    return False
+
+
 def _uses_custom_backward(source: str | None) -> bool:
     """Whether the submission defines its own backward pass (an autograd.Function)."""
     return "def backward" in (source or "")

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, replace
 
 from grader.core.invoke import SKIPPED, Outcome, Returned
 from grader.toolkit.rootcause import ASPECTS, Finding
+from grader.toolkit.verdicts import OVERWRITTEN
 
 SHARED_MEMORY_WRITE = "more than one element of the written-to tensor refers to a single memory location"
 FRAME = re.compile(r'File "[^"\n]*", line (\d+), in ([^\n]+)\n[ \t]+([^\n]+)')
@@ -136,6 +137,9 @@ class Declarations:
     # a function -> the component of its input that callers may pass as a Python number (e.g. a coefficient): an exception
     # that says a Python number was used as a tensor is that component's fault
     numbers: Mapping[str, str] = field(default_factory=dict)
+    # a function -> the component its returned tensor belongs to: a buffer it returns and overwrites on its next call is
+    # that component's fault (the function's "output" when not given)
+    answers: Mapping[str, str] = field(default_factory=dict)
 
 
 TRAINED = "what requires grad"
@@ -525,6 +529,18 @@ def _placed_shapes(shapes: list[Finding], calls: Sequence[Observed], declared: D
     return shapes
 
 
+def _overwritten(function: str, calls: Sequence[Observed], declared: Declarations) -> list[Finding]:
+    """A finding when a tensor the function returned was written into by a later call of the same request: a buffer kept
+    between calls and returned to every caller."""
+    if not any(c.result is not None and c.result.overwritten for c in calls):
+        return []
+    return [Finding(function, declared.answers.get(function, "output"), "forward", f"{function} returns a buffer that its later calls overwrite",
+                    f"A tensor {function} returned changed when it was called again: every call writes its answer into one buffer kept "
+                    "between calls (e.g. `torch.matmul(..., out=buffer)`), so a caller holding an earlier answer sees it replaced.",
+                    "return a new tensor from every call; keep no output buffer between calls", aspect="values",
+                    explains=frozenset({"values"}), signature=OVERWRITTEN)]  # fmt: skip
+
+
 def findings(calls: Sequence[Observed], source: str | None, declared: Declarations) -> list[Finding]:
     """The contract slips of every function in ``calls``, those that make its results unusable first."""
     found: list[Finding] = []
@@ -533,7 +549,7 @@ def findings(calls: Sequence[Observed], source: str | None, declared: Declaratio
     for function, made in mine.items():
         found += _raised(function, made, source, declared, own) + _not_tensors(function, made, source)
         found += _placed_shapes(_shapes(function, made, declared), made, declared)
-        found += _mutations(function, made, source) + _detached(function, made, source, declared)
+        found += _mutations(function, made, source) + _detached(function, made, source, declared) + _overwritten(function, made, declared)
     # a callee's fault seen through its caller's calls too: keep the callee's own finding
     kept: dict[tuple[str | None, str, str], Finding] = {}
     for f in sorted(found, key=lambda f: "(called by" in f.title):

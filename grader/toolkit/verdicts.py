@@ -17,6 +17,9 @@ from grader.core.plugin import GradingContext
 from grader.toolkit.compare import Comparison, combine, compare
 from grader.toolkit.tolerance import Truth
 
+OVERWRITTEN = "overwritten by a later call"
+"""How a check's message says that a tensor the function returned was written into by a later call."""
+
 FLOATING = ("float16", "bfloat16", "float32", "float64")
 """The floating-point dtypes a result may have when the contract asks only for "a floating tensor"."""
 
@@ -151,7 +154,7 @@ def values_verdict(outcome: Outcome, index: int, what: str, truth: Truth) -> Com
     if result.value is None:
         return Comparison(False, unreadable(result), None, what)
     if result.overwritten:
-        return Comparison(False, "the returned tensor was overwritten by a later call (is it a buffer shared between calls?); "
+        return Comparison(False, f"the returned tensor was {OVERWRITTEN} (is it a buffer shared between calls?); "
                           "return a new tensor from every call", None, what)  # fmt: skip
     return compare(f"{what}, output", result.value, truth.values, truth.allowed)
 

@@ -389,11 +389,22 @@ def _unmasked_finding(found: Found, values: Values, read: np.ndarray) -> bool:
 
 
 def causal_flag_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool:
-    """The map with causal omitted must be the causal one, with causal=False the unmasked one; whether either is not."""
+    """The map with causal omitted must be the causal one, also right after a call with causal=False, and with causal=False
+    the unmasked one; whether any is not."""
     values = attention_values(rng)
-    found.probes.append(f"{ATTENTION}: the maps with causal omitted and False")
+    found.probes.append(f"{ATTENTION}: the maps with causal omitted, False, and omitted again")
     point = {**values, "value": identity_values(), "coefficient": np.asarray(0.0)}
-    outcomes = probes.ask(worker, [attention_subject(causal).request(point) for causal in (None, False)])
+    outcomes = probes.ask(worker, [attention_subject(causal).request(point) for causal in (None, False, None)])
+    causal_map = oracle.attention_maps(values["q1"], values["k1"], True)
+    first, again = (probes.output(o) for o in (outcomes[0], outcomes[2]))
+    if first is not None and again is not None and first.shape == again.shape == (B, H, T, 2 * D) and \
+            is_right(first[..., :T], causal_map) and not is_right(again[..., :T], causal_map):  # fmt: skip
+        found.add(ATTENTION, "mask", "forward", "A call without causal takes the flag of an earlier call",
+                  "Called without causal first, the map read out of your output is the causal one; called without it again "
+                  "right after a call with causal=False, it is not.",
+                  "let the signature's default (causal=True) apply whenever the argument is left out: keep no flag between calls")  # fmt: skip
+        return True
+    outcomes = outcomes[:2]
     localised = False
     for causal, outcome in zip((None, False), outcomes):
         out = probes.output(outcome)
@@ -640,6 +651,10 @@ def _long_run(rng: np.random.Generator) -> GradientRun:
     return GradientRun(values, ATTENTION_GRADS, f" at T = {LONG}", cotangent=rng.standard_normal((1, 1, LONG, 2 * D)))
 
 
+STALE_PARTS = {"coefficient": "coefficient", "value": "value"}
+"""The inputs whose part of the answer is named when a call answers with that input of an earlier call (stale_input_probe)."""
+
+
 def run(worker: Worker, rng: np.random.Generator, found: Found, forward: bool, gradients: bool, source: str | None) -> None:
     """The attention probes: randomness first (it spoils the others), then the forward (``forward``: a value check failed),
     then the gradients (``gradients``: a gradient check failed)."""
@@ -649,6 +664,9 @@ def run(worker: Worker, rng: np.random.Generator, found: Found, forward: bool, g
         return
     if forward and not is_right(base, truth(values, True)) and rounding_probe(worker, attention_subject(True), values, base, found):
         return  # rounded to a lower precision: what the other probes would read out of the output, or differentiate, is its noise
+    if forward and is_right(base, truth(values, True)) and findings.stale_input_probe(
+            worker, attention_subject(True), values, attention_values(rng.spawn(1)[0]), lambda v: truth(v, True), STALE_PARTS, found):
+        forward = False  # the rest would read the kept part's answers
     if forward:
         right = is_right(base, truth(values, True))
         unmasked = None if right else probes.sweep(worker, attention_subject(False), [values])[0]

@@ -28,6 +28,7 @@ from grader.core.plugin import GradingContext
 from grader.exercises.diffv2 import expected, probes, suite
 from grader.exercises.diffv2.cases import DIFF_V2, GQA, TENSORS, Case
 from grader.toolkit import domain, findings, signatures, slips
+from grader.toolkit import probes as toolkit_probes
 from grader.toolkit.rootcause import Evidence, Role
 from grader.toolkit.slips import Observed
 from grader.toolkit.verdicts import function_problem, values_verdict
@@ -138,7 +139,7 @@ def name_shape(function: str, got: tuple[int, ...], expected: tuple[int, ...], m
 # the heads' axis of [B, T, H, D] (`k[:, :, kv_of]`).
 LINE_COMPONENTS = {r"\.T\b|\.squeeze\(\)|\[\s*:\s*,\s*[01]?\s*::\s*2\s*\]": "layout", r"masked_fill|\btril\(|\btriu\(": "mask",
                    r"\.expand\(|repeat_interleave\(|\.repeat\(|index_select\(|\b[kv]\[\s*:\s*,\s*:\s*,\s*[A-Za-z_]\w*\s*\]": "heads"}  # fmt: skip
-DECLARATIONS = slips.Declarations(ATTRIBUTE_COMPONENTS, name_shape, LINE_COMPONENTS)
+DECLARATIONS = slips.Declarations(ATTRIBUTE_COMPONENTS, name_shape, LINE_COMPONENTS, answers=WHOLE_ANSWER)
 
 
 def _attributes(case: Case, grads: bool) -> dict[str, str]:
@@ -241,7 +242,9 @@ def diagnose(grading: GradingContext, records: list[dict[str, Any]]) -> Evidence
             aspects -= {"values" if f.stage == "forward" else "gradients" for f in found.findings if f.function == GQA}
         if grading.worker is None or function in blocked or function_problem(grading, function) is not None or not aspects & {"values", "gradients"}:
             continue
-        probes.run(grading.worker, function, rng, found, "values" in aspects, "gradients" in aspects, grading.source)
+        mode = findings.failing_mode([(case.grad_mode, right) for case, right in value_calls(grading, function)]) if "values" in aspects else "enabled"
+        with toolkit_probes.calls_in(mode):  # the autograd mode where its values went wrong (a path taken only without autograd)
+            probes.run(grading.worker, function, rng, found, "values" in aspects, "gradients" in aspects, grading.source)
     evidence.findings += found.findings
     evidence.probes, evidence.maps = found.probes, found.maps
     return evidence

@@ -94,6 +94,10 @@ def _request(function: str, values: Values, grads: tuple[str, ...], cotangent: n
     return Built(Request((call,), backward_from=0, cotangent=exact(cotangent, dtype), inputs=tensors), positions)
 
 
+STALE_PARTS = {DIFF_V2: {"lambda_logits": "gate"}}
+"""The inputs whose part of the answer is named when a call answers with that input of an earlier call (stale_input_probe)."""
+
+
 def subject(function: str, causal: bool | None = True, dtype: str = "float64", layout: str = "contiguous") -> Subject:
     """``function`` with ``causal`` given (None: omitted), inputs in ``dtype`` and memory ``layout``."""
     return Subject(function, lambda values, grads, cotangent: _request(function, values, grads, cotangent, causal, dtype, layout))
@@ -301,11 +305,12 @@ def _partly_masked(function: str, values: Values) -> list[np.ndarray]:
 
 
 def causal_flag_probe(worker: Worker, function: str, values: Values, found: Found) -> bool:
-    """With causal omitted the output must be the causal one, with causal=False the unmasked one; whether either is not."""
-    found.probes.append(f"{function}: causal omitted, True and False")
-    asked = probes.ask(worker, [subject(function, causal).request(values) for causal in (None, True, False)])
+    """With causal omitted the output must be the causal one, also right after a call with causal=False, and with
+    causal=False the unmasked one; whether any is not."""
+    found.probes.append(f"{function}: causal omitted, True, False, and omitted again")
+    asked = probes.ask(worker, [subject(function, causal).request(values) for causal in (None, True, False, None)])
     outs = [_shaped(probes.output(o), function) for o in asked]
-    omitted, masked, unmasked = outs
+    omitted, masked, unmasked, again = outs
     right, plain = truth(function, values, True), truth(function, values, False)
     if masked_nan_finding(found, function, masked, unmasked, plain):
         return True
@@ -321,6 +326,11 @@ def causal_flag_probe(worker: Worker, function: str, values: Values, found: Foun
          "With causal=True your output is right; with causal=False some of its heads are the causal ones and the others not.",
          "pass causal on to every attention call (both heads of a pair, every gqa_attention call)"),
         (is_right(unmasked, plain) and masked is not None and not is_right(masked, right), *CAUSAL_PATH),
+        (is_right(omitted, right) and is_right(unmasked, plain) and again is not None and not is_right(again, right), "mask",
+         "A call without causal takes the flag of an earlier call",
+         "Called without causal first, your output is the causal one; called without it again right after a call with "
+         "causal=False, it is " + ("the unmasked one." if is_right(again, plain) else "wrong."),
+         "let the signature's default (causal=True) apply whenever the argument is left out: keep no flag between calls"),
     )  # fmt: skip
 
 
@@ -632,7 +642,10 @@ def run(worker: Worker, function: str, rng: np.random.Generator, found: Found, f
         return  # rounded to a lower precision: what the other probes would read out of the output, or differentiate, is its noise
     if forward:
         right = is_right(base, truth(function, values, True))
-        if findings.rearranged_finding(found, function, base, truth(function, values, True), "layout", REARRANGED):
+        if right and function in STALE_PARTS and findings.stale_input_probe(worker, subject(function), values, draw(rng.spawn(1)[0]),
+                                                                            lambda v: truth(function, v, True), STALE_PARTS[function], found):
+            localised = True
+        elif findings.rearranged_finding(found, function, base, truth(function, values, True), "layout", REARRANGED):
             localised = True
         elif function == GQA:
             since = len(found.findings)
