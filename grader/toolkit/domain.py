@@ -235,14 +235,19 @@ def batch_broadcast(values: np.ndarray) -> np.ndarray:
     return np.broadcast_to(values[:1], values.shape).copy() if values.ndim >= 2 else values
 
 
-def expanded_inputs(arrays: Sequence[np.ndarray], layouts: Sequence[str]) -> list[np.ndarray]:
-    """``arrays`` with those whose layout is :data:`EXPANDED` made batch-constant (:func:`batch_broadcast`).
+def hold_expanded(case: Any, names: Sequence[str]) -> None:
+    """Make each input of ``names`` (fields of a frozen case dataclass, one layout each in its ``layouts``) whose layout is
+    :data:`EXPANDED` batch-constant (:func:`batch_broadcast`), and add it to the case's ``frozen`` inputs.
 
     Such an input never requires grad: the gradient of each element of a tensor whose elements share memory is not
     defined alike by every operation (``as_strided`` spreads it evenly over the elements that share an address; most
     operations give each element its own), and a model's gradient reaches the tensor it expanded, as their sum over the
     batch, either way."""
-    return [batch_broadcast(a) if layout == EXPANDED else a for a, layout in zip(arrays, layouts)] + list(arrays[len(layouts):])
+    expanded = tuple(name for name, layout in zip(names, case.layouts) if layout == EXPANDED)
+    for name in expanded:
+        object.__setattr__(case, name, batch_broadcast(getattr(case, name)))
+    if expanded:
+        object.__setattr__(case, "frozen", tuple(dict.fromkeys(case.frozen + expanded)))
 
 
 @dataclass(frozen=True)

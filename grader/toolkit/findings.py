@@ -29,6 +29,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from grader.core.invoke import Outcome
 from grader.toolkit import attention_maps, domain, probes, slips
 from grader.toolkit.probes import Consistency, Subject, Values
 from grader.toolkit.rootcause import Finding, Role
@@ -81,17 +82,19 @@ def layout_probe(worker: Worker, subject: Callable[..., Subject], values: Values
     The expanded layout (one batch element broadcast over the batch) is compared on ``values`` made batch-constant."""
     found.probes.append(f"{subject().function}: the same inputs in other memory layouts")
     layouts = (*domain.NON_CONTIGUOUS, "offset", domain.PACKED)
-    pairs = [(layout, values) for layout in layouts]
+    requests = [subject(layout=layout).request(values) for layout in ("contiguous", *layouts)]
     if any(v.ndim >= 2 for v in values.values()):
         shared = {name: domain.batch_broadcast(v) for name, v in values.items()}
-        pairs.append((domain.EXPANDED, shared))
-    outputs = probes.ask(worker, [subject(layout="contiguous").request(values)] + [subject(layout=layout).request(v) for layout, v in pairs]
-                         + ([subject(layout="contiguous").request(pairs[-1][1])] if len(pairs) > len(layouts) else []))  # fmt: skip
-    base = probes.output(outputs[0])
+        requests += [subject(layout=domain.EXPANDED).request(shared), subject(layout="contiguous").request(shared)]
+    outcomes = probes.ask(worker, requests)
+    base = probes.output(outcomes[0])
     if base is None:
         return False
-    bases = [base] * len(layouts) + [probes.output(o) for o in outputs[len(pairs) + 1 :]]
-    failing = [(layout, o) for (layout, _), o, b in zip(pairs, outputs[1:], bases) if b is not None and not is_right(probes.output(o), b)]
+    # each layout's outcome and the contiguous output it must equal
+    compared: list[tuple[str, Outcome, np.ndarray | None]] = [(layout, outcome, base) for layout, outcome in zip(layouts, outcomes[1:])]
+    if len(outcomes) > len(layouts) + 1:
+        compared.append((domain.EXPANDED, outcomes[-2], probes.output(outcomes[-1])))
+    failing = [(layout, o) for layout, o, right in compared if right is not None and not is_right(probes.output(o), right)]
     if not failing:
         return False
     layout, outcome = failing[0]

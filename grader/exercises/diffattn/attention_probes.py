@@ -404,7 +404,6 @@ def causal_flag_probe(worker: Worker, rng: np.random.Generator, found: Found) ->
                   "right after a call with causal=False, it is not.",
                   "let the signature's default (causal=True) apply whenever the argument is left out: keep no flag between calls")  # fmt: skip
         return True
-    outcomes = outcomes[:2]
     localised = False
     for causal, outcome in zip((None, False), outcomes):
         out = probes.output(outcome)

@@ -149,17 +149,23 @@ def hint_findings(records: list[dict[str, Any]]) -> list[Finding]:
 
 
 def value_calls(grading: GradingContext, function: str) -> list[tuple[AttentionCase | LambdaCase, bool]]:
-    """Each call of ``function`` the value checks made (read from the run's memo), and whether its value was right."""
-    calls = []
-    for set_name, grads in SETS:
-        if grads:
-            continue
-        for i, case in enumerate(getattr(suite, set_name)(grading.seed)):
-            outcome: Outcome | None = grading.cache.get((set_name, i, False))
-            if outcome is not None and case.function == function:
-                calls.append((case, values_verdict(outcome, int(getattr(case, "lambda_case", None) is not None), "",
-                                                   expected.case_value(case)).ok))  # fmt: skip
-    return calls
+    """Each call of ``function`` the value checks made (read from the run's memo), and whether its value was right (judged
+    once per run)."""
+
+    def judged() -> list[tuple[AttentionCase | LambdaCase, bool]]:
+        calls = []
+        for set_name, grads in SETS:
+            if grads:
+                continue
+            for i, case in enumerate(getattr(suite, set_name)(grading.seed)):
+                outcome: Outcome | None = grading.cache.get((set_name, i, False))
+                if outcome is not None and case.function == function:
+                    calls.append((case, values_verdict(outcome, int(getattr(case, "lambda_case", None) is not None), "",
+                                                       expected.case_value(case)).ok))  # fmt: skip
+        return calls
+
+    found: list[tuple[AttentionCase | LambdaCase, bool]] = grading.memo(("value calls", function), judged)
+    return found
 
 
 def probe_mode(grading: GradingContext, function: str) -> str:

@@ -64,12 +64,8 @@ class Case:
 
     def __post_init__(self) -> None:
         """An input expanded over the batch holds its first batch element's values in every batch element, and never
-        requires grad (:func:`domain.expanded_inputs`)."""
-        if domain.EXPANDED in self.layouts:
-            for name, values in zip(self.names, domain.expanded_inputs(self.inputs, self.layouts)):
-                object.__setattr__(self, name, values)
-            expanded = tuple(name for name, layout in zip(self.names, self.layouts) if layout == domain.EXPANDED)
-            object.__setattr__(self, "frozen", tuple(dict.fromkeys(self.frozen + expanded)))
+        requires grad (:func:`domain.hold_expanded`)."""
+        domain.hold_expanded(self, self.names)
 
     @property
     def names(self) -> tuple[str, ...]:

@@ -174,14 +174,20 @@ def observed(grading: GradingContext) -> list[Observed]:
 
 
 def value_calls(grading: GradingContext, function: str) -> list[tuple[Case, bool]]:
-    """Each call of ``function`` made without gradients by the checks (read from the run's memo), and whether its value was right."""
-    calls = []
-    for case_set in suite.SETS:
-        for i, case in enumerate(case_set(grading.seed)):
-            outcome: Outcome | None = grading.cache.get((case_set.name, i, False))
-            if outcome is not None and case.function == function:
-                calls.append((case, values_verdict(outcome, 0, "", expected.output(case)).ok))
-    return calls
+    """Each call of ``function`` made without gradients by the checks (read from the run's memo), and whether its value was
+    right (judged once per run)."""
+
+    def judged() -> list[tuple[Case, bool]]:
+        calls = []
+        for case_set in suite.SETS:
+            for i, case in enumerate(case_set(grading.seed)):
+                outcome: Outcome | None = grading.cache.get((case_set.name, i, False))
+                if outcome is not None and case.function == function:
+                    calls.append((case, values_verdict(outcome, 0, "", expected.output(case)).ok))
+        return calls
+
+    found: list[tuple[Case, bool]] = grading.memo(("value calls", function), judged)
+    return found
 
 
 def calls_gqa(source: str | None) -> bool:
