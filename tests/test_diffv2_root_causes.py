@@ -107,14 +107,22 @@ def gqa_attention(q, k, v, causal=True):
     e = torch.exp(scores - scores.amax(-1, keepdim=True).clamp(min=0.0))  # BUG: rows far below zero underflow to 0 / 0
     return ((e / e.sum(-1, keepdim=True)) @ vh).transpose(1, 2)
 """
+GATES_BATCH_MAJOR = """
+def diff_v2_attention(q, k, v, lambda_logits, causal=True):
+    a = gqa_attention(q, k, v, causal)
+    b, t, h = lambda_logits.shape
+    gates = torch.sigmoid(lambda_logits).transpose(0, 1).reshape(b, t, h)  # BUG: the gates read token-major, the output is batch-major
+    return a[:, :, 0::2] - gates[..., None] * a[:, :, 1::2]
+"""
 # Files for mechanisms that no file of the corpus needs (long sequences, state kept between calls, maps read without the
-# mask, gate logits used beyond σ, features paired instead of heads, logits far below zero): name -> source.
+# mask, gate logits used beyond σ, features paired instead of heads, logits far below zero, gates read in another order): name -> source.
 WRITTEN = {"key_blocks_tail_dropped": KEY_BLOCKS, "gqa_cached_by_address": REFERENCE + CACHED, "log_softmax_weights": REFERENCE + LOG_WEIGHTS,
            "gate_logits_times_sigmoid": REFERENCE + LOGITS_GATE, "neighbour_features_paired": REFERENCE + NEIGHBOUR_FEATURES,
-           "max_shift_clamped_at_zero": REFERENCE + SHIFT_CLAMPED}  # fmt: skip
+           "max_shift_clamped_at_zero": REFERENCE + SHIFT_CLAMPED, "gates_read_token_major": REFERENCE + GATES_BATCH_MAJOR}  # fmt: skip
 WRITTEN_EXPECTED = {"key_blocks_tail_dropped": (GQA, "softmax"), "gqa_cached_by_address": (GQA, "output"),
                     "log_softmax_weights": (DIFF_V2, "softmax"), "gate_logits_times_sigmoid": (DIFF_V2, "gate"),
-                    "neighbour_features_paired": (DIFF_V2, "heads"), "max_shift_clamped_at_zero": (GQA, "stability")}  # fmt: skip
+                    "neighbour_features_paired": (DIFF_V2, "heads"), "max_shift_clamped_at_zero": (GQA, "stability"),
+                    "gates_read_token_major": (DIFF_V2, "gate")}  # fmt: skip
 
 
 def test_every_check_has_a_role_and_every_misconception_a_place() -> None:
@@ -235,6 +243,13 @@ def test_a_stale_answer_is_named_by_the_check_of_call_sequences(reports: dict[st
     """A result cached by the inputs' addresses fails repeated_calls with a message that says the second call was answered stale."""
     check = {c["id"]: c for tier in reports["gqa_cached_by_address"]["tiers"] for c in tier["checks"]}["repeated_calls"]
     assert check["status"] == "failed" and "the second call returned the first call's result" in check["message"], check["message"]
+
+
+def test_gates_read_in_another_order_are_named_as_misplaced_not_ignored(reports: dict[str, dict[str, Any]]) -> None:
+    """Gate logits flattened token-major for a batch-major output: the first cause says each logit gates another position."""
+    first = reports["gates_read_token_major"]["diagnosis"]["root_causes"][0]
+    assert first["title"] == "Each gate logit gates another position than its own", first
+    assert "ignores" not in first["title"] and "batch elements" in first["evidence"], first
 
 
 def test_correct_files_and_the_reference_get_no_root_cause(reports: dict[str, dict[str, Any]]) -> None:

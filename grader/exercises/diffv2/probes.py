@@ -552,20 +552,27 @@ def gate_dependence_probe(worker: Worker, values: Values, rng: np.random.Generat
         own = np.zeros_like(effect.moved)
         own[b, t, i] = True
         elsewhere = effect.moved & ~own
-        if not effect.moved[b, t, i].any():
+        if not effect.moved.any():
             return found.first(DIFF_V2, (True, "gate", f"The output ignores lambda_logits{'' if b == 0 else ' of later batch elements'}",
-                                         f"Changing lambda_logits[{b}, {t}, {i}] left your output there unchanged"
-                                         + (f" (batch element {b} is gated with another element's logits)." if elsewhere.any() else "."),
+                                         f"Changing lambda_logits[{b}, {t}, {i}] left your whole output unchanged.",
                                          "gate the odd head of pair i at batch element b and token t with σ(lambda_logits[b, t, i])"))  # fmt: skip
-        if elsewhere.any():
-            spread = np.argwhere(elsewhere)
-            batches, tokens, heads = (sorted({int(x) for x in spread[:, axis]}) for axis in range(3))
-            where = "other tokens of the same head (averaged or reduced over tokens?)" if heads == [i] and batches == [b] else "other tokens or heads"
-            return found.first(DIFF_V2, (True, "gate", "Each gate logit must act on its own token and head only",
-                                         f"Changing lambda_logits[{b}, {t}, {i}] changed the output at {where}: batch elements {batches}, "
-                                         f"tokens {tokens}, heads {heads}.",
-                                         "λ[b, t, i] = σ(lambda_logits[b, t, i]) multiplies out[b, t, i] only: index it as [B, T, H] "
-                                         "(unsqueeze(-1)), no mean, transpose or reshape"))  # fmt: skip
+        if effect.moved[b, t, i].any() and not elsewhere.any():
+            continue
+        spread = np.argwhere(elsewhere)
+        batches, tokens, heads = (sorted({int(x) for x in spread[:, axis]}) for axis in range(3))
+        if not effect.moved[b, t, i].any():
+            return found.first(DIFF_V2, (True, "gate", "Each gate logit gates another position than its own",
+                                         f"Changing lambda_logits[{b}, {t}, {i}] left your output at [{b}, {t}, {i}] unchanged and changed it at "
+                                         f"batch elements {batches}, tokens {tokens}, heads {heads}: the logits are read in another order "
+                                         "(batch, token and head axes flattened or transposed differently from the output's).",
+                                         "λ[b, t, i] = σ(lambda_logits[b, t, i]) multiplies out[b, t, i]: index lambda_logits as [B, T, H] "
+                                         "in the same order as the output"))  # fmt: skip
+        where = "other tokens of the same head (averaged or reduced over tokens?)" if heads == [i] and batches == [b] else "other tokens or heads"
+        return found.first(DIFF_V2, (True, "gate", "Each gate logit must act on its own token and head only",
+                                     f"Changing lambda_logits[{b}, {t}, {i}] changed the output at {where}: batch elements {batches}, "
+                                     f"tokens {tokens}, heads {heads}.",
+                                     "λ[b, t, i] = σ(lambda_logits[b, t, i]) multiplies out[b, t, i] only: index it as [B, T, H] "
+                                     "(unsqueeze(-1)), no mean, transpose or reshape"))  # fmt: skip
     return False
 
 
