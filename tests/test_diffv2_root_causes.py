@@ -114,15 +114,24 @@ def diff_v2_attention(q, k, v, lambda_logits, causal=True):
     gates = torch.sigmoid(lambda_logits).transpose(0, 1).reshape(b, t, h)  # BUG: the gates read token-major, the output is batch-major
     return a[:, :, 0::2] - gates[..., None] * a[:, :, 1::2]
 """
+MEAN_RESTORED_UNGATED = """
+def diff_v2_attention(q, k, v, lambda_logits, causal=True):
+    shift = v.mean(dim=1, keepdim=True)
+    a = gqa_attention(q, k, v - shift, causal)
+    pairs = shift.repeat_interleave(q.shape[2] // k.shape[2] // 2, dim=2)
+    return a[:, :, 0::2] - torch.sigmoid(lambda_logits)[..., None] * a[:, :, 1::2] + pairs  # BUG: the mean comes back ungated
+"""
 # Files for mechanisms that no file of the corpus needs (long sequences, state kept between calls, maps read without the
-# mask, gate logits used beyond σ, features paired instead of heads, logits far below zero, gates read in another order): name -> source.
+# mask, gate logits used beyond σ, features paired instead of heads, logits far below zero, gates read in another order,
+# a shared offset left out of the gated difference): name -> source.
 WRITTEN = {"key_blocks_tail_dropped": KEY_BLOCKS, "gqa_cached_by_address": REFERENCE + CACHED, "log_softmax_weights": REFERENCE + LOG_WEIGHTS,
            "gate_logits_times_sigmoid": REFERENCE + LOGITS_GATE, "neighbour_features_paired": REFERENCE + NEIGHBOUR_FEATURES,
-           "max_shift_clamped_at_zero": REFERENCE + SHIFT_CLAMPED, "gates_read_token_major": REFERENCE + GATES_BATCH_MAJOR}  # fmt: skip
+           "max_shift_clamped_at_zero": REFERENCE + SHIFT_CLAMPED, "gates_read_token_major": REFERENCE + GATES_BATCH_MAJOR,
+           "mean_restored_ungated": REFERENCE + MEAN_RESTORED_UNGATED}  # fmt: skip
 WRITTEN_EXPECTED = {"key_blocks_tail_dropped": (GQA, "softmax"), "gqa_cached_by_address": (GQA, "output"),
                     "log_softmax_weights": (DIFF_V2, "softmax"), "gate_logits_times_sigmoid": (DIFF_V2, "gate"),
                     "neighbour_features_paired": (DIFF_V2, "heads"), "max_shift_clamped_at_zero": (GQA, "stability"),
-                    "gates_read_token_major": (DIFF_V2, "gate")}  # fmt: skip
+                    "gates_read_token_major": (DIFF_V2, "gate"), "mean_restored_ungated": (DIFF_V2, "output")}  # fmt: skip
 
 
 def test_every_check_has_a_role_and_every_misconception_a_place() -> None:
@@ -250,6 +259,13 @@ def test_gates_read_in_another_order_are_named_as_misplaced_not_ignored(reports:
     first = reports["gates_read_token_major"]["diagnosis"]["root_causes"][0]
     assert first["title"] == "Each gate logit gates another position than its own", first
     assert "ignores" not in first["title"] and "batch elements" in first["evidence"], first
+
+
+def test_a_shared_offset_left_ungated_is_named_with_its_factor(reports: dict[str, dict[str, Any]]) -> None:
+    """The values' mean taken out and added back after the difference: the offset readout says it comes out scaled by 1, not 1 − σ(ℓ)."""
+    first = reports["mean_restored_ungated"]["diagnosis"]["root_causes"][0]
+    assert first["title"] == "A value offset shared by every token comes out scaled by 1, not 1 − σ(ℓ)", first
+    assert "must move by 1.5" in first["evidence"], first
 
 
 def test_correct_files_and_the_reference_get_no_root_cause(reports: dict[str, dict[str, Any]]) -> None:

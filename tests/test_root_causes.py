@@ -9,6 +9,7 @@ import re
 import xml.etree.ElementTree as ET
 from typing import Any
 
+import numpy as np
 import pytest
 from conftest import ROOT, run_cli
 from test_ci_outputs import sample_report
@@ -192,6 +193,34 @@ def test_a_result_a_later_call_overwrites_is_a_buffer_of_the_functions_answer() 
     assert (found.function, found.component, found.signature) == (A, "value", "overwritten by a later call")
     assert found.signature in "the returned tensor was overwritten by a later call (is it a buffer shared between calls?)"
     assert slips.findings([_call(tensor), _call(tensor)], None, DECLARATIONS) == []
+
+
+def test_a_call_that_returns_with_grad_mode_switched_is_a_graph_cause_quoting_the_switch() -> None:
+    """`torch.set_grad_enabled(flag)` as a statement leaves the caller's mode switched: a graph cause with the line, once per
+    function; calls that return in the mode they were called in give none."""
+    source = "def differential_attention(q1, k1, q2, k2, value, coefficient, causal=True):\n    torch.set_grad_enabled(q1.requires_grad)\n"
+    tensor = _tensor()
+    (found,) = slips.findings([_call(replace(tensor, grad_mode_left=False)), _call(tensor)], source, DECLARATIONS)
+    assert (found.function, found.component, found.title) == (A, "graph", f"{A} leaves autograd switched off for its caller")
+    assert found.evidence.startswith("1 of 2 calls returned with grad mode off") and "(line 2: `torch.set_grad_enabled(q1.requires_grad)`)" in found.evidence
+    assert slips.findings([_call(tensor)], source, DECLARATIONS) == []
+
+
+def test_the_worker_reports_a_call_that_leaves_grad_mode_switched() -> None:
+    """A function that switches grad mode off as a statement returns with `grad_mode_left` False; one using a block, none."""
+    from grader.core.invoke import Call, Request, TensorInput, invoke
+    from grader.worker.client import ForkServer, Worker, WorkerLimits
+
+    source = ("import torch\n\ndef leaky(x):\n    torch.set_grad_enabled(False)\n    return x * 2\n\n"
+              "def tidy(x):\n    with torch.no_grad():\n        return x * 2\n")  # fmt: skip
+    values = TensorInput(np.ones(3), "float64")
+    with ForkServer() as forks:
+        worker = Worker(source, "modes.py", ["leaky", "tidy"], WorkerLimits(call_timeout_s=10), forks)
+        try:
+            leaky, tidy = invoke(worker, Request((Call("leaky", (values,)), Call("tidy", (values,))), inputs=(values,))).results
+        finally:
+            worker.close()
+    assert (leaky.grad_mode_left, tidy.grad_mode_left) == (False, None)
 
 
 def test_a_write_into_shared_memory_is_a_mutation_unless_the_buffer_was_made_with_chosen_strides() -> None:
@@ -544,3 +573,19 @@ def test_maps_that_are_a_softmax_of_the_right_maps_name_a_softmax_applied_twice(
     run = run_cli([str(path), "--seed", "20261201", "--no-preview", "--tiers", "T2"], tmp_path)
     first = run.report["diagnosis"]["root_causes"][0]
     assert (first["function"], first["component"], first["title"]) == ("differential_attention", "softmax", "The softmax is applied twice")
+
+
+def test_a_mean_taken_out_of_value_and_put_back_is_named_by_the_shared_offset_it_leaves_unscaled(tmp_path: Any) -> None:
+    """value centred over the tokens, the mean added back after the signed map: the offset readout names a factor 1, not 1 − λ."""
+    source = (ROOT / "reference" / "diff_attention.py").read_text() + (
+        "\n\n_attend = differential_attention\n\n\n"
+        "def differential_attention(q1, k1, q2, k2, value, coefficient, causal=True):\n"
+        "    shift = value.mean(dim=2, keepdim=True)\n"
+        "    return _attend(q1, k1, q2, k2, value - shift, coefficient, causal) + shift\n"
+    )
+    path = tmp_path / "centred.py"
+    path.write_text(source)
+    run = run_cli([str(path), "--seed", "3", "--no-preview", "--tiers", "T2"], tmp_path)
+    first = run.report["diagnosis"]["root_causes"][0]
+    assert (first["function"], first["component"]) == ("differential_attention", "output"), first
+    assert first["title"] == "A value offset shared by every token comes out scaled by 1, not 1 − λ" and "must move by 1.5" in first["evidence"]

@@ -109,6 +109,7 @@ class Returned:
     has_grad_fn: bool = False
     value: np.ndarray | None = None
     overwritten: bool = False  # a later call of the same request wrote into this result
+    grad_mode_left: bool | None = None  # whether grad mode was on when the call returned, if it was not as the call found it
 
 
 @dataclass
@@ -464,6 +465,7 @@ def _decode(reply: dict[str, Any], arrays: list[np.ndarray]) -> Outcome:
             exact_tensor=_field(call, "exact_tensor", bool),
             repr=_field(call, "repr", str),
             length=_field(call, "length", int, None),
+            grad_mode_left=_field(call, "grad_mode_left", bool, None),
         )
         if returned.exact_tensor:
             returned.shape = tuple(int(n) for n in _field(call, "shape", list))

@@ -345,6 +345,20 @@ def sweep(worker: Worker, subject: Subject, points: Sequence[Values]) -> list[np
     return [output(o) for o in ask(worker, [subject.request(p) for p in points])]
 
 
+def common_factor(base: np.ndarray | None, shifted: np.ndarray | None, offset: float) -> float | None:
+    """The one factor by which ``offset``, added to every value of the input, moved every entry of the output from
+    ``base`` to ``shifted``; None when an output is missing or not finite, or the entries moved by different factors.
+
+    Attention weights each value by a map whose rows have one sum, so a value offset shared by every token comes
+    out scaled by that sum everywhere: the factor tells a term added or removed outside the weighting.
+    """
+    if base is None or shifted is None or base.shape != shifted.shape or not (np.isfinite(base).all() and np.isfinite(shifted).all()):
+        return None
+    factors = (shifted - base) / offset
+    common = float(np.mean(factors))
+    return common if np.allclose(factors, common, rtol=0.0, atol=1e-6) else None
+
+
 def affine_fit(xs: Sequence[float], ys: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray, float]:
     """Least-squares ``y ≈ a + x·b`` elementwise over points of one shape: (a, b, largest residual).
 

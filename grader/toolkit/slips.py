@@ -81,6 +81,7 @@ CANNOT_RUN = ("NameError", "UnboundLocalError", "ImportError", "ModuleNotFoundEr
 """Exceptions that, raised by every call, mean the function cannot run at all (a typo, a missing import)."""
 NUMBER_SLIPS = re.compile(rf"\.item\(\)|\bmath\.(exp|log|sqrt)\(|{_TO_FLOAT}|\.tolist\(\)")
 GRAPH_SLIPS = re.compile(rf"\.detach\(\)|no_grad|\.numpy\(\)|torch\.tensor\(|\.data\b|\.item\(\)|{_TO_FLOAT}")
+MODE_SWITCHES = re.compile(r"set_grad_enabled\(|\.__enter__\(|_C\._set_grad_enabled")
 INPLACE = r"\b{name}\b\s*(\.\w+_\(|[-+*/]=|\[[^\]]*\]\s*=(?!=))"
 ASPECT_OF = {"type": "type", "shape": "type", "dtype": "dtype", "strided": "strided", "coefficient": "coefficient",
              "mutation": "mutation", "graph": "graph", "load": None}  # fmt: skip
@@ -529,6 +530,23 @@ def _placed_shapes(shapes: list[Finding], calls: Sequence[Observed], declared: D
     return shapes
 
 
+def _grad_mode_left(function: str, calls: Sequence[Observed], source: str | None) -> list[Finding]:
+    """A graph finding when a call returned with autograd's grad mode switched from the one it was called in: the mode is
+    global, so the caller's later operations (and a function that called this one) are affected."""
+    left = [c.result.grad_mode_left for c in calls if c.result is not None and c.result.grad_mode_left is not None]
+    if not left:
+        return []
+    state = "off" if not left[0] else "on"
+    return [_finding(function, "graph", f"{function} leaves autograd switched {state} for its caller",
+                     f"{len(left)} of {len(calls)} calls returned with grad mode {state}, where they were called with it "
+                     f"{'on' if state == 'off' else 'off'}{first_line(source, function, MODE_SWITCHES)}: the mode is global, so "
+                     "every operation after the call (the caller's own, or a function calling this one) builds "
+                     f"{'no' if state == 'off' else 'a'} graph.",
+                     "switch the mode only inside a block that restores it: `with torch.no_grad():` or "
+                     "`with torch.set_grad_enabled(flag):`, never `torch.set_grad_enabled(flag)` as a statement",
+                     explains=frozenset({"graph", "gradients"}), note="grad mode left switched by an earlier call")]  # fmt: skip
+
+
 def _overwritten(function: str, calls: Sequence[Observed], declared: Declarations) -> list[Finding]:
     """A finding when a tensor the function returned was written into by a later call of the same request: a buffer kept
     between calls and returned to every caller."""
@@ -549,7 +567,8 @@ def findings(calls: Sequence[Observed], source: str | None, declared: Declaratio
     for function, made in mine.items():
         found += _raised(function, made, source, declared, own) + _not_tensors(function, made, source)
         found += _placed_shapes(_shapes(function, made, declared), made, declared)
-        found += _mutations(function, made, source) + _detached(function, made, source, declared) + _overwritten(function, made, declared)
+        found += _mutations(function, made, source) + _grad_mode_left(function, made, source)
+        found += _detached(function, made, source, declared) + _overwritten(function, made, declared)
     # a callee's fault seen through its caller's calls too: keep the callee's own finding
     kept: dict[tuple[str | None, str, str], Finding] = {}
     for f in sorted(found, key=lambda f: "(called by" in f.title):

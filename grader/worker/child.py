@@ -362,6 +362,7 @@ class Server:
         self.autograd_grad = torch.autograd.grad
         self.autograd_backward = torch.autograd.backward
         self.enable_grad = torch.enable_grad
+        self.grad_enabled = torch.is_grad_enabled
         self.multiply, self.add, self.total = torch.mul, torch.add, torch.sum
         self.module: types.ModuleType | None = None
         self.filename = "<submission>"
@@ -630,7 +631,9 @@ class Run:
             started, cpu = time.perf_counter(), time.process_time()
             try:
                 with self.grad_mode(call.get("grad_mode", "enabled")):
+                    called_in = self.server.grad_enabled()
                     result = function(*args, **kwargs)
+                    left = self.server.grad_enabled()
             except BaseException as exc:
                 self.results.append(None)
                 calls.append({"status": "raised", "error": self.server.describe_exception(exc)})
@@ -640,7 +643,8 @@ class Run:
                 del args, kwargs
             self.results.append(result)
             facts = self.observe(result, call.get("max_elements"))
-            calls.append({"status": "returned", "seconds": time.perf_counter() - started, **facts})
+            calls.append({"status": "returned", "seconds": time.perf_counter() - started, **facts}
+                         | ({} if left == called_in else {"grad_mode_left": bool(left)}))
             del result  # a later call may release it, and with it the inputs its graph holds
         for call, result in zip(calls[:-1], self.results):  # only a later call can have written into a result
             if call["status"] == "returned" and self.overwritten(result, call.get("value")):

@@ -53,6 +53,7 @@ from grader.toolkit.probes import Perturbation, Values
 from grader.worker.client import Worker
 
 COEFFICIENTS = (0.0, 0.5, 2.0, -0.5)  # the readouts' coefficients: that the map is affine in c, negative c (a clamp) included
+SHARED_OFFSET = 3.0  # added to every value of the offset readout: the output must move by (1 − λ) times it
 UNROUNDED = 0.3  # a coefficient float32 cannot hold: a readout at it tells a coefficient rounded to float32
 # The gradient comparisons, in turn: every input requiring grad; queries frozen; value frozen; only value and
 # the coefficient; a Python-float coefficient; a zero coefficient.
@@ -299,6 +300,21 @@ def _value_finding(found: Found, plain: np.ndarray, doubled: np.ndarray, moved: 
     )  # fmt: skip
 
 
+def _offset_finding(found: Found, plain: np.ndarray, offset_out: np.ndarray) -> bool:
+    """An output finding when a value offset shared by every token (:data:`SHARED_OFFSET`, λ = ½) moves the output by one
+    common factor other than 1 − λ, the row sum of the signed map; whether there was one."""
+    coefficient = COEFFICIENTS[1]
+    factor = probes.common_factor(plain, offset_out, SHARED_OFFSET)
+    if factor is None or abs(factor - (1.0 - coefficient)) <= 1e-6:
+        return False
+    return found.first(ATTENTION, (True, "output", f"A value offset shared by every token comes out scaled by {factor:.4g}, not 1 − λ",
+                                   f"Adding {SHARED_OFFSET:g} to every token's value at λ = {coefficient:g} moved your output by "
+                                   f"{factor * SHARED_OFFSET:.4g} everywhere; each row of A1 − λ·A2 sums to 1 − λ = {1.0 - coefficient:g}, so "
+                                   f"it must move by {(1.0 - coefficient) * SHARED_OFFSET:g}: a term added or removed outside the signed map "
+                                   "(a mean taken out of value and put back afterwards?) is not scaled with it.",
+                                   "everything that reaches the output goes through (A1 − λ·A2) applied to value"))  # fmt: skip
+
+
 def _rounded_coefficient(found: Found, read: Sequence[np.ndarray], unrounded: np.ndarray) -> bool:
     """A coefficient finding when the map read at λ = 0.3 is A1 − λ'·A2 with λ' = 0.3 rounded to float32; whether it is."""
     a, b = read[0], (read[2] - read[0]) / (COEFFICIENTS[2] - COEFFICIENTS[0])  # λ = 0 and 2 are exact in float32
@@ -333,19 +349,20 @@ def _rounded_scale(found: Found, values: Values, first_map: np.ndarray) -> bool:
 
 
 def maps_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool:
-    """Read the signed map out at several coefficients (and value doubled, and its tokens moved to other columns),
-    explain it; whether the forward was localised."""
+    """Read the signed map out at several coefficients (and value doubled, its tokens moved to other columns, and shifted
+    by an offset shared by every token), explain it; whether the forward was localised."""
     values = attention_values(rng)
     shifted = np.zeros((B, H, T, 2 * D))
     shifted[..., np.arange(T), (np.arange(T) + D) % (2 * D)] = 1.0
     points = [{**values, "value": identity_values(), "coefficient": np.asarray(c)} for c in COEFFICIENTS]
     points += [{**values, "value": v, "coefficient": np.asarray(COEFFICIENTS[1])} for v in (2.0 * identity_values(), shifted)]
     points.append({**values, "value": identity_values(), "coefficient": np.asarray(UNROUNDED)})
+    points.append({**values, "value": identity_values() + SHARED_OFFSET, "coefficient": np.asarray(COEFFICIENTS[1])})
     found.probes.append(f"{ATTENTION}: maps read out with one-hot values, linear in value")
     outputs = [out for out in probes.sweep(worker, attention_subject(True), points) if out is not None and out.shape == (B, H, T, 2 * D)]
     if len(outputs) < len(points):
         return False
-    doubled, shifted_out, unrounded = outputs[len(COEFFICIENTS):]
+    doubled, shifted_out, unrounded, offset_out = outputs[len(COEFFICIENTS):]
     if _value_finding(found, outputs[1], doubled, shifted_out):
         return True
     read = [out[..., :T] for out in outputs[: len(COEFFICIENTS)]]
@@ -361,12 +378,12 @@ def maps_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool:
         return True
     how = "one-hot values at λ = 0, ½, 2 and −½"
     if combination.fits and combination.weights != (1.0, 0.0, 0.0, -1.0):
-        return unexplained_maps(found, ATTENTION, np.stack([intercept, -slope]), how, np.stack(true_maps))
+        return _offset_finding(found, outputs[1], offset_out) or unexplained_maps(found, ATTENTION, np.stack([intercept, -slope]), how, np.stack(true_maps))
     if combination.fits:
         return _rounded_coefficient(found, read, unrounded[..., :T]) or _rounded_scale(found, values, intercept)
     fits = _explain_maps(values, {1: intercept, 2: -slope}, causal=True)
     if fits is None:
-        return unexplained_maps(found, ATTENTION, np.stack([intercept, -slope]), how, np.stack(true_maps))
+        return _offset_finding(found, outputs[1], offset_out) or unexplained_maps(found, ATTENTION, np.stack([intercept, -slope]), how, np.stack(true_maps))
     _show(found, "First map A1 (read at λ = 0)", true_maps[0], intercept)
     return _map_findings(found, fits)
 

@@ -79,6 +79,7 @@ GATE_FORMS = (
 )  # fmt: skip
 GQA_RUNS = (("q", "k", "v"), ("k", "v"), ("q",), ("q", "k"))
 DIFF_V2_RUNS = (("q", "k", "v", "lambda_logits"), ("q", "k", "v"), ("lambda_logits",), ("k", "v", "lambda_logits"))
+SHARED_OFFSET = 3.0  # added to every value of the offset readout: the output must move by (1 − σ(ℓ)) times it
 FITS = 1e-6  # a readout is a combination of the true heads' outputs when no entry is further than this from the fit
 
 
@@ -474,6 +475,20 @@ def _pair_findings(found: Found, even: np.ndarray, odd: np.ndarray) -> bool:
                                  "λ = torch.sigmoid(lambda_logits), one per token and pair"))  # fmt: skip
 
 
+def _offset_scaled(found: Found, base: np.ndarray | None, shifted: np.ndarray | None) -> bool:
+    """A finding when a value offset shared by every token (:data:`SHARED_OFFSET`, ℓ = 0) moves the output by one common
+    factor other than 1 − σ(0) = 1/2, the row sum of every signed map; whether there was one."""
+    factor = probes.common_factor(base, shifted, SHARED_OFFSET)
+    if factor is None or abs(factor - 0.5) <= 1e-6:
+        return False
+    return found.first(DIFF_V2, (True, "output", f"A value offset shared by every token comes out scaled by {factor:.4g}, not 1 − σ(ℓ)",
+                                 f"Adding {SHARED_OFFSET:g} to every token's value at ℓ = 0 moved your output by {factor * SHARED_OFFSET:.4g} "
+                                 f"everywhere; each row of A_2i − σ(ℓ)·A_2i+1 sums to 1 − σ(ℓ) = 0.5, so it must move by "
+                                 f"{0.5 * SHARED_OFFSET:g}: a term added or removed outside the gated difference (a mean taken out "
+                                 "and put back ungated?) is not scaled with it.",
+                                 "everything that reaches the output goes through A_2i − σ(ℓ)·A_2i+1 applied to v"))  # fmt: skip
+
+
 def _map_basis(values: Values, causal: bool) -> np.ndarray:
     """[HQ·HKV, T, D]: the output of query head h reading key/value head g (h·HKV + g) with one-hot values, batch element 0."""
     basis = np.zeros((HQ, HKV, T, D))
@@ -501,14 +516,16 @@ def _even_maps(found: Found, values: Values, gate_off: np.ndarray, causal: bool)
 
 def pairs_probe(worker: Worker, values: Values, found: Found, causal: bool = True) -> bool:
     """Read each output head out as a combination of every query head's map with every key/value head, at several constant
-    gates, with v = 0 and with value doubled (and ``causal``); whether the forward was localised."""
+    gates, with v = 0, with v doubled and with v shifted by an offset shared by every token (and ``causal``); whether the
+    forward was localised."""
     found.probes.append(f"{DIFF_V2}: output heads read out as combinations of the query heads' maps, at several gates" + ("" if causal else ", causal=False"))
     points = [{**values, "v": one_hot(), "lambda_logits": np.full((B, T, H), g)} for g in GATES]
     off = np.full((B, T, H), GATE_OFF)
     points += [{**points[1], "v": 2.0 * one_hot()}, {**points[1], "lambda_logits": off}, {**values, "v": coded_values(), "lambda_logits": off},
-               {**points[1], "lambda_logits": off / 10.0}, {**points[1], "v": np.zeros_like(values["v"])}]  # fmt: skip
+               {**points[1], "lambda_logits": off / 10.0}, {**points[1], "v": np.zeros_like(values["v"])},
+               {**points[1], "v": one_hot() + SHARED_OFFSET}]  # fmt: skip
     outs = [_shaped(o, DIFF_V2) for o in probes.sweep(worker, subject(DIFF_V2, causal), points)]
-    if _added_term(found, DIFF_V2, outs[-1]):
+    if _added_term(found, DIFF_V2, outs[-2]):
         return True
     if any(o is None or not np.isfinite(o).all() for o in outs[: len(GATES) + 1]):
         return False
@@ -528,6 +545,8 @@ def pairs_probe(worker: Worker, values: Values, found: Found, causal: bool = Tru
             return found.first(DIFF_V2, (True, "output", "The output is normalised after the difference",
                                          "Doubling v did not double your output: A_2i v − σ(ℓ)·A_2i+1 v is linear in v, so something (an RMSNorm, "
                                          "a layer norm: DIFF V1's head norm) rescales it.", "return the gated difference itself; DIFF V2 has no norm after it"))  # fmt: skip
+        if _offset_scaled(found, outs[1], outs[-1]):
+            return True
         if gate_off is None or not np.isfinite(gate_off).all():
             return False
         return _moved_features(found, coded, DIFF_V2) or _even_maps(found, values, gate_off, causal)
