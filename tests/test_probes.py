@@ -179,6 +179,23 @@ def test_affine_fit_leaves_non_finite_elements_out() -> None:
     assert np.allclose(intercept[:2], a[:2]) and np.allclose(slope[:2], b[:2]) and np.isnan(intercept[2]) and residual < 1e-12
 
 
+def test_a_scale_slightly_off_is_float32_only_when_it_is_a_float32_rounding_of_the_root() -> None:
+    """s = float32(1/√D) and 1/float32(√D) are float32 scales; log2(e) written as 1.442695 folded into an exp2 is a short constant."""
+    right = 1 / math.sqrt(34)
+    for scale in (float(np.float32(right)), 1.0 / float(np.float32(math.sqrt(34)))):
+        assert attention_maps.scale_slip(scale, right, "q kᵀ")[0] == "The scale 1/√D is computed in float32"
+    title, evidence, advice = attention_maps.scale_slip(right * 1.442695 / math.log2(math.e), right, "q kᵀ")
+    assert title == "The logit scale is slightly off 1/√D" and "not float32's rounding" in evidence and "math.log2(math.e)" in advice
+
+
+def test_common_factor_is_one_factor_for_every_entry_or_none() -> None:
+    """An offset that moves every entry by half of it gives 0.5; uneven moves or a non-finite output give None."""
+    base = np.arange(6.0).reshape(2, 3)
+    assert probes.common_factor(base, base + 1.5, 3.0) == pytest.approx(0.5)
+    assert probes.common_factor(base, base + np.array([1.5, 1.5, 3.0]), 3.0) is None
+    assert probes.common_factor(base, np.full((2, 3), np.nan), 3.0) is None
+
+
 def test_an_effect_says_what_was_ignored_and_what_leaked() -> None:
     """A perturbation's declared places: nothing moved where something must, something moved where nothing may."""
     perturbation = probes.Perturbation("k", (..., -1, slice(None)), "the last key", required=(..., -1, slice(None)), forbidden=(..., slice(0, -1), slice(None)))

@@ -151,14 +151,34 @@ def fitted_scale(structure: MapModel, got: np.ndarray, tensors: Mapping[str, np.
 
 
 def rounded_scale(maps: Sequence[tuple[np.ndarray, Mapping[str, np.ndarray]]], structure: MapModel, right: float) -> float | None:
-    """The one logit scale every map fits when it is ``right`` rounded (off by 1e-11 to 1e-6 relative, as a scale computed in
-    float32 is), or None. ``maps``: each map with its tensors. Maps computed in float32 throughout fit no one scale exactly."""
+    """The one logit scale every map fits when it is ``right`` slightly off (by 1e-11 to 1e-6 relative, as a scale computed
+    in float32 or from a constant written with too few digits is), or None. ``maps``: each map with its tensors. Maps
+    computed in float32 throughout fit no one scale exactly."""
     fitted = [fitted_scale(structure, got, tensors) for got, tensors in maps]
     if not fitted or any(scale is None for scale in fitted):
         return None
     scales = [float(scale) for scale in fitted if scale is not None]
     off = max(abs(scale - right) / right for scale in scales)
     return scales[0] if 1e-11 < off < 1e-6 and max(scales) - min(scales) <= 1e-12 * right else None
+
+
+def scale_slip(scale: float, right: float, operands: str) -> tuple[str, str, str]:
+    """Title, evidence and advice for maps that fit softmax(s·``operands``) with ``scale`` slightly off ``right`` = 1/√D
+    (:func:`rounded_scale`): rounded to float32 when it is one of float32's roundings of 1/√D or of √D, else a constant
+    written with too few digits."""
+    root = float(np.float32(1.0 / right))
+    float32_scales = (float(np.float32(right)), 1.0 / root, float(np.float32(1.0 / np.float32(root))))
+    relative = abs(scale - right) / right
+    if any(abs(scale - candidate) <= 1e-12 * right for candidate in float32_scales):
+        return ("The scale 1/√D is computed in float32",
+                f"For float64 inputs your maps are softmax(s·{operands}) with s = {scale:.12g}: 1/√D = {right:.12g} rounded to float32 "
+                f"(off by {relative:.1g} relative). A tensor made from D without a dtype (torch.tensor(d)) is float32.",
+                "compute the scale as a Python float (1 / math.sqrt(D)) or in the inputs' dtype")  # fmt: skip
+    return ("The logit scale is slightly off 1/√D",
+            f"For float64 inputs your maps are softmax(s·{operands}) with s = {scale:.12g}, where 1/√D = {right:.12g}: off by "
+            f"{relative:.1g} relative, which is not float32's rounding either, so a constant on the way to the logits has too "
+            "few digits (log2(e) for exp2, √D or 1/√D written out by hand?).",
+            "compute every constant in full precision: 1 / math.sqrt(D), math.log2(math.e)")  # fmt: skip
 
 
 def _factor(got: np.ndarray, predicted: np.ndarray) -> float:

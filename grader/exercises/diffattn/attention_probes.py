@@ -335,16 +335,13 @@ def _rounded_coefficient(found: Found, read: Sequence[np.ndarray], unrounded: np
 
 
 def _rounded_scale(found: Found, values: Values, first_map: np.ndarray) -> bool:
-    """A scale finding when the first map fits softmax(s·q1 k1ᵀ) with s = 1/√D rounded to float32; whether it does."""
+    """A scale finding when the first map fits softmax(s·q1 k1ᵀ) with s slightly off 1/√D; whether it does."""
     right = 1 / math.sqrt(D)
     maps = [(first_map[0, h], {"q": np.asarray(values["q1"][0, h]), "k": np.asarray(values["k1"][0, h])}) for h in range(H)]
     scale = attention_maps.rounded_scale(maps, MapModel("q", "k", "causal"), right)
     if scale is None:
         return False
-    found.add(ATTENTION, "scale", "forward", "The scale 1/√D is computed in float32",
-              f"For float64 inputs your first map is softmax(s·q1 k1ᵀ) with s = {scale:.12g}: 1/√D = {right:.12g} rounded to float32. "
-              "A tensor made from D without a dtype (torch.tensor(d)) is float32.",
-              "compute the scale as a Python float (1 / math.sqrt(D)) or in the inputs' dtype")  # fmt: skip
+    found.add(ATTENTION, "scale", "forward", *attention_maps.scale_slip(scale, right, "q1 k1ᵀ"))
     return True
 
 

@@ -184,15 +184,13 @@ def _map_findings(found: Found, fits: Sequence[attention_maps.MapFit], function:
 
 
 def _float32_scale(found: Found, values: Values, maps: Sequence[np.ndarray]) -> bool:
-    """A scale finding when the maps fit softmax(s·q kᵀ) with s = 1/√D only to float32's accuracy; whether they do."""
+    """A scale finding when the maps fit softmax(s·q kᵀ) with s slightly off 1/√D; whether they do."""
     right = SCALES["1/√D"]
     tensors = [(got, {"q": values["q"][0, :, h], "k": values["k"][0, :, h // G]}) for h, got in enumerate(maps)]
     scale = attention_maps.rounded_scale(tensors, MapModel("q", "k", "causal"), right)
     if scale is None:
         return False
-    found.add(GQA, "scale", "forward", "The scale 1/√D is computed in float32",
-              f"For float64 inputs your maps are softmax(s·q kᵀ) with s = {scale:.12g}, 1/√D = {right:.12g} rounded to float32 "
-              f"(off by {abs(scale - right) / right:.1g} relative).", "compute the scale as a Python float (1 / math.sqrt(D)) or in the inputs' dtype")  # fmt: skip
+    found.add(GQA, "scale", "forward", *attention_maps.scale_slip(scale, right, "q kᵀ"))
     return True
 
 
