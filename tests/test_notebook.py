@@ -91,6 +91,21 @@ def test_future_imports_of_a_later_cell_move_to_line_one() -> None:
     assert namespace["__annotations__"] == {"x": "Later"}
 
 
+def test_statements_sharing_a_line_with_a_moved_future_import_stay() -> None:
+    """`from __future__ import annotations; import math` in a later cell: only the import becomes pass, math stays imported."""
+    cell = "from __future__ import annotations; import math\nr = math.sqrt(4.0)\nfrom __future__ import (\n    division); s = 2\n"
+    data = notebook_bytes(("code", "a = 1"), ("code", "from __future__ import (annotations,\n    division); t = 3\nu: Later = t\n"), ("code", cell))
+    converted = convert(data, MAX_SUBMISSION_BYTES)
+    lines = lines_of(converted.source)
+    assert lines[2001] == "pass; t = 3" and lines[3001] == "pass; import math", lines
+    namespace: dict[str, Any] = {}
+    with pytest.raises(SyntaxError):  # a __future__ import after other statements stays an error, as in Python
+        exec(compile(converted.source, "work.ipynb", "exec"), namespace)
+    fine = convert(notebook_bytes(("code", "a = 1"), ("code", cell.split("from __future__ import (")[0])), MAX_SUBMISSION_BYTES)
+    exec(compile(fine.source, "work.ipynb", "exec"), namespace)
+    assert namespace["r"] == 2.0
+
+
 def test_future_imports_lead_the_consecutive_layout_too() -> None:
     """When cells follow one another, the import takes line 1 and the ranges in the note start at line 2."""
     long_cell = "from __future__ import annotations\n" + "".join(f"v{i} = {i}\n" for i in range(LINE_STRIDE))

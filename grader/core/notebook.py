@@ -182,7 +182,7 @@ def _escape_lines(lines: list[str]) -> list[int]:
 
 
 def _hoist_future_imports(cells: list[_Cell]) -> tuple[list[str], list[str]]:
-    """Take the ``from __future__`` imports that open a cell after the first out of it (each line becomes ``pass``).
+    """Take the ``from __future__`` imports that open a cell after the first out of it (each becomes ``pass``).
 
     Returns the features imported, in order, and the cells they came from. A
     cell that is not valid Python is left alone: Python reports its error.
@@ -201,8 +201,10 @@ def _hoist_future_imports(cells: list[_Cell]) -> tuple[list[str], list[str]]:
             assert isinstance(node, ast.ImportFrom)
             features += [alias.name for alias in node.names if alias.name not in features]
             first, last = node.lineno - 1, (node.end_lineno or node.lineno) - 1
-            indent = cell.lines[first][: len(cell.lines[first]) - len(cell.lines[first].lstrip())]
-            cell.lines[first : last + 1] = [indent + "pass"] + [""] * (last - first)
+            # Only the import's own span becomes pass: statements sharing its lines (`...; import math`) stay (offsets are in UTF-8 bytes).
+            head = cell.lines[first].encode()[: node.col_offset].decode()
+            tail = cell.lines[last].encode()[node.end_col_offset or 0 :].decode() if node.end_col_offset is not None else ""
+            cell.lines[first : last + 1] = [head + "pass" + tail] + [""] * (last - first)
         if opening:
             hoisted.append(f"cell {cell.number}")
     return features, hoisted
