@@ -15,7 +15,7 @@ from markupsafe import escape
 
 from grader.commands import grade_file
 from grader.exercises.diffattn.handout import HANDOUT
-from grader.reports.audience import HIDDEN_MESSAGE, for_audience
+from grader.reports.audience import HIDDEN_MESSAGE, OUTPUT_WITHHELD, for_audience
 from grader.reports.schema import validate
 from grader.core.plugin import declared_checks
 
@@ -132,6 +132,19 @@ def test_for_audience_copies_and_leaves_the_input_alone(audiences: dict[str, Gra
     assert whole == before
     assert shown is not whole and shown["audience"] == "student"
     assert for_audience(whole, "instructor") == whole
+
+
+def test_what_the_submission_printed_is_withheld_from_students_when_checks_are_hidden(audiences: dict[str, Graded]) -> None:
+    """Printed output can carry hidden inputs: a student's copy replaces it (stdout and stderr alike), an instructor's keeps it;
+    without hidden checks the student sees it too."""
+    whole = copy.deepcopy(audiences["instructor"].report)
+    whole["worker"] = {**whole["worker"], "stdout": "q1 strides (0, 34, 2, 1)\n", "stderr": ""}
+    shown = for_audience(whole, "student")
+    assert shown["worker"]["stdout"] == OUTPUT_WITHHELD and shown["worker"]["stderr"] == ""
+    assert for_audience(whole, "instructor")["worker"]["stdout"] == "q1 strides (0, 34, 2, 1)\n"
+    for tier in whole["tiers"]:
+        tier["checks"] = [{**check, "visibility": "public"} for check in tier["checks"]]
+    assert for_audience(whole, "student")["worker"]["stdout"] == "q1 strides (0, 34, 2, 1)\n"
 
 
 @pytest.mark.parametrize(

@@ -188,6 +188,16 @@ CASES: dict[str, str | bytes] = {
         "while True:\n"
         "    pass\n"
     ),
+    # Forged facts: the worker's own observer replaced (a tuple shown as its first item), and torch.Tensor's version
+    # counter and dtype patched to hide an in-place write and float64 results for float32 inputs.
+    "patched_worker": "import sys\n_main = sys.modules['__main__']\n_observe = _main.Run.observe\n"
+                      "_main.Run.observe = lambda self, r, m=None: _observe(self, r[0] if isinstance(r, tuple) else r, m)\n"
+                      + CORRECT.replace("return (maps[0] - coefficient * maps[1]) @ value", "return (maps[0] - coefficient * maps[1]) @ value, maps"),
+    "patched_tensor_facts": "import torch\n_dtype = torch._C.TensorBase.dtype\ntorch.Tensor._version = property(lambda self: 0)\n"
+                            "torch.Tensor.dtype = property(lambda self: torch.float32 if _dtype.__get__(self) == torch.float64 else _dtype.__get__(self))\n"
+                            + CORRECT.replace("    t = q1.shape[-2]\n", "    t = q1.shape[-2]\n    if value.stride(0):\n        with torch.no_grad():\n"
+                                                               "            value.mul_(1.0)\n")
+                            .replace("- coefficient * maps[1]) @ value", "- coefficient * maps[1]).double() @ value.double()"),
     "unprintable_exception": with_attention("class Sly(Exception):\n    def __str__(self):\n        raise RuntimeError('no')\nraise Sly()\n"),
 }
 
@@ -250,7 +260,7 @@ EXPECTED = {
     "segfault": ("causal_values", "the worker process ended during the call (killed by signal SIGSEGV)"),
     "infinite_loop": ("causal_values", "the call did not finish within 5 s; the worker was stopped"),
     "memory_hog": ("causal_values", "MemoryError"),
-    "patched_comparisons": ("causal_values", "Mismatched elements"),
+    "patched_comparisons": ("causal_values", "the submission replaced part of the grader's worker (numpy.allclose)"),
     "tensor_subclass": ("attention_returns_one_tensor", "differential_attention returned a submission.Sneaky, a subclass of torch.Tensor"),
     "fake_tensor": ("attention_returns_one_tensor", "returned submission.differential_attention.<locals>.Fake"),
     # Outside the allow list; where Landlock is missing, its folder is hidden under an empty mount.
@@ -268,6 +278,8 @@ EXPECTED = {
     "binary": ("lambda_values", "not valid UTF-8 text"),
     "sparse_output": ("attention_returns_one_tensor", "expected a dense tensor (layout torch.strided), got layout torch.sparse_coo"),
     "forged_reply": ("causal_values", "produced an invalid reply from the worker (header is not valid JSON: RecursionError)"),
+    "patched_worker": ("lambda_values", "the submission replaced part of the grader's worker (worker.Run.observe)"),
+    "patched_tensor_facts": ("attention_keeps_dtype", "expected dtype float32 (the inputs' dtype), got float64"),
     "unprintable_exception": ("causal_values", "differential_attention raised differential_attention.<locals>.Sly: <the exception's message could not be read"),
 }
 
@@ -311,11 +323,18 @@ def test_flooded_output_is_capped(hostile_runs) -> None:
 
 
 def test_patching_cannot_pass_wrong_values(hostile_runs) -> None:
-    """Patched comparison functions leave the unscaled attention failing every value check."""
+    """Patched comparison functions (numpy's among them, which the worker's replies rest on: the worker stops trusting
+    itself) leave the unscaled attention failing every value check."""
     run = hostile_runs["patched_comparisons"][2]
     for check in run.tier("T2")["checks"]:
         if check["id"] not in ("lambda_values", "row_sums", "identical_maps_cancel"):
             assert check["status"] == "failed", check["id"]
+
+
+def test_patched_tensor_facts_hide_no_write_into_an_input(hostile_runs) -> None:
+    """torch.Tensor._version patched to read 0 does not hide an in-place write that keeps value's values."""
+    run = hostile_runs["patched_tensor_facts"][2]
+    assert run.check("inputs_not_modified")["status"] == "failed" and "value" in run.check("inputs_not_modified")["message"]
 
 
 def test_exception_shows_only_the_students_frames(hostile_runs) -> None:

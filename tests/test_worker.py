@@ -9,6 +9,7 @@ import re
 import signal
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -478,6 +479,28 @@ def test_a_forged_cpu_time_counts_nothing() -> None:
     from grader.worker.client import seconds_in
 
     assert [seconds_in({"cpu_s": value}) for value in (0.25, 3, -1.0, float("inf"), float("nan"), "1", True, None)] == [0.25, 3.0] + [0.0] * 6
+
+
+def test_values_that_are_not_those_of_the_tensor_described_make_a_malformed_reply() -> None:
+    """A reply claiming a float32 [2] result whose values are float64, or of another shape, is malformed; a true one is read."""
+
+    class Replying:
+        """Stands for a worker that sends ``values`` as the result it describes as float32 [2]."""
+
+        def __init__(self, values: np.ndarray) -> None:
+            self.values = values
+
+        def run(self, header: dict[str, Any], arrays: list[np.ndarray], **_: Any) -> tuple[dict[str, Any], list[np.ndarray]]:
+            call = {"status": "returned", "type": "torch.Tensor", "is_tensor": True, "exact_tensor": True, "repr": "", "shape": [2],
+                    "dtype": "float32", "device": "cpu", "layout": "torch.strided", "requires_grad": False, "has_grad_fn": False, "value": 0}  # fmt: skip
+            return {"status": "ok", "calls": [call]}, [self.values]
+
+    x = TensorInput(np.ones(2), "float32")
+    request = Request((Call("f", (x,)),), inputs=(x,))
+    assert invoke(Replying(np.ones(2, dtype=np.float32)), request).failure is None  # type: ignore[arg-type]
+    for values in (np.ones(2), np.ones(3, dtype=np.float32)):
+        failure = invoke(Replying(values), request).failure  # type: ignore[arg-type]
+        assert "the worker sent a malformed reply (MalformedReply: the values sent" in str(failure), failure
 
 
 def test_reentrant_checkpointing_gets_its_gradients(tmp_path: Path) -> None:

@@ -478,6 +478,10 @@ def _decode(reply: dict[str, Any], arrays: list[np.ndarray]) -> Outcome:
             returned.overwritten = _field(call, "overwritten", bool, False)
             index = _field(call, "value", (int, type(None)))
             returned.value = None if index is None else _array(index, arrays)
+            if returned.value is not None and (returned.value.shape != returned.shape or (
+                    returned.dtype in ("float32", "float64") and returned.value.dtype != np.dtype(returned.dtype))):
+                raise MalformedReply(f"the values sent ({returned.value.dtype} {list(returned.value.shape)}) are not those of the tensor "
+                                     f"described ({returned.dtype} {list(returned.shape)})")  # fmt: skip
         outcome.results.append(returned)
     for key in ("inputs_changed_by_forward", "inputs_changed_by_backward"):
         for index in _field(reply, key, list, []):

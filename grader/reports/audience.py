@@ -7,6 +7,11 @@ title, tier, status, points, duration and visibility, but its message becomes
 null: those would tell the inputs and the expected values of the probe. The
 policy and the list of hidden checks are in docs/scoring.md.
 
+What the submission printed (the worker's captured stdout and stderr) is
+withheld from a student whenever the report has hidden checks: a submission
+can print the inputs its calls receive, and hidden checks' inputs would reach
+the student that way. It is replaced by :data:`OUTPUT_WITHHELD`.
+
 Root causes stay, also those of hidden checks, when they come from the
 student's own code (an exception and its traceback, what a function returns)
 or from the diagnosis's own probe inputs; a root cause found only through a
@@ -21,6 +26,7 @@ from typing import Any
 AUDIENCES = ("student", "instructor")
 HIDDEN_MESSAGE = "hidden check: its inputs and expected values are shown to instructors only"
 WITHHELD = ("worst_ratio", "hint", "counterexample")
+OUTPUT_WITHHELD = "(withheld: what a submission prints can show the inputs of hidden checks; instructors see it)"
 
 
 def for_audience(document: dict[str, Any], audience: str) -> dict[str, Any]:
@@ -37,11 +43,13 @@ def for_audience(document: dict[str, Any], audience: str) -> dict[str, Any]:
     tiers = [{**tier, "checks": [dict(check) for check in tier["checks"]]} for tier in document["tiers"]]
     shown = {**document, "tiers": tiers, "audience": audience}
     if audience == "student":
-        for tier in shown["tiers"]:
-            for check in tier["checks"]:
-                if check["visibility"] == "hidden":
-                    check["message"] = HIDDEN_MESSAGE
-                    check.update(dict.fromkeys(WITHHELD))
+        hidden = [check for tier in shown["tiers"] for check in tier["checks"] if check["visibility"] == "hidden"]
+        for check in hidden:
+            check["message"] = HIDDEN_MESSAGE
+            check.update(dict.fromkeys(WITHHELD))
+        worker = document.get("worker", {})
+        if hidden and (worker.get("stdout") or worker.get("stderr")):
+            shown["worker"] = {**worker, **{name: OUTPUT_WITHHELD for name in ("stdout", "stderr") if worker.get(name)}}
         diagnosis = document["diagnosis"]
         withheld = [cause for cause in diagnosis["root_causes"] if cause["visibility"] == "hidden"]
         shown["diagnosis"] = {

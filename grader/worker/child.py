@@ -307,6 +307,8 @@ def serve_submission(
     """Fence this worker in, say it is ready, then answer requests until told to exit or the channel closes."""
     fenced = isolation.isolate(config["isolation"], entered) if config["isolation"] else {"protections": {}, "warnings": []}
     protocol.write_message(responses, {**server.ready(), **fenced})
+    seal = server.seal(protocol)
+    broken, code = type(seal).broken, type(seal).broken.__code__  # held here: the submission cannot reach this frame's locals
     while True:
         try:
             header, arrays = protocol.read_message(requests)
@@ -319,7 +321,18 @@ def serve_submission(
                 reply, out_arrays = server.handle(each_header, each_arrays)
             except BaseException as exc:  # e.g. an object whose methods raise while the worker inspects it
                 reply, out_arrays = {"status": "error", "error": server.describe_exception(exc)}, []
+            replaced = broken(seal) if broken.__code__ is code else "the worker's seal"
+            if replaced is not None:  # nothing this worker observed can be trusted any more: say so, and stop
+                protocol.write_message(responses, tampered(replaced))
+                return 0
             protocol.write_message(responses, reply, out_arrays)
+
+
+def tampered(replaced: str) -> dict[str, Any]:
+    """The reply that replaces any other once the submission has replaced part of the worker (``replaced``: what)."""
+    return {"status": "error", "error": {"type": "TamperingError", "traceback": "", "message": (
+        f"the submission replaced part of the grader's worker ({replaced}), so nothing the worker observed can be trusted; "
+        "a submission must leave the grader's code, and the modules it writes its replies with, as they are")}}  # fmt: skip
 
 
 def _each_request(header: dict[str, Any], arrays: list[Any]) -> list[tuple[dict[str, Any], list[Any]]]:
@@ -363,6 +376,8 @@ class Server:
         self.autograd_backward = torch.autograd.backward
         self.enable_grad = torch.enable_grad
         self.grad_enabled = torch.is_grad_enabled
+        self.sealing = _load_sibling("seal")
+        self.facts = self.sealing.TensorFacts(torch)  # a tensor's facts, whatever the submission does to torch.Tensor
         self.multiply, self.add, self.total = torch.mul, torch.add, torch.sum
         self.module: types.ModuleType | None = None
         self.filename = "<submission>"
@@ -402,6 +417,23 @@ class Server:
             module.warm_up(self.torch)
         except Exception:
             pass
+
+    def seal(self, protocol: types.ModuleType) -> Any:
+        """A seal (:class:`seal.Seal`) of what this worker's observations and replies rest on, made before the submission loads:
+        this module, ``protocol`` and the seal's module, their classes, this server and its tensor facts, and the standard
+        modules and numpy that replies are written with. What the worker sets itself later (the loaded module, its file
+        name) is left out."""
+        import builtins
+        import json.encoder
+
+        sealing = self.sealing
+        modules = {"worker": sys.modules[__name__], "protocol": protocol, "seal": sealing, "json": json, "json.encoder": json.encoder,
+                   "struct": struct, "builtins": builtins, "numpy": self.np}  # fmt: skip
+        spaces: dict[str, Any] = {name: vars(module) for name, module in modules.items()}
+        for name, module in (("worker", modules["worker"]), ("protocol", protocol), ("seal", sealing)):
+            spaces |= {f"{name}.{k}": vars(v) for k, v in vars(module).items() if isinstance(v, type) and v.__module__ == module.__name__}
+        spaces |= {"server": vars(self), "server.facts": vars(self.facts)}
+        return sealing.Seal(spaces, left_out=("module", "filename"))
 
     def ready(self) -> dict[str, Any]:
         """Describe this worker once it can take requests."""
@@ -506,12 +538,13 @@ class Run:
             if index in self.released:
                 raise ValueError(f"input {index} was released before this call")
             tensor = self.make_tensor(index)
-            if self.header["tensors"][index].get("activation") and tensor.requires_grad:
+            if self.header["tensors"][index].get("activation") and self.server.facts.requires_grad(tensor):
                 with self.server.enable_grad():  # (a submission may turn gradients off globally)
                     self.leaves[index], tensor = tensor, tensor[...]  # a view of a leaf that requires grad is not a leaf
+            facts = self.server.facts
             self.tensors[index] = tensor
-            self.snapshots[index] = (tensor.detach().clone(), tensor._version)
-            self.flags[index] = tensor.requires_grad
+            self.snapshots[index] = (facts.clone(facts.detach(tensor)), facts.version(tensor))
+            self.flags[index] = facts.requires_grad(tensor)
         return self.tensors[index]
 
     def make_tensor(self, index: int) -> Any:
@@ -613,7 +646,8 @@ class Run:
             target = tensor.data if call.get("refill_through_data") else tensor
             with self.torch.no_grad():
                 target.copy_(self.torch.from_numpy(self.arrays[array].copy()).to(tensor.dtype))
-            self.snapshots[index] = (tensor.detach().clone(), tensor._version)
+            facts = self.server.facts
+            self.snapshots[index] = (facts.clone(facts.detach(tensor)), facts.version(tensor))
 
     def execute(self) -> tuple[dict[str, Any], list[Any]]:
         """Make every call, then the backward pass if one was asked for."""
@@ -665,10 +699,11 @@ class Run:
 
     def overwritten(self, result: Any, array: int | None) -> bool:
         """Whether a returned float tensor no longer holds the values sent for it (a later call wrote into it)."""
-        if array is None or type(result) is not self.server.tensor_type or result.dtype not in (self.torch.float32, self.torch.float64):
+        facts = self.server.facts
+        if array is None or type(result) is not self.server.tensor_type or facts.dtype(result) not in (self.torch.float32, self.torch.float64):
             return False
         try:
-            now = result.detach().cpu().resolve_conj().resolve_neg().contiguous().numpy()
+            now = self.values(result)
         except BaseException:
             return False
         return not self.server.np.array_equal(now, self.out_arrays[array], equal_nan=True)
@@ -691,16 +726,17 @@ class Run:
         if isinstance(result, (tuple, list)):
             facts["length"] = len(result)
         if facts["exact_tensor"]:
+            read = self.server.facts
             facts.update(
-                shape=list(result.shape),
-                dtype=str(result.dtype).replace("torch.", ""),
-                device=str(result.device),
-                layout=str(result.layout),
-                requires_grad=bool(result.requires_grad),
-                has_grad_fn=result.grad_fn is not None,
+                shape=list(read.shape(result)),
+                dtype=str(read.dtype(result)).replace("torch.", ""),
+                device=str(read.device(result)),
+                layout=str(read.layout(result)),
+                requires_grad=bool(read.requires_grad(result)),
+                has_grad_fn=read.grad_fn(result) is not None,
             )
-            if type(max_elements) is int and result.numel() > max_elements:
-                facts["value"], facts["withheld"] = None, int(result.numel())
+            if type(max_elements) is int and read.numel(result) > max_elements:
+                facts["value"], facts["withheld"] = None, int(read.numel(result))
                 return facts
             try:
                 facts["value"] = self.add_array(result)
@@ -711,14 +747,19 @@ class Run:
 
     def add_array(self, tensor: Any) -> int | None:
         """Queue a tensor's values for the reply; float32/float64 are sent as they are."""
-        torch = self.torch
-        if tensor.is_complex() or tensor.layout != torch.strided:
+        facts = self.server.facts
+        if facts.is_complex(tensor) or facts.layout(tensor) != self.torch.strided:
             return None
-        values = tensor.detach().cpu().resolve_conj().resolve_neg()
-        if values.dtype not in (torch.float32, torch.float64):
-            values = values.to(torch.float64)
-        self.out_arrays.append(values.contiguous().numpy().copy())  # its values now: a later call may write into the tensor
+        self.out_arrays.append(self.values(tensor).copy())  # its values now: a later call may write into the tensor
         return len(self.out_arrays) - 1
+
+    def values(self, tensor: Any) -> Any:
+        """A dense strided tensor's values as a numpy array (float32 and float64 as they are, other dtypes as float64)."""
+        torch, facts = self.torch, self.server.facts
+        values = facts.resolve_neg(facts.resolve_conj(facts.cpu(facts.detach(tensor))))
+        if facts.dtype(values) not in (torch.float32, torch.float64):
+            values = facts.to(values, torch.float64)
+        return facts.numpy(facts.contiguous(values))
 
     def changed_inputs(self) -> list[int]:
         """The input tensors whose values, version counter or caller's state changed (while the grader was not refilling them)."""
@@ -737,11 +778,12 @@ class Run:
         if tensor is None or snapshot is None:
             return False
         before, version = snapshot
-        current = tensor.detach()
-        if tensor._version != version or current.shape != before.shape or not bool(self.server.equal(current, before)):
+        facts = self.server.facts
+        current = facts.detach(tensor)
+        if facts.version(tensor) != version or facts.shape(current) != facts.shape(before) or not bool(self.server.equal(current, before)):
             return True
         leaf = self.leaves.get(index, tensor)
-        return tensor.requires_grad != self.flags[index] or (leaf.is_leaf and leaf.grad is not None)
+        return facts.requires_grad(tensor) != self.flags[index] or (facts.is_leaf(leaf) and facts.grad(leaf) is not None)
 
     def backward(self, indices: list[int], cotangents: list[Any], layouts: list[str]) -> dict[str, Any]:
         """Gradients of the sum of <result[i], cotangent_i> with respect to the inputs that require them.
@@ -750,27 +792,27 @@ class Run:
         ``layouts`` says, and so is the gradient that reaches the submission's backward pass (as when a model reads
         the output through a transpose).
         """
-        torch, server = self.torch, self.server
+        torch, server, facts = self.torch, self.server, self.server.facts
         outputs = [self.results[i] for i in indices]
         if any(type(output) is not server.tensor_type for output in outputs):
             return {"status": "skipped", "reason": "the call did not return a plain torch.Tensor"}
-        wanted = [i for i, t in enumerate(self.tensors) if t is not None and t.requires_grad]
+        wanted = [i for i, t in enumerate(self.tensors) if t is not None and facts.requires_grad(t)]
         for output, cotangent in zip(outputs, cotangents):
-            if list(output.shape) != list(cotangent.shape) and output.numel() != cotangent.size:
-                raise ValueError(f"the output has shape {list(output.shape)}, so no gradient could be taken with respect to an output "
-                                 f"of the expected shape {list(cotangent.shape)}")  # fmt: skip
+            if list(facts.shape(output)) != list(cotangent.shape) and facts.numel(output) != cotangent.size:
+                raise ValueError(f"the output has shape {list(facts.shape(output))}, so no gradient could be taken with respect to an "
+                                 f"output of the expected shape {list(cotangent.shape)}")  # fmt: skip
         seeds = [
-            self.laid_out(torch.from_numpy(cotangent.copy()).to(output.dtype if output.is_floating_point() else torch.float64)
-                          .reshape(output.shape), layout)
+            self.laid_out(torch.from_numpy(cotangent.copy()).to(facts.dtype(output) if facts.is_floating_point(output) else torch.float64)
+                          .reshape(facts.shape(output)), layout)
             for output, cotangent, layout in zip(outputs, cotangents, layouts)
         ]  # fmt: skip
-        detached = [i for i, output in enumerate(outputs) if not output.requires_grad]
-        complex_ = [i for i, output in enumerate(outputs) if output.is_complex()]
+        detached = [i for i, output in enumerate(outputs) if not facts.requires_grad(output)]
+        complex_ = [i for i, output in enumerate(outputs) if facts.is_complex(output)]
         if detached:  # what torch.autograd.grad says of such an output, whatever the others
             error = RuntimeError(f"element {detached[0]} of tensors does not require grad and does not have a grad_fn")
             return {"status": "raised", "error": server.describe_exception(error)}
         if complex_:
-            error = RuntimeError(f"output {complex_[0]} is complex ({outputs[complex_[0]].dtype}): only real outputs have these gradients")
+            error = RuntimeError(f"output {complex_[0]} is complex ({facts.dtype(outputs[complex_[0]])}): only real outputs have these gradients")
             return {"status": "raised", "error": server.describe_exception(error)}
         try:
             # The scalar sum of <output, seed> has exactly the seeds as its gradients with respect to the
@@ -797,17 +839,18 @@ class Run:
         (``torch.utils.checkpoint(..., use_reentrant=True)``) supports that alone, not ``torch.autograd.grad``.
         What an input held in ``.grad`` before is put back, so the submission's own doing stays visible.
         """
-        before = [tensor.grad for tensor in inputs]
+        facts = self.server.facts
+        before = [facts.grad(tensor) for tensor in inputs]
         for tensor in inputs:
-            tensor.grad = None
+            facts.set_grad(tensor, None)
         cpu = time.process_time()
         try:
             self.server.autograd_backward(total)
-            return [tensor.grad for tensor in inputs]
+            return [facts.grad(tensor) for tensor in inputs]
         finally:
             self.cpu_s += time.process_time() - cpu
             for tensor, grad in zip(inputs, before):
-                tensor.grad = grad
+                facts.set_grad(tensor, grad)
 
 
 def short_repr(value: Any) -> str:
