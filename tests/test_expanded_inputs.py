@@ -1,4 +1,4 @@
-"""Inputs expanded over the batch (stride 0): how they are drawn, what the worker builds, and what they catch."""
+"""Inputs expanded over the batch or the heads (stride 0): how they are drawn, what the worker builds, and what they catch."""
 
 from __future__ import annotations
 
@@ -29,41 +29,52 @@ OWN_STRIDES_TRANSPOSE = (
 )
 
 
-def test_expanded_layouts_expand_each_input_once_and_never_all_in_one_call() -> None:
-    """Two calls: a drawn half of the inputs expanded in one, the rest in the other; each call keeps a contiguous input."""
+def test_expanded_layouts_expand_each_input_once_per_dim_and_never_all_in_one_call() -> None:
+    """Two calls per dim: a drawn half of the inputs expanded along it in one, the rest in the other; each call keeps a
+    contiguous input."""
     rng = np.random.default_rng(3)
     for count in (3, 4, 5):
-        first, second = domain.expanded_layouts(rng, count)
-        assert [(a, b) for a, b in zip(first, second)].count((domain.EXPANDED, domain.EXPANDED)) == 0
-        assert all(domain.EXPANDED in (a, b) for a, b in zip(first, second))
-        assert "contiguous" in first and "contiguous" in second
+        layouts = domain.expanded_layouts(rng, count, axes=(0, 2))
+        assert len(layouts) == 4
+        for (first, second), kind in zip((layouts[:2], layouts[2:]), (domain.EXPANDED, "expanded@2")):
+            assert [(a, b) for a, b in zip(first, second)].count((kind, kind)) == 0
+            assert all(kind in (a, b) for a, b in zip(first, second))
+            assert "contiguous" in first and "contiguous" in second
+    assert [domain.expansion_axis(layout) for layout in ("expanded", "expanded@1", "sliced")] == [0, 1, None]
 
 
-def test_batch_broadcast_repeats_the_first_batch_element_and_leaves_vectors_alone() -> None:
-    """Every element along axis 0 becomes the first one; an array of one axis is returned as it is."""
+def test_broadcast_along_repeats_the_first_element_of_its_dim_and_leaves_vectors_alone() -> None:
+    """Every element along the dim becomes the first one; an array of one axis is returned as it is."""
     values = np.arange(24.0).reshape(3, 2, 4)
-    out = domain.batch_broadcast(values)
+    out = domain.broadcast_along(values)
     assert all(np.array_equal(out[i], values[0]) for i in range(3)) and out.flags.writeable
+    heads = domain.broadcast_along(values, 1)
+    assert np.array_equal(heads[:, 1], values[:, 0]) and np.array_equal(heads[:, 0], values[:, 0])
     vector = np.arange(4.0)
-    assert domain.batch_broadcast(vector) is vector
+    assert domain.broadcast_along(vector) is vector
 
 
 @pytest.mark.parametrize("seed", [1, 2])
-def test_expanded_cases_are_batch_constant_and_frozen_in_both_exercises(seed: int) -> None:
-    """Each strided set holds two expanded calls with B >= 2; an expanded input repeats its first batch element and does not
-    require grad, also in a case rebuilt from it (as the shrinker rebuilds cases)."""
-    drawn = [(c, c.inputs, c.layouts) for c in attention_suite.attention_strided(seed) if domain.EXPANDED in c.layouts]
+def test_expanded_cases_are_constant_along_their_dim_and_frozen_in_both_exercises(seed: int) -> None:
+    """Each strided set holds two calls expanded over the batch (B >= 2) and two over the heads; an expanded input repeats
+    its first element along that dim and does not require grad, also in a case rebuilt from it (as the shrinker rebuilds cases)."""
+    def expanded(layouts: tuple[str, ...]) -> bool:
+        return any(domain.expansion_axis(layout) is not None for layout in layouts)
+
+    drawn = [(c, c.inputs, c.layouts) for c in attention_suite.attention_strided(seed) if expanded(c.layouts)]
     drawn += [(c, c.inputs, c.memory_layouts) for name in ("gqa_strided", "diff_strided") for c in getattr(v2_suite, name)(seed)
-              if domain.EXPANDED in c.layouts]  # fmt: skip
-    assert len(drawn) == 6
+              if expanded(c.layouts)]  # fmt: skip
+    assert len(drawn) == 12
     for case, inputs, layouts in drawn:
         rebuilt = replace(case, note="rebuilt")
         names = attention_suite.cases.INPUT_NAMES if len(layouts) == 5 else case.names
         for name, values, layout in zip(names, inputs, layouts):
-            if layout == domain.EXPANDED:
-                assert values.shape[0] >= 2 and all(np.array_equal(values[i], values[0]) for i in range(values.shape[0]))
+            axis = domain.expansion_axis(layout)
+            if axis is not None and values.ndim > axis:
+                first = np.take(values, [0], axis=axis)
+                assert values.shape[0] >= 2 and np.array_equal(values, np.broadcast_to(first, values.shape))
                 assert not case.requires_grad(name) and not rebuilt.requires_grad(name)
-            else:
+            elif axis is None:
                 assert case.requires_grad(name)
 
 

@@ -215,7 +215,7 @@ def _encode(requests: Sequence[Request], results: list[tuple[str, int]]) -> tupl
         if request.backward_from is not None and request.cotangent is not None:
             # A request with inputs in other memory gets its cotangents in the first such input's layout (but an
             # expanded one, which keeps a single batch element's values).
-            layout = next((t.layout for t in tensors[first_tensor:] if t.layout not in ("contiguous", "expanded")), "contiguous")
+            layout = next((t.layout for t in tensors[first_tensor:] if t.layout != "contiguous" and not t.layout.startswith("expanded")), "contiguous")
             backward.append((first_call + request.backward_from, np.asarray(request.cotangent, dtype=np.float64), layout))
             backward += [(first_call + call, np.asarray(cotangent, dtype=np.float64), layout) for call, cotangent in request.also_backward]
         spans.append((first_call, len(calls), first_tensor, len(tensors)))

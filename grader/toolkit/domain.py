@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import zlib
 from dataclasses import dataclass, replace
-from typing import Any, Generic, Protocol, Sequence, TypeVar
+from typing import Any, Callable, Generic, Protocol, Sequence, TypeVar
 
 import numpy as np
 
@@ -30,7 +30,8 @@ NON_CONTIGUOUS = ("transposed", "heads_permuted", "sliced", "fused")
 OFFSET_LAYOUTS = ("fused", "offset")
 # An input given "expanded" is its first batch element broadcast over the batch (stride 0 along its first axis), as one
 # sequence expanded to a batch is: code that allocates a buffer with its input's strides (empty_strided) or writes into a
-# view of it meets elements that share memory. Its values are the first batch element's, repeated (:func:`batch_broadcast`).
+# view of it meets elements that share memory. Its values are the first batch element's, repeated (:func:`broadcast_along`).
+# "expanded@N" is the same along dim N (keys shared by every head, as multi-query attention expands them).
 EXPANDED = "expanded"
 # Every input of a call given "packed" lies in one storage, one after another at non-zero offsets (the slices of one fused
 # projection): code that tells its inputs apart by their storage (untyped_storage(), data_ptr() of the storage) meets it.
@@ -47,8 +48,9 @@ WIDEST = 64  # the widest head (D)
 # How the second call of a sequence gets its inputs, and how a message says so.
 SEQUENCE_KINDS = {
     "repeat": "called twice with the same tensors",
-    "refill": "called, its inputs overwritten in place (as an optimiser step does), called again",
-    "refill_data": "called, its inputs overwritten in place through .data (their version counters unchanged), called again",
+    "refill": "called, its inputs overwritten in place (as an optimiser step does) with their own values in another order, called again",
+    "refill_data": "called, its inputs overwritten in place through .data (their version counters unchanged) with their own values in "
+                   "another order, called again",
     "reallocate": "called, its inputs freed, called again with new tensors of the same shapes",
     "retyped": "called, then called with new tensors of the same shapes in the other dtype",
     "reflagged": "called, then called with new tensors of the same shapes and dtype, and another value of its option",
@@ -101,9 +103,19 @@ def signed_uniform(rng: np.random.Generator, low: float, high: float, size: int 
     return rng.uniform(low, high, size) * rng.choice([-1.0, 1.0], size)
 
 
+Renew = Callable[[np.random.Generator, np.ndarray, str], np.ndarray]
+"""(generator, an input's values, dtype) -> the values of the input's next call: :func:`fresh_like` or :func:`shuffled_like`."""
+
+
 def fresh_like(rng: np.random.Generator, values: np.ndarray, dtype: str) -> np.ndarray:
     """New normal values of the shape and spread of ``values`` (spread 1 when they are constant), exact in ``dtype``."""
     return exact(rng.standard_normal(np.shape(values)) * (float(np.std(values)) or 1.0), dtype)
+
+
+def shuffled_like(rng: np.random.Generator, values: np.ndarray, dtype: str) -> np.ndarray:
+    """``values``' own elements in another order, exact in ``dtype``: the same sum, norm, extremes and sorted values, so that
+    an answer kept under a key made of such statistics (a checksum) is met with inputs that share the key."""
+    return exact(rng.permutation(np.ravel(values)).reshape(np.shape(values)), dtype)
 
 
 def keyword_order(rng: np.random.Generator, names: tuple[str, ...], binding: str) -> tuple[str, ...]:
@@ -221,31 +233,50 @@ def every_layout(rng: np.random.Generator, count: int = 5) -> list[tuple[str, ..
     return [*rotations, (PACKED,) * count]
 
 
-def expanded_layouts(rng: np.random.Generator, count: int = 5) -> list[tuple[str, ...]]:
-    """Layouts for ``count`` (at least two) inputs in two calls: a drawn half of them :data:`EXPANDED` in the first, the
-    others in the second, the rest contiguous. Each input is expanded once, as when one input is a sequence shared by the
-    batch and the others are not, and every call keeps inputs that can require grad."""
+def expanded_on(axis: int) -> str:
+    """The layout of an input expanded along dim ``axis``: :data:`EXPANDED` for the batch (dim 0), else "expanded@axis"."""
+    return EXPANDED if axis == 0 else f"{EXPANDED}@{axis}"
+
+
+def expansion_axis(layout: str) -> int | None:
+    """The dim an input of ``layout`` is expanded along (:func:`expanded_on`), or None for another layout."""
+    if layout == EXPANDED:
+        return 0
+    return int(layout.split("@", 1)[1]) if layout.startswith(f"{EXPANDED}@") else None
+
+
+def expanded_layouts(rng: np.random.Generator, count: int = 5, axes: Sequence[int] = (0,)) -> list[tuple[str, ...]]:
+    """Layouts for ``count`` (at least two) inputs in two calls per dim of ``axes``: a drawn half of them expanded along
+    it (:func:`expanded_on`) in the first, the others in the second, the rest contiguous. Each input is expanded once
+    along each dim, as when one input is a sequence shared by the batch (or keys shared by the heads) and the others are
+    not, and every call keeps inputs that can require grad."""
     chosen = set(rng.permutation(count)[: count // 2].tolist())
-    return [tuple(EXPANDED if (i in chosen) == first else "contiguous" for i in range(count)) for first in (True, False)]
+    return [tuple(expanded_on(axis) if (i in chosen) == first else "contiguous" for i in range(count)) for axis in axes for first in (True, False)]
 
 
-def batch_broadcast(values: np.ndarray) -> np.ndarray:
-    """``values`` with every element along the first axis equal to the first one, when it has two axes or more: the values
-    an :data:`EXPANDED` input holds (one of fewer axes stays as it is, and the worker gives it contiguous memory)."""
-    return np.broadcast_to(values[:1], values.shape).copy() if values.ndim >= 2 else values
+def broadcast_along(values: np.ndarray, axis: int = 0) -> np.ndarray:
+    """``values`` with every element along dim ``axis`` equal to the first one, when it has two axes or more and that dim:
+    the values an input expanded along it holds (one of fewer axes stays as it is, and the worker gives it contiguous
+    memory)."""
+    if values.ndim < 2 or values.ndim <= axis:
+        return values
+    first = values[(slice(None),) * axis + (slice(0, 1),)]
+    return np.broadcast_to(first, values.shape).copy()
 
 
 def hold_expanded(case: Any, names: Sequence[str]) -> None:
-    """Make each input of ``names`` (fields of a frozen case dataclass, one layout each in its ``layouts``) whose layout is
-    :data:`EXPANDED` batch-constant (:func:`batch_broadcast`), and add it to the case's ``frozen`` inputs.
+    """Make each input of ``names`` (fields of a frozen case dataclass, one layout each in its ``layouts``) that is expanded
+    along a dim (:func:`expansion_axis`) constant along it (:func:`broadcast_along`), and add it to the case's ``frozen``
+    inputs.
 
     Such an input never requires grad: the gradient of each element of a tensor whose elements share memory is not
     defined alike by every operation (``as_strided`` spreads it evenly over the elements that share an address; most
     operations give each element its own), and a model's gradient reaches the tensor it expanded, as their sum over the
     batch, either way."""
-    expanded = tuple(name for name, layout in zip(names, case.layouts) if layout == EXPANDED)
+    axes = {name: expansion_axis(layout) for name, layout in zip(names, case.layouts)}
+    expanded = tuple(name for name, axis in axes.items() if axis is not None)
     for name in expanded:
-        object.__setattr__(case, name, batch_broadcast(getattr(case, name)))
+        object.__setattr__(case, name, broadcast_along(getattr(case, name), axes[name] or 0))
     if expanded:
         object.__setattr__(case, "frozen", tuple(dict.fromkeys(case.frozen + expanded)))
 

@@ -84,7 +84,7 @@ def layout_probe(worker: Worker, subject: Callable[..., Subject], values: Values
     layouts = (*domain.NON_CONTIGUOUS, "offset", domain.PACKED)
     requests = [subject(layout=layout).request(values) for layout in ("contiguous", *layouts)]
     if any(v.ndim >= 2 for v in values.values()):
-        shared = {name: domain.batch_broadcast(v) for name, v in values.items()}
+        shared = {name: domain.broadcast_along(v) for name, v in values.items()}
         requests += [subject(layout=domain.EXPANDED).request(shared), subject(layout="contiguous").request(shared)]
     outcomes = probes.ask(worker, requests)
     base = probes.output(outcomes[0])

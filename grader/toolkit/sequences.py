@@ -47,6 +47,8 @@ class Variations(Generic[_Case]):
     """How an exercise makes the second call's case of a sequence from the first's.
 
     ``redrawn``: new values of the same shapes (every kind but those below);
+    ``shuffled``: each input's own values in another order (inputs refilled
+    in place; default: ``redrawn``);
     ``retyped``: the same in the other dtype; ``reflagged``: the same with
     another value of the function's option (a flag, a constant);
     ``resized``: new values of other shapes, fewer tokens (one,
@@ -63,6 +65,7 @@ class Variations(Generic[_Case]):
     resized: Callable[[_Case, np.random.Generator, bool], _Case]
     layered: Vary[_Case] | None = None
     stacked: Vary[_Case] | None = None
+    shuffled: Vary[_Case] | None = None
 
     def second(self, first: _Case, kind: str, mode: str, rng: np.random.Generator) -> _Case:
         """The second call's case of a sequence of ``kind`` in ``mode`` that starts with ``first`` (the same tensors: ``first``)."""
@@ -71,7 +74,8 @@ class Variations(Generic[_Case]):
         if kind == "resized":
             return self.resized(first, rng, mode in ("no_grad", "inference_mode"))  # generation decodes without gradients
         changes = {"retyped": self.retyped, "reflagged": self.reflagged, "interleaved": self.layered or self.reflagged,
-                   "stacked": self.stacked or self.redrawn}  # fmt: skip
+                   "stacked": self.stacked or self.redrawn, "refill": self.shuffled or self.redrawn,
+                   "refill_data": self.shuffled or self.redrawn}  # fmt: skip
         return changes.get(kind, self.redrawn)(first, rng)
 
 

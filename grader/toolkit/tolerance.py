@@ -55,10 +55,12 @@ def allowance(dtype: str, operations: float, magnitude: np.ndarray | float) -> n
 
     ``magnitude`` is the result's absolute-value evaluation. The floor covers
     elements whose every term underflowed (a softmax weight below the
-    format's smallest normal number is flushed towards zero).
+    format's smallest normal number is flushed towards zero). A magnitude past
+    float64's range (two exponentials each within it, summed) counts as the
+    largest float64: no allowance is infinite, which would accept anything.
     """
     unit = UNIT_ROUNDOFF[dtype]
-    bound = SAFETY * unit * operations * np.asarray(magnitude, dtype=np.float64)
+    bound = SAFETY * unit * operations * np.minimum(np.asarray(magnitude, dtype=np.float64), np.finfo(np.float64).max)
     return np.maximum(bound, unit * bound.max(initial=0.0))
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import fcntl
 import gc
 import json
+import math
 import os
 import resource
 import select
@@ -433,7 +434,10 @@ class Server:
         for name, module in (("worker", modules["worker"]), ("protocol", protocol), ("seal", sealing)):
             spaces |= {f"{name}.{k}": vars(v) for k, v in vars(module).items() if isinstance(v, type) and v.__module__ == module.__name__}
         spaces |= {"server": vars(self), "server.facts": vars(self.facts)}
-        return sealing.Seal(spaces, left_out=("module", "filename"))
+        code = [f for space in spaces.values() for f in [*space.values(), *(getattr(v, "__func__", None) for v in space.values())]
+                if isinstance(f, types.FunctionType)]  # fmt: skip
+        used = sealing.names_used(code)  # of the large modules, only what the worker's own code uses
+        return sealing.Seal(spaces, left_out=("module", "filename"), only={"builtins": used, "numpy": used})
 
     def ready(self) -> dict[str, Any]:
         """Describe this worker once it can take requests."""
@@ -578,26 +582,46 @@ class Run:
             tensor = storage[7:].view(data.shape)
             tensor.copy_(data)
             return tensor
-        if layout == "expanded" and data.dim() >= 2:  # the grader sends values that repeat the first batch element
-            return data[:1].expand(data.shape)
+        if layout.startswith("expanded") and data.dim() >= 2:  # the grader sends values that repeat the first element along the dim
+            axis = int(layout.split("@", 1)[1]) if "@" in layout else 0
+            if axis < data.dim():
+                return data[(slice(None),) * axis + (slice(0, 1),)].expand(data.shape)
         if layout == "heads_permuted" and data.dim() >= 3:
             return data.transpose(1, 2).contiguous().transpose(1, 2)
         return data
 
     def packed_slot(self, index: int, dtype: Any) -> Any:
-        """Input ``index`` in the one storage that every "packed" input of its dtype lies in, one after another and each at
-        a non-zero offset, as the slices of one fused projection or one parameter buffer are. The storage is filled with
-        all of them at once: views share one version counter, which filling one later would move for the others."""
+        """Input ``index`` in the one storage that every "packed" input of its dtype lies in, as the parts of one fused
+        projection are: when they share leading axes ([B, H, T] of attention's inputs), each is a slice of the last axis of
+        one [..., total width] tensor (its ``_base``); otherwise they lie one after another at non-zero offsets. Their order
+        is that of their own values, not of the arguments: which part comes first is the model's choice, and code that
+        assumes one (q1, k1, q2, k2, value, say) must meet another. The storage is filled with all of them at once: views
+        share one version counter, which filling one later would move for the others."""
         name = self.header["tensors"][index]["dtype"]
         if name not in self.packed:
             members = [(i, self.arrays[spec["array"]]) for i, spec in enumerate(self.header["tensors"])
                        if spec.get("layout") == "packed" and spec["dtype"] == name]  # fmt: skip
-            storage = self.torch.zeros(sum(values.size + PACKED_GAP for _, values in members) + PACKED_GAP, dtype=dtype)
-            places, end = {}, PACKED_GAP
+            members.sort(key=lambda member: float(member[1].flat[0]) if member[1].size else 0.0)
+            shapes = [values.shape for _, values in members]
+            shared = 0
+            while all(len(shape) > shared + 1 and shape[shared] == shapes[0][shared] for shape in shapes):
+                shared += 1
+            places = {}
+            if shared:
+                lead = shapes[0][:shared]
+                widths = [math.prod(shape[shared:]) for shape in shapes]
+                fused = self.torch.zeros(*lead, sum(widths), dtype=dtype)
+                starts = [sum(widths[:n]) for n in range(len(widths))]
+                for (i, values), start, width in zip(members, starts, widths):
+                    places[i] = fused[..., start : start + width].view(values.shape)
+            else:
+                storage = self.torch.zeros(sum(values.size + PACKED_GAP for _, values in members) + PACKED_GAP, dtype=dtype)
+                end = PACKED_GAP
+                for i, values in members:
+                    places[i] = storage[end : end + values.size].view(values.shape)
+                    end += values.size + PACKED_GAP
             for i, values in members:
-                places[i] = storage[end : end + values.size].view(values.shape)
                 places[i].copy_(self.torch.from_numpy(values.astype(name)))
-                end += values.size + PACKED_GAP
             self.packed[name] = places
         return self.packed[name][index]
 

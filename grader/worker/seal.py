@@ -22,8 +22,10 @@ reply (an array's dtype and shape against the facts sent with it) close more.
 
 from __future__ import annotations
 
+import operator
 import types
 from collections.abc import Iterable, Mapping
+from itertools import repeat
 from typing import Any
 
 ATTRIBUTES = ("dtype", "shape", "_version", "requires_grad", "grad_fn", "is_leaf", "grad", "device", "layout")
@@ -31,6 +33,7 @@ ATTRIBUTES = ("dtype", "shape", "_version", "requires_grad", "grad_fn", "is_leaf
 METHODS = ("detach", "clone", "numel", "cpu", "contiguous", "resolve_conj", "resolve_neg", "numpy", "to", "is_complex", "is_floating_point")
 """Tensor methods the worker calls on results and inputs, each the C base class's own."""
 _ABSENT = object()
+CODE = operator.attrgetter("__code__")
 
 
 class TensorFacts:
@@ -58,23 +61,40 @@ class Seal:
 
     ``spaces``: name -> namespace (a module's, a class's or an object's
     ``vars``); ``left_out``: names of those namespaces that the worker itself
-    sets later (the loaded module, say). Names added later (lazy imports add
-    them) are not changes.
+    sets later (the loaded module, say); ``only``: for some namespaces, the
+    names to seal (those the worker's code uses of a large module). Names
+    added later (lazy imports add them) are not changes.
     """
 
-    def __init__(self, spaces: Mapping[str, Mapping[str, Any]], left_out: Iterable[str] = ()) -> None:
-        skipped = set(left_out)
-        self.noted = [(where, space, {k: v for k, v in space.items() if k not in skipped}) for where, space in spaces.items()]
-        self.codes = [(f"{where}.{name}", value, value.__code__) for where, _, kept in self.noted for name, value in kept.items()
-                      if isinstance(value, types.FunctionType)]  # fmt: skip
+    def __init__(self, spaces: Mapping[str, Mapping[str, Any]], left_out: Iterable[str] = (), only: Mapping[str, set[str]] | None = None) -> None:
+        skipped, only = set(left_out), only or {}
+        self.noted = []
+        for where, space in spaces.items():
+            kept = {k: v for k, v in space.items() if k not in skipped and (where not in only or k in only[where])}
+            self.noted.append((where, space.get, tuple(kept), tuple(kept.values())))
+        functions = [(f"{where}.{name}", value) for where, _, names, values in self.noted for name, value in zip(names, values)
+                     if isinstance(value, types.FunctionType)]  # fmt: skip
+        self.functions = tuple(function for _, function in functions)
+        self.function_names = tuple(name for name, _ in functions)
+        self.codes = tuple(function.__code__ for function in self.functions)
 
     def broken(self) -> str | None:
         """The first name (``where.name``) rebound, deleted or given other code since the seal was made, or None."""
-        for where, space, kept in self.noted:
-            for name, value in kept.items():
-                if space.get(name, _ABSENT) is not value:
-                    return f"{where}.{name}"
-        for name, function, code in self.codes:
-            if function.__code__ is not code:
-                return name
+        # C-level loops (map, operator.is_): this runs after every request
+        for where, get, names, values in self.noted:
+            if not all(map(operator.is_, map(get, names, repeat(_ABSENT)), values)):
+                return next(f"{where}.{name}" for name, value in zip(names, values) if get(name, _ABSENT) is not value)
+        if not all(map(operator.is_, map(CODE, self.functions), self.codes)):
+            return next(name for name, function, code in zip(self.function_names, self.functions, self.codes) if function.__code__ is not code)
         return None
+
+
+def names_used(functions: Iterable[types.FunctionType]) -> set[str]:
+    """Every global and attribute name the code of ``functions`` (nested code included) refers to."""
+    found: set[str] = set()
+    pending = [function.__code__ for function in functions]
+    while pending:
+        code = pending.pop()
+        found.update(code.co_names)
+        pending += [constant for constant in code.co_consts if isinstance(constant, types.CodeType)]
+    return found

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from grader.toolkit import domain
-from grader.toolkit.domain import exact
+from grader.toolkit.domain import Renew, exact
 
 LAMBDA = "differential_lambda"
 ATTENTION = "differential_attention"
@@ -337,20 +337,27 @@ def _largest_logit(q: np.ndarray, k: np.ndarray) -> float:
     return float(np.abs(q @ np.swapaxes(k, -1, -2)).max() / math.sqrt(q.shape[-1]))
 
 
-def redrawn(case: _AnyCase, rng: np.random.Generator) -> _AnyCase:
-    """``case`` with new values of the same shapes (and a tensor coefficient's), everything else kept."""
+def redrawn(case: _AnyCase, rng: np.random.Generator, renew: Renew = domain.fresh_like) -> _AnyCase:
+    """``case`` with new values of the same shapes (and a tensor coefficient's), everything else kept; ``renew`` makes
+    each input's new values (with :func:`domain.shuffled_like`, its own in another order, and the coefficient kept)."""
 
     def fresh(x: np.ndarray) -> np.ndarray:
-        return domain.fresh_like(rng, x, case.dtype)
+        return renew(rng, x, case.dtype)
 
     if isinstance(case, LambdaCase):
         return replace(case, q1=fresh(case.q1), k1=fresh(case.k1), q2=fresh(case.q2), k2=fresh(case.k2))
     # A Python coefficient is a hyperparameter, the same on every call; a tensor one is trained like the rest.
-    coefficient = float(rng.uniform(-1.0, 2.0)) if case.coefficient_is_tensor else case.coefficient
+    new = case.coefficient_is_tensor and renew is domain.fresh_like
+    coefficient = float(rng.uniform(-1.0, 2.0)) if new else case.coefficient
     return replace(
         case, q1=fresh(case.q1), k1=fresh(case.k1), q2=fresh(case.q2), k2=fresh(case.k2), value=fresh(case.value),
         cotangent=fresh(case.cotangent), coefficient=float(exact(coefficient, case.coefficient_dtype)),
     )  # fmt: skip
+
+
+def shuffled(case: _AnyCase, rng: np.random.Generator) -> _AnyCase:
+    """``case`` with each input's own values in another order (:func:`domain.shuffled_like`), everything else kept."""
+    return redrawn(case, rng, domain.shuffled_like)
 
 
 def retyped(case: _AnyCase, rng: np.random.Generator) -> _AnyCase:

@@ -17,6 +17,7 @@ BOTH = (LAMBDA, ATTENTION)
 ALL_ATTENTION_INPUTS = (*INPUT_NAMES, "coefficient")
 # Replayed calls: (case set, with a backward pass).
 LAMBDA_CALLS = ((suite.lambda_values, False),)
+LAMBDA_VALUE_CALLS = (*LAMBDA_CALLS, (suite.lambda_limits, False))
 LAMBDA_GRAD_CALLS = ((suite.lambda_values, True),)
 OUTPUT_CALLS = ((suite.attention_causal, False), (suite.attention_noncausal, False))
 GRADIENT_CALLS = ((suite.attention_gradients, True),)

@@ -49,7 +49,7 @@ HINTS: dict[str, tuple[str, str, str, tuple[str, ...]]] = {
     **{hint: (ATTENTION, "backward", "gradients", ()) for hint in ("coefficient_gradient_sign", "backward_missing_scale", "backward_no_rowsum")},
 }  # fmt: skip
 # The case sets whose calls the slip analysis reads (with gradients or not), and those only hidden checks show.
-SETS = (("lambda_values", False), ("lambda_values", True), ("lambda_strided", False), ("lambda_bindings", False),
+SETS = (("lambda_values", False), ("lambda_values", True), ("lambda_limits", False), ("lambda_strided", False), ("lambda_bindings", False),
         ("lambda_frozen_subsets", True), ("attention_causal", False), ("attention_noncausal", False),
         ("attention_coefficients", False), ("attention_large_logits", False), ("attention_strided", False),
         ("attention_strided", True), ("attention_gradients", True), ("frozen_subsets", True), ("end_to_end", True),

@@ -76,6 +76,24 @@ def lambda_values(seed: int) -> list[LambdaCase]:
     ])
 
 
+@SETS.register
+def lambda_limits(seed: int) -> list[LambdaCase]:
+    """Exponents at the edge of exp's range, for values only (the gradients' factors would overflow): both within 0.3 to
+    0.6 of where exp overflows, so that e^a + e^b and 2·exp((a + b)/2) overflow while λ is finite (a form through
+    either, such as (e^a + e^b)·tanh((a − b)/2), is not), and one there with the other far below zero; both dtypes."""
+    rng = domain.generator(seed, "lambda_limits")
+
+    def edge(dtype: str) -> float:
+        return float(cases.EXP_LIMIT[dtype] - rng.uniform(0.3, 0.6))
+
+    return domain.cycled_modes([
+        cases.lambda_case(rng, int(rng.integers(1, 9)), "float32", None, exponents=(edge("float32"), edge("float32"))),
+        cases.lambda_case(rng, int(rng.integers(1, 9)), "float64", 0.2, exponents=(edge("float64"), edge("float64")), binding="positional"),
+        cases.lambda_case(rng, int(rng.integers(1, 9)), "float32", 0.0, exponents=(-edge("float32"), edge("float32")), binding="names"),
+        cases.lambda_case(rng, int(rng.integers(1, 9)), "float64", None, exponents=(edge("float64"), -float(rng.uniform(100.0, 700.0)))),
+    ])
+
+
 @SETS.register(hidden=True)
 def lambda_strided(seed: int) -> list[LambdaCase]:
     """Sliced vectors, slices of a fused buffer and vectors at a storage offset, both dtypes."""
@@ -155,8 +173,8 @@ def attention_large_logits(seed: int) -> list[AttentionCase]:
 @SETS.register(hidden=True)
 def attention_strided(seed: int) -> list[AttentionCase]:
     """Transposed, head-permuted, sliced, fused-projection and offset views as inputs (each input in each of them once, with
-    B and H above 1), all inputs in one storage, inputs expanded over the batch (all, then some), both dtypes, tensor
-    coefficient."""
+    B and H above 1), all inputs in one storage, inputs expanded over the batch and over the heads (some, then the others),
+    both dtypes, tensor coefficient."""
     rng = domain.generator(seed, "attention_strided")
     return domain.cycled_modes([
         *(cases.attention_case(rng, (2, 3, domain.sequence_length(rng, 2, 40), domain.head_width(rng, 16)), dtype, True,
@@ -167,7 +185,7 @@ def attention_strided(seed: int) -> list[AttentionCase]:
                              layouts=domain.strided_layouts(rng, choices=domain.OFFSET_LAYOUTS)),  # fmt: skip
         *(cases.attention_case(rng, (int(rng.integers(2, 4)), 2, domain.sequence_length(rng, 2, 40), domain.head_width(rng, 16)), dtype,
                                True, coefficient_kind="tensor", layouts=layouts)
-          for layouts, dtype in zip(domain.expanded_layouts(rng), ("float32", "float64"))),  # fmt: skip
+          for layouts, dtype in zip(domain.expanded_layouts(rng, axes=(0, 1)), ("float32", "float64") * 2)),  # fmt: skip
     ])
 
 
@@ -278,7 +296,8 @@ def sequences(seed: int) -> list[CallSequence[LambdaCase | AttentionCase]]:
     return draw_sequences(domain.generator(seed, "sequences"), (LAMBDA, ATTENTION), _first_call, VARIATIONS)
 
 
-VARIATIONS: Variations[Any] = Variations(cases.redrawn, cases.retyped, cases.reflagged, cases.resized, cases.layered, cases.stacked)
+VARIATIONS: Variations[Any] = Variations(cases.redrawn, cases.retyped, cases.reflagged, cases.resized, cases.layered, cases.stacked,
+                                         cases.shuffled)
 
 
 def lambda_request(case: LambdaCase, requires_grad: bool = False) -> Request:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from grader.toolkit import domain
-from grader.toolkit.domain import exact
+from grader.toolkit.domain import Renew, exact
 
 GQA = "gqa_attention"
 DIFF_V2 = "diff_v2_attention"
@@ -259,11 +259,17 @@ def shared_offset(base: Case, rng: np.random.Generator) -> Case:
     return replace(base, v=exact(base.v + offset, base.dtype), note="every token's value shifted by one shared vector c")
 
 
-def redrawn(base: Case, rng: np.random.Generator) -> Case:
-    """``base`` with new values of the same shapes (gate logits and cotangent too), everything else kept."""
-    q, k, v, cotangent = (domain.fresh_like(rng, values, base.dtype) for values in (base.q, base.k, base.v, base.cotangent))
-    gates = None if base.lambda_logits is None else domain.fresh_like(rng, base.lambda_logits, base.dtype)
+def redrawn(base: Case, rng: np.random.Generator, renew: Renew = domain.fresh_like) -> Case:
+    """``base`` with new values of the same shapes (gate logits and cotangent too), everything else kept; ``renew`` makes
+    each array's new values (with :func:`domain.shuffled_like`, its own in another order)."""
+    q, k, v, cotangent = (renew(rng, values, base.dtype) for values in (base.q, base.k, base.v, base.cotangent))
+    gates = None if base.lambda_logits is None else renew(rng, base.lambda_logits, base.dtype)
     return replace(base, q=q, k=k, v=v, lambda_logits=gates, cotangent=cotangent)
+
+
+def shuffled(base: Case, rng: np.random.Generator) -> Case:
+    """``base`` with each array's own values in another order (:func:`domain.shuffled_like`), everything else kept."""
+    return redrawn(base, rng, domain.shuffled_like)
 
 
 def retyped(base: Case, rng: np.random.Generator) -> Case:

@@ -130,7 +130,7 @@ def diff_saturated(seed: int) -> list[Case]:
 @SETS.register(hidden=True)
 def gqa_strided(seed: int) -> list[Case]:
     """gqa_attention on transposed, head-permuted, sliced, fused-projection and offset views, and on inputs expanded over
-    the batch (all, then some), both dtypes."""
+    the batch and over the heads (some, then the others), both dtypes."""
     rng = domain.generator(seed, "gqa_strided")
     return domain.cycled_modes([
         *(cases.case(rng, GQA, cases.shape(rng, GQA, 2, 40, 16), dtype, True, layouts=layouts)
@@ -138,14 +138,14 @@ def gqa_strided(seed: int) -> list[Case]:
         cases.case(rng, GQA, cases.shape(rng, GQA, 2, 40), "float64", False, layouts=domain.strided_layouts(rng, 3), binding="positional"),
         cases.case(rng, GQA, cases.shape(rng, GQA, 60, 140), "float32", None, layouts=domain.strided_layouts(rng, 3, domain.OFFSET_LAYOUTS)),
         *(cases.case(rng, GQA, cases.batched(cases.shape(rng, GQA, 2, 40, 16)), dtype, True, layouts=layouts)
-          for layouts, dtype in zip(domain.expanded_layouts(rng, 3), ("float32", "float64"))),
+          for layouts, dtype in zip(domain.expanded_layouts(rng, 3, axes=(0, 2)), ("float32", "float64") * 2)),
     ])  # fmt: skip
 
 
 @SETS.register(hidden=True)
 def diff_strided(seed: int) -> list[Case]:
     """diff_v2_attention on strided views of all four inputs (lambda_logits included), and on inputs expanded over the
-    batch (all, then some), both dtypes."""
+    batch and over the heads (some, then the others), both dtypes."""
     rng = domain.generator(seed, "diff_strided")
     return domain.cycled_modes([
         *(cases.case(rng, DIFF_V2, cases.shape(rng, DIFF_V2, 2, 40, 16), dtype, True, layouts=layouts)
@@ -153,7 +153,7 @@ def diff_strided(seed: int) -> list[Case]:
         cases.case(rng, DIFF_V2, cases.shape(rng, DIFF_V2, 2, 40), "float64", False, layouts=domain.strided_layouts(rng, 4), binding="positional"),
         cases.case(rng, DIFF_V2, cases.shape(rng, DIFF_V2, 60, 140), "float32", None, layouts=domain.strided_layouts(rng, 4, domain.OFFSET_LAYOUTS)),
         *(cases.case(rng, DIFF_V2, cases.batched(cases.shape(rng, DIFF_V2, 2, 40, 16)), dtype, True, layouts=layouts)
-          for layouts, dtype in zip(domain.expanded_layouts(rng, 4), ("float32", "float64"))),
+          for layouts, dtype in zip(domain.expanded_layouts(rng, 4, axes=(0, 2)), ("float32", "float64") * 2)),
     ])  # fmt: skip
 
 
@@ -245,7 +245,7 @@ def diff_bindings(seed: int) -> list[Case]:
 
 SEQUENCE_SETS = CaseSets()
 """The call sequences: pairs of calls, kept apart from :data:`SETS`, whose members are single calls."""
-VARIATIONS = Variations(cases.redrawn, cases.retyped, cases.reflagged, cases.resized)
+VARIATIONS = Variations(cases.redrawn, cases.retyped, cases.reflagged, cases.resized, shuffled=cases.shuffled)
 
 
 def _first_call(rng: np.random.Generator, function: str, how: FirstCall) -> Case:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from grader.core.plugin import GradingContext, check
 from grader.exercises.diffattn import counterexample, expected, misconceptions, suite
 from grader.exercises.diffattn.cases import AttentionCase
-from grader.exercises.diffattn.declared import LAMBDA_CALLS, attention, of_both, of_lambda
+from grader.exercises.diffattn.declared import LAMBDA_VALUE_CALLS, attention, of_both, of_lambda
 from grader.exercises.diffattn.suite import ATTENTION
 from grader.toolkit.casesets import CaseSet
 from grader.toolkit.compare import combine, compare
@@ -22,10 +22,11 @@ def _attention_values(grading: GradingContext, case_set: CaseSet[AttentionCase],
 
 
 @check("T2", 5, "differential_lambda matches exp(q1·k1) - exp(q2·k2) + lambda_init (exponents up to the dtype's finite limit)",
-       judges=of_lambda("values"), replay=Recipe("values", LAMBDA_CALLS))  # fmt: skip
+       judges=of_lambda("values"), replay=Recipe("values", LAMBDA_VALUE_CALLS))  # fmt: skip
 def test_lambda_values(grading: GradingContext) -> None:
     verdicts = suite.value_verdicts(grading, suite.lambda_values)
-    verdict = combine(verdicts)
+    limits = suite.value_verdicts(grading, suite.lambda_limits)
+    verdict = combine(verdicts + limits)
     misconceptions.CATALOGUE.attach_hint(grading, verdict, suite.lambda_values)
     counterexample.SHRINKER.values(grading, suite.lambda_values, verdicts, expected.lambda_value)
     grading.conclude(verdict)
