@@ -36,6 +36,7 @@ from grader.toolkit.rootcause import Finding, Role
 from grader.worker.client import Worker
 
 RIGHT = 1e-9  # a float64 probe's output is right within this share of its largest true magnitude
+HALF_PRECISION_LIKE = 0.05  # bfloat16 rounds to 2⁻⁸ (0.4 %): a few operations' worth, never an error of this share or more
 FLOAT32_LIKE = 1e-4  # ... and only as accurate as float32 when off by at most this share
 FORWARD_NOTE = "the forward output of these calls is already wrong, so their gradients cannot match; fix the values first"
 VALUES_AND_GRADIENTS = frozenset({"values", "gradients"})
@@ -488,11 +489,13 @@ def rearranged_finding(found: Found, function: str, out: np.ndarray | None, want
 
 def half_precision_finding(found: Found, function: str, ordinary: np.ndarray | None, expected: np.ndarray) -> bool:
     """A dtype finding when float32 inputs of ordinary size (``ordinary``, against ``expected``) give a result less accurate
-    than float32 is; whether they do. Run before blaming large logits: a computation in bfloat16 or float16 is wrong for
+    than float32 is, and as accurate as half precision is; whether they do. Run before blaming large logits: a computation in bfloat16 or float16 is wrong for
     every input."""
     if ordinary is None or not np.isfinite(ordinary).all() or is_right(ordinary, expected, FLOAT32_LIKE):
         return False
     error = float(np.max(np.abs(ordinary - expected)) / max(1.0, float(np.max(np.abs(expected)))))
+    if error > HALF_PRECISION_LIKE:
+        return False  # more than bfloat16's rounding makes: the values themselves are wrong
     found.add(function, "dtype", "forward", "float32 inputs are computed in lower precision",
               f"With float32 inputs of ordinary size your output is off by {error:.2g} of its scale, far more than float32's "
               "rounding: something computes in bfloat16 or float16 (torch.autocast, .half(), .bfloat16()).",

@@ -541,14 +541,17 @@ def zero_rows_probe(worker: Worker, rng: np.random.Generator, found: Found) -> b
     for n, token in (("q1", T // 2), ("q2", T // 2), ("k1", 0), ("k2", 0)):
         zero_logits[n] = domain.padded(values[n], [token], axis=2)
     zero_value = {**values, "value": domain.padded(identity_values(), [0], axis=2), "coefficient": np.asarray(0.0)}
+    ordinary = {**values, "value": identity_values(), "coefficient": np.asarray(0.0)}
     found.probes.append(f"{ATTENTION}: the first key and one query all zeros, then the first token's value all zeros")
-    for point, title, what, why in (
+    plain, *outs = probes.sweep(worker, attention_subject(True), [ordinary, zero_logits, zero_value])
+    if not is_right(plain, truth(ordinary, True), FLOAT32_LIKE):
+        return False  # ordinary inputs are wrong too: zeros tell nothing
+    for out, (point, title, what, why) in zip(outs, (
         (zero_logits, "Logits that are exactly 0 are treated as masked", "With the first key and one query all zeros (as padding tokens are), their logits are exactly 0",
          "the mask is taken from the logits' values (e.g. scores == 0)"),
         (zero_value, "Keys whose value is all zeros are treated as masked", "With the first token's value all zeros (as a padding token's is) and ordinary queries and keys",
          "keys are hidden by their values (e.g. a padding mask from value rows that are all zeros)"),
-    ):
-        out = probes.sweep(worker, attention_subject(True), [point])[0]
+    )):
         if out is None or out.shape != (B, H, T, 2 * D) or is_right(out, truth(point, True), FLOAT32_LIKE):  # (not a precision fault)
             continue
         found.add(ATTENTION, "mask", "forward", title,
