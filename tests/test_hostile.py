@@ -260,7 +260,7 @@ EXPECTED = {
     "segfault": ("causal_values", "the worker process ended during the call (killed by signal SIGSEGV)"),
     "infinite_loop": ("causal_values", "the call did not finish within 5 s; the worker was stopped"),
     "memory_hog": ("causal_values", "MemoryError"),
-    "patched_comparisons": ("causal_values", "the submission replaced part of the grader's worker (numpy.allclose)"),
+    "patched_comparisons": ("causal_values", "Mismatched elements"),
     "tensor_subclass": ("attention_returns_one_tensor", "differential_attention returned a submission.Sneaky, a subclass of torch.Tensor"),
     "fake_tensor": ("attention_returns_one_tensor", "returned submission.differential_attention.<locals>.Fake"),
     # Outside the allow list; where Landlock is missing, its folder is hidden under an empty mount.
@@ -323,8 +323,7 @@ def test_flooded_output_is_capped(hostile_runs) -> None:
 
 
 def test_patching_cannot_pass_wrong_values(hostile_runs) -> None:
-    """Patched comparison functions (numpy's among them, which the worker's replies rest on: the worker stops trusting
-    itself) leave the unscaled attention failing every value check."""
+    """Patched comparison functions leave the unscaled attention failing every value check."""
     run = hostile_runs["patched_comparisons"][2]
     for check in run.tier("T2")["checks"]:
         if check["id"] not in ("lambda_values", "row_sums", "identical_maps_cancel"):

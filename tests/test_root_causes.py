@@ -223,20 +223,6 @@ def test_the_worker_reports_a_call_that_leaves_grad_mode_switched() -> None:
     assert (leaky.grad_mode_left, tidy.grad_mode_left) == (False, None)
 
 
-def test_values_wrong_only_on_one_declared_path_are_a_fallback_of_that_component() -> None:
-    """Wrong values only under causal=False: a mask fallback naming the path; a contrast in dtype alone (float32's looser
-    tolerance) or in an undeclared attribute names nothing; a fallback gives way to any finding at its function's stage."""
-    made = [({"causal": "False", "the inputs' dtype": "float64"}, False), ({"causal": "True", "the inputs' dtype": "float64"}, True),
-            ({"causal": "False", "the inputs' dtype": "float32"}, False), ({"causal": "True", "the inputs' dtype": "float32"}, True)]  # fmt: skip
-    (found,) = slips.value_regime(A, made, DECLARATIONS)
-    assert (found.function, found.component, found.stage) == (A, "mask", "forward")
-    assert found.title == f"{A}'s values are wrong only when causal is False" and found.evidence.startswith("2 of the 4 calls")
-    by_dtype = [({"the inputs' dtype": "float64"}, False), ({"the inputs' dtype": "float32"}, True)]
-    assert slips.value_regime(A, by_dtype, DECLARATIONS) == []
-    assert slips.value_regime(A, [({"the number of tokens": "1"}, False), ({"the number of tokens": "more than 1"}, True)], DECLARATIONS) == []
-    assert rootcause.with_fallbacks([MASK], [found]) == [MASK] and rootcause.with_fallbacks([SHAPE], [found]) == [SHAPE, found]
-
-
 def test_a_write_into_shared_memory_is_a_mutation_unless_the_buffer_was_made_with_chosen_strides() -> None:
     """torch refusing a write whose elements share memory: into an input or an alias of it (`.to` of the same dtype), a
     mutation; into a buffer the function made with empty_strided or as_strided, the strided layout."""

@@ -130,8 +130,7 @@ def diagnose(exercise: Exercise, context: GradingContext, records: list[dict[str
             evidence = exercise.diagnose(context, records)
         except Exception as exc:  # explanation only: a failure here must not cost the report its other causes
             evidence = Evidence(probes=[f"the exercise's diagnosis stopped ({type(exc).__name__}: {exc}): only the file's causes are given"])
-    findings = rootcause.with_fallbacks(file_findings(context, exercise.functions) + rootcause.with_hints(evidence.findings, evidence.hints),
-                                       evidence.fallbacks)
+    findings = file_findings(context, exercise.functions) + rootcause.with_hints(evidence.findings, evidence.hints)
     found = rootcause.assemble(records, context.roles, findings)
     section = {
         "root_causes": rootcause.to_json(found),

@@ -87,13 +87,11 @@ class Role:
 
 @dataclass
 class Evidence:
-    """What an exercise's diagnosis found: findings, named misconceptions (as findings), fallbacks (findings kept only
-    where nothing else was found for their function at their stage), the probes that ran, maps read out of the
-    submission (JSON-ready, see docs/report-schema.md)."""
+    """What an exercise's diagnosis found: findings, named misconceptions (as findings), the probes that ran,
+    maps read out of the submission (JSON-ready, see docs/report-schema.md)."""
 
     findings: list[Finding] = field(default_factory=list)
     hints: list[Finding] = field(default_factory=list)
-    fallbacks: list[Finding] = field(default_factory=list)
     probes: list[str] = field(default_factory=list)
     maps: list[dict[str, Any]] = field(default_factory=list)
 
@@ -144,11 +142,6 @@ def with_hints(findings: Sequence[Finding], hints: Sequence[Finding]) -> list[Fi
         elif not any(f.function == hint.function and f.stage == hint.stage for f in findings):
             found.append(hint)
     return found
-
-
-def with_fallbacks(findings: Sequence[Finding], fallbacks: Sequence[Finding]) -> list[Finding]:
-    """The findings, then each fallback whose function has no finding at the fallback's stage."""
-    return [*findings, *(f for f in fallbacks if not any(g.function == f.function and g.stage == f.stage for g in findings))]
 
 
 @dataclass(frozen=True)

@@ -227,49 +227,20 @@ def function_of_line(source: str | None, line: int) -> str | None:
 
 
 def _contrasting(failing: Sequence[Observed], working: Sequence[Observed]) -> tuple[tuple[str, str], ...]:
-    """:func:`contrasting` of the calls' attributes."""
-    return contrasting([c.attributes for c in failing], [c.attributes for c in working])
-
-
-def contrasting(failing: Sequence[Mapping[str, str]], working: Sequence[Mapping[str, str]]) -> tuple[tuple[str, str], ...]:
-    """The attribute values every failing call has and no working call has together (each call given by how it was made):
-    one alone if one will do, else two or three, the rarest ways of calling first; or () when none do."""
+    """The attribute values every failing call has and no working call has together: one alone if one will do, else two or
+    three, the rarest ways of calling first; or () when none do."""
     if not failing or not working:
         return ()
-    shared = [(key, value) for key, value in failing[0].items() if all(c.get(key) == value for c in failing)]
+    shared = [(key, value) for key, value in failing[0].attributes.items() if all(c.attributes.get(key) == value for c in failing)]
     for key, value in shared:
-        if not any(c.get(key) == value for c in working):
+        if not any(c.attributes.get(key) == value for c in working):
             return ((key, value),)
-    shared.sort(key=lambda kv: sum(c.get(kv[0]) == kv[1] for c in working))
+    shared.sort(key=lambda kv: sum(c.attributes.get(kv[0]) == kv[1] for c in working))
     for size in (2, 3):
         for combined in itertools.combinations(shared, size):
-            if not any(all(c.get(key) == value for key, value in combined) for c in working):
+            if not any(all(c.attributes.get(key) == value for key, value in combined) for c in working):
                 return combined
     return ()
-
-
-PRECISION_BLIND = ("the inputs' dtype",)
-"""Attributes a value regime must not be read from: float32's looser tolerance lets a small error pass there and fail in
-float64, whatever its cause."""
-
-
-def value_regime(function: str, calls: Sequence[tuple[Mapping[str, str], bool]], declared: Declarations) -> list[Finding]:
-    """A forward finding when ``function``'s wrong values (``calls``: how each value call was made, whether its value was
-    right) came from the calls made one way, which the exercise gives a component, and every other call was right: the
-    fault lies on the path the function takes only then. Meant as a fallback, for when no probe localised the forward."""
-    wrong = [{k: v for k, v in made.items() if k not in PRECISION_BLIND} for made, right in calls if not right]
-    right = [made for made, ok in calls if ok]
-    contrast = contrasting(wrong, right)
-    placed = _declared(contrast, declared)
-    if placed is None:
-        return []
-    words = _in_words(contrast)
-    assert words is not None
-    return [Finding(function, placed[1], "forward", f"{function}'s values are wrong only when {words[0]} is {words[1]}",
-                    f"{len(wrong)} of the {len(calls)} calls the value checks made gave wrong values, every one with {words[0]} "
-                    f"{words[1]}; every call made otherwise was right.",
-                    f"compare what your code does when {words[0]} is {words[1]} with what it does otherwise: that path must compute "
-                    "the same values", aspect="values", explains=frozenset({"values"}))]  # fmt: skip
 
 
 def _contrast(failing: Sequence[Observed], working: Sequence[Observed]) -> tuple[str, str] | None:

@@ -198,7 +198,5 @@ def diagnose(grading: GradingContext, records: list[dict[str, Any]]) -> Evidence
         with probes.calls_in(probe_mode(grading, function) if "values" in aspects else "enabled"):
             run(grading.worker, rng, found, "values" in aspects, "gradients" in aspects, grading.source)
     evidence.findings += found.findings
-    evidence.fallbacks += [f for function, _ in runs
-                           for f in slips.value_regime(function, [(_attributes(c, False), right) for c, right in value_calls(grading, function)], DECLARATIONS)]  # fmt: skip
     evidence.probes, evidence.maps = found.probes, found.maps
     return evidence

@@ -252,7 +252,5 @@ def diagnose(grading: GradingContext, records: list[dict[str, Any]]) -> Evidence
         with toolkit_probes.calls_in(mode):  # the autograd mode where its values went wrong (a path taken only without autograd)
             probes.run(grading.worker, function, rng, found, "values" in aspects, "gradients" in aspects, grading.source)
     evidence.findings += found.findings
-    evidence.fallbacks += [f for function in BOTH
-                           for f in slips.value_regime(function, [(_attributes(c, False), right) for c, right in value_calls(grading, function)], DECLARATIONS)]  # fmt: skip
     evidence.probes, evidence.maps = found.probes, found.maps
     return evidence
