@@ -195,6 +195,17 @@ def test_a_result_a_later_call_overwrites_is_a_buffer_of_the_functions_answer() 
     assert slips.findings([_call(tensor), _call(tensor)], None, DECLARATIONS) == []
 
 
+def test_a_coefficient_left_out_is_named_by_the_offset_that_vanishes(tmp_path: Any) -> None:
+    """The coefficient left out of the difference (as when a softmax cancels it): the signed map's rows sum to 0, so the cause
+    is the coefficient, the second map weighted 1."""
+    source = (ROOT / "tests" / "corpus" / "correct" / "einsum.py").read_text()
+    path = tmp_path / "unweighted.py"
+    path.write_text(source.replace("coefficient * s2.softmax(-1)", "s2.softmax(-1)"))
+    run = run_cli([str(path), "--seed", "3", "--no-preview", "--tiers", "T2"], tmp_path)
+    first = run.report["diagnosis"]["root_causes"][0]
+    assert (first["function"], first["component"]) == ("differential_attention", "coefficient"), first
+
+
 def test_a_call_that_returns_with_grad_mode_switched_is_a_graph_cause_quoting_the_switch() -> None:
     """`torch.set_grad_enabled(flag)` as a statement leaves the caller's mode switched: a graph cause with the line, once per
     function; calls that return in the mode they were called in give none."""

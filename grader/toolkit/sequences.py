@@ -315,11 +315,12 @@ class SequenceSuite:
 
     def _crossed_backward(self, function: str, outcome: Outcome, sequence: CallSequence[Any]) -> list[Finding]:
         """A finding when, of two calls differentiated together, the second call's gradients are right and the first call's
-        wrong: the backward pass of the first call used what the second forward left behind."""
-        judged = [verdicts.grads_verdict(outcome, position, "", self.gradients(case), wanted).ok
-                  for position, case, wanted in self.differentiated(sequence)]  # fmt: skip
-        if judged != [False, True]:
-            return []
+        finite but wrong: the backward pass of the first call used what the second forward left behind."""
+        differentiated = self.differentiated(sequence)
+        judged = [verdicts.grads_verdict(outcome, position, "", self.gradients(case), wanted).ok for position, case, wanted in differentiated]
+        first = [outcome.grads.get(i) for i in differentiated[0][2].values()] if differentiated else []
+        if judged != [False, True] or not all(g is not None and np.isfinite(g).all() for g in first):
+            return []  # (a NaN or infinite gradient of the first call is a fault of its own, not another call's state)
         return [Finding(function, "backward", "gradients", "The backward pass uses the last forward call's state, not its own",
                         f"When {function} was {SEQUENCE_KINDS[sequence.kind]}, the second call's gradients were right and the first "
                         "call's wrong: its backward pass read what the second forward left behind (tensors kept on the Function class, "

@@ -301,17 +301,23 @@ def _value_finding(found: Found, plain: np.ndarray, doubled: np.ndarray, moved: 
 
 
 def _offset_finding(found: Found, plain: np.ndarray, offset_out: np.ndarray) -> bool:
-    """An output finding when a value offset shared by every token (:data:`SHARED_OFFSET`, λ = ½) moves the output by one
-    common factor other than 1 − λ, the row sum of the signed map; whether there was one."""
+    """A finding when a value offset shared by every token (:data:`SHARED_OFFSET`, λ = ½) moves the output by one common
+    factor other than 1 − λ, the row sum of the signed map; whether there was one. A factor of 0 is the second map
+    weighted 1 (the coefficient cancels or is ignored); any other, a term outside the signed map."""
     coefficient = COEFFICIENTS[1]
     factor = probes.common_factor(plain, offset_out, SHARED_OFFSET)
     if factor is None or abs(factor - (1.0 - coefficient)) <= 1e-6:
         return False
+    moved = (f"Adding {SHARED_OFFSET:g} to every token's value at λ = {coefficient:g} moved your output by {round(factor * SHARED_OFFSET, 9) + 0.0:.4g} "
+             f"everywhere; each row of A1 − λ·A2 sums to 1 − λ = {1.0 - coefficient:g}, so it must move by {(1.0 - coefficient) * SHARED_OFFSET:g}")
+    if abs(factor) <= 1e-6:
+        return found.first(ATTENTION, (True, "coefficient", "The coefficient has no effect: the second map is weighted 1, not λ",
+                                       f"{moved}: the rows of your signed map sum to 0, as A1 − A2's do (λ folded where a softmax "
+                                       "cancels it, such as + log λ in the logits, or never applied).",
+                                       "multiply the second branch's map by the coefficient after its softmax: A1 − λ·A2"))  # fmt: skip
     return found.first(ATTENTION, (True, "output", f"A value offset shared by every token comes out scaled by {factor:.4g}, not 1 − λ",
-                                   f"Adding {SHARED_OFFSET:g} to every token's value at λ = {coefficient:g} moved your output by "
-                                   f"{factor * SHARED_OFFSET:.4g} everywhere; each row of A1 − λ·A2 sums to 1 − λ = {1.0 - coefficient:g}, so "
-                                   f"it must move by {(1.0 - coefficient) * SHARED_OFFSET:g}: a term added or removed outside the signed map "
-                                   "(a mean taken out of value and put back afterwards?) is not scaled with it.",
+                                   f"{moved}: a term added or removed outside the signed map (a mean taken out of value and put back "
+                                   "afterwards?) is not scaled with it.",
                                    "everything that reaches the output goes through (A1 − λ·A2) applied to value"))  # fmt: skip
 
 

@@ -475,15 +475,21 @@ def _pair_findings(found: Found, even: np.ndarray, odd: np.ndarray) -> bool:
 
 def _offset_scaled(found: Found, base: np.ndarray | None, shifted: np.ndarray | None) -> bool:
     """A finding when a value offset shared by every token (:data:`SHARED_OFFSET`, ℓ = 0) moves the output by one common
-    factor other than 1 − σ(0) = 1/2, the row sum of every signed map; whether there was one."""
+    factor other than 1 − σ(0) = 1/2, the row sum of every signed map; whether there was one. A factor of 0 is the odd
+    head weighted 1 (the gate does not scale its map); any other, a term outside the gated difference."""
     factor = probes.common_factor(base, shifted, SHARED_OFFSET)
     if factor is None or abs(factor - 0.5) <= 1e-6:
         return False
+    moved = (f"Adding {SHARED_OFFSET:g} to every token's value at ℓ = 0 moved your output by {round(factor * SHARED_OFFSET, 9) + 0.0:.4g} everywhere; "
+             f"each row of A_2i − σ(ℓ)·A_2i+1 sums to 1 − σ(ℓ) = 0.5, so it must move by {0.5 * SHARED_OFFSET:g}")
+    if abs(factor) <= 1e-6:
+        return found.first(DIFF_V2, (True, "gate", "The gate does not weight the odd head's map: it is weighted 1, not σ(ℓ)",
+                                     f"{moved}: the rows of your signed map sum to 0, as A_2i − A_2i+1's do (the gate applied to "
+                                     "something a softmax normalises away, such as the odd head's queries or logits, or never applied).",
+                                     "multiply the odd head's attention output by σ(ℓ): A_2i − σ(ℓ)·A_2i+1"))  # fmt: skip
     return found.first(DIFF_V2, (True, "output", f"A value offset shared by every token comes out scaled by {factor:.4g}, not 1 − σ(ℓ)",
-                                 f"Adding {SHARED_OFFSET:g} to every token's value at ℓ = 0 moved your output by {factor * SHARED_OFFSET:.4g} "
-                                 f"everywhere; each row of A_2i − σ(ℓ)·A_2i+1 sums to 1 − σ(ℓ) = 0.5, so it must move by "
-                                 f"{0.5 * SHARED_OFFSET:g}: a term added or removed outside the gated difference (a mean taken out "
-                                 "and put back ungated?) is not scaled with it.",
+                                 f"{moved}: a term added or removed outside the gated difference (a mean taken out and put back "
+                                 "ungated?) is not scaled with it.",
                                  "everything that reaches the output goes through A_2i − σ(ℓ)·A_2i+1 applied to v"))  # fmt: skip
 
 
