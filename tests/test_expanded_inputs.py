@@ -43,6 +43,14 @@ def test_expanded_layouts_expand_each_input_once_per_dim_and_never_all_in_one_ca
     assert [domain.expansion_axis(layout) for layout in ("expanded", "expanded@1", "sliced")] == [0, 1, None]
 
 
+def test_a_calls_expansion_is_named_by_its_dims() -> None:
+    """No input expanded is "none"; one dim is its name; several are joined; a dim without a name says which it is."""
+    dims = {0: "over the batch", 1: "over the heads"}
+    assert domain.expanded_inputs(("contiguous", "sliced"), dims) == "none"
+    assert domain.expanded_inputs(("expanded@1", "contiguous", "expanded"), dims) == "over the batch and over the heads"
+    assert domain.expanded_inputs(("expanded@2",), dims) == "along dim 2"
+
+
 def test_broadcast_along_repeats_the_first_element_of_its_dim_and_leaves_vectors_alone() -> None:
     """Every element along the dim becomes the first one; an array of one axis is returned as it is."""
     values = np.arange(24.0).reshape(3, 2, 4)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import zlib
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Generic, Protocol, Sequence, TypeVar
+from typing import Any, Callable, Generic, Mapping, Protocol, Sequence, TypeVar
 
 import numpy as np
 
@@ -243,6 +243,13 @@ def expansion_axis(layout: str) -> int | None:
     if layout == EXPANDED:
         return 0
     return int(layout.split("@", 1)[1]) if layout.startswith(f"{EXPANDED}@") else None
+
+
+def expanded_inputs(layouts: Sequence[str], dims: Mapping[int, str]) -> str:
+    """How a call's inputs are expanded, in words for the slip analysis: ``dims`` names each dim (0: "over the batch"),
+    "none" when no input is, and the dims joined when inputs are expanded along several."""
+    axes = sorted({axis for axis in map(expansion_axis, layouts) if axis is not None})
+    return " and ".join(dims.get(axis, f"along dim {axis}") for axis in axes) or "none"
 
 
 def expanded_layouts(rng: np.random.Generator, count: int = 5, axes: Sequence[int] = (0,)) -> list[tuple[str, ...]]:

@@ -66,8 +66,10 @@ PARAMETER_COMPONENTS = {LAMBDA: {"*": "lambda"},
                         ATTENTION: {**dict.fromkeys(INPUT_NAMES[:4], "branch"), "value": "value", "coefficient": "coefficient", "causal": "mask"}}
 """Per function, the component a parameter misnamed or misplaced in a submitted signature belongs to (a swapped query and
 key pair the branches' inputs wrongly; every λ parameter is λ's formula)."""
+EXPANDED_INPUTS = "the inputs' expansion"
+EXPANSIONS = {0: "over the batch", 1: "over the heads"}  # the dims of [B, H, T, D] an input can be expanded along
 ATTRIBUTE_COMPONENTS = {"the memory layout": "strided", "the coefficient": "coefficient", "the inputs' dtype": "dtype",
-                        "causal": "mask", "the autograd mode": "graph"}  # fmt: skip
+                        "causal": "mask", "the autograd mode": "graph", EXPANDED_INPUTS: "strided"}  # fmt: skip
 
 
 def name_shape(function: str, got: tuple[int, ...], expected: tuple[int, ...], made: Mapping[str, str]) -> tuple[str, str, str, str] | None:
@@ -116,7 +118,8 @@ def _attributes(case: LambdaCase | AttentionCase, grads: bool) -> dict[str, str]
     causal = "left out" if case.causal is None else str(case.causal)
     layout = "non-contiguous" if any(layout != "contiguous" for layout in case.layouts) else "contiguous"
     tokens = "1" if case.q1.shape[-2] == 1 else "more than 1"
-    return found | {"the coefficient": coefficient, "causal": causal, "the memory layout": layout, "the number of tokens": tokens} | trainable
+    return found | {"the coefficient": coefficient, "causal": causal, "the memory layout": layout,
+                    EXPANDED_INPUTS: domain.expanded_inputs(case.layouts, EXPANSIONS), "the number of tokens": tokens} | trainable  # fmt: skip
 
 
 def observed(grading: GradingContext) -> list[Observed]:

@@ -66,8 +66,10 @@ KV_HEADS = "the number of key/value heads"
 # the regimes of head grouping: one key/value head for all queries (multi-query) or several; how many query heads share one
 SHARING = "the key/value heads"
 GROUP = "the number of query heads per key/value head"
+EXPANDED_INPUTS = "the inputs' expansion"
+EXPANSIONS = {0: "over the batch", 2: "over the heads"}  # the dims of [B, T, heads, D] an input can be expanded along
 ATTRIBUTE_COMPONENTS = {"the memory layout": "strided", "the inputs' dtype": "dtype", "causal": "mask", "the autograd mode": "graph",
-                        KV_HEADS: "heads", SHARING: "heads", GROUP: "heads"}  # fmt: skip
+                        KV_HEADS: "heads", SHARING: "heads", GROUP: "heads", EXPANDED_INPUTS: "strided"}  # fmt: skip
 
 
 def _squeezed(got: tuple[int, ...], expected: tuple[int, ...]) -> bool:
@@ -147,6 +149,7 @@ def _attributes(case: Case, grads: bool) -> dict[str, str]:
     found = {"the inputs' dtype": case.dtype, "the argument binding": case.binding,
              "causal": "left out" if case.causal is None else str(case.causal),
              "the memory layout": "non-contiguous" if any(layout != "contiguous" for layout in case.memory_layouts) else "contiguous",
+             EXPANDED_INPUTS: domain.expanded_inputs(case.memory_layouts, EXPANSIONS),
              KV_HEADS: str(case.k.shape[2]), "the number of tokens": "1" if case.q.shape[1] == 1 else "more than 1",
              SHARING: "one (multi-query)" if case.k.shape[2] == 1 else "several",
              GROUP: str(group) if (group := case.q.shape[2] // case.k.shape[2]) <= 2 else "more than 2"}  # fmt: skip
