@@ -109,3 +109,16 @@ def test_a_transpose_by_the_inputs_own_strides_earns_full_marks(tmp_path: Path) 
     path = _variant(ROOT / "reference" / "diff_v2_attention.py", OWN_STRIDES_TRANSPOSE, tmp_path / "own_strides.py")
     run = grade(path, tmp_path, 2, "--no-preview")
     assert run.report["score"] == 100.0
+
+
+@pytest.mark.parametrize(("path", "function", "evidence"), [
+    ("diagnosis_winter/wrong/att_shared_head_keys_broadcast_batch.py", "differential_attention", "values expanded over the heads"),
+    ("v2_winter/wrong/batch_broadcast_shortcut_checks_queries_only.py", "gqa_attention", "only q expanded over the batch"),
+])  # fmt: skip
+def test_a_shortcut_for_expanded_inputs_is_localised_to_that_expansion(path: str, function: str, evidence: str, tmp_path: Path) -> None:
+    """Keys shared by the heads read as k[:, 0] (their batch axis then meets the heads), and a batch shortcut taken when the
+    queries alone are expanded: the first root cause names the expansion (every input's, or one input's) that shows it."""
+    run = grade(ROOT / "tests/corpus" / path, tmp_path, 20261201, "--no-preview")
+    first = run.report["diagnosis"]["root_causes"][0]
+    assert (first["function"], first["component"]) == (function, "strided")
+    assert evidence in first["evidence"]

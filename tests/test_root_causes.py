@@ -84,6 +84,21 @@ def test_an_exception_explains_the_checks_whose_messages_carry_it() -> None:
     assert found.checks == (("not_modified",),) and found.unexplained == ("values",) and not found.notes
 
 
+def test_an_exception_a_probe_reproduced_is_the_probes_cause_and_its_messages_stand() -> None:
+    """A contract slip whose exception a later-stage finding reproduced (sizes that clash in non-contiguous memory only) gives
+    way to that finding, which explains every check showing the exception without replacing its message."""
+    sizes = "Expected size for first two dimensions"
+    slip = Finding(A, "shape", "contract", "raises: sizes do not fit", "…", "check the shapes", aspect="type", signature=sizes)
+    layout = Finding(A, "strided", "forward", "Non-contiguous inputs give other results", "…", "…", aspect="values", explains=VALUES | {"strided"},
+                     note="the forward is already wrong", signature=sizes)  # fmt: skip
+    message = f"differential_attention raised RuntimeError: {sizes} of batch2 tensor to be: [6, 3] but got: [6, 4]"
+    records = [_record("not_modified", message=f"could not be checked: {message}"), _record("values", message=message)]
+    found = rootcause.assemble(records, ROLES, [slip, layout])
+    assert [c.component for c in found.causes] == ["strided"] and found.checks == (("not_modified", "values"),) and not found.notes
+    alone = rootcause.assemble(records, ROLES, [slip])
+    assert [c.component for c in alone.causes] == ["shape"]
+
+
 def test_a_fault_seen_only_through_another_functions_result_is_that_functions_when_it_has_one() -> None:
     """An exception only when the coefficient is λ's result is no cause of its own once λ has a fault: λ's cause explains it."""
     roles = {**ROLES, "end_to_end": Role((L, A), "gradients")}

@@ -36,6 +36,13 @@ EXPANDED = "expanded"
 # Every input of a call given "packed" lies in one storage, one after another at non-zero offsets (the slices of one fused
 # projection): code that tells its inputs apart by their storage (untyped_storage(), data_ptr() of the storage) meets it.
 PACKED = "packed"
+# Every input of a call given "aliased" starts at the same address of one storage, the n-th with its elements n + 1 apart:
+# distinct tensors with one data_ptr() whose memory overlaps, as two views of one parameter are. Code that takes inputs
+# with one address for one tensor (a shortcut for a vector paired with itself, a cache keyed by data_ptr()) meets it. Their
+# values agree where they share memory (:func:`aliased`).
+ALIASED = "aliased"
+# How a message says that every input of a call shares one storage.
+SHARED_STORAGE = {PACKED: "in one storage, one after another", ALIASED: "at one address of one storage (one data_ptr(), memory that overlaps)"}
 # How a call binds its arguments: "keyword" passes the tensors by position and the last parameter
 # (the one with a default) by name; "positional" passes every argument by position; "names" passes
 # every argument by name, in an order of the generator's choosing (:func:`keyword_order`).
@@ -226,11 +233,47 @@ def strided_layouts(rng: np.random.Generator, count: int = 5, choices: tuple[str
 
 
 def every_layout(rng: np.random.Generator, count: int = 5) -> list[tuple[str, ...]]:
-    """Layouts for ``count`` inputs in six calls: five in which each input meets each non-contiguous layout and the storage
-    offset once (rotations of one random order), and one with every input in one storage (:data:`PACKED`)."""
+    """Layouts for ``count`` inputs in seven calls: five in which each input meets each non-contiguous layout and the
+    storage offset once (rotations of one random order), one with every input in one storage (:data:`PACKED`), and one with
+    every input at one address of one storage (:data:`ALIASED`)."""
     order = [str(layout) for layout in rng.permutation(NON_CONTIGUOUS + ("offset",))]
     rotations = [tuple(order[(i + j) % len(order)] for j in range(count)) for i in range(len(order))]
-    return [*rotations, (PACKED,) * count]
+    return [*rotations, (PACKED,) * count, (ALIASED,) * count]
+
+
+def layouts_label(names: Sequence[str], layouts: Sequence[str]) -> str:
+    """How a call's inputs ``names`` sit in memory (one layout each), for messages; "" when every one is contiguous."""
+    shown = [(name, layout) for name, layout in zip(names, layouts) if layout != "contiguous"]
+    kinds = {layout for _, layout in shown}
+    if len(shown) == len(names) and len(kinds) == 1 and shown[0][1] in SHARED_STORAGE:
+        return f"every input {SHARED_STORAGE[shown[0][1]]}"
+    return "memory layouts " + ", ".join(f"{name} {layout}" for name, layout in shown) if shown else ""
+
+
+def aliased(arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """The values ``arrays`` take as inputs of layout :data:`ALIASED`: element j (in row-major order) of the n-th array at
+    element j·(n + 1) of one storage, the storage filled in their order, so that where arrays share an element the earlier
+    one's value holds (each input then holds exactly what it is sent, and the oracle sees what the submission sees)."""
+    size = max((array.size - 1) * (n + 1) + 1 for n, array in enumerate(arrays))
+    storage, filled = np.zeros(size), np.zeros(size, dtype=bool)
+    held = []
+    for n, array in enumerate(arrays):
+        places = np.arange(array.size) * (n + 1)
+        own = ~filled[places]
+        storage[places[own]] = array.reshape(-1)[own]
+        filled[places] = True
+        held.append(storage[places].reshape(array.shape).astype(array.dtype))
+    return held
+
+
+def hold_aliased(case: Any, names: Sequence[str], layouts: Sequence[str]) -> None:
+    """Give the inputs of ``names`` (fields of a frozen case dataclass, one layout each in ``layouts``) that are laid out
+    :data:`ALIASED` the values they hold there (:func:`aliased`; a case's inputs have one dtype, so the worker puts them
+    in one storage)."""
+    members = [name for name, layout in zip(names, layouts) if layout == ALIASED]
+    if members:
+        for name, values in zip(members, aliased([getattr(case, name) for name in members])):
+            object.__setattr__(case, name, values)
 
 
 def expanded_on(axis: int) -> str:

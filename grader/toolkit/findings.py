@@ -24,6 +24,7 @@ from __future__ import annotations
 import io
 import re
 import tokenize
+from types import MappingProxyType
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -31,7 +32,7 @@ import numpy as np
 
 from grader.core.invoke import Outcome
 from grader.toolkit import attention_maps, domain, probes, slips
-from grader.toolkit.probes import Consistency, Subject, Values
+from grader.toolkit.probes import Consistency, Layout, Subject, Values
 from grader.toolkit.rootcause import Finding, Role
 from grader.worker.client import Worker
 
@@ -77,35 +78,51 @@ class Found:
         self.findings.append(Finding(function, component, stage, title, evidence, advice, **extra))
 
 
-def layout_probe(worker: Worker, subject: Callable[..., Subject], values: Values, found: Found) -> bool:
+def layout_probe(worker: Worker, subject: Callable[..., Subject], values: Values, found: Found, expansions: Mapping[int, str] = MappingProxyType({})) -> bool:
     """The same values in non-contiguous memory must give the same output; whether they do not.
 
-    The expanded layout (one batch element broadcast over the batch) is compared on ``values`` made batch-constant."""
+    The layouts that constrain values are compared with the same values in contiguous memory: the aliased one (every input
+    at one address) on values that agree where the inputs share memory, and each expansion (one element broadcast along a
+    dim of ``expansions``, which names them: 0 "over the batch"), of every input and then of each input alone (code that
+    checks one input's strides and takes the others to match meets the second), on ``values`` made constant along it."""
     found.probes.append(f"{subject().function}: the same inputs in other memory layouts")
     layouts = (*domain.NON_CONTIGUOUS, "offset", domain.PACKED)
     requests = [subject(layout=layout).request(values) for layout in ("contiguous", *layouts)]
-    if any(v.ndim >= 2 for v in values.values()):
-        shared = {name: domain.broadcast_along(v) for name, v in values.items()}
-        requests += [subject(layout=domain.EXPANDED).request(shared), subject(layout="contiguous").request(shared)]
+    tensors = [name for name, v in values.items() if np.ndim(v) >= 1]
+    # (how the inputs are held, in words; their layouts; the values they then hold), each against those values in contiguous memory
+    shaped: list[tuple[str, Layout, Values]] = [(
+        "held by distinct tensors that start at one address of one storage (one data_ptr(), memory that overlaps: tensors with "
+        "one address are not the same tensor)", domain.ALIASED,
+        {**values, **dict(zip(tensors, domain.aliased([np.asarray(values[name]) for name in tensors])))})]  # fmt: skip
+    for axis, along in expansions.items():
+        spread = {name: domain.broadcast_along(v, axis) for name, v in values.items() if np.ndim(v) > max(axis, 1)}
+        stride = "stride 0: its elements along that dim share the first one's memory"
+        if spread:
+            shaped.append((f"expanded {along} ({stride})", domain.expanded_on(axis), {**values, **spread}))
+            shaped += [(f"and only {name} expanded {along} ({stride})", {name: domain.expanded_on(axis)}, {**values, name: spread[name]})
+                       for name in spread]  # fmt: skip
+    for _, layout, inputs in shaped:
+        requests += [subject(layout=layout).request(inputs), subject(layout="contiguous").request(inputs)]
     outcomes = probes.ask(worker, requests)
     base = probes.output(outcomes[0])
     if base is None:
         return False
-    # each layout's outcome and the contiguous output it must equal
-    compared: list[tuple[str, Outcome, np.ndarray | None]] = [(layout, outcome, base) for layout, outcome in zip(layouts, outcomes[1:])]
-    if len(outcomes) > len(layouts) + 1:
-        compared.append((domain.EXPANDED, outcomes[-2], probes.output(outcomes[-1])))
-    failing = [(layout, o) for layout, o, right in compared if right is not None and not is_right(probes.output(o), right)]
+    # how each outcome's inputs were held, the outcome, and the contiguous output it must equal
+    held = "held in {} memory (a non-contiguous view, a storage offset, or all inputs in one storage)"
+    compared: list[tuple[str, Outcome, np.ndarray | None]] = [(held.format(layout), outcome, base) for layout, outcome in zip(layouts, outcomes[1:])]
+    pairs = outcomes[len(layouts) + 1 :]
+    compared += [(where, pairs[2 * n], probes.output(pairs[2 * n + 1])) for n, (where, _, _) in enumerate(shaped)]
+    failing = [(where, o) for where, o, right in compared if right is not None and not is_right(probes.output(o), right)]
     if not failing:
         return False
-    layout, outcome = failing[0]
+    where, outcome = failing[0]
     error = probes.raised_text(outcome)
     what = f"the function raises {error.rstrip('.')} (it does not in contiguous memory)" if error else "the output differs from the one in contiguous memory"
-    held = "expanded over the batch (stride 0: every batch element shares the first one's memory)" if layout == domain.EXPANDED else \
-        f"held in {layout} memory (a non-contiguous view, a storage offset, or all inputs in one storage)"
-    found.add(subject().function, "strided", "forward", "Non-contiguous inputs give other results", f"With the same input values {held}, {what}.",
-              "do not assume a memory layout: use reshape (not view), never as_strided or empty_strided with an input's strides, and "
-              "never write into a view of an input", explains=VALUES_AND_GRADIENTS | {"strided"})  # fmt: skip
+    kind = slips.exception_kind(error) if error else None
+    found.add(subject().function, "strided", "forward", "Non-contiguous inputs give other results", f"With the same input values {where}, {what}.",
+              "do not assume a memory layout: use reshape (not view), never as_strided or empty_strided with an input's strides, "
+              "never write into a view of an input, and never tell tensors apart by data_ptr()", explains=VALUES_AND_GRADIENTS | {"strided"},
+              signature=kind[3] if kind is not None and kind[0] == "shape" else None)  # fmt: skip
     return True
 
 

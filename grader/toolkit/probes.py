@@ -58,6 +58,15 @@ class Built:
     positions: Mapping[str, int]
 
 
+Layout = str | Mapping[str, str]
+"""The memory layout of a probe's inputs: one for all, or one per input name (those not named contiguous)."""
+
+
+def layout_of(layout: Layout, name: str) -> str:
+    """The memory layout ``layout`` gives input ``name``."""
+    return layout if isinstance(layout, str) else layout.get(name, "contiguous")
+
+
 Builder = Callable[[Values, tuple[str, ...], "np.ndarray | None"], Built]
 """(values, the inputs that require grad, the cotangent or None for no backward pass) -> the request."""
 

@@ -157,7 +157,11 @@ class Diagnosis:
 def assemble(records: Sequence[Mapping[str, Any]], roles: Mapping[str, Role], findings: Sequence[Finding]) -> Diagnosis:
     """Order the findings and give each failed check (``records``: the report's check objects) to one of them."""
     faulty = {f.function for f in findings if f.via is None}
-    ordered = sorted(merged([f for f in findings if f.via is None or f.via not in faulty]), key=lambda f: STAGES.index(f.stage))
+    # an exception a probe reproduced under a contrast of its own (sizes that clash in non-contiguous memory only) is that
+    # probe's finding, which says where it comes from; the contract slip of the same wording is its symptom
+    reproduced = {(f.function, f.signature) for f in findings if f.stage != "contract" and f.signature is not None}
+    standing = [f for f in findings if (f.via is None or f.via not in faulty) and not (f.stage == "contract" and (f.function, f.signature) in reproduced)]
+    ordered = sorted(merged(standing), key=lambda f: STAGES.index(f.stage))
     everything = tuple(dict.fromkeys(f.function for f in ordered if f.function is not None))
     default = Role(everything, "values")
     explained: dict[int, list[str]] = {}
@@ -175,7 +179,8 @@ def assemble(records: Sequence[Mapping[str, Any]], roles: Mapping[str, Role], fi
         chosen = (blocking or direct or candidates)[0]
         explained.setdefault(chosen, []).append(str(record["id"]))
         cause = ordered[chosen]
-        if chosen not in direct and cause.stage != "load" and cause.note and cause.public:
+        shown = cause.signature is not None and cause.signature.lower() in str(record.get("message", "")).lower()
+        if chosen not in direct and not shown and cause.stage != "load" and cause.note and cause.public:  # (a message showing the fault stands)
             notes[str(record["id"])] = f"Not judged: {cause.note}. See the root cause “{cause.title}”."
     kept = sorted(explained)  # a cause that explains no failed check is no root cause
     return Diagnosis(

@@ -45,6 +45,7 @@ REQUESTS_FD, RESPONSES_FD = 3, 4
 PLACED_FD = 5  # while isolating: where the fork server says that it has moved the worker into its cgroup
 CONFIG_BYTES = 1 << 20
 PACKED_GAP = 3  # elements before and between the inputs that lie in one storage (layout "packed")
+ALIASED_OFFSET = 5  # elements before the address at which every input of layout "aliased" starts
 
 
 def apply_limits(limits: dict[str, int | None]) -> None:
@@ -534,7 +535,7 @@ class Run:
         self.freed: dict[tuple[str, tuple[int, ...]], list[Any]] = {}  # memory of released contiguous inputs
         self.results: list[Any] = []
         self.cpu_s = 0.0  # CPU time spent in the submission's calls and in the backward pass
-        self.packed: dict[str, dict[int, Any]] = {}  # dtype -> the "packed" inputs of that dtype, by index
+        self.shared: dict[tuple[str, str], dict[int, Any]] = {}  # (layout, dtype) -> the inputs in that storage, by index
 
     def tensor(self, index: int) -> Any:
         """Input tensor ``index``, built (and its state noted) at first use."""
@@ -562,6 +563,8 @@ class Run:
             return torch.from_numpy(memory).requires_grad_(bool(spec.get("requires_grad", False)))
         if layout == "packed":
             tensor = self.packed_slot(index, dtype)
+        elif layout == "aliased":
+            tensor = self.aliased_slot(index, dtype)
         else:
             tensor = self.laid_out(torch.from_numpy(self.arrays[spec["array"]].copy()).to(dtype), layout)
         return tensor.requires_grad_(bool(spec.get("requires_grad", False)))
@@ -598,9 +601,8 @@ class Run:
         assumes one (q1, k1, q2, k2, value, say) must meet another. The storage is filled with all of them at once: views
         share one version counter, which filling one later would move for the others."""
         name = self.header["tensors"][index]["dtype"]
-        if name not in self.packed:
-            members = [(i, self.arrays[spec["array"]]) for i, spec in enumerate(self.header["tensors"])
-                       if spec.get("layout") == "packed" and spec["dtype"] == name]  # fmt: skip
+        if ("packed", name) not in self.shared:
+            members = self.sharing("packed", name)
             members.sort(key=lambda member: float(member[1].flat[0]) if member[1].size else 0.0)
             shapes = [values.shape for _, values in members]
             shared = 0
@@ -622,8 +624,40 @@ class Run:
                     end += values.size + PACKED_GAP
             for i, values in members:
                 places[i].copy_(self.torch.from_numpy(values.astype(name)))
-            self.packed[name] = places
-        return self.packed[name][index]
+            self.shared["packed", name] = places
+        return self.shared["packed", name][index]
+
+    def aliased_slot(self, index: int, dtype: Any) -> Any:
+        """Input ``index`` as a view of the one storage at whose element ALIASED_OFFSET every "aliased" input of its dtype
+        starts: the n-th of them (in argument order) with its elements n + 1 apart, so that all have one data_ptr() and
+        share some elements, as two views of one parameter do. The grader sends values that agree wherever two inputs share
+        an element (grader.toolkit.domain.aliased); an input whose values do not (a counterexample being shrunk) gets
+        memory of its own at an offset instead, so every input holds exactly the values sent. All are filled at once, as
+        for "packed"."""
+        name = self.header["tensors"][index]["dtype"]
+        if ("aliased", name) not in self.shared:
+            torch = self.torch
+            members = self.sharing("aliased", name)
+            size = ALIASED_OFFSET + max((values.size - 1) * (n + 1) + 1 for n, (_, values) in enumerate(members))
+            storage, filled = torch.zeros(size, dtype=dtype), torch.zeros(size, dtype=torch.bool)
+            places = {}
+            for n, (i, values) in enumerate(members):
+                data = torch.from_numpy(values.astype(name))
+                strides = [(n + 1) * math.prod(values.shape[axis + 1 :]) for axis in range(values.ndim)]
+                view, seen = (memory.as_strided(values.shape, strides, ALIASED_OFFSET) for memory in (storage, filled))
+                if torch.equal(view[seen], data[seen]):
+                    view.copy_(data)
+                    seen.fill_(True)
+                    places[i] = view
+                else:
+                    places[i] = self.laid_out(data, "offset")
+            self.shared["aliased", name] = places
+        return self.shared["aliased", name][index]
+
+    def sharing(self, layout: str, name: str) -> list[tuple[int, Any]]:
+        """The inputs of ``layout`` and dtype ``name`` (index and values), in argument order."""
+        return [(i, self.arrays[spec["array"]]) for i, spec in enumerate(self.header["tensors"])
+                if spec.get("layout") == layout and spec["dtype"] == name]  # fmt: skip
 
     def backing(self, spec: dict[str, Any]) -> Any:
         """The memory of a contiguous input: a released input's of the same dtype and shape when nothing holds it any more.

@@ -40,7 +40,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from grader.exercises.diffattn import oracle
-from grader.exercises.diffattn.cases import ATTENTION, INPUT_NAMES
+from grader.exercises.diffattn.cases import ATTENTION, EXPANSIONS, INPUT_NAMES
 from grader.exercises.diffattn.probes import ATTENTION_GRADS, B, D, H, T, attention_subject, attention_values, identity_values, scales, truth
 from grader.toolkit import attention_maps, domain, findings, probes
 from grader.toolkit.findings import (
@@ -699,7 +699,7 @@ def run(worker: Worker, rng: np.random.Generator, found: Found, forward: bool, g
         localised = localised or causal_flag_probe(worker, rng, found) or dependence_probe(worker, rng, found)
         if right and not localised:
             length_probe(worker, rng, found) or width_probe(worker, rng.spawn(1)[0], found) or stability_probe(worker, rng, found) or \
-                zero_rows_probe(worker, rng, found) or layout_probe(worker, attention_subject, values, found)  # fmt: skip
+                zero_rows_probe(worker, rng, found) or layout_probe(worker, attention_subject, values, found, EXPANSIONS)  # fmt: skip
         elif not localised:
             precision_finding(found, ATTENTION, base, truth(values, True)) or precision_finding(found, ATTENTION, unmasked, truth(values, False))
     if gradients:

@@ -27,6 +27,7 @@ from grader.toolkit.domain import Renew, exact
 LAMBDA = "differential_lambda"
 ATTENTION = "differential_attention"
 INPUT_NAMES = ("q1", "k1", "q2", "k2", "value")
+EXPANSIONS = {0: "over the batch", 1: "over the heads"}  # the dims of [B, H, T, D] an input can be expanded along
 LAMBDA_NAMES = ("q1", "k1", "q2", "k2")
 LARGEST_EXPONENT = {"float32": 80.0, "float64": 600.0}  # exp stays finite, with room for the gradients' factors
 EXP_LIMIT = {"float32": math.log(3.4028234663852886e38), "float64": math.log(1.7976931348623157e308)}  # where exp overflows
@@ -64,6 +65,10 @@ class LambdaCase:
     grad_mode: str = "enabled"  # a member of domain.GRAD_MODES: the autograd mode of a call without gradients
     activations: bool = False  # inputs that require grad are non-leaf views (domain.as_activations)
 
+    def __post_init__(self) -> None:
+        """Vectors at one address hold the values they share (:func:`domain.hold_aliased`)."""
+        domain.hold_aliased(self, LAMBDA_NAMES, (self.layout,) * len(LAMBDA_NAMES))
+
     @property
     def function(self) -> str:
         """The function the case calls."""
@@ -97,7 +102,9 @@ class LambdaCase:
         parts = [f"{self.dtype} vectors of length {self.q1.size}", init]
         if max(abs(x1), abs(x2)) > 3.0:
             parts.append(f"q1·k1={x1:.4g}, q2·k2={x2:.4g}")
-        if self.layout != "contiguous":
+        if self.layout in domain.SHARED_STORAGE:
+            parts.append(domain.layouts_label(LAMBDA_NAMES, (self.layout,) * len(LAMBDA_NAMES)))
+        elif self.layout != "contiguous":
             parts.append(f"{self.layout} vectors")
         if self.frozen:
             parts.append(f"{', '.join(self.frozen)} without requires_grad")
@@ -133,8 +140,10 @@ class AttentionCase:
 
     def __post_init__(self) -> None:
         """An input expanded over the batch holds its first batch element's values in every batch element, and never
-        requires grad (:func:`domain.hold_expanded`)."""
+        requires grad (:func:`domain.hold_expanded`); inputs at one address hold the values they share
+        (:func:`domain.hold_aliased`)."""
         domain.hold_expanded(self, INPUT_NAMES)
+        domain.hold_aliased(self, INPUT_NAMES, self.layouts)
 
     @property
     def function(self) -> str:
@@ -187,8 +196,8 @@ class AttentionCase:
             parts.append(f"{', '.join(self.frozen)} without requires_grad")
         if self.activations:
             parts.append(domain.ACTIVATIONS)
-        if any(layout != "contiguous" for layout in self.layouts):
-            parts.append("memory layouts " + ", ".join(f"{n} {l}" for n, l in zip(INPUT_NAMES, self.layouts) if l != "contiguous"))
+        if layouts := domain.layouts_label(INPUT_NAMES, self.layouts):
+            parts.append(layouts)
         if self.grad_mode != "enabled":
             parts.append(f"called under torch.{self.grad_mode}()")
         if self.note:

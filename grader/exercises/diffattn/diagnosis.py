@@ -17,7 +17,7 @@ from typing import Any
 from grader.core.invoke import Outcome
 from grader.core.plugin import GradingContext
 from grader.exercises.diffattn import attention_probes, expected, lambda_probes, suite
-from grader.exercises.diffattn.cases import ATTENTION, COEFFICIENT_KINDS, INPUT_NAMES, LAMBDA, LAMBDA_NAMES, AttentionCase, LambdaCase
+from grader.exercises.diffattn.cases import ATTENTION, COEFFICIENT_KINDS, EXPANSIONS, INPUT_NAMES, LAMBDA, LAMBDA_NAMES, AttentionCase, LambdaCase
 from grader.exercises.diffattn.signatures import CONTRACT
 from grader.toolkit.verdicts import function_problem, values_verdict
 from grader.toolkit import domain, findings, probes, signatures, slips
@@ -67,7 +67,6 @@ PARAMETER_COMPONENTS = {LAMBDA: {"*": "lambda"},
 """Per function, the component a parameter misnamed or misplaced in a submitted signature belongs to (a swapped query and
 key pair the branches' inputs wrongly; every λ parameter is λ's formula)."""
 EXPANDED_INPUTS = "the inputs' expansion"
-EXPANSIONS = {0: "over the batch", 1: "over the heads"}  # the dims of [B, H, T, D] an input can be expanded along
 ATTRIBUTE_COMPONENTS = {"the memory layout": "strided", "the coefficient": "coefficient", "the inputs' dtype": "dtype",
                         "causal": "mask", "the autograd mode": "graph", EXPANDED_INPUTS: "strided"}  # fmt: skip
 

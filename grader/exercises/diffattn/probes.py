@@ -23,7 +23,7 @@ from grader.core.invoke import Argument, Call, Request, TensorInput
 from grader.exercises.diffattn import oracle
 from grader.exercises.diffattn.cases import ATTENTION, INPUT_NAMES, LAMBDA, LAMBDA_NAMES
 from grader.toolkit.domain import exact
-from grader.toolkit.probes import Built, Subject, Values
+from grader.toolkit.probes import Built, Layout, Subject, Values, layout_of
 
 B, H, T, D = 2, 2, 5, 3
 ATTENTION_GRADS = (*INPUT_NAMES, "coefficient")
@@ -36,9 +36,9 @@ def scales(d: int, t: int) -> dict[str, float]:
 
 
 def _attention_request(values: Values, grads: tuple[str, ...], cotangent: np.ndarray | None, causal: bool | None, dtype: str,
-                       layout: str) -> Built:  # fmt: skip
+                       layout: Layout) -> Built:  # fmt: skip
     """differential_attention(q1, k1, q2, k2, value, coefficient[, causal=...]); a tensor coefficient when its gradient is wanted."""
-    tensors = [TensorInput(exact(values[n], dtype), dtype, n in grads, layout) for n in INPUT_NAMES]
+    tensors = [TensorInput(exact(values[n], dtype), dtype, n in grads, layout_of(layout, n)) for n in INPUT_NAMES]
     coefficient: Any = float(values["coefficient"])
     if "coefficient" in grads:
         coefficient = TensorInput(exact(values["coefficient"], dtype), dtype, True)
@@ -50,14 +50,14 @@ def _attention_request(values: Values, grads: tuple[str, ...], cotangent: np.nda
     return Built(Request((call,), backward_from=0, cotangent=exact(cotangent, dtype), inputs=tuple(tensors)), positions)
 
 
-def attention_subject(causal: bool | None = True, dtype: str = "float64", layout: str = "contiguous") -> Subject:
+def attention_subject(causal: bool | None = True, dtype: str = "float64", layout: Layout = "contiguous") -> Subject:
     """differential_attention with ``causal`` given (None: omitted), inputs in ``dtype`` and memory ``layout``."""
     return Subject(ATTENTION, lambda values, grads, cotangent: _attention_request(values, grads, cotangent, causal, dtype, layout))
 
 
-def _lambda_request(values: Values, grads: tuple[str, ...], cotangent: np.ndarray | None, dtype: str, layout: str) -> Built:
+def _lambda_request(values: Values, grads: tuple[str, ...], cotangent: np.ndarray | None, dtype: str, layout: Layout) -> Built:
     """differential_lambda(q1, k1, q2, k2[, lambda_init=...]): lambda_init passed when the values hold one."""
-    tensors = tuple(TensorInput(exact(values[n], dtype), dtype, n in grads, layout) for n in LAMBDA_NAMES)
+    tensors = tuple(TensorInput(exact(values[n], dtype), dtype, n in grads, layout_of(layout, n)) for n in LAMBDA_NAMES)
     kwargs: dict[str, Argument] = {"lambda_init": float(values["lambda_init"])} if "lambda_init" in values else {}
     call = Call(LAMBDA, tensors, kwargs)
     positions = {n: i for i, n in enumerate(LAMBDA_NAMES) if n in grads}
@@ -66,7 +66,7 @@ def _lambda_request(values: Values, grads: tuple[str, ...], cotangent: np.ndarra
     return Built(Request((call,), backward_from=0, cotangent=exact(cotangent, dtype), inputs=tensors), positions)
 
 
-def lambda_subject(dtype: str = "float64", layout: str = "contiguous") -> Subject:
+def lambda_subject(dtype: str = "float64", layout: Layout = "contiguous") -> Subject:
     """differential_lambda with vectors in ``dtype`` and memory ``layout``."""
     return Subject(LAMBDA, lambda values, grads, cotangent: _lambda_request(values, grads, cotangent, dtype, layout))
 

@@ -96,12 +96,14 @@ def lambda_limits(seed: int) -> list[LambdaCase]:
 
 @SETS.register(hidden=True)
 def lambda_strided(seed: int) -> list[LambdaCase]:
-    """Sliced vectors, slices of a fused buffer and vectors at a storage offset, both dtypes."""
+    """Sliced vectors, slices of a fused buffer, vectors at a storage offset and vectors at one address of one storage, both
+    dtypes."""
     rng = domain.generator(seed, "lambda_strided")
     return domain.cycled_modes([
         cases.lambda_case(rng, int(rng.integers(1, 33)), dtype, 0.2, layout=layout, binding=binding)
         for dtype, layout, binding in (("float32", "sliced", "keyword"), ("float64", "fused", "positional"),
-                                       ("float32", "offset", "names"), ("float64", "sliced", "keyword"))  # fmt: skip
+                                       ("float32", "offset", "names"), ("float64", "sliced", "keyword"),
+                                       ("float32", domain.ALIASED, "keyword"), ("float64", domain.ALIASED, "names"))  # fmt: skip
     ])
 
 
@@ -173,13 +175,13 @@ def attention_large_logits(seed: int) -> list[AttentionCase]:
 @SETS.register(hidden=True)
 def attention_strided(seed: int) -> list[AttentionCase]:
     """Transposed, head-permuted, sliced, fused-projection and offset views as inputs (each input in each of them once, with
-    B and H above 1), all inputs in one storage, inputs expanded over the batch and over the heads (some, then the others),
+    B and H above 1), all inputs in one storage, all at one address of one storage, inputs expanded over the batch and over the heads (some, then the others),
     both dtypes, tensor coefficient."""
     rng = domain.generator(seed, "attention_strided")
     return domain.cycled_modes([
         *(cases.attention_case(rng, (2, 3, domain.sequence_length(rng, 2, 40), domain.head_width(rng, 16)), dtype, True,
                                coefficient_kind="tensor", layouts=layouts)
-          for layouts, dtype in zip(domain.every_layout(rng), ("float32", "float64") * 3)),  # fmt: skip
+          for layouts, dtype in zip(domain.every_layout(rng), ("float32", "float64") * 4)),  # fmt: skip
         cases.attention_case(rng, domain.domain_shape(rng, 2, 40), "float64", False, layouts=domain.strided_layouts(rng), binding="positional"),
         cases.attention_case(rng, domain.domain_shape(rng, 60, 140), "float32", None, coefficient_kind="tensor",
                              layouts=domain.strided_layouts(rng, choices=domain.OFFSET_LAYOUTS)),  # fmt: skip

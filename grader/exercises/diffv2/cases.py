@@ -27,6 +27,7 @@ DIFF_V2 = "diff_v2_attention"
 # The parameters of each function, in the contract's order; the last one ("causal") has a default.
 PARAMETERS = {GQA: ("q", "k", "v", "causal"), DIFF_V2: ("q", "k", "v", "lambda_logits", "causal")}
 TENSORS = {GQA: ("q", "k", "v"), DIFF_V2: ("q", "k", "v", "lambda_logits")}
+EXPANSIONS = {0: "over the batch", 2: "over the heads"}  # the dims of [B, T, heads, D] an input can be expanded along
 GQA_GROUPS = (1, 2, 3, 4, 8)  # G = Hq / Hkv for gqa_attention: any positive integer
 DIFF_V2_GROUPS = (2, 4, 6, 8)  # G for diff_v2_attention: even, so heads 2i and 2i + 1 share a group
 KV_HEADS = (1, 1, 2, 3, 4)  # Hkv, multi-query (1) twice as often
@@ -64,8 +65,10 @@ class Case:
 
     def __post_init__(self) -> None:
         """An input expanded over the batch holds its first batch element's values in every batch element, and never
-        requires grad (:func:`domain.hold_expanded`)."""
+        requires grad (:func:`domain.hold_expanded`); inputs at one address hold the values they share
+        (:func:`domain.hold_aliased`)."""
         domain.hold_expanded(self, self.names)
+        domain.hold_aliased(self, self.names, self.memory_layouts)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -117,8 +120,8 @@ class Case:
             parts.append(f"{', '.join(self.frozen)} without requires_grad")
         if self.activations:
             parts.append(domain.ACTIVATIONS)
-        if any(layout != "contiguous" for layout in self.memory_layouts):
-            parts.append("memory layouts " + ", ".join(f"{n} {l}" for n, l in zip(self.names, self.memory_layouts) if l != "contiguous"))
+        if layouts := domain.layouts_label(self.names, self.memory_layouts):
+            parts.append(layouts)
         if self.grad_mode != "enabled":
             parts.append(f"called under torch.{self.grad_mode}()")
         if self.note:

@@ -26,7 +26,7 @@ from typing import Any
 from grader.core.invoke import Outcome
 from grader.core.plugin import GradingContext
 from grader.exercises.diffv2 import expected, probes, suite
-from grader.exercises.diffv2.cases import DIFF_V2, GQA, TENSORS, Case
+from grader.exercises.diffv2.cases import DIFF_V2, EXPANSIONS, GQA, TENSORS, Case
 from grader.toolkit import domain, findings, signatures, slips
 from grader.toolkit import probes as toolkit_probes
 from grader.toolkit.rootcause import Evidence, Role
@@ -67,7 +67,6 @@ KV_HEADS = "the number of key/value heads"
 SHARING = "the key/value heads"
 GROUP = "the number of query heads per key/value head"
 EXPANDED_INPUTS = "the inputs' expansion"
-EXPANSIONS = {0: "over the batch", 2: "over the heads"}  # the dims of [B, T, heads, D] an input can be expanded along
 ATTRIBUTE_COMPONENTS = {"the memory layout": "strided", "the inputs' dtype": "dtype", "causal": "mask", "the autograd mode": "graph",
                         KV_HEADS: "heads", SHARING: "heads", GROUP: "heads", EXPANDED_INPUTS: "strided"}  # fmt: skip
 

@@ -52,7 +52,7 @@ import numpy as np
 
 from grader.core.invoke import Call, Request, TensorInput
 from grader.exercises.diffv2 import oracle
-from grader.exercises.diffv2.cases import DIFF_V2, GQA, TENSORS
+from grader.exercises.diffv2.cases import DIFF_V2, EXPANSIONS, GQA, TENSORS
 from grader.toolkit import attention_maps, findings, probes
 from grader.toolkit.attention_maps import MapModel
 from grader.toolkit.domain import exact
@@ -60,7 +60,7 @@ from grader.toolkit.findings import (
     FLOAT32_LIKE, Found, GradientRun, gradients_probe, is_right, layout_probe, precision_finding, randomness_probe, unexplained_maps,
     half_precision_finding, masked_nan_finding, CAUSAL_PATH, causal_path_first, rounding_probe,
 )  # fmt: skip
-from grader.toolkit.probes import Built, Perturbation, Subject, Values
+from grader.toolkit.probes import Built, Layout, Perturbation, Subject, Values, layout_of
 from grader.worker.client import Worker
 
 B, T, HQ, HKV, D = 2, 17, 8, 2, 34
@@ -84,10 +84,10 @@ FITS = 1e-6  # a readout is a combination of the true heads' outputs when no ent
 
 
 def _request(function: str, values: Values, grads: tuple[str, ...], cotangent: np.ndarray | None, causal: bool | None, dtype: str,
-             layout: str) -> Built:  # fmt: skip
+             layout: Layout) -> Built:  # fmt: skip
     """``function``(q, k, v[, lambda_logits][, causal=...]) on ``values``, those in ``grads`` requiring grad."""
     names = TENSORS[function]
-    tensors = tuple(TensorInput(exact(values[n], dtype), dtype, n in grads, layout) for n in names)
+    tensors = tuple(TensorInput(exact(values[n], dtype), dtype, n in grads, layout_of(layout, n)) for n in names)
     call = Call(function, tensors, {} if causal is None else {"causal": causal})
     positions = {n: i for i, n in enumerate(names) if n in grads}
     if cotangent is None:
@@ -99,7 +99,7 @@ STALE_PARTS = {DIFF_V2: {"lambda_logits": "gate"}}
 """The inputs whose part of the answer is named when a call answers with that input of an earlier call (stale_input_probe)."""
 
 
-def subject(function: str, causal: bool | None = True, dtype: str = "float64", layout: str = "contiguous") -> Subject:
+def subject(function: str, causal: bool | None = True, dtype: str = "float64", layout: Layout = "contiguous") -> Subject:
     """``function`` with ``causal`` given (None: omitted), inputs in ``dtype`` and memory ``layout``."""
     return Subject(function, lambda values, grads, cotangent: _request(function, values, grads, cotangent, causal, dtype, layout))
 
@@ -694,7 +694,7 @@ def run(worker: Worker, function: str, rng: np.random.Generator, found: Found, f
             localised = saturated_probe(worker, values, found, gradients)
         if right and not localised:
             length_probe(worker, function, rng, found) or stability_probe(worker, function, values, rng, found) or \
-                layout_probe(worker, lambda **kw: subject(function, **kw), values, found)  # fmt: skip
+                layout_probe(worker, lambda **kw: subject(function, **kw), values, found, EXPANSIONS)  # fmt: skip
         elif not localised:
             precision_finding(found, function, base, truth(function, values, True))
     elif function == DIFF_V2 and gradients and is_right(base, truth(function, values, True)):

@@ -129,12 +129,13 @@ def diff_saturated(seed: int) -> list[Case]:
 
 @SETS.register(hidden=True)
 def gqa_strided(seed: int) -> list[Case]:
-    """gqa_attention on transposed, head-permuted, sliced, fused-projection and offset views, and on inputs expanded over
-    the batch and over the heads (some, then the others), both dtypes."""
+    """gqa_attention on transposed, head-permuted, sliced, fused-projection and offset views, all inputs in one storage, all
+    at one address of one storage, and inputs expanded over the batch and over the heads (some, then the others), both
+    dtypes."""
     rng = domain.generator(seed, "gqa_strided")
     return domain.cycled_modes([
         *(cases.case(rng, GQA, cases.shape(rng, GQA, 2, 40, 16), dtype, True, layouts=layouts)
-          for layouts, dtype in zip(domain.every_layout(rng, 3), ("float32", "float64") * 3)),
+          for layouts, dtype in zip(domain.every_layout(rng, 3), ("float32", "float64") * 4)),
         cases.case(rng, GQA, cases.shape(rng, GQA, 2, 40), "float64", False, layouts=domain.strided_layouts(rng, 3), binding="positional"),
         cases.case(rng, GQA, cases.shape(rng, GQA, 60, 140), "float32", None, layouts=domain.strided_layouts(rng, 3, domain.OFFSET_LAYOUTS)),
         *(cases.case(rng, GQA, cases.batched(cases.shape(rng, GQA, 2, 40, 16)), dtype, True, layouts=layouts)
@@ -144,12 +145,13 @@ def gqa_strided(seed: int) -> list[Case]:
 
 @SETS.register(hidden=True)
 def diff_strided(seed: int) -> list[Case]:
-    """diff_v2_attention on strided views of all four inputs (lambda_logits included), and on inputs expanded over the
-    batch and over the heads (some, then the others), both dtypes."""
+    """diff_v2_attention on strided views of all four inputs (lambda_logits included), all of them in one storage and all
+    at one address of one storage, and on inputs expanded over the batch and over the heads (some, then the others), both
+    dtypes."""
     rng = domain.generator(seed, "diff_strided")
     return domain.cycled_modes([
         *(cases.case(rng, DIFF_V2, cases.shape(rng, DIFF_V2, 2, 40, 16), dtype, True, layouts=layouts)
-          for layouts, dtype in zip(domain.every_layout(rng, 4), ("float32", "float64") * 3)),
+          for layouts, dtype in zip(domain.every_layout(rng, 4), ("float32", "float64") * 4)),
         cases.case(rng, DIFF_V2, cases.shape(rng, DIFF_V2, 2, 40), "float64", False, layouts=domain.strided_layouts(rng, 4), binding="positional"),
         cases.case(rng, DIFF_V2, cases.shape(rng, DIFF_V2, 60, 140), "float32", None, layouts=domain.strided_layouts(rng, 4, domain.OFFSET_LAYOUTS)),
         *(cases.case(rng, DIFF_V2, cases.batched(cases.shape(rng, DIFF_V2, 2, 40, 16)), dtype, True, layouts=layouts)

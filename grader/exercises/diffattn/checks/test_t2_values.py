@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
+from typing import Sequence
+
 from grader.core.plugin import GradingContext, check
 from grader.exercises.diffattn import counterexample, expected, misconceptions, suite
 from grader.exercises.diffattn.cases import AttentionCase
 from grader.exercises.diffattn.declared import LAMBDA_VALUE_CALLS, attention, of_both, of_lambda
 from grader.exercises.diffattn.suite import ATTENTION
 from grader.toolkit.casesets import CaseSet
-from grader.toolkit.compare import combine, compare
+from grader.toolkit.compare import Comparison, combine, compare
 from grader.toolkit.handout import Recipe
 from grader.toolkit.verdicts import tensor_result, values_verdict
 
 
-def _attention_values(grading: GradingContext, case_set: CaseSet[AttentionCase], truth=expected.attention_output) -> None:
+def _attention_values(grading: GradingContext, case_set: CaseSet[AttentionCase], truth=expected.attention_output,
+                      also: Sequence[Comparison] = ()) -> None:  # fmt: skip
+    """Judge ``case_set``'s outputs against ``truth`` (and the verdicts ``also``), with its hint and counterexample."""
     verdicts = suite.value_verdicts(grading, case_set, truth)
-    verdict = combine(verdicts)
+    verdict = combine(verdicts + list(also))
     misconceptions.CATALOGUE.attach_hint(grading, verdict, case_set)
     counterexample.SHRINKER.values(grading, case_set, verdicts, truth)
     grading.conclude(verdict)
@@ -56,10 +60,10 @@ def test_large_logit_values(grading: GradingContext) -> None:
     _attention_values(grading, suite.attention_large_logits)
 
 
-@check("T2", 3, "Strided inputs and inputs at a storage offset give the same values as contiguous ones", visibility="hidden",
-       judges=attention("values"))  # fmt: skip
+@check("T2", 3, "Strided inputs, inputs at a storage offset and inputs that share memory give the same values as contiguous ones",
+       visibility="hidden", judges=of_both("values"))  # fmt: skip
 def test_strided_values(grading: GradingContext) -> None:
-    _attention_values(grading, suite.attention_strided)
+    _attention_values(grading, suite.attention_strided, also=suite.value_verdicts(grading, suite.lambda_strided))
 
 
 @check("T2", 3, "Rows of the signed map sum to 1 - λ: a value offset shared by every token adds (1 - λ) times it to every output",

@@ -74,7 +74,7 @@ def test_dtype_and_device_kept(grading: GradingContext) -> None:
        judges=of_both("strided"))  # fmt: skip
 def test_strided_inputs_accepted(grading: GradingContext) -> None:
     sets = [(suite.gqa_strided, False), (suite.diff_strided, False)]
-    success = "Transposed, head-permuted, sliced and fused-projection views and tensors at a storage offset were accepted by both functions."
+    success = "Transposed, head-permuted, sliced and fused-projection views, tensors at a storage offset, in one storage and at one address of one storage, and tensors expanded over the batch were accepted by both functions."
     grading.conclude(_judge(grading, sets, _shape_and_dtype, success))
 
 

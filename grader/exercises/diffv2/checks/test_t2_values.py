@@ -61,8 +61,8 @@ def test_saturated_gate_values(grading: GradingContext) -> None:
     _values(grading, suite.diff_saturated)
 
 
-@check("T2", 3, "Strided inputs and inputs at a storage offset give the same values as contiguous ones", visibility="hidden",
-       judges=of_both("values"))  # fmt: skip
+@check("T2", 3, "Strided inputs, inputs at a storage offset and inputs that share memory give the same values as contiguous ones",
+       visibility="hidden", judges=of_both("values"))  # fmt: skip
 def test_strided_values(grading: GradingContext) -> None:
     _values(grading, suite.gqa_strided, suite.diff_strided)
 
