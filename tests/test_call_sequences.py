@@ -197,3 +197,17 @@ def test_a_gate_kept_between_calls_by_shape_is_named_from_a_call_on_other_values
     first = grade(path, tmp_path, 20261201, "--no-preview").report["diagnosis"]["root_causes"][0]
     assert (first["function"], first["component"]) == ("diff_v2_attention", "gate")
     assert first["title"] == "The answer uses the lambda_logits of an earlier call"
+
+
+def test_an_input_kept_between_calls_by_its_address_is_named_from_the_checks_call_sequences(tmp_path: Path) -> None:
+    """differential_attention keeping a frozen value by its address: calls on new tensors never meet the cache, the checks'
+    sequences that refill the value in place do, and their memo names the stale value (no new call)."""
+    source = (ROOT / "reference" / "diff_attention.py").read_text()
+    kept = "    if not value.requires_grad and not torch.is_inference_mode_enabled():  # BUG: a frozen value is kept by its address\n" \
+           "        value = _KEPT.setdefault((value.data_ptr(), tuple(value.shape)), value.clone())\n"
+    assert source.count("    signed_map = _attention_map(") == 1
+    (tmp_path / "kept.py").write_text(source.replace("    signed_map = _attention_map(", kept + "    signed_map = _attention_map(") + "\n\n_KEPT = {}\n")
+    report = grade(tmp_path / "kept.py", tmp_path / "report", SEED, "--no-preview").report
+    first = report["diagnosis"]["root_causes"][0]
+    assert report["score"] < 100 and (first["function"], first["component"]) == ("differential_attention", "value")
+    assert first["title"] == "The answer uses the value of an earlier call" and "overwritten in place" in first["evidence"]

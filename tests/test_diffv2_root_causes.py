@@ -128,18 +128,25 @@ def diff_v2_attention(q, k, v, lambda_logits, causal=True):
     a = gqa_attention(gated, k, v, causal)
     return a[:, :, 0::2] - a[:, :, 1::2]
 """
+GATE_BOUNDED = """
+def diff_v2_attention(q, k, v, lambda_logits, causal=True):
+    a = gqa_attention(q, k, v, causal)
+    gate = torch.sigmoid(lambda_logits).clamp(1e-6, 1 - 1e-6)  # BUG: an ε keeps the gate off 0 and 1
+    return a[:, :, 0::2] - gate[..., None] * a[:, :, 1::2]
+"""
 # Files for mechanisms that no file of the corpus needs (long sequences, state kept between calls, maps read without the
 # mask, gate logits used beyond σ, features paired instead of heads, logits far below zero, gates read in another order,
-# a shared offset left out of the gated difference, a gate on the odd queries): name -> source.
+# a shared offset left out of the gated difference, a gate on the odd queries, a gate kept off 0 and 1): name -> source.
 WRITTEN = {"key_blocks_tail_dropped": KEY_BLOCKS, "gqa_cached_by_address": REFERENCE + CACHED, "log_softmax_weights": REFERENCE + LOG_WEIGHTS,
            "gate_logits_times_sigmoid": REFERENCE + LOGITS_GATE, "neighbour_features_paired": REFERENCE + NEIGHBOUR_FEATURES,
            "max_shift_clamped_at_zero": REFERENCE + SHIFT_CLAMPED, "gates_read_token_major": REFERENCE + GATES_BATCH_MAJOR,
-           "mean_restored_ungated": REFERENCE + MEAN_RESTORED_UNGATED, "gate_on_odd_queries": REFERENCE + GATE_ON_ODD_QUERIES}  # fmt: skip
+           "mean_restored_ungated": REFERENCE + MEAN_RESTORED_UNGATED, "gate_on_odd_queries": REFERENCE + GATE_ON_ODD_QUERIES,
+           "gate_bounded_by_epsilon": REFERENCE + GATE_BOUNDED}  # fmt: skip
 WRITTEN_EXPECTED = {"key_blocks_tail_dropped": (GQA, "softmax"), "gqa_cached_by_address": (GQA, "output"),
                     "log_softmax_weights": (DIFF_V2, "softmax"), "gate_logits_times_sigmoid": (DIFF_V2, "gate"),
                     "neighbour_features_paired": (DIFF_V2, "heads"), "max_shift_clamped_at_zero": (GQA, "stability"),
                     "gates_read_token_major": (DIFF_V2, "gate"), "mean_restored_ungated": (DIFF_V2, "output"),
-                    "gate_on_odd_queries": (DIFF_V2, "gate")}  # fmt: skip
+                    "gate_on_odd_queries": (DIFF_V2, "gate"), "gate_bounded_by_epsilon": (DIFF_V2, "gate")}  # fmt: skip
 
 
 def test_every_check_has_a_role_and_every_misconception_a_place() -> None:

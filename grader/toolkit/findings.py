@@ -31,7 +31,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 
 from grader.core.invoke import Outcome
-from grader.toolkit import attention_maps, domain, probes, slips
+from grader.toolkit import attention_maps, domain, probes, sequences, slips
 from grader.toolkit.probes import Consistency, Layout, Subject, Values
 from grader.toolkit.rootcause import Finding, Role
 from grader.worker.client import Worker
@@ -261,11 +261,7 @@ def stale_input_probe(worker: Worker, subject: Subject, first: Values, second: V
         return False
     for name, component in parts.items():
         if is_right(out, truth({**second, name: first[name]})):
-            found.add(subject.function, component, "forward", f"The answer uses the {name} of an earlier call",
-                      f"Called right after a call on other values of the same shapes, your output is the right one for the new inputs "
-                      f"but with the {name} of the earlier call: what you compute from {name} is kept between calls (cached by shape, "
-                      "id(), data_ptr() or version) and is stale once the inputs change.",
-                      f"compute what depends on {name} in every call: cache nothing keyed by shape or by a tensor's identity")  # fmt: skip
+            found.add(subject.function, component, "forward", *sequences.stale_input(name, "Called right after a call on other values of the same shapes, your"))
             return True
     return False
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, replace
+from types import MappingProxyType
 from typing import Any, Generic, TypeVar
 
 import numpy as np
@@ -168,6 +169,15 @@ def joined_request(sequence: CallSequence[Any], request_of: RequestOf) -> Reques
 _REQUESTS: Memo = {}
 
 
+def stale_input(name: str, when: str) -> tuple[str, str, str]:
+    """The title, evidence and advice of an answer computed with the ``name`` of an earlier call (``when``: the call that showed
+    it, as a sentence's opening that its output completes)."""
+    return (f"The answer uses the {name} of an earlier call",
+            f"{when} output was the right one for its own inputs but with the {name} of the earlier call: what you compute from "
+            f"{name} is kept between calls (cached by shape, id(), data_ptr() or version) and is stale once the inputs change.",
+            f"compute what depends on {name} in every call: cache nothing keyed by shape or by a tensor's identity")  # fmt: skip
+
+
 @dataclass(frozen=True)
 class SequenceSuite:
     """An exercise's call sequences: how to send them, and what their calls must return.
@@ -270,11 +280,29 @@ class SequenceSuite:
                 found.append(Observed(case.function, outcome, position, case.output_shape, case.dtype, made, (), grads))
         return found
 
-    def memo_findings(self, grading: GradingContext, whole_answer: Mapping[str, str], keyed: Keyed, alone: Collection[str] = ()) -> list[Finding]:
+    def stale_part(self, outcome: Outcome, sequence: CallSequence[Any], parts: Collection[str]) -> str | None:
+        """The input of ``parts`` that the second call of ``sequence``, wrong for its own inputs, answered with as it was in
+        the first call (the second call's other inputs its own), or None."""
+        if sequence.second is sequence.first or not parts:
+            return None
+        second = self.ends(sequence)[1]
+        if verdicts.values_verdict(outcome, second, "", self.value(sequence.second)).ok:
+            return None
+        for name in parts:
+            before, now = getattr(sequence.first, name, None), getattr(sequence.second, name, None)
+            if before is None or now is None or np.shape(before) != np.shape(now) or np.array_equal(before, now):
+                continue
+            if verdicts.values_verdict(outcome, second, "", self.value(replace(sequence.second, **{name: before}))).ok:
+                return name
+        return None
+
+    def memo_findings(self, grading: GradingContext, whole_answer: Mapping[str, str], keyed: Keyed, alone: Collection[str] = (),
+                      parts: Mapping[str, Mapping[str, str]] = MappingProxyType({})) -> list[Finding]:  # fmt: skip
         """What the sequences the checks sent show (read from the run's memo: no new call), at most one finding per function:
         a backward pass of two calls differentiated together that got only the first call's gradients wrong, while every
         other sequence of the function is right; for a function
-        of ``whole_answer`` (function -> the component that computes its whole answer), a stale answer; else, when the only
+        of ``whole_answer`` (function -> the component that computes its whole answer), a stale answer; for one of ``parts``
+        (function -> input -> the component that computes from it), an answer with one input of the first call; else, when the only
         sequences that fail are those whose second call changes one thing of :data:`CHANGES` and the function fails no check
         of single calls (``alone``: the functions whose only failed checks are call sequences'), state kept between calls that
         ignores it (``keyed``, :data:`Keyed`)."""
@@ -299,6 +327,10 @@ class SequenceSuite:
                                      "the answer is kept between calls (cached by id(), data_ptr(), shape or in a global) and is stale once the "
                                      "inputs change.", "compute the result on every call: cache nothing keyed by a tensor's identity, address or shape",
                                      aspect="values", explains=frozenset({"values", "gradients"}), signature="the answer is stale"))  # fmt: skip
+            elif (name := self.stale_part(outcome, sequence, parts.get(function, {}))) is not None:
+                found.append(Finding(function, parts[function][name], "forward",
+                                     *stale_input(name, f"When {function} was {SEQUENCE_KINDS[sequence.kind]}, the second call's"),
+                                     aspect="values", explains=frozenset({"values", "gradients"})))  # fmt: skip
         for function, kinds in failing.items():
             changed = next((kind for kind in CHANGES if kind in kinds and kinds <= {kind, *CHANGES[kind]}), None)
             named = keyed.get(changed or "", {}).get(function)

@@ -187,7 +187,8 @@ def diagnose(grading: GradingContext, records: list[dict[str, Any]]) -> Evidence
     evidence.findings += slips.findings(observed(grading) + suite.SEQUENCES.observed(grading, _attributes), grading.source, DECLARATIONS)
     failed = findings.failed_roles(records, roles, ACROSS_CALLS)
     if any(role.aspect == "state" for role in failed):
-        evidence.findings += suite.SEQUENCES.memo_findings(grading, STALE_COMPONENTS, KEYED, findings.only_state(failed, (LAMBDA, ATTENTION)))
+        evidence.findings += suite.SEQUENCES.memo_findings(grading, STALE_COMPONENTS, KEYED, findings.only_state(failed, (LAMBDA, ATTENTION)),
+                                                           {ATTENTION: attention_probes.STALE_PARTS})
     blocked = {f.function for f in evidence.findings if f.blocks}
     found = findings.Found()
     rng = domain.generator(grading.seed, "probes")

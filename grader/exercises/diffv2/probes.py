@@ -31,8 +31,9 @@ forward's fault once one has localised it:
   on both heads or an added head are told apart by their values), the
   output linear in v (nothing added, no norm after); one gate logit changed
   must move its own token, batch element and head only;
-* **saturated gates** (ℓ at ±100 to ±1000, float32 and float64): finite,
-  right outputs and a finite gradient for ℓ;
+* **saturated gates** (ℓ at ±100 to ±1000, float32 and float64): finite
+  outputs (else the gate overflows), right to the dtype's precision (else it
+  stops short of 0 and 1: a clamp or an ε), and a finite gradient for ℓ;
 * **long sequences, stability, layouts, precision** (T = 33, 65, 100 and 300,
   causal and not, past common block sizes; float32 logits of hundreds;
   strided memory; a float64 result right only to float32's accuracy) when
@@ -57,7 +58,7 @@ from grader.toolkit import attention_maps, findings, probes
 from grader.toolkit.attention_maps import MapModel
 from grader.toolkit.domain import exact
 from grader.toolkit.findings import (
-    FLOAT32_LIKE, Found, GradientRun, gradients_probe, is_right, layout_probe, precision_finding, randomness_probe, unexplained_maps,
+    FLOAT32_LIKE, RIGHT, Found, GradientRun, gradients_probe, is_right, layout_probe, precision_finding, randomness_probe, unexplained_maps,
     half_precision_finding, masked_nan_finding, CAUSAL_PATH, causal_path_first, rounding_probe,
 )  # fmt: skip
 from grader.toolkit.probes import Built, Layout, Perturbation, Subject, Values, layout_of
@@ -613,11 +614,18 @@ def saturated_probe(worker: Worker, values: Values, found: Found, gradients: boo
         out = probes.output(outcome)
         if out is None or outcome.failure is not None:
             continue
-        if not is_right(out, truth(DIFF_V2, point, True), FLOAT32_LIKE):
+        size, expected = point["lambda_logits"].max(), truth(DIFF_V2, point, True)
+        if not np.isfinite(out).all():
             return found.first(DIFF_V2, (True, "stability", "The gate overflows for saturated logits",
-                                         f"With {dtype} lambda_logits of ±{point['lambda_logits'].max():g}, your output is "
-                                         f"{'NaN or infinite' if not np.isfinite(out).all() else 'wrong'}: exp(±ℓ) overflows.",
+                                         f"With {dtype} lambda_logits of ±{size:g}, your output is NaN or infinite: exp(±ℓ) overflows.",
                                          "use torch.sigmoid (or exp(−|ℓ|) with both branches) for the gate"))  # fmt: skip
+        # the gate has saturated to 1 and 0 within the dtype's rounding there: an error the dtype does not explain is the gate's
+        if not is_right(out, expected, RIGHT if dtype == "float64" else FLOAT32_LIKE):
+            return found.first(DIFF_V2, (True, "gate", "The gate stops short of 0 and 1 for saturated logits",
+                                         f"With {dtype} lambda_logits of ±{size:g}, your output is off by "
+                                         f"{float(np.max(np.abs(out - expected))):.2g} while it is right for ordinary logits: σ(±{size:g}) is 1 "
+                                         f"and 0 to {dtype}'s precision, and your gate is not (a clamp of the logits, or an ε that bounds the gate).",
+                                         "apply torch.sigmoid to lambda_logits as they are: no clamp, no ε"))  # fmt: skip
         gradient = outcome.grads.get(request.positions["lambda_logits"])
         if gradients and outcome.backward_error is None and gradient is not None and not np.isfinite(np.asarray(gradient, dtype=np.float64)).all():
             found.add(DIFF_V2, "stability", "gradients", "The gate's gradient is NaN or infinite for saturated logits",
