@@ -97,15 +97,45 @@ def diff_v2_attention(q, k, v, lambda_logits, causal=True):
     even, odd = (pairs[..., i].reshape(b, t, hq // 2, d) for i in (0, 1))
     return even - torch.sigmoid(lambda_logits)[..., None] * odd
 """
-SHIFT_CLAMPED = """
+MASKED_LOGITS = """
 def gqa_attention(q, k, v, causal=True):
     t, d, g = q.shape[1], q.shape[3], q.shape[2] // k.shape[2]
     kh, vh = (x.transpose(1, 2).repeat_interleave(g, dim=1) for x in (k, v))
     scores = q.transpose(1, 2) @ kh.transpose(-1, -2) / math.sqrt(d)
     if causal:
         scores = scores.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))
-    e = torch.exp(scores - scores.amax(-1, keepdim=True).clamp(min=0.0))  # BUG: rows far below zero underflow to 0 / 0
+"""
+SHIFT_CLAMPED = MASKED_LOGITS + """    e = torch.exp(scores - scores.amax(-1, keepdim=True).clamp(min=0.0))  # BUG: rows far below zero underflow to 0 / 0
     return ((e / e.sum(-1, keepdim=True)) @ vh).transpose(1, 2)
+"""
+EPSILON_GUARD = MASKED_LOGITS + """    e = torch.exp(scores - scores.amax(-1, keepdim=True))
+    return ((e / (e.sum(-1, keepdim=True) + GUARD)) @ vh).transpose(1, 2)  # BUG: the guard changes every weight
+"""
+VALUES_SCALED = """
+def gqa_attention(q, k, v, causal=True):
+    t, d, g = q.shape[1], q.shape[3], q.shape[2] // k.shape[2]
+    kh, vh = (x.transpose(1, 2).repeat_interleave(g, dim=1) / math.sqrt(d) for x in (k, v))  # BUG: v is scaled too
+    scores = q.transpose(1, 2) @ kh.transpose(-1, -2)
+    if causal:
+        scores = scores.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))
+    return (torch.softmax(scores, dim=-1) @ vh).transpose(1, 2)
+"""
+GATE_INDEX_CAPPED = """
+def diff_v2_attention(q, k, v, lambda_logits, causal=True):
+    a = gqa_attention(q, k, v, causal)
+    own = torch.arange(q.shape[1]).clamp(max=63)  # BUG: tokens past 63 take token 63's gate
+    return a[:, :, 0::2] - torch.sigmoid(lambda_logits[:, own])[..., None] * a[:, :, 1::2]
+"""
+FLOAT32_SOFT_CAP = """
+def gqa_attention(q, k, v, causal=True):
+    t, d, g = q.shape[1], q.shape[3], q.shape[2] // k.shape[2]
+    kh, vh = (x.transpose(1, 2).repeat_interleave(g, dim=1) for x in (k, v))
+    scores = q.transpose(1, 2) @ kh.transpose(-1, -2) / math.sqrt(d)
+    if q.dtype == torch.float32:
+        scores = 30.0 * torch.tanh(scores / 30.0)  # BUG: the cap bends every float32 logit
+    if causal:
+        scores = scores.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))
+    return (torch.softmax(scores, dim=-1) @ vh).transpose(1, 2)
 """
 GATES_BATCH_MAJOR = """
 def diff_v2_attention(q, k, v, lambda_logits, causal=True):
@@ -136,17 +166,22 @@ def diff_v2_attention(q, k, v, lambda_logits, causal=True):
 """
 # Files for mechanisms that no file of the corpus needs (long sequences, state kept between calls, maps read without the
 # mask, gate logits used beyond σ, features paired instead of heads, logits far below zero, gates read in another order,
-# a shared offset left out of the gated difference, a gate on the odd queries, a gate kept off 0 and 1): name -> source.
+# a shared offset left out of the gated difference, a gate on the odd queries, a gate kept off 0 and 1, an ε in the
+# softmax's denominator, v scaled with the keys, a gate index capped on long sequences): name -> source.
 WRITTEN = {"key_blocks_tail_dropped": KEY_BLOCKS, "gqa_cached_by_address": REFERENCE + CACHED, "log_softmax_weights": REFERENCE + LOG_WEIGHTS,
            "gate_logits_times_sigmoid": REFERENCE + LOGITS_GATE, "neighbour_features_paired": REFERENCE + NEIGHBOUR_FEATURES,
            "max_shift_clamped_at_zero": REFERENCE + SHIFT_CLAMPED, "gates_read_token_major": REFERENCE + GATES_BATCH_MAJOR,
            "mean_restored_ungated": REFERENCE + MEAN_RESTORED_UNGATED, "gate_on_odd_queries": REFERENCE + GATE_ON_ODD_QUERIES,
-           "gate_bounded_by_epsilon": REFERENCE + GATE_BOUNDED}  # fmt: skip
+           "gate_bounded_by_epsilon": REFERENCE + GATE_BOUNDED, "denominator_epsilon": REFERENCE + EPSILON_GUARD.replace("GUARD", "1e-6"),
+           "float32_epsilon_in_float64": REFERENCE + EPSILON_GUARD.replace("GUARD", "torch.finfo(torch.float32).eps"),
+           "values_scaled_with_keys": REFERENCE + VALUES_SCALED, "gate_index_capped": REFERENCE + GATE_INDEX_CAPPED}  # fmt: skip
 WRITTEN_EXPECTED = {"key_blocks_tail_dropped": (GQA, "softmax"), "gqa_cached_by_address": (GQA, "output"),
                     "log_softmax_weights": (DIFF_V2, "softmax"), "gate_logits_times_sigmoid": (DIFF_V2, "gate"),
                     "neighbour_features_paired": (DIFF_V2, "heads"), "max_shift_clamped_at_zero": (GQA, "stability"),
                     "gates_read_token_major": (DIFF_V2, "gate"), "mean_restored_ungated": (DIFF_V2, "output"),
-                    "gate_on_odd_queries": (DIFF_V2, "gate"), "gate_bounded_by_epsilon": (DIFF_V2, "gate")}  # fmt: skip
+                    "gate_on_odd_queries": (DIFF_V2, "gate"), "gate_bounded_by_epsilon": (DIFF_V2, "gate"),
+                    "denominator_epsilon": (GQA, "softmax"), "float32_epsilon_in_float64": (GQA, "dtype"),
+                    "values_scaled_with_keys": (GQA, "scale"), "gate_index_capped": (DIFF_V2, "gate")}  # fmt: skip
 
 
 def test_every_check_has_a_role_and_every_misconception_a_place() -> None:
@@ -246,6 +281,7 @@ def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any
         (students / f"correct_{name}.py").write_text((CORPUS / "correct" / f"{name}.py").read_text(encoding="utf-8"), encoding="utf-8")
     for name, text in WRITTEN.items():
         (students / f"{name}.py").write_text(text, encoding="utf-8")
+    (students / "float32_soft_cap.py").write_text(REFERENCE + FLOAT32_SOFT_CAP, encoding="utf-8")
     (students / "reference.py").write_text((ROOT / "reference" / "diff_v2_attention.py").read_text(encoding="utf-8"), encoding="utf-8")
     out = tmp_path_factory.mktemp("v2_diagnosed_out")
     command = [sys.executable, "-m", "grader", "batch", str(students), "--out", str(out), "--seed", "3", "--exercise", "diff_v2",
@@ -281,6 +317,15 @@ def test_a_shared_offset_left_ungated_is_named_with_its_factor(reports: dict[str
     first = reports["mean_restored_ungated"]["diagnosis"]["root_causes"][0]
     assert first["title"] == "A value offset shared by every token comes out scaled by 1, not 1 − σ(ℓ)", first
     assert "must move by 1.5" in first["evidence"], first
+
+
+def test_a_float32_path_wrong_for_every_logit_is_not_blamed_on_the_saturated_gate(reports: dict[str, dict[str, Any]]) -> None:
+    """float32 logits soft-capped (float64 right): the saturated gate's float32 output is wrong, but so is every float32 output,
+    so no cause names the gate, and the cap's error (above float32's, below half precision's) is not called half precision."""
+    report = reports["float32_soft_cap"]
+    assert report["score"] < report["max_score"]
+    said = [(cause["function"], cause["component"]) for cause in report["diagnosis"]["root_causes"]]
+    assert (DIFF_V2, "gate") not in said and (GQA, "dtype") not in said, said
 
 
 def test_correct_files_and_the_reference_get_no_root_cause(reports: dict[str, dict[str, Any]]) -> None:

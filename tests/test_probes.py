@@ -188,6 +188,37 @@ def test_a_scale_slightly_off_is_float32_only_when_it_is_a_float32_rounding_of_t
     assert title == "The logit scale is slightly off 1/√D" and "not float32's rounding" in evidence and "math.log2(math.e)" in advice
 
 
+def _guarded(model: MapModel, tensors: dict[str, np.ndarray], epsilon: float, unshifted: bool = False) -> np.ndarray:
+    """``model``'s map with ``epsilon`` added to each row's sum of exponentials (taken before the maximum is subtracted with ``unshifted``)."""
+    logits = model.scale * tensors[model.query] @ tensors[model.key].T
+    visible = attention_maps.keep(len(logits), model.mask)
+    peaks = 0.0 if unshifted else np.where(visible, logits, -np.inf).max(axis=1, keepdims=True)
+    weights = np.where(visible, np.exp(logits - peaks), 0.0)
+    return weights / (weights.sum(axis=1, keepdims=True) + epsilon)
+
+
+def test_an_epsilon_in_the_softmax_denominator_is_fitted_and_named(tensors: dict[str, np.ndarray]) -> None:
+    """One ε for every row, before or after the shift; float32's machine epsilon in float64 sums is the dtype's fault."""
+    maps = [(_guarded(EXPECTED, tensors, 1e-6), tensors)]
+    found = attention_maps.denominator_epsilon(maps, EXPECTED)
+    assert found is not None and found.epsilon == pytest.approx(1e-6, rel=1e-6) and not found.unshifted
+    assert attention_maps.epsilon_slip(found, "float64")[0] == "softmax"
+    before = attention_maps.denominator_epsilon([(_guarded(EXPECTED, tensors, 1e-7, unshifted=True), tensors)], EXPECTED)
+    assert before is not None and before.unshifted and before.epsilon == pytest.approx(1e-7, rel=1e-6)
+    machine = attention_maps.denominator_epsilon([(_guarded(EXPECTED, tensors, float(np.finfo(np.float32).eps)), tensors)], EXPECTED)
+    assert machine is not None and attention_maps.epsilon_slip(machine, "float64")[:2] == (
+        "dtype", "The softmax adds float32's machine epsilon to its sums for float64 inputs")
+
+
+def test_a_right_map_or_one_factor_for_every_row_is_no_epsilon(tensors: dict[str, np.ndarray]) -> None:
+    """The right map has no shortfall; every row times one factor gives a different ε per row; a map off by noise is not proportional."""
+    right = attention_maps.predict(EXPECTED, tensors)
+    assert attention_maps.denominator_epsilon([(right, tensors)], EXPECTED) is None
+    assert attention_maps.denominator_epsilon([(right * (1 - 1e-6), tensors)], EXPECTED) is None
+    noisy = right * (1 - 1e-6 * np.random.default_rng(0).uniform(1.0, 2.0, right.shape))
+    assert attention_maps.denominator_epsilon([(noisy, tensors)], EXPECTED) is None
+
+
 def test_common_factor_is_one_factor_for_every_entry_or_none() -> None:
     """An offset that moves every entry by half of it gives 0.5; uneven moves or a non-finite output give None."""
     base = np.arange(6.0).reshape(2, 3)

@@ -181,6 +181,72 @@ def scale_slip(scale: float, right: float, operands: str) -> tuple[str, str, str
             "compute every constant in full precision: 1 / math.sqrt(D), math.log2(math.e)")  # fmt: skip
 
 
+EPSILON_SPREAD = 1e-3
+"""The most the ε of :func:`denominator_epsilon` may differ between rows (relative) and still be one constant."""
+MACHINE_EPSILONS = {str(np.dtype(name)): float(np.finfo(name).eps) for name in ("float16", "float32")} | {"bfloat16": 2.0**-7}
+
+
+@dataclass(frozen=True)
+class DenominatorEpsilon:
+    """An ε added to a softmax's sum of exponentials: its value, whether the sum was taken before subtracting the row's
+    maximum (ε then shrinks with exp(−maximum)), and the largest shortfall of a row's sum from 1."""
+
+    epsilon: float
+    unshifted: bool
+    shortfall: float
+
+
+def denominator_epsilon(maps: Sequence[tuple[np.ndarray, Mapping[str, np.ndarray]]], structure: MapModel) -> DenominatorEpsilon | None:
+    """The one ε that explains every map as ``structure``'s map with ε added to each row's sum of exponentials, or None.
+
+    ``maps``: each map with its tensors. Such a map is the right one times
+    S/(S + ε) in every row (S the row's sum of exponentials after its maximum
+    m is subtracted; ε·e^(−m) in place of ε when the sum is taken before): rows
+    proportional to the right ones, each summing to less than 1 by an amount
+    that gives the same ε in every row. Rounding gives neither a shortfall of
+    1e-12 nor one ε for every row.
+    """
+    shifted, unshifted, shortfall = [], [], 0.0
+    for got, tensors in maps:
+        logits = structure.scale * (tensors[structure.query] @ tensors[structure.key].T)
+        visible = keep(len(got), structure.mask)
+        if got.shape != logits.shape or not np.isfinite(got).all():
+            return None
+        peaks = np.where(visible, logits, -np.inf).max(axis=1, keepdims=True)
+        weights = np.where(visible, np.exp(np.minimum(logits - peaks, 0.0)), 0.0)
+        sums = weights.sum(axis=1)
+        right = weights / sums[:, None]
+        rows = got.sum(axis=1)
+        if not (rows < 1.0 - 1e-12).all() or np.abs(got - rows[:, None] * right).max() > 1e-12:
+            return None
+        shortfall = max(shortfall, float((1.0 - rows).max()))
+        per_row = sums * (1.0 / rows - 1.0)
+        shifted.append(per_row)
+        unshifted.append(per_row * np.exp(peaks[:, 0]))
+    for found, before in ((np.concatenate(shifted), False), (np.concatenate(unshifted), True)):
+        if len(found) and np.ptp(found) <= EPSILON_SPREAD * found.mean():
+            return DenominatorEpsilon(float(found.mean()), before, shortfall)
+    return None
+
+
+def epsilon_slip(found: DenominatorEpsilon, dtype: str) -> tuple[str, str, str, str]:
+    """Component, title, evidence and advice for maps whose softmax adds ``found``'s ε to its sum (:func:`denominator_epsilon`)
+    in ``dtype`` inputs: the component is the dtype's when ε is the machine epsilon of a coarser dtype, else the softmax's."""
+    where = "before subtracting the row's maximum (so ε·e^(−max) in effect)" if found.unshifted else "after subtracting the row's maximum"
+    evidence = (f"Read out of your output with one-hot values ({dtype} inputs), every row of the map is the softmax's times S/(S + ε), "
+                f"S the row's sum of exponentials taken {where}, with one ε = {found.epsilon:.3g} for every row: the weights of a row sum "
+                f"to less than 1, by up to {found.shortfall:.2g}.")  # fmt: skip
+    coarser = [name for name, eps in MACHINE_EPSILONS.items() if name != dtype and abs(found.epsilon - eps) <= EPSILON_SPREAD * eps]
+    if coarser and not found.unshifted:
+        return ("dtype", f"The softmax adds {coarser[0]}'s machine epsilon to its sums for {dtype} inputs",
+                evidence + f" That ε is torch.finfo(torch.{coarser[0]}).eps: a constant taken from another dtype than the inputs'.",
+                "take any such constant from the inputs' dtype (torch.finfo(q.dtype)), or drop the guard: once the row's maximum is "
+                "subtracted, the sum is at least 1")  # fmt: skip
+    return ("softmax", f"The softmax's denominator has ε = {found.epsilon:.3g} added",
+            evidence + " An ε guarding the division changes every weight: after subtracting the row's maximum the sum is at least 1 and needs no guard.",
+            "divide by the sum of exponentials alone (after subtracting the row's maximum), or use torch.softmax")  # fmt: skip
+
+
 def _factor(got: np.ndarray, predicted: np.ndarray) -> float:
     """The factor f that best makes f·predicted equal got (1.0 when within FITS of it, or nothing to fit)."""
     both = np.isfinite(got) & np.isfinite(predicted)

@@ -126,11 +126,21 @@ def layout_probe(worker: Worker, subject: Callable[..., Subject], values: Values
     return True
 
 
+@dataclass(frozen=True)
+class TokenAxes:
+    """Where the tokens are: the input that holds the keys' values, its token axis, and the output's token axis."""
+
+    value: str
+    value_axis: int
+    output_axis: int
+
+
 def length_probe(worker: Worker, function: str, subject: Callable[[bool], Subject], points: Sequence[Values], lengths: Sequence[int],
-                 truth: Callable[[Values, bool], np.ndarray], found: Found) -> bool:  # fmt: skip
+                 truth: Callable[[Values, bool], np.ndarray], found: Found, tokens: TokenAxes) -> bool:  # fmt: skip
     """``function``'s outputs at ``points``, one per sequence length of ``lengths`` (the probes' own first, then past common
     block sizes), causal and not (``subject(causal)``), against ``truth(point, causal)``; whether long sequences alone are
-    wrong (a finding says from which length, and whether with one causal mode only)."""
+    wrong (a finding says from which length, whether with one causal mode only, and which queries never read the first or
+    the last key: :func:`_unread_keys`)."""
     found.probes.append(f"{function}: long sequences, causal and not")
     wrong = {}
     for causal in (True, False):
@@ -149,11 +159,52 @@ def length_probe(worker: Worker, function: str, subject: Callable[[bool], Subjec
                   "the two modes (the mask, or the keys each query block reads) breaks past a block or buffer size.",
                   "without the causal mask every query reads every key: a block of queries needs all keys, not those up to its end")  # fmt: skip
         return True
+    longest = max(failing)
+    if _unread_keys(worker, function, subject(False), points[list(lengths).index(longest)], tokens, span, found):
+        return True
     found.add(function, "softmax", "forward", "Long sequences are wrong",
               f"Your output is {span}, with and without the mask: a blocked or chunked computation goes wrong past its first "
               "block (an online softmax must rescale its running sum and output by exp(old max − new max) when the maximum grows; "
               "every key, the last partial block's too, must be visited).",
               "check the blocked computation against torch.softmax on a sequence several blocks long")  # fmt: skip
+    return True
+
+
+def _unread_keys(worker: Worker, function: str, unmasked: Subject, point: Values, tokens: TokenAxes, span: str, found: Found) -> bool:
+    """A finding when, without the mask, changing the value of the first or the last key of ``point`` (a long sequence the
+    output is wrong for) leaves some query's output exactly as it was: without the mask every query reads every key with a
+    weight above 0. A key no query reads is never visited (`softmax`: a loop over key blocks that stops short or steps past
+    some); one only some queries leave out is hidden from them (`mask`: a window, a buffer shorter than the sequence).
+    Whether there was one."""
+    length = np.shape(point[tokens.value])[tokens.value_axis]
+    moved = []
+    for key in (0, length - 1):
+        value = np.array(point[tokens.value], dtype=np.float64)
+        np.moveaxis(value, tokens.value_axis, 0)[key] += 1.0
+        moved.append({**point, tokens.value: value})
+    base, *outs = probes.sweep(worker, unmasked, [point, *moved])
+    if base is None or any(out is None or out.shape != base.shape for out in outs) or base.ndim <= tokens.output_axis:
+        return False
+    unread = {}
+    for key, out in zip(("first", "last"), outs):
+        assert out is not None
+        same = (np.moveaxis(out, tokens.output_axis, 0) == np.moveaxis(base, tokens.output_axis, 0)).reshape(length, -1).all(axis=1)
+        if same.any():
+            unread[key] = np.flatnonzero(same)
+    if not unread:
+        return False
+    lead = f"Your output is {span}. With causal=False at T = {length}, where every query reads every key"
+    never = [key for key, queries in unread.items() if len(queries) == length]
+    if never:
+        found.add(function, "softmax", "forward", "On long sequences some keys are never read",
+                  f"{lead}, the {' and the '.join(never)} key's value changes no query's output: no query reads that key (a loop over "
+                  "key blocks that stops before the last partial block, or steps past some keys).",
+                  "visit every key: ceil(T / block) blocks, each as wide as the step between them")  # fmt: skip
+        return True
+    said = "; ".join(f"the {key} key's value changes nothing for {len(q)} of the {length} queries (first: query {int(q[0])})" for key, q in unread.items())
+    found.add(function, "mask", "forward", "On long sequences some queries never read some keys",
+              f"{lead}, {said}: those queries leave that key out (a window of keys, or a buffer shorter than the sequence).",
+              "let every query read all T keys with causal=False, and every key up to its own position with causal=True")  # fmt: skip
     return True
 
 
@@ -170,6 +221,9 @@ def precision_finding(found: Found, function: str, got: np.ndarray | None, expec
 ROUNDING_STEP = 1e-9
 """How far :func:`rounding_probe` moves each input, relative to its size: 60 times below float32's resolution, 10⁷ times
 above float64's."""
+HALF_ROUNDING_STEP = 1e-6
+"""How far :func:`half_precision_finding` moves each float32 input, relative to its size: 8 times float32's resolution, 500
+times below float16's."""
 COARSE_STEP = 0.03
 """How far :func:`rounding_probe` moves each input to find the output elements that depend on the inputs at all: several
 times bfloat16's resolution."""
@@ -183,22 +237,31 @@ def _moved(values: Values, step: float) -> dict[str, Any]:
     return {n: np.asarray(x) * (1.0 + step * steps.uniform(0.5, 1.5, np.shape(x))) if np.ndim(x) else x for n, x in values.items()}
 
 
+def _unmoved_share(worker: Worker, subject: Subject, values: Values, base: np.ndarray | None, step: float) -> float | None:
+    """The share of the output elements that depend on the inputs (those a move of :data:`COARSE_STEP` changes; ``base``: the
+    output before any move) which stay exactly where they were when every input moves by about ``step`` of its size, or None
+    when that cannot be told (no finite, non-zero output to compare, or a move that changes what comes back). Elements no
+    move changes (zeros written as padding, a clamp's bound) tell nothing of precision."""
+    if base is None or not np.isfinite(base).all() or not np.abs(base).max(initial=0.0) > 0.0:
+        return None
+    fine, coarse = probes.sweep(worker, subject, [_moved(values, step), _moved(values, COARSE_STEP)])
+    if fine is None or coarse is None or np.shape(fine) != np.shape(base) or np.shape(coarse) != np.shape(base):
+        return None
+    depends = coarse != base
+    return float(np.mean(fine[depends] == base[depends])) if depends.any() else None
+
+
 def rounding_probe(worker: Worker, subject: Subject, values: Values, base: np.ndarray | None, found: Found) -> bool:
     """A dtype finding when float64 inputs moved by about :data:`ROUNDING_STEP` (each element of each tensor) leave most of the
-    output elements that depend on the inputs (those a move of :data:`COARSE_STEP` changes; ``base``: the output before the
-    moves) exactly where they were; whether they did. A computation in float64 moves every such element, by about 1e-9 of
-    its size; one that rounds its inputs or its intermediate results to float32, float16 or bfloat16 absorbs so small a move.
-    Elements no move changes (zeros written as padding, a clamp's bound) tell nothing of precision. Run before the probes
-    that read structure out of the output, which such rounding (errors of 1e-3 in bfloat16) would mislead."""
+    output elements that depend on the inputs exactly where they were (:func:`_unmoved_share`); whether they did. A
+    computation in float64 moves every such element, by about 1e-9 of its size; one that rounds its inputs or its
+    intermediate results to float32, float16 or bfloat16 absorbs so small a move. Run before the probes that read structure
+    out of the output, which such rounding (errors of 1e-3 in bfloat16) would mislead."""
     if base is None or not np.isfinite(base).all() or not np.abs(base).max(initial=0.0) > 0.0:
         return False
     found.probes.append(f"{subject.function}: inputs moved by one part in 10⁹")
-    fine, coarse = probes.sweep(worker, subject, [_moved(values, ROUNDING_STEP), _moved(values, COARSE_STEP)])
-    if fine is None or coarse is None or np.shape(fine) != np.shape(base) or np.shape(coarse) != np.shape(base):
-        return False
-    depends = coarse != base
-    still = float(np.mean(fine[depends] == base[depends])) if depends.any() else 0.0
-    if still < 0.5:
+    still = _unmoved_share(worker, subject, values, base, ROUNDING_STEP)
+    if still is None or still < 0.5:
         return False
     found.add(subject.function, "dtype", "forward", "Inside, your function computes in a lower precision than its inputs'",
               f"Moving every float64 input by one part in 10⁹ left {still:.0%} of the output elements that depend on them exactly "
@@ -266,7 +329,7 @@ def stale_input_probe(worker: Worker, subject: Subject, first: Values, second: V
     return False
 
 
-def _uses_custom_backward(source: str | None) -> bool:
+def uses_custom_backward(source: str | None) -> bool:
     """Whether the submission defines its own backward pass (an autograd.Function)."""
     return "def backward" in (source or "")
 
@@ -299,7 +362,7 @@ def gradient_finding(found: Found, function: str, condition: str, result: Consis
                       f"Differentiating your output{condition} raised {result.problem}", "compute on new tensors (`w = w.masked_fill(...)`, "
                       "not `w.masked_fill_(...)` or `w[...] = 0`) wherever autograd may need the old values", signature=INPLACE_BACKWARD)  # fmt: skip
             return True
-        hand_written = result.in_backward and _uses_custom_backward(source)  # whatever it raised, the student's backward raised it
+        hand_written = result.in_backward and uses_custom_backward(source)  # whatever it raised, the student's backward raised it
         if not hand_written and (told is not None or "grad" not in result.problem.lower()):
             return False  # a detached output or an in-place operation is a contract slip; a failing forward is not the backward's fault
         found.add(function, "backward", "gradients", "The backward pass fails",
@@ -308,7 +371,7 @@ def gradient_finding(found: Found, function: str, condition: str, result: Consis
     missing, differs, infinite = result.named("missing"), result.named("differs"), result.named("not_finite")
     agree = result.named("agrees")
     rest = f"; {', '.join(agree)} agree" if agree else ""
-    custom = _uses_custom_backward(source)
+    custom = uses_custom_backward(source)
     cut = {name: _cutting_line(source, function, name) for name in missing}
     if missing == ["coefficient"]:  # the coefficient's own path: how it enters the product is all that can cut it alone
         line = cut["coefficient"]
@@ -500,18 +563,24 @@ def rearranged_finding(found: Found, function: str, out: np.ndarray | None, want
     return True
 
 
-def half_precision_finding(found: Found, function: str, ordinary: np.ndarray | None, expected: np.ndarray) -> bool:
-    """A dtype finding when float32 inputs of ordinary size (``ordinary``, against ``expected``) give a result less accurate
-    than float32 is, and as accurate as half precision is; whether they do. Run before blaming large logits: a computation in bfloat16 or float16 is wrong for
-    every input."""
-    if ordinary is None or not np.isfinite(ordinary).all() or is_right(ordinary, expected, FLOAT32_LIKE):
+def half_precision_finding(worker: Worker, subject: Subject, ordinary: Values, found: Found, got: np.ndarray | None, expected: np.ndarray) -> bool:
+    """A dtype finding when float32 inputs of ordinary size (``ordinary``, given to ``subject``; ``got`` its output, against
+    ``expected``) give a result less accurate than float32 is and as accurate as half precision is, and moving every input by
+    :data:`HALF_ROUNDING_STEP` of its size leaves most output elements that depend on the inputs where they were (a result
+    computed in float32 moves by that much; one rounded to float16 or bfloat16 absorbs it); whether there was one. Run
+    before blaming large logits: a computation in bfloat16 or float16 is wrong for every input."""
+    if got is None or not np.isfinite(got).all() or is_right(got, expected, FLOAT32_LIKE):
         return False
-    error = float(np.max(np.abs(ordinary - expected)) / max(1.0, float(np.max(np.abs(expected)))))
+    error = float(np.max(np.abs(got - expected)) / max(1.0, float(np.max(np.abs(expected)))))
     if error > HALF_PRECISION_LIKE:
         return False  # more than bfloat16's rounding makes: the values themselves are wrong
-    found.add(function, "dtype", "forward", "float32 inputs are computed in lower precision",
+    still = _unmoved_share(worker, subject, ordinary, got, HALF_ROUNDING_STEP)
+    if still is None or still < 0.5:
+        return False  # float32 moves follow through: a float32 computation of something else, not rounding
+    found.add(subject.function, "dtype", "forward", "float32 inputs are computed in lower precision",
               f"With float32 inputs of ordinary size your output is off by {error:.2g} of its scale, far more than float32's "
-              "rounding: something computes in bfloat16 or float16 (torch.autocast, .half(), .bfloat16()).",
+              f"rounding, and moving every input by one part in 10⁶ left {still:.0%} of the output elements that depend on them "
+              "exactly unchanged: something computes in bfloat16 or float16 (torch.autocast, .half(), .bfloat16()).",
               "compute in the inputs' dtype: no autocast and no cast to a half-precision dtype")  # fmt: skip
     return True
 

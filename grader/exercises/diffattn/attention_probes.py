@@ -351,6 +351,17 @@ def _rounded_scale(found: Found, values: Values, first_map: np.ndarray) -> bool:
     return True
 
 
+def _denominator_epsilon(found: Found, values: Values, first_map: np.ndarray) -> bool:
+    """A finding when the first map is softmax(q1 k1ᵀ/√D + M) with an ε added to each row's sum of exponentials; whether it is."""
+    maps = [(first_map[0, h], {"q": np.asarray(values["q1"][0, h]), "k": np.asarray(values["k1"][0, h])}) for h in range(H)]
+    epsilon = attention_maps.denominator_epsilon(maps, MapModel("q", "k", "causal", scale=1 / math.sqrt(D)))
+    if epsilon is None:
+        return False
+    component, *said = attention_maps.epsilon_slip(epsilon, "float64")
+    found.add(ATTENTION, component, "forward", *said)
+    return True
+
+
 def maps_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool:
     """Read the signed map out at several coefficients (and value doubled, its tokens moved to other columns, and shifted
     by an offset shared by every token), explain it; whether the forward was localised."""
@@ -383,7 +394,8 @@ def maps_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool:
     if combination.fits and combination.weights != (1.0, 0.0, 0.0, -1.0):
         return _offset_finding(found, outputs[1], offset_out) or unexplained_maps(found, ATTENTION, np.stack([intercept, -slope]), how, np.stack(true_maps))
     if combination.fits:
-        return _rounded_coefficient(found, read, unrounded[..., :T]) or _rounded_scale(found, values, intercept)
+        return _rounded_coefficient(found, read, unrounded[..., :T]) or _rounded_scale(found, values, intercept) or \
+            _denominator_epsilon(found, values, intercept)
     fits = _explain_maps(values, {1: intercept, 2: -slope}, causal=True)
     if fits is None:
         return _offset_finding(found, outputs[1], offset_out) or unexplained_maps(found, ATTENTION, np.stack([intercept, -slope]), how, np.stack(true_maps))
@@ -507,7 +519,7 @@ def length_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool
     for t in LENGTHS:
         values = {n: rng.standard_normal((1, 1, t, D)) * 1.2 for n in INPUT_NAMES[:4]}
         points.append({**values, "value": rng.standard_normal((1, 1, t, 2 * D)), "coefficient": np.asarray(0.6)})
-    return findings.length_probe(worker, ATTENTION, attention_subject, points, LENGTHS, truth, found)
+    return findings.length_probe(worker, ATTENTION, attention_subject, points, LENGTHS, truth, found, findings.TokenAxes("value", 2, 2))
 
 
 WIDTHS = (D, 40, 72)  # the probes' own head width, then past the common slab widths 32 and 64, multiples of neither
@@ -634,7 +646,7 @@ def stability_probe(worker: Worker, rng: np.random.Generator, found: Found) -> b
     ordinary = {n: exact(x, "float32") for n, x in attention_values(rng).items()}
     found.probes.append(f"{ATTENTION}: float32 logits of hundreds, and of ordinary size")
     *outputs, plain = probes.sweep(worker, attention_subject(True, "float32"), [*cases.values(), ordinary])
-    if half_precision_finding(found, ATTENTION, plain, truth(ordinary, True)):
+    if half_precision_finding(worker, attention_subject(True, "float32"), ordinary, found, plain, truth(ordinary, True)):
         return True
     wrong = {k: values for (k, values), out in zip(cases.items(), outputs) if not is_right(out, truth(values, True), FLOAT32_LIKE)}
     failing = [kinds[k] for k in wrong]

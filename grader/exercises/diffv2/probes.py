@@ -177,6 +177,11 @@ def _map_findings(found: Found, fits: Sequence[attention_maps.MapFit], function:
         elif name == "transposed":
             found.add(function, "softmax", "forward", "The attention map is transposed",
                       "The maps read out of your output are the transposes of the right ones.", "compute q kᵀ (queries × keys) and apply it to v untransposed")
+        elif name == "factor" and (named := attention_maps.named_scale(model.factor, SCALES)) is not None:
+            found.add(function, "scale", "forward", f"The weights are scaled by {named} after the softmax",
+                      f"The maps read out of your output are {named} times a softmax ({model.factor:.4g}): their rows sum to that, not "
+                      "to 1, so a scale meant for the logits also multiplies the weights or v.",
+                      "scale q kᵀ by 1/√D before the softmax and nothing else: neither the weights nor v")  # fmt: skip
         elif name == "factor":
             found.add(function, "softmax", "forward", f"The weights are multiplied by {model.factor:.4g}",
                       f"The maps read out of your output are {model.factor:.4g} times a softmax: their rows do not sum to 1.",
@@ -192,6 +197,17 @@ def _float32_scale(found: Found, values: Values, maps: Sequence[np.ndarray]) -> 
     if scale is None:
         return False
     found.add(GQA, "scale", "forward", *attention_maps.scale_slip(scale, right, "q kᵀ"))
+    return True
+
+
+def _denominator_epsilon(found: Found, values: Values, maps: Sequence[np.ndarray]) -> bool:
+    """A finding when the maps are softmax(q kᵀ/√D + M) with an ε added to each row's sum of exponentials; whether they are."""
+    tensors = [(got, {"q": values["q"][0, :, h], "k": values["k"][0, :, h // G]}) for h, got in enumerate(maps)]
+    epsilon = attention_maps.denominator_epsilon(tensors, MapModel("q", "k", "causal", scale=SCALES["1/√D"]))
+    if epsilon is None:
+        return False
+    component, *said = attention_maps.epsilon_slip(epsilon, "float64")
+    found.add(GQA, component, "forward", *said)
     return True
 
 
@@ -283,7 +299,7 @@ def gqa_maps_probe(worker: Worker, values: Values, found: Found, causal: bool = 
     if not localised and all(not fit.changes for fit in fits):
         found.maps.append({"function": GQA, "title": "Map of query head 0", "expected": oracle.attention_maps(values["q"], values["k"], causal)[0, 0].tolist(),
                            "got": maps[0].tolist()})  # fmt: skip
-        return _float32_scale(found, values, maps)
+        return _float32_scale(found, values, maps) or _denominator_epsilon(found, values, maps)
     return _map_findings(found, fits) or localised
 
 
@@ -388,7 +404,7 @@ def stability_probe(worker: Worker, function: str, values: Values, rng: np.rando
     ordinary = {n: exact(x, "float32") for n, x in values.items()}
     found.probes.append(f"{function}: float32 logits of hundreds, and of ordinary size")
     *outs, plain = probes.sweep(worker, subject(function, True, "float32"), [*cases.values(), ordinary])
-    if half_precision_finding(found, function, plain, truth(function, ordinary, True)):
+    if half_precision_finding(worker, subject(function, True, "float32"), ordinary, found, plain, truth(function, ordinary, True)):
         return True
     failing = [kinds[k] for (k, case), out in zip(cases.items(), outs) if not is_right(out, truth(function, case, True), FLOAT32_LIKE)]
     if not failing or not is_right(plain, truth(function, ordinary, True), FLOAT32_LIKE):
@@ -600,8 +616,10 @@ def gate_dependence_probe(worker: Worker, values: Values, rng: np.random.Generat
     return False
 
 
-def saturated_probe(worker: Worker, values: Values, found: Found, gradients: bool) -> bool:
-    """Gate logits at ±100 to ±1000, float32 and float64: the output finite and right, the gradient of ℓ finite; whether not."""
+def saturated_probe(worker: Worker, values: Values, found: Found, gradients: bool, source: str | None) -> bool:
+    """Gate logits at ±100 to ±1000, float32 and float64: the output finite and right, the gradient of ℓ finite; whether not.
+    Called when the float64 output is right for ordinary logits; a float32 output is judged only when float32 inputs with
+    ordinary logits give the right output too (else what is wrong is not the gate's saturation)."""
     found.probes.append(f"{DIFF_V2}: saturated gates")
     signs = np.where(np.arange(B * T * H).reshape(B, T, H) % 2 == 0, 1.0, -1.0)
     runs = []
@@ -609,10 +627,12 @@ def saturated_probe(worker: Worker, values: Values, found: Found, gradients: boo
         point = {n: exact(x, dtype) for n, x in {**values, "lambda_logits": signs * size}.items()}
         runs.append((dtype, point))
     built = [subject(DIFF_V2, True, dtype).request(point, ("lambda_logits",), np.ones((B, T, H, D))) for dtype, point in runs]
-    outcomes = probes.ask(worker, built)
+    ordinary = {n: exact(x, "float32") for n, x in values.items()}
+    *outcomes, plain = probes.ask(worker, [*built, subject(DIFF_V2, True, "float32").request(ordinary)])
+    float32_right = is_right(_shaped(probes.output(plain), DIFF_V2), truth(DIFF_V2, ordinary, True), FLOAT32_LIKE)
     for (dtype, point), outcome, request in zip(runs, outcomes, built):
         out = probes.output(outcome)
-        if out is None or outcome.failure is not None:
+        if out is None or outcome.failure is not None or (dtype == "float32" and not float32_right):
             continue
         size, expected = point["lambda_logits"].max(), truth(DIFF_V2, point, True)
         if not np.isfinite(out).all():
@@ -628,9 +648,15 @@ def saturated_probe(worker: Worker, values: Values, found: Found, gradients: boo
                                          "apply torch.sigmoid to lambda_logits as they are: no clamp, no ε"))  # fmt: skip
         gradient = outcome.grads.get(request.positions["lambda_logits"])
         if gradients and outcome.backward_error is None and gradient is not None and not np.isfinite(np.asarray(gradient, dtype=np.float64)).all():
+            said = f"With {dtype} lambda_logits of ±{point['lambda_logits'].max():g}, your output is right but the gradient of lambda_logits is not finite"
+            if findings.uses_custom_backward(source):  # the student's own backward computed it
+                found.add(DIFF_V2, "backward", "gradients", "Your backward's gradient for lambda_logits is NaN or infinite for saturated logits",
+                          f"{said}: your hand-written backward divides by, or takes the logarithm of, something that reaches 0 or "
+                          "infinity there (σ, 1 − σ, exp(±ℓ))?", "compute the gate's gradient as σ(1 − σ) from σ itself, which stays "
+                          "finite for every logit", inputs=("lambda_logits",))  # fmt: skip
+                return True
             found.add(DIFF_V2, "stability", "gradients", "The gate's gradient is NaN or infinite for saturated logits",
-                      f"With {dtype} lambda_logits of ±{point['lambda_logits'].max():g}, your output is right but the gradient of "
-                      "lambda_logits is not finite: exp(−ℓ) overflows in the backward pass (1 / (1 + exp(−ℓ))).",
+                      f"{said}: exp(−ℓ) overflows in the backward pass (1 / (1 + exp(−ℓ))).",
                       "use torch.sigmoid for the gate: its backward σ(1 − σ) never overflows", inputs=("lambda_logits",))  # fmt: skip
             return True
     return False
@@ -647,8 +673,30 @@ def length_probe(worker: Worker, function: str, rng: np.random.Generator, found:
     the oracle; whether long sequences alone are wrong."""
     points = [{"q": rng.standard_normal((1, t, 4, 4)) * 1.2, "k": rng.standard_normal((1, t, 2, 4)) * 1.2,
                "v": rng.standard_normal((1, t, 2, 4)), "lambda_logits": 1.5 * rng.standard_normal((1, t, 2))} for t in LENGTHS]  # fmt: skip
+    if function == DIFF_V2 and _long_gates_probe(worker, points[-1], found):
+        return True
     return findings.length_probe(worker, function, functools.partial(subject, function), points, LENGTHS,
-                                 lambda values, causal: truth(function, values, causal), found)  # fmt: skip
+                                 lambda values, causal: truth(function, values, causal), found, findings.TokenAxes("v", 1, 1))  # fmt: skip
+
+
+def _long_gates_probe(worker: Worker, long: Values, found: Found) -> bool:
+    """diff_v2_attention on a long sequence (``long``) with its own gate logit for every token, and with each head's first
+    logit shared by every token; a gate finding when the first is wrong and the second right: some token's gate is another
+    token's (one computed for a first chunk and reused). Whether there was one."""
+    logits = np.asarray(long["lambda_logits"])
+    shared = {**long, "lambda_logits": np.repeat(logits[:, :1], logits.shape[1], axis=1)}
+    own, same = probes.sweep(worker, subject(DIFF_V2, True), [long, shared])
+    expected = truth(DIFF_V2, long, True)
+    if own is None or own.shape != expected.shape or is_right(own, expected) or not is_right(same, truth(DIFF_V2, shared, True)):
+        return False
+    errors = np.abs(own - expected).reshape(expected.shape[0], expected.shape[1], -1).max(axis=(0, 2))
+    first = int(np.argmax(errors > RIGHT * max(1.0, float(np.abs(expected).max()))))
+    found.add(DIFF_V2, "gate", "forward", "Past the first tokens, a token's gate is not its own",
+              f"At T = {expected.shape[1]} your output is wrong from token {first} on when every token has a gate logit of its own, and "
+              "right when every token shares one: those tokens are gated by another token's logit (a gate computed for a first "
+              "chunk or block and reused, or read at another position).",
+              "gate token t of pair i with sigmoid(lambda_logits[:, t, i]), its own logit, at every position")  # fmt: skip
+    return True
 
 
 REARRANGED = "build [B, T, H, D] by indexing and transposing, not by stacking on another axis and reshaping"
@@ -699,14 +747,14 @@ def run(worker: Worker, function: str, rng: np.random.Generator, found: Found, f
             localised = causal_flag_probe(worker, DIFF_V2, values, found) or pairs_probe(worker, values, found, bool(np.isfinite(base).all())) or \
                 (np.isfinite(base).all() and gate_dependence_probe(worker, values, rng, found))  # fmt: skip
         if right and not localised and function == DIFF_V2:
-            localised = saturated_probe(worker, values, found, gradients)
+            localised = saturated_probe(worker, values, found, gradients, source)
         if right and not localised:
             length_probe(worker, function, rng, found) or stability_probe(worker, function, values, rng, found) or \
                 layout_probe(worker, lambda **kw: subject(function, **kw), values, found, EXPANSIONS)  # fmt: skip
         elif not localised:
             precision_finding(found, function, base, truth(function, values, True))
     elif function == DIFF_V2 and gradients and is_right(base, truth(function, values, True)):
-        saturated_probe(worker, values, found, True)
+        saturated_probe(worker, values, found, True, source)
     if gradients and not any(f.function == function and f.stage == "gradients" for f in found.findings):
         frozen = GQA_RUNS if function == GQA else DIFF_V2_RUNS
         runs = [GradientRun(values, grads) for grads in frozen]

@@ -219,6 +219,9 @@ VARIANTS: dict[str, tuple[str, str, str, str]] = {
     "branch_weights_repeated_over_the_batch": (_OUT, "(torch.stack([torch.ones_like(torch.as_tensor(coefficient, dtype=value.dtype)), "
                                                "-torch.as_tensor(coefficient, dtype=value.dtype)]).repeat(q1.shape[0]).view(2, -1, 1, 1, 1) "
                                                "* torch.stack([_map(q1, k1, causal), _map(q2, k2, causal)])).sum(0) @ value", _A, "coefficient"),
+    "keys_windowed_to_the_last_256": ("    return torch.softmax(s, dim=-1)", "    window = torch.ones(s.shape[-2], s.shape[-1], dtype=torch.bool, "
+                                      "device=s.device).tril(-256)\n    return torch.softmax(s.masked_fill(window, float('-inf')), dim=-1)",
+                                      _A, "mask"),  # fmt: skip
     "lambda_log_of_difference": (_LAMBDA, "torch.sign(torch.dot(q1, k1) - torch.dot(q2, k2)) * torch.exp(torch.maximum(torch.dot(q1, k1), torch.dot(q2, k2)) "
                                  "+ torch.log1p(-torch.exp(-(torch.dot(q1, k1) - torch.dot(q2, k2)).abs()))) + lambda_init", _L, "stability"),  # fmt: skip
 }
