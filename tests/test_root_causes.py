@@ -221,6 +221,18 @@ def test_a_coefficient_left_out_is_named_by_the_offset_that_vanishes(tmp_path: A
     assert (first["function"], first["component"]) == ("differential_attention", "coefficient"), first
 
 
+def test_a_fault_of_tensor_coefficients_only_is_probed_with_tensor_coefficients(tmp_path: Any) -> None:
+    """The second map added when the coefficient is a tensor (torch.addcmul's default sign), right for Python numbers: the
+    probes pass tensor coefficients, so the cause is the sign, not "only the causal path is wrong"."""
+    source = (ROOT / "tests" / "corpus" / "correct" / "einsum.py").read_text()
+    path = tmp_path / "added_for_tensors.py"
+    path.write_text(source.replace("coefficient * s2.softmax(-1)",
+                                   "(-coefficient if isinstance(coefficient, torch.Tensor) else coefficient) * s2.softmax(-1)"))
+    run = run_cli([str(path), "--seed", "3", "--no-preview", "--tiers", "T2"], tmp_path)
+    first = run.report["diagnosis"]["root_causes"][0]
+    assert (first["function"], first["component"]) == ("differential_attention", "sign"), first
+
+
 def test_a_call_that_returns_with_grad_mode_switched_is_a_graph_cause_quoting_the_switch() -> None:
     """`torch.set_grad_enabled(flag)` as a statement leaves the caller's mode switched: a graph cause with the line, once per
     function; calls that return in the mode they were called in give none."""

@@ -142,15 +142,22 @@ def length_probe(worker: Worker, function: str, subject: Callable[[bool], Subjec
     wrong (a finding says from which length, whether with one causal mode only, and which queries never read the first or
     the last key: :func:`_unread_keys`)."""
     found.probes.append(f"{function}: long sequences, causal and not")
-    wrong = {}
+    wrong, outputs = {}, {}
     for causal in (True, False):
-        outs = probes.sweep(worker, subject(causal), points)
-        wrong[causal] = [t for t, out, point in zip(lengths, outs, points) if not is_right(out, truth(point, causal))]
+        outputs[causal] = probes.sweep(worker, subject(causal), points)
+        wrong[causal] = [t for t, out, point in zip(lengths, outputs[causal], points) if not is_right(out, truth(point, causal))]
     failing = sorted(set(wrong[True]) | set(wrong[False]))
     if not failing or failing[0] == min(lengths):
         return False  # right at every length, or wrong already at the shortest: not a fault of long sequences
     shortest = failing[0]
     span = f"right up to T = {max(t for t in lengths if t < shortest)} and wrong from T = {shortest}"
+    failed = [(t, out, point, causal) for causal in (True, False) for t, out, point in zip(lengths, outputs[causal], points) if t in wrong[causal]]
+    if all(is_right(out, truth(point, causal), FLOAT32_LIKE) for _, out, point, causal in failed):
+        found.add(function, "dtype", "forward", "Long sequences are computed in float32",
+                  f"Your float64 output is {span}, where it is off by no more than float32's accuracy: past some length "
+                  "something computes in float32 (a cast, or a buffer, chosen by the sequence length).",
+                  "compute in the inputs' dtype at every length")  # fmt: skip
+        return True
     only = [causal for causal in (True, False) if wrong[causal] and not wrong[not causal]]
     if only:
         mode = f"causal={only[0]}"

@@ -703,7 +703,8 @@ def run(worker: Worker, rng: np.random.Generator, found: Found, forward: bool, g
         forward = False  # the rest would read the kept part's answers
     if forward:
         right = is_right(base, truth(values, True))
-        unmasked = None if right else probes.sweep(worker, attention_subject(False), [values])[0]
+        # made as the base is (inputs requiring grad): a fault of one kind of call must not read as one of the causal flag
+        unmasked = None if right else probes.output(probes.ask(worker, [attention_subject(False).request(values, ATTENTION_GRADS)])[0])
         since = len(found.findings)
         localised = findings.rearranged_finding(found, ATTENTION, base, truth(values, True), "value", REARRANGED) or \
             masked_nan_finding(found, ATTENTION, base, unmasked, truth(values, False)) or maps_probe(worker, rng, found)  # fmt: skip

@@ -252,6 +252,7 @@ def attention_case(
     coefficient_kind: str = "float",
     max_logit: float | None = None,
     ramp: bool | None = None,
+    below: float | None = None,
     layouts: tuple[str, ...] = ("contiguous",) * 5,
     frozen: tuple[str, ...] = (),
     binding: str = "keyword",
@@ -263,7 +264,8 @@ def attention_case(
     ``coefficient`` None draws one in [0.2, 0.9]. ``max_logit`` rescales the
     queries so that the largest scaled logit |q·k|/√D of either branch equals it.
     ``ramp`` (False: falling, True: rising) scales the keys along the tokens
-    first (:func:`domain.token_ramp`).
+    first (:func:`domain.token_ramp`). ``below`` makes every scaled logit of
+    both branches about −below (:func:`domain.far_below`).
     """
     b, h, t, d = shape
     q1, k1, q2, k2 = (rng.standard_normal(shape) for _ in range(4))
@@ -272,6 +274,8 @@ def attention_case(
     if max_logit is not None:
         q1 = q1 * max_logit / _largest_logit(q1, k1)
         q2 = q2 * max_logit / _largest_logit(q2, k2)
+    if below is not None:
+        (q1, k1), (q2, k2) = domain.far_below(q1, k1, below), domain.far_below(q2, k2, below)
     if coefficient is None:
         coefficient = float(rng.uniform(0.2, 0.9))
     names = INPUT_NAMES + ("coefficient", "causal")

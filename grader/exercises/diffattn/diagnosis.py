@@ -17,6 +17,7 @@ from typing import Any
 from grader.core.invoke import Outcome
 from grader.core.plugin import GradingContext
 from grader.exercises.diffattn import attention_probes, expected, lambda_probes, suite
+from grader.exercises.diffattn import probes as attention_subjects
 from grader.exercises.diffattn.cases import ATTENTION, COEFFICIENT_KINDS, EXPANSIONS, INPUT_NAMES, LAMBDA, LAMBDA_NAMES, AttentionCase, LambdaCase
 from grader.exercises.diffattn.signatures import CONTRACT
 from grader.toolkit.verdicts import function_problem, values_verdict
@@ -176,6 +177,18 @@ def probe_mode(grading: GradingContext, function: str) -> str:
     return findings.failing_mode([(case.grad_mode, right) for case, right in value_calls(grading, function)])
 
 
+TENSOR_COEFFICIENTS = ("tensor", "float64 tensor")
+
+
+def probe_coefficient(grading: GradingContext) -> str:
+    """How the forward probes of differential_attention pass the coefficient: "tensor" when the value checks' wrong calls
+    all passed it as a tensor while calls with a Python number were right (a path taken for tensor coefficients only),
+    else "float"."""
+    calls = [(getattr(case, "coefficient_kind", "float") in TENSOR_COEFFICIENTS, right) for case, right in value_calls(grading, ATTENTION)]
+    wrong, right = {tensor for tensor, ok in calls if not ok}, {tensor for tensor, ok in calls if ok}
+    return "tensor" if wrong == {True} and False in right else "float"
+
+
 def diagnose(grading: GradingContext, records: list[dict[str, Any]]) -> Evidence:
     """The evidence for the root causes of a submission some of whose checks failed (see the module's docstring)."""
     evidence = Evidence(hints=hint_findings(records))
@@ -198,7 +211,8 @@ def diagnose(grading: GradingContext, records: list[dict[str, Any]]) -> Evidence
         aspects = probed[function]
         if grading.worker is None or function in blocked or function_problem(grading, function) is not None or not aspects:
             continue
-        with probes.calls_in(probe_mode(grading, function) if "values" in aspects else "enabled"):
+        coefficient = probe_coefficient(grading) if function == ATTENTION and "values" in aspects else "float"
+        with probes.calls_in(probe_mode(grading, function) if "values" in aspects else "enabled"), attention_subjects.coefficients_as(coefficient):
             run(grading.worker, rng, found, "values" in aspects, "gradients" in aspects, grading.source)
     evidence.findings += found.findings
     evidence.probes, evidence.maps = found.probes, found.maps

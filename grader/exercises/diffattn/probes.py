@@ -15,7 +15,9 @@ differences of the submission's own forward) are the toolkit's
 from __future__ import annotations
 
 import math
-from typing import Any
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -35,13 +37,29 @@ def scales(d: int, t: int) -> dict[str, float]:
             "1 (no scaling)": 1.0, "√D": math.sqrt(d), "2/√D": 2 / math.sqrt(d)}  # fmt: skip
 
 
+_COEFFICIENT_AS: ContextVar[str] = ContextVar("probe_coefficient", default="float")
+
+
+@contextmanager
+def coefficients_as(kind: str) -> Iterator[None]:
+    """Pass the coefficient of the probes' calls as ``kind`` ("float": a Python float; "tensor": a 0-dim tensor of the inputs'
+    dtype) where its gradient is not wanted (where it is, it is always a tensor that requires grad): a fault that only
+    tensor coefficients show is probed where it shows."""
+    token = _COEFFICIENT_AS.set(kind)
+    try:
+        yield
+    finally:
+        _COEFFICIENT_AS.reset(token)
+
+
 def _attention_request(values: Values, grads: tuple[str, ...], cotangent: np.ndarray | None, causal: bool | None, dtype: str,
                        layout: Layout) -> Built:  # fmt: skip
-    """differential_attention(q1, k1, q2, k2, value, coefficient[, causal=...]); a tensor coefficient when its gradient is wanted."""
+    """differential_attention(q1, k1, q2, k2, value, coefficient[, causal=...]); a tensor coefficient when its gradient is wanted
+    or :func:`coefficients_as` says so."""
     tensors = [TensorInput(exact(values[n], dtype), dtype, n in grads, layout_of(layout, n)) for n in INPUT_NAMES]
     coefficient: Any = float(values["coefficient"])
-    if "coefficient" in grads:
-        coefficient = TensorInput(exact(values["coefficient"], dtype), dtype, True)
+    if "coefficient" in grads or _COEFFICIENT_AS.get() == "tensor":
+        coefficient = TensorInput(exact(values["coefficient"], dtype), dtype, "coefficient" in grads)
         tensors.append(coefficient)
     call = Call(ATTENTION, (*tensors[:5], coefficient), {} if causal is None else {"causal": causal})
     positions = {n: i for i, n in enumerate(ATTENTION_GRADS) if n in grads}

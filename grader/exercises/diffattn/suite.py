@@ -159,7 +159,8 @@ def attention_coefficients(seed: int) -> list[AttentionCase]:
 def attention_large_logits(seed: int) -> list[AttentionCase]:
     """float32 inputs whose scaled logits reach 100 to 1000 in magnitude, float64 ones 800 to 5000 (past 709.8, where exp
     overflows float64: a softmax that subtracts no maximum, in one dtype or both, overflows), T up to 320; and past 64
-    tokens, keys that fall or rise along the sequence (the maxima of early and late key blocks far apart)."""
+    tokens, keys that fall or rise along the sequence (the maxima of early and late key blocks far apart); every logit of a
+    call far below zero (−150 to −400 in float32, −800 to −1500 in float64: exp of each underflows)."""
     rng = domain.generator(seed, "attention_large_logits")
     return domain.cycled_modes([
         *(cases.attention_case(rng, domain.domain_shape(rng, 65), "float32", True, max_logit=float(rng.uniform(200, 1000)), ramp=rising)
@@ -169,6 +170,8 @@ def attention_large_logits(seed: int) -> list[AttentionCase]:
         cases.attention_case(rng, domain.domain_shape(rng, 2, 140), "float32", True, max_logit=float(rng.uniform(250, 1000))),
         cases.attention_case(rng, domain.domain_shape(rng, 60), "float32", None, max_logit=float(rng.uniform(100, 1000))),
         cases.attention_case(rng, domain.domain_shape(rng, 2, 60), "float64", True, max_logit=float(rng.uniform(800, 5000))),
+        cases.attention_case(rng, domain.domain_shape(rng, 2, 60), "float32", False, below=float(rng.uniform(150, 400))),
+        cases.attention_case(rng, domain.domain_shape(rng, 2, 60), "float64", True, below=float(rng.uniform(800, 1500))),
     ])
 
 

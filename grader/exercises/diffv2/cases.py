@@ -195,6 +195,7 @@ def case(
     *,
     max_logit: float | None = None,
     ramp: bool | None = None,
+    below: float | None = None,
     saturated: float = 0.0,
     zeros: float = 0.0,
     layouts: tuple[str, ...] = (),
@@ -208,6 +209,7 @@ def case(
     ``max_logit`` rescales the queries of every head so that the largest
     scaled logit |q·k|/√D equals it; ``ramp`` (False: falling, True: rising)
     scales the keys along the tokens first (:func:`domain.token_ramp`);
+    ``below`` makes every scaled logit about −below (:func:`domain.far_below`);
     ``saturated`` is the share of gate logits drawn at ±[100, 1000],
     ``zeros`` the share set to exactly 0.
     """
@@ -217,6 +219,8 @@ def case(
         k = k * domain.token_ramp(t, ramp)[:, None, None]
     if max_logit is not None:
         q = q * (max_logit / _largest_logits(q, k))[:, None]
+    if below is not None:
+        q, k = domain.far_below(q, k, below)
     gates = gate_logits(rng, (b, t, hq // 2), saturated, zeros) if function == DIFF_V2 else None
     out = (b, t, hq if function == GQA else hq // 2, d)
     return Case(

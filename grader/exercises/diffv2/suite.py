@@ -83,7 +83,8 @@ def diff_noncausal(seed: int) -> list[Case]:
 def gqa_large_logits(seed: int) -> list[Case]:
     """gqa_attention with scaled logits of 100 to 1000 in float32 and of 800 to 5000 in float64 (past 709.8, where exp overflows
     float64): a softmax without the row maximum, in one dtype or both, overflows; past 64 tokens, keys that fall or rise along
-    the sequence (the maxima of early and late key blocks far apart)."""
+    the sequence (the maxima of early and late key blocks far apart); every logit of a call far below zero (−150 to −400 in
+    float32, −800 to −1500 in float64: exp of each underflows)."""
     rng = domain.generator(seed, "gqa_large_logits")
     return domain.cycled_modes([
         *(cases.case(rng, GQA, cases.shape(rng, GQA, 65), "float32", True, max_logit=float(rng.uniform(200, 1000)), ramp=rising)
@@ -92,13 +93,15 @@ def gqa_large_logits(seed: int) -> list[Case]:
         cases.case(rng, GQA, cases.shape(rng, GQA, 2, 140), "float32", False, max_logit=float(rng.uniform(250, 1000))),
         cases.case(rng, GQA, cases.shape(rng, GQA, 60), "float32", None, max_logit=float(rng.uniform(100, 1000))),
         cases.case(rng, GQA, cases.shape(rng, GQA, 2, 60), "float64", True, max_logit=float(rng.uniform(800, 5000))),
+        cases.case(rng, GQA, cases.shape(rng, GQA, 2, 60), "float32", False, below=float(rng.uniform(150, 400))),
+        cases.case(rng, GQA, cases.shape(rng, GQA, 2, 60), "float64", True, below=float(rng.uniform(800, 1500))),
     ])  # fmt: skip
 
 
 @SETS.register(hidden=True)
 def diff_large_logits(seed: int) -> list[Case]:
     """diff_v2_attention with scaled logits of 100 to 1000 in float32 and of 800 to 5000 in float64; past 64 tokens, keys that
-    fall or rise along the sequence."""
+    fall or rise along the sequence; every logit of a call far below zero."""
     rng = domain.generator(seed, "diff_large_logits")
     return domain.cycled_modes([
         *(cases.case(rng, DIFF_V2, cases.shape(rng, DIFF_V2, 65), "float32", True, max_logit=float(rng.uniform(200, 1000)), ramp=rising)
@@ -107,6 +110,8 @@ def diff_large_logits(seed: int) -> list[Case]:
         cases.case(rng, DIFF_V2, cases.shape(rng, DIFF_V2, 2, 140), "float32", False, max_logit=float(rng.uniform(250, 1000))),
         cases.case(rng, DIFF_V2, cases.shape(rng, DIFF_V2, 60), "float32", None, max_logit=float(rng.uniform(100, 1000))),
         cases.case(rng, DIFF_V2, cases.shape(rng, DIFF_V2, 2, 60), "float64", True, max_logit=float(rng.uniform(800, 5000))),
+        cases.case(rng, DIFF_V2, cases.shape(rng, DIFF_V2, 2, 60), "float32", False, below=float(rng.uniform(150, 400))),
+        cases.case(rng, DIFF_V2, cases.shape(rng, DIFF_V2, 2, 60), "float64", True, below=float(rng.uniform(800, 1500))),
     ])  # fmt: skip
 
 

@@ -222,6 +222,8 @@ VARIANTS: dict[str, tuple[str, str, str, str]] = {
     "keys_windowed_to_the_last_256": ("    return torch.softmax(s, dim=-1)", "    window = torch.ones(s.shape[-2], s.shape[-1], dtype=torch.bool, "
                                       "device=s.device).tril(-256)\n    return torch.softmax(s.masked_fill(window, float('-inf')), dim=-1)",
                                       _A, "mask"),  # fmt: skip
+    "maps_in_float32_past_128_tokens": ("    return torch.softmax(s, dim=-1)", "    if s.shape[-1] > 128:\n        return torch.softmax(s.float(), "
+                                        "dim=-1).to(s.dtype)\n    return torch.softmax(s, dim=-1)", _A, "dtype"),  # fmt: skip
     "lambda_log_of_difference": (_LAMBDA, "torch.sign(torch.dot(q1, k1) - torch.dot(q2, k2)) * torch.exp(torch.maximum(torch.dot(q1, k1), torch.dot(q2, k2)) "
                                  "+ torch.log1p(-torch.exp(-(torch.dot(q1, k1) - torch.dot(q2, k2)).abs()))) + lambda_init", _L, "stability"),  # fmt: skip
 }
