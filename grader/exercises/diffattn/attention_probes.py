@@ -315,6 +315,12 @@ def _offset_finding(found: Found, plain: np.ndarray, offset_out: np.ndarray) -> 
                                        f"{moved}: the rows of your signed map sum to 0, as A1 − A2's do (λ folded where a softmax "
                                        "cancels it, such as + log λ in the logits, or never applied).",
                                        "multiply the second branch's map by the coefficient after its softmax: A1 − λ·A2"))  # fmt: skip
+    if abs(factor - (2.0 - coefficient)) <= 1e-6:  # one more than the signed map's row sum: value itself is added
+        return found.first(ATTENTION, (True, "value", "The value itself is added to the output, as a residual",
+                                       f"{moved}: one more than the signed map's rows give, so value reaches the output once more "
+                                       "unweighted (a residual, or value passed where a zero bias or output buffer belongs, as in "
+                                       "torch.baddbmm(value, P, value)).",
+                                       "return (A1 − λ·A2) applied to value, and nothing else"))  # fmt: skip
     return found.first(ATTENTION, (True, "output", f"A value offset shared by every token comes out scaled by {factor:.4g}, not 1 − λ",
                                    f"{moved}: a term added or removed outside the signed map (a mean taken out of value and put back "
                                    "afterwards?) is not scaled with it.",

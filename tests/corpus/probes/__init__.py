@@ -224,6 +224,7 @@ VARIANTS: dict[str, tuple[str, str, str, str]] = {
                                       _A, "mask"),  # fmt: skip
     "maps_in_float32_past_128_tokens": ("    return torch.softmax(s, dim=-1)", "    if s.shape[-1] > 128:\n        return torch.softmax(s.float(), "
                                         "dim=-1).to(s.dtype)\n    return torch.softmax(s, dim=-1)", _A, "dtype"),  # fmt: skip
+    "value_added_as_residual": (_OUT, "(" + _OUT + ") + value", _A, "value"),
     "lambda_log_of_difference": (_LAMBDA, "torch.sign(torch.dot(q1, k1) - torch.dot(q2, k2)) * torch.exp(torch.maximum(torch.dot(q1, k1), torch.dot(q2, k2)) "
                                  "+ torch.log1p(-torch.exp(-(torch.dot(q1, k1) - torch.dot(q2, k2)).abs()))) + lambda_init", _L, "stability"),  # fmt: skip
 }
