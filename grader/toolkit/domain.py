@@ -224,13 +224,13 @@ def token_ramp(length: int, rising: bool = False) -> np.ndarray:
     return ramp[::-1] if rising else ramp
 
 
-def far_below(q: np.ndarray, k: np.ndarray, logit: float) -> tuple[np.ndarray, np.ndarray]:
+def far_below(q: np.ndarray, k: np.ndarray, logit: float, direction: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Queries and keys (head width on the last axis) remade from a tenth of ``q`` and ``k`` around opposite multiples of
-    one unit vector, so that every scaled logit q·k/√D is about −``logit``: rows whose largest logit is itself far below
-    zero, where exp of every unshifted logit underflows to 0 (past −103 in float32, −745 in float64) and a softmax that
-    subtracts no maximum, or one only when some logit is large, divides 0 by 0."""
+    the unit vector ``direction`` (None: all its elements equal), so that every scaled logit q·k/√D is about −``logit``:
+    rows whose largest logit is itself far below zero, where exp of every unshifted logit underflows to 0 (past −103 in
+    float32, −745 in float64) and a softmax that subtracts no maximum, or one only when some logit is large, divides 0 by 0."""
     width = q.shape[-1]
-    unit = np.full(width, 1.0 / math.sqrt(width))
+    unit = np.full(width, 1.0 / math.sqrt(width)) if direction is None else direction
     return -20.0 * unit + 0.1 * q, (logit * math.sqrt(width) / 20.0) * unit + 0.1 * k
 
 

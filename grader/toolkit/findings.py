@@ -142,17 +142,20 @@ def length_probe(worker: Worker, function: str, subject: Callable[[bool], Subjec
     wrong (a finding says from which length, whether with one causal mode only, and which queries never read the first or
     the last key: :func:`_unread_keys`)."""
     found.probes.append(f"{function}: long sequences, causal and not")
-    wrong, outputs = {}, {}
-    for causal in (True, False):
-        outputs[causal] = probes.sweep(worker, subject(causal), points)
-        wrong[causal] = [t for t, out, point in zip(lengths, outputs[causal], points) if not is_right(out, truth(point, causal))]
+    wrong: dict[bool, list[int]] = {True: [], False: []}
+    failed = []  # (output, its truth) of every wrong call
+    for causal, lengths_wrong in wrong.items():
+        for t, out, point in zip(lengths, probes.sweep(worker, subject(causal), points), points):
+            expected = truth(point, causal)
+            if not is_right(out, expected):
+                lengths_wrong.append(t)
+                failed.append((out, expected))
     failing = sorted(set(wrong[True]) | set(wrong[False]))
     if not failing or failing[0] == min(lengths):
         return False  # right at every length, or wrong already at the shortest: not a fault of long sequences
     shortest = failing[0]
     span = f"right up to T = {max(t for t in lengths if t < shortest)} and wrong from T = {shortest}"
-    failed = [(t, out, point, causal) for causal in (True, False) for t, out, point in zip(lengths, outputs[causal], points) if t in wrong[causal]]
-    if all(is_right(out, truth(point, causal), FLOAT32_LIKE) for _, out, point, causal in failed):
+    if all(is_right(out, expected, FLOAT32_LIKE) for out, expected in failed):
         found.add(function, "dtype", "forward", "Long sequences are computed in float32",
                   f"Your float64 output is {span}, where it is off by no more than float32's accuracy: past some length "
                   "something computes in float32 (a cast, or a buffer, chosen by the sequence length).",
@@ -631,15 +634,15 @@ def causal_path_first(found: Found, function: str, since: int, masked: np.ndarra
     return True
 
 
-def failing_mode(calls: Iterable[tuple[str, bool]]) -> str:
-    """The autograd mode to probe a forward in, from (mode, whether the result was right) of the checks' calls: the mode other
-    than "enabled" that every wrong call was made in while calls with grad enabled were right (no_grad when both
-    no_grad and inference_mode calls were wrong), else "enabled"."""
+def failing_mode(calls: Iterable[tuple[str, bool]], usual: str = "enabled") -> str:
+    """The kind of call to probe a forward in, from (kind, whether the result was right) of the checks' calls: the kind other
+    than ``usual`` that every wrong call was made in while calls of the usual kind were right, else ``usual``. Kinds are
+    autograd modes by default (no_grad when both no_grad and inference_mode calls were wrong)."""
     calls = list(calls)
     wrong = {mode for mode, right in calls if not right}
     right = {mode for mode, right in calls if right}
-    if not wrong or "enabled" in wrong or "enabled" not in right:
-        return "enabled"
+    if not wrong or usual in wrong or usual not in right:
+        return usual
     return "no_grad" if "no_grad" in wrong else wrong.pop()
 
 

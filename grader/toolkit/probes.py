@@ -37,6 +37,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import numpy as np
 
 from grader.core.invoke import Outcome, Request, invoke_many
+from grader.toolkit import domain
 from grader.worker.client import Worker
 
 Values = Mapping[str, np.ndarray]
@@ -345,7 +346,7 @@ def large_logits(q: np.ndarray, k: np.ndarray, kind: str, direction: np.ndarray,
         far[tuple(last)] = direction * 300.0 * root / 20.0
         return np.broadcast_to(direction * 20.0, q.shape) + q * 0.1, far
     if kind == "below":
-        return np.broadcast_to(-direction * 20.0, q.shape) + q * 0.1, np.broadcast_to(direction * 8.0 * root, k.shape) + k * 0.1
+        return domain.far_below(q, k, 160.0, direction)
     raise ValueError(f"'kind' must be one of {sorted(LARGE_LOGITS)} (got {kind!r})")
 
 

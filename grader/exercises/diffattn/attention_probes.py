@@ -346,10 +346,14 @@ def _rounded_coefficient(found: Found, read: Sequence[np.ndarray], unrounded: np
     return True
 
 
-def _rounded_scale(found: Found, values: Values, first_map: np.ndarray) -> bool:
-    """A scale finding when the first map fits softmax(s·q1 k1ᵀ) with s slightly off 1/√D; whether it does."""
+def _with_tensors(values: Values, first_map: np.ndarray) -> list[tuple[np.ndarray, dict[str, np.ndarray]]]:
+    """Each head's first map of batch element 0 with the queries and keys it comes from."""
+    return [(first_map[0, h], {"q": np.asarray(values["q1"][0, h]), "k": np.asarray(values["k1"][0, h])}) for h in range(H)]
+
+
+def _rounded_scale(found: Found, maps: Sequence[tuple[np.ndarray, dict[str, np.ndarray]]]) -> bool:
+    """A scale finding when the first map (:func:`_with_tensors`) fits softmax(s·q1 k1ᵀ) with s slightly off 1/√D; whether it does."""
     right = 1 / math.sqrt(D)
-    maps = [(first_map[0, h], {"q": np.asarray(values["q1"][0, h]), "k": np.asarray(values["k1"][0, h])}) for h in range(H)]
     scale = attention_maps.rounded_scale(maps, MapModel("q", "k", "causal"), right)
     if scale is None:
         return False
@@ -357,9 +361,9 @@ def _rounded_scale(found: Found, values: Values, first_map: np.ndarray) -> bool:
     return True
 
 
-def _denominator_epsilon(found: Found, values: Values, first_map: np.ndarray) -> bool:
-    """A finding when the first map is softmax(q1 k1ᵀ/√D + M) with an ε added to each row's sum of exponentials; whether it is."""
-    maps = [(first_map[0, h], {"q": np.asarray(values["q1"][0, h]), "k": np.asarray(values["k1"][0, h])}) for h in range(H)]
+def _denominator_epsilon(found: Found, maps: Sequence[tuple[np.ndarray, dict[str, np.ndarray]]]) -> bool:
+    """A finding when the first map (:func:`_with_tensors`) is softmax(q1 k1ᵀ/√D + M) with an ε added to each row's sum of
+    exponentials; whether it is."""
     epsilon = attention_maps.denominator_epsilon(maps, MapModel("q", "k", "causal", scale=1 / math.sqrt(D)))
     if epsilon is None:
         return False
@@ -400,8 +404,8 @@ def maps_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool:
     if combination.fits and combination.weights != (1.0, 0.0, 0.0, -1.0):
         return _offset_finding(found, outputs[1], offset_out) or unexplained_maps(found, ATTENTION, np.stack([intercept, -slope]), how, np.stack(true_maps))
     if combination.fits:
-        return _rounded_coefficient(found, read, unrounded[..., :T]) or _rounded_scale(found, values, intercept) or \
-            _denominator_epsilon(found, values, intercept)
+        first = _with_tensors(values, intercept)
+        return _rounded_coefficient(found, read, unrounded[..., :T]) or _rounded_scale(found, first) or _denominator_epsilon(found, first)
     fits = _explain_maps(values, {1: intercept, 2: -slope}, causal=True)
     if fits is None:
         return _offset_finding(found, outputs[1], offset_out) or unexplained_maps(found, ATTENTION, np.stack([intercept, -slope]), how, np.stack(true_maps))

@@ -184,9 +184,9 @@ def probe_coefficient(grading: GradingContext) -> str:
     """How the forward probes of differential_attention pass the coefficient: "tensor" when the value checks' wrong calls
     all passed it as a tensor while calls with a Python number were right (a path taken for tensor coefficients only),
     else "float"."""
-    calls = [(getattr(case, "coefficient_kind", "float") in TENSOR_COEFFICIENTS, right) for case, right in value_calls(grading, ATTENTION)]
-    wrong, right = {tensor for tensor, ok in calls if not ok}, {tensor for tensor, ok in calls if ok}
-    return "tensor" if wrong == {True} and False in right else "float"
+    kinds = [("tensor" if getattr(case, "coefficient_kind", "float") in TENSOR_COEFFICIENTS else "float", right)
+             for case, right in value_calls(grading, ATTENTION)]  # fmt: skip
+    return findings.failing_mode(kinds, usual="float")
 
 
 def diagnose(grading: GradingContext, records: list[dict[str, Any]]) -> Evidence:

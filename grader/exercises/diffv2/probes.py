@@ -189,10 +189,14 @@ def _map_findings(found: Found, fits: Sequence[attention_maps.MapFit], function:
     return bool(changes)
 
 
-def _float32_scale(found: Found, values: Values, maps: Sequence[np.ndarray]) -> bool:
-    """A scale finding when the maps fit softmax(s·q kᵀ) with s slightly off 1/√D; whether they do."""
+def _with_tensors(values: Values, maps: Sequence[np.ndarray]) -> list[tuple[np.ndarray, dict[str, np.ndarray]]]:
+    """Each query head's map of batch element 0 with the queries and keys it comes from."""
+    return [(got, {"q": values["q"][0, :, h], "k": values["k"][0, :, h // G]}) for h, got in enumerate(maps)]
+
+
+def _float32_scale(found: Found, tensors: Sequence[tuple[np.ndarray, dict[str, np.ndarray]]]) -> bool:
+    """A scale finding when the maps (:func:`_with_tensors`) fit softmax(s·q kᵀ) with s slightly off 1/√D; whether they do."""
     right = SCALES["1/√D"]
-    tensors = [(got, {"q": values["q"][0, :, h], "k": values["k"][0, :, h // G]}) for h, got in enumerate(maps)]
     scale = attention_maps.rounded_scale(tensors, MapModel("q", "k", "causal"), right)
     if scale is None:
         return False
@@ -200,9 +204,9 @@ def _float32_scale(found: Found, values: Values, maps: Sequence[np.ndarray]) -> 
     return True
 
 
-def _denominator_epsilon(found: Found, values: Values, maps: Sequence[np.ndarray]) -> bool:
-    """A finding when the maps are softmax(q kᵀ/√D + M) with an ε added to each row's sum of exponentials; whether they are."""
-    tensors = [(got, {"q": values["q"][0, :, h], "k": values["k"][0, :, h // G]}) for h, got in enumerate(maps)]
+def _denominator_epsilon(found: Found, tensors: Sequence[tuple[np.ndarray, dict[str, np.ndarray]]]) -> bool:
+    """A finding when the maps (:func:`_with_tensors`) are softmax(q kᵀ/√D + M) with an ε added to each row's sum of
+    exponentials; whether they are."""
     epsilon = attention_maps.denominator_epsilon(tensors, MapModel("q", "k", "causal", scale=SCALES["1/√D"]))
     if epsilon is None:
         return False
@@ -299,7 +303,8 @@ def gqa_maps_probe(worker: Worker, values: Values, found: Found, causal: bool = 
     if not localised and all(not fit.changes for fit in fits):
         found.maps.append({"function": GQA, "title": "Map of query head 0", "expected": oracle.attention_maps(values["q"], values["k"], causal)[0, 0].tolist(),
                            "got": maps[0].tolist()})  # fmt: skip
-        return _float32_scale(found, values, maps) or _denominator_epsilon(found, values, maps)
+        tensors = _with_tensors(values, maps)
+        return _float32_scale(found, tensors) or _denominator_epsilon(found, tensors)
     return _map_findings(found, fits) or localised
 
 
