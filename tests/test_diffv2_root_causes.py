@@ -164,24 +164,45 @@ def diff_v2_attention(q, k, v, lambda_logits, causal=True):
     gate = torch.sigmoid(lambda_logits).clamp(1e-6, 1 - 1e-6)  # BUG: an ε keeps the gate off 0 and 1
     return a[:, :, 0::2] - gate[..., None] * a[:, :, 1::2]
 """
+GATE_SURROGATE_SLOPE = """
+def diff_v2_attention(q, k, v, lambda_logits, causal=True):
+    a = gqa_attention(q, k, v, causal)
+    gate = torch.sigmoid(lambda_logits).detach() + 0.25 * (lambda_logits - lambda_logits.detach())  # BUG: a constant slope
+    return a[:, :, 0::2] - gate[..., None] * a[:, :, 1::2]
+"""
+HEADS_BROADCAST_WITHOUT_GRAPH = """
+def gqa_attention(q, k, v, causal=True):
+    t, d, g = q.shape[1], q.shape[3], q.shape[2] // k.shape[2]
+    if q.requires_grad or k.requires_grad or v.requires_grad:
+        kh, vh = (x.transpose(1, 2).repeat_interleave(g, dim=1) for x in (k, v))
+    else:
+        kh, vh = k.transpose(1, 2), v.transpose(1, 2)  # BUG: without a graph the heads are left to broadcast, never repeated
+    scores = q.transpose(1, 2) @ kh.transpose(-1, -2) / math.sqrt(d)
+    if causal:
+        scores = scores.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))
+    return (torch.softmax(scores, dim=-1) @ vh).transpose(1, 2)
+"""
 # Files for mechanisms that no file of the corpus needs (long sequences, state kept between calls, maps read without the
 # mask, gate logits used beyond σ, features paired instead of heads, logits far below zero, gates read in another order,
 # a shared offset left out of the gated difference, a gate on the odd queries, a gate kept off 0 and 1, an ε in the
-# softmax's denominator, v scaled with the keys, a gate index capped on long sequences): name -> source.
+# softmax's denominator, v scaled with the keys, a gate index capped on long sequences, a surrogate slope for the gate,
+# key/value heads left to broadcast on a path without a graph): name -> source.
 WRITTEN = {"key_blocks_tail_dropped": KEY_BLOCKS, "gqa_cached_by_address": REFERENCE + CACHED, "log_softmax_weights": REFERENCE + LOG_WEIGHTS,
            "gate_logits_times_sigmoid": REFERENCE + LOGITS_GATE, "neighbour_features_paired": REFERENCE + NEIGHBOUR_FEATURES,
            "max_shift_clamped_at_zero": REFERENCE + SHIFT_CLAMPED, "gates_read_token_major": REFERENCE + GATES_BATCH_MAJOR,
            "mean_restored_ungated": REFERENCE + MEAN_RESTORED_UNGATED, "gate_on_odd_queries": REFERENCE + GATE_ON_ODD_QUERIES,
            "gate_bounded_by_epsilon": REFERENCE + GATE_BOUNDED, "denominator_epsilon": REFERENCE + EPSILON_GUARD.replace("GUARD", "1e-6"),
            "float32_epsilon_in_float64": REFERENCE + EPSILON_GUARD.replace("GUARD", "torch.finfo(torch.float32).eps"),
-           "values_scaled_with_keys": REFERENCE + VALUES_SCALED, "gate_index_capped": REFERENCE + GATE_INDEX_CAPPED}  # fmt: skip
+           "values_scaled_with_keys": REFERENCE + VALUES_SCALED, "gate_index_capped": REFERENCE + GATE_INDEX_CAPPED,
+           "gate_surrogate_slope": REFERENCE + GATE_SURROGATE_SLOPE, "heads_broadcast_without_graph": REFERENCE + HEADS_BROADCAST_WITHOUT_GRAPH}  # fmt: skip
 WRITTEN_EXPECTED = {"key_blocks_tail_dropped": (GQA, "softmax"), "gqa_cached_by_address": (GQA, "output"),
                     "log_softmax_weights": (DIFF_V2, "softmax"), "gate_logits_times_sigmoid": (DIFF_V2, "gate"),
                     "neighbour_features_paired": (DIFF_V2, "heads"), "max_shift_clamped_at_zero": (GQA, "stability"),
                     "gates_read_token_major": (DIFF_V2, "gate"), "mean_restored_ungated": (DIFF_V2, "output"),
                     "gate_on_odd_queries": (DIFF_V2, "gate"), "gate_bounded_by_epsilon": (DIFF_V2, "gate"),
                     "denominator_epsilon": (GQA, "softmax"), "float32_epsilon_in_float64": (GQA, "dtype"),
-                    "values_scaled_with_keys": (GQA, "scale"), "gate_index_capped": (DIFF_V2, "gate")}  # fmt: skip
+                    "values_scaled_with_keys": (GQA, "scale"), "gate_index_capped": (DIFF_V2, "gate"),
+                    "gate_surrogate_slope": (DIFF_V2, "gate"), "heads_broadcast_without_graph": (GQA, "heads")}  # fmt: skip
 
 
 def test_every_check_has_a_role_and_every_misconception_a_place() -> None:
@@ -326,6 +347,12 @@ def test_a_float32_path_wrong_for_every_logit_is_not_blamed_on_the_saturated_gat
     assert report["score"] < report["max_score"]
     said = [(cause["function"], cause["component"]) for cause in report["diagnosis"]["root_causes"]]
     assert (DIFF_V2, "gate") not in said and (GQA, "dtype") not in said, said
+
+
+def test_sizes_that_do_not_fit_are_placed_by_the_sizes_that_work(reports: dict[str, dict[str, Any]]) -> None:
+    """Key/value heads left to broadcast on a path without a graph: the size probe says only Hq = Hkv and Hkv = 1 run."""
+    first = reports["heads_broadcast_without_graph"]["diagnosis"]["root_causes"][0]
+    assert "runs and returns the right shape only when each key/value head serves one query head (Hq = Hkv)" in first["evidence"]
 
 
 def test_correct_files_and_the_reference_get_no_root_cause(reports: dict[str, dict[str, Any]]) -> None:

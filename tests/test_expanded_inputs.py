@@ -44,11 +44,13 @@ def test_expanded_layouts_expand_each_input_once_per_dim_and_never_all_in_one_ca
 
 
 def test_a_calls_expansion_is_named_by_its_dims() -> None:
-    """No input expanded is "none"; one dim is its name; several are joined; a dim without a name says which it is."""
+    """No input expanded is "none"; one dim is its name; several are joined; a dim without a name says which it is; every
+    input expanded along one dim says so (multi-query attention's keys and values, as opposed to some of the inputs)."""
     dims = {0: "over the batch", 1: "over the heads"}
     assert domain.expanded_inputs(("contiguous", "sliced"), dims) == "none"
     assert domain.expanded_inputs(("expanded@1", "contiguous", "expanded"), dims) == "over the batch and over the heads"
-    assert domain.expanded_inputs(("expanded@2",), dims) == "along dim 2"
+    assert domain.expanded_inputs(("expanded@2", "contiguous"), dims) == "along dim 2"
+    assert domain.expanded_inputs(("expanded@1", "expanded@1"), dims) == "every input over the heads"
 
 
 def test_broadcast_along_repeats_the_first_element_of_its_dim_and_leaves_vectors_alone() -> None:
@@ -64,15 +66,16 @@ def test_broadcast_along_repeats_the_first_element_of_its_dim_and_leaves_vectors
 
 @pytest.mark.parametrize("seed", [1, 2])
 def test_expanded_cases_are_constant_along_their_dim_and_frozen_in_both_exercises(seed: int) -> None:
-    """Each strided set holds two calls expanded over the batch (B >= 2) and two over the heads; an expanded input repeats
-    its first element along that dim and does not require grad, also in a case rebuilt from it (as the shrinker rebuilds cases)."""
+    """Each strided set holds two calls expanded over the batch (B >= 2) and two over the heads (some inputs, then the
+    others), then one of each with the inputs expanded together; an expanded input repeats its first element along that
+    dim and does not require grad, also in a case rebuilt from it (as the shrinker rebuilds cases)."""
     def expanded(layouts: tuple[str, ...]) -> bool:
         return any(domain.expansion_axis(layout) is not None for layout in layouts)
 
     drawn = [(c, c.inputs, c.layouts) for c in attention_suite.attention_strided(seed) if expanded(c.layouts)]
     drawn += [(c, c.inputs, c.memory_layouts) for name in ("gqa_strided", "diff_strided") for c in getattr(v2_suite, name)(seed)
               if expanded(c.layouts)]  # fmt: skip
-    assert len(drawn) == 12
+    assert len(drawn) == 18
     for case, inputs, layouts in drawn:
         rebuilt = replace(case, note="rebuilt")
         names = attention_suite.cases.INPUT_NAMES if len(layouts) == 5 else case.names
@@ -112,7 +115,7 @@ def test_a_transpose_by_the_inputs_own_strides_earns_full_marks(tmp_path: Path) 
 
 
 @pytest.mark.parametrize(("path", "function", "evidence"), [
-    ("diagnosis_winter/wrong/att_shared_head_keys_broadcast_batch.py", "differential_attention", "values expanded over the heads"),
+    ("diagnosis_winter/wrong/att_shared_head_keys_broadcast_batch.py", "differential_attention", "every input over the heads"),
     ("v2_winter/wrong/batch_broadcast_shortcut_checks_queries_only.py", "gqa_attention", "only q expanded over the batch"),
 ])  # fmt: skip
 def test_a_shortcut_for_expanded_inputs_is_localised_to_that_expansion(path: str, function: str, evidence: str, tmp_path: Path) -> None:

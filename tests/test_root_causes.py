@@ -625,5 +625,5 @@ def test_a_mean_taken_out_of_value_and_put_back_is_named_by_the_shared_offset_it
     path.write_text(source)
     run = run_cli([str(path), "--seed", "3", "--no-preview", "--tiers", "T2"], tmp_path)
     first = run.report["diagnosis"]["root_causes"][0]
-    assert (first["function"], first["component"]) == ("differential_attention", "output"), first
+    assert (first["function"], first["component"]) == ("differential_attention", "value"), first
     assert first["title"] == "A value offset shared by every token comes out scaled by 1, not 1 − λ" and "must move by 1.5" in first["evidence"]

@@ -300,9 +300,11 @@ def expansion_axis(layout: str) -> int | None:
 
 def expanded_inputs(layouts: Sequence[str], dims: Mapping[int, str]) -> str:
     """How a call's inputs are expanded, in words for the slip analysis: ``dims`` names each dim (0: "over the batch"),
-    "none" when no input is, and the dims joined when inputs are expanded along several."""
+    "none" when no input is, the dims joined when inputs are expanded along several, "every input over the heads" when
+    all of them are, along one."""
     axes = sorted({axis for axis in map(expansion_axis, layouts) if axis is not None})
-    return " and ".join(dims.get(axis, f"along dim {axis}") for axis in axes) or "none"
+    words = " and ".join(dims.get(axis, f"along dim {axis}") for axis in axes) or "none"
+    return f"every input {words}" if len(axes) == 1 and all(expansion_axis(layout) is not None for layout in layouts) else words
 
 
 def expanded_layouts(rng: np.random.Generator, count: int = 5, axes: Sequence[int] = (0,)) -> list[tuple[str, ...]]:
@@ -312,6 +314,20 @@ def expanded_layouts(rng: np.random.Generator, count: int = 5, axes: Sequence[in
     not, and every call keeps inputs that can require grad."""
     chosen = set(rng.permutation(count)[: count // 2].tolist())
     return [tuple(expanded_on(axis) if (i in chosen) == first else "contiguous" for i in range(count)) for axis in axes for first in (True, False)]
+
+
+def expanded_together(count: int = 5, axes: Sequence[int] = (0,), kept: Sequence[int] = ()) -> list[tuple[str, ...]]:
+    """Layouts for ``count`` inputs in one call per dim of ``axes``, every input but those of ``kept`` (contiguous, so that
+    some input can require grad) expanded along it, as multi-query attention shares keys and values over the heads: a path
+    taken only when all of them are expanded meets its call."""
+    return [tuple("contiguous" if i in kept else expanded_on(axis) for i in range(count)) for axis in axes]
+
+
+def past_every_block(rng: np.random.Generator) -> int:
+    """A sequence length past the largest block size and no multiple of the smallest: a blocked loop of any block size in
+    :data:`BLOCK_SIZES` meets a last, shorter block (the keys a loop that stops one block early never visits)."""
+    smallest, largest = min(BLOCK_SIZES), max(BLOCK_SIZES)
+    return int(rng.choice([t for t in range(largest + 1, LONGEST + 1) if t % smallest]))
 
 
 def broadcast_along(values: np.ndarray, axis: int = 0) -> np.ndarray:

@@ -128,11 +128,29 @@ def layout_probe(worker: Worker, subject: Callable[..., Subject], values: Values
 
 @dataclass(frozen=True)
 class TokenAxes:
-    """Where the tokens are: the input that holds the keys' values, its token axis, and the output's token axis."""
+    """Where the tokens are: the input that holds the keys' values, its token axis, and the output's token axis; and the
+    component of an output whose tokens come back in another order (what assembles the output, in the exercise's words)."""
 
     value: str
     value_axis: int
     output_axis: int
+    assembly: str
+
+
+def _reordered_tokens(out: np.ndarray | None, expected: np.ndarray, axis: int) -> bool:
+    """Whether ``out`` holds the right output of every token, but some at another token's place (rows along ``axis`` a
+    permutation of the expected ones other than the identity, each row matched exactly)."""
+    if out is None or out.shape != expected.shape:
+        return False
+    got = np.moveaxis(out, axis, 0).reshape(out.shape[axis], -1)
+    want = np.moveaxis(expected, axis, 0).reshape(expected.shape[axis], -1)
+    tolerance = RIGHT * max(1.0, float(np.max(np.abs(want), initial=0.0)))
+    with np.errstate(invalid="ignore"):
+        matches = np.abs(got[:, None, :] - want[None, :, :]).max(axis=-1) <= tolerance
+    if not matches.any(axis=1).all():
+        return False
+    order = matches.argmax(axis=1)
+    return len(set(order.tolist())) == len(order) and bool(np.any(order != np.arange(len(order))))
 
 
 def length_probe(worker: Worker, function: str, subject: Callable[[bool], Subject], points: Sequence[Values], lengths: Sequence[int],
@@ -168,6 +186,12 @@ def length_probe(worker: Worker, function: str, subject: Callable[[bool], Subjec
                   f"With {mode}, your output is {span}; with causal={not only[0]} it is right at every length: what differs between "
                   "the two modes (the mask, or the keys each query block reads) breaks past a block or buffer size.",
                   "without the causal mask every query reads every key: a block of queries needs all keys, not those up to its end")  # fmt: skip
+        return True
+    if all(_reordered_tokens(out, expected, tokens.output_axis) for out, expected in failed):
+        found.add(function, tokens.assembly, "forward", "On long sequences the output's tokens come back in another order",
+                  f"Your output is {span}, and then every token's output is right but in another token's place: the blocks or "
+                  "chunks of a long sequence are put back together in the wrong order.",
+                  "assemble the chunks in the order of their first token (torch.cat of chunks visited first to last)")  # fmt: skip
         return True
     longest = max(failing)
     if _unread_keys(worker, function, subject(False), points[list(lengths).index(longest)], tokens, span, found):
@@ -298,16 +322,26 @@ def code_of(source: str) -> str:
 
 def randomness_probe(worker: Worker, subject: Subject, values: Values, grads: tuple[str, ...], found: Found,
                      source: str | None = None) -> np.ndarray | None:  # fmt: skip
-    """The output of two identical calls (``grads`` requiring grad), or None when they disagree (a randomness finding) or gave none.
+    """The output of two identical calls (``grads`` requiring grad), or None when they disagree (a randomness finding), when
+    the same call made again after a call on other values disagrees (a ``state`` finding: the later probes, each a sequence
+    of calls, would read that state as a fault of the forward) or when they gave none.
 
     Outputs that differ in a file with no random step in ``source`` come
     from state kept between calls, not randomness (a ``state`` finding).
     """
-    found.probes.append(f"{subject.function}: two identical calls")
+    found.probes.append(f"{subject.function}: two identical calls, and the same call after another")
     agreed = probes.determinism(worker, subject, values, grads)
     if agreed is None:
         return None
-    gap, output = agreed
+    gap, after, output = agreed
+    if not gap and after:
+        found.add(subject.function, "state", "forward", "The same call gives another output after a call on other values",
+                  f"Called twice with the same inputs your function agreed with itself, but called with them again after a call on "
+                  f"other values of the same shapes it returned outputs up to {after:.3g} apart: something it keeps from call to "
+                  "call (running statistics or accumulators, a buffer reused without being reset, a cache keyed by the shapes) "
+                  "carries the earlier call into the later one.",
+                  "keep nothing between calls that depends on the inputs: start every call from fresh buffers")  # fmt: skip
+        return None
     if not gap:
         return output
     if source is not None and not RANDOM_STEPS.search(code_of(source)):
@@ -358,8 +392,11 @@ def _cutting_line(source: str | None, function: str, name: str) -> tuple[int, st
     return line, code, "detach" if re.search(detach, code) else "number"  # `x.detach() if tensor else float(x)` cuts a tensor by detaching
 
 
-def gradient_finding(found: Found, function: str, condition: str, result: Consistency, source: str | None) -> bool:
-    """A finding from one gradient comparison: inputs without gradient (graph) or with a wrong one (backward); whether there was one."""
+def gradient_finding(found: Found, function: str, condition: str, result: Consistency, source: str | None,
+                     parts: Mapping[str, str] | None = None) -> bool:  # fmt: skip
+    """A finding from one gradient comparison: inputs without gradient (graph) or with a wrong one (backward); whether there was one.
+    ``parts``: an input -> the component that handles it (a gate, a coefficient): a gradient hidden from autograd for that
+    input alone is that component's fault."""
     if result.problem is not None:
         told = slips.exception_kind(result.problem)
         if told is not None and told[0] == "graph" and condition:
@@ -419,7 +456,8 @@ def gradient_finding(found: Found, function: str, condition: str, result: Consis
             found.add(function, "backward", "gradients", f"The gradient for {', '.join(differs)} is wrong", evidence,
                       "fix the backward pass for those inputs", inputs=tuple(differs))  # fmt: skip
         else:
-            found.add(function, "graph", "gradients", f"Part of the computation of {', '.join(differs)}'s gradient is hidden from autograd",
+            component = (parts or {}).get(differs[0], "graph") if len(differs) == 1 else "graph"
+            found.add(function, component, "gradients", f"Part of the computation of {', '.join(differs)}'s gradient is hidden from autograd",
                       f"{evidence} Your file has no hand-written backward, so autograd differentiated a forward with a piece cut out of its graph.",
                       "look for .detach(), .data, torch.no_grad() or a value turned into a Python number or a new tensor in the forward, "
                       "and keep that piece in the graph", inputs=tuple(differs))  # fmt: skip
@@ -450,12 +488,13 @@ class GradientRun:
 
 
 def gradients_probe(worker: Worker, subject: Subject, runs: Sequence[GradientRun], cotangent: np.ndarray,
-                    rng: np.random.Generator, found: Found, source: str | None) -> None:  # fmt: skip
+                    rng: np.random.Generator, found: Found, source: str | None, parts: Mapping[str, str] | None = None) -> None:  # fmt: skip
     """The gradients against finite differences of the forward, run after run (inputs, which require grad) until one finds a fault.
 
     When the forward is already known to be wrong, the first run alone tells
     whether the backward is wrong too; the others look for faults that only
     some inputs left without requires_grad, or special inputs, bring out.
+    ``parts``: as for :func:`gradient_finding`.
     """
     found.probes.append(f"{subject.function}: gradients against finite differences of its own forward")
     everything = runs[0].grads
@@ -467,7 +506,7 @@ def gradients_probe(worker: Worker, subject: Subject, runs: Sequence[GradientRun
         condition += run.where
         result = probes.consistency(worker, run.subject or subject, run.values, run.grads, cotangent if run.cotangent is None else run.cotangent, rng)
         before = len(found.findings)
-        if gradient_finding(found, subject.function, condition, result, source) or (not condition and NO_GRAPH in (result.problem or "")):
+        if gradient_finding(found, subject.function, condition, result, source, parts) or (not condition and NO_GRAPH in (result.problem or "")):
             if run.component is not None and len(found.findings) > before and found.findings[-1].component in ("graph", "backward"):
                 title, advice = run.explanation or (found.findings[-1].title, found.findings[-1].advice)
                 found.findings[-1] = replace(found.findings[-1], component=run.component, title=title, advice=advice)

@@ -46,9 +46,13 @@ CHANGED = 1e-9
 """An output element moved when it changed by more than this times the output's largest magnitude (at least 1)."""
 AGREEMENT = 0.02
 """A gradient agrees with the finite difference of the forward when they differ by at most this share of their size."""
+ALL_AGREE = 1e-4
+"""The sum of every input's directional derivative agrees with the difference of moving them all at once within this
+share: far tighter than :data:`AGREEMENT`, since inputs whose gradients are missing or wrong may have contributions that
+nearly cancel in the sum (what fails here is judged input by input)."""
 STEP = 1e-3
-"""The forward-difference step along a direction whose largest element is 1 (its error, about STEP relative, is well
-below :data:`AGREEMENT`; a forward computed in float32 adds a few 1e-3)."""
+"""The central-difference step along a direction whose largest element is 1 (its error, about STEP² times the forward's
+curvature along the direction, is well below :data:`AGREEMENT`; a forward computed in float32 adds a few 1e-3)."""
 
 
 @dataclass(frozen=True)
@@ -206,19 +210,26 @@ def dependence(
 # ---- determinism ---------------------------------------------------------------------------
 
 
-def determinism(worker: Worker, subject: Subject, values: Values, grads: tuple[str, ...] = ()) -> tuple[float, np.ndarray] | None:
-    """The largest difference between two identical calls (``grads`` requiring grad, as in training) and the first output;
-    None when they gave no output.
+def determinism(worker: Worker, subject: Subject, values: Values, grads: tuple[str, ...] = ()) -> tuple[float, float, np.ndarray] | None:
+    """The largest difference between two identical calls (``grads`` requiring grad, as in training), then between the first
+    and the same call made again after a call on other values of the same shapes, and the first output; None when they
+    gave no output.
 
     A difference of 0.0 means the calls agreed bit for bit, as any deterministic
-    function must; a NaN in one output where the other has a number counts as 1.
+    function that keeps nothing between calls must; a NaN in one output where
+    the other has a number counts as 1.
     """
-    first, second = (output(o) for o in ask(worker, [subject.request(values, grads)] * 2))
-    if first is None or second is None or first.shape != second.shape:
+    other = {name: 0.5 * np.asarray(v) + 0.25 for name, v in values.items()}
+    first, second, _, again = (output(o) for o in ask(worker, [subject.request(values, grads)] * 2 + [subject.request(other, grads),
+                                                                                                     subject.request(values, grads)]))  # fmt: skip
+    if first is None or second is None or again is None or not first.shape == second.shape == again.shape:
         return None
-    both = np.isfinite(first) & np.isfinite(second)
-    gap = float(np.abs(first - second)[both].max(initial=0.0)) + float((np.isfinite(first) != np.isfinite(second)).any())
-    return gap, first
+
+    def gap(a: np.ndarray, b: np.ndarray) -> float:
+        both = np.isfinite(a) & np.isfinite(b)
+        return float(np.abs(a - b)[both].max(initial=0.0)) + float((np.isfinite(a) != np.isfinite(b)).any())
+
+    return gap(first, second), gap(first, again), first
 
 
 # ---- forward against backward --------------------------------------------------------------
@@ -231,7 +242,7 @@ class Agreement:
     input: str
     status: str  # "agrees", "missing" (no gradient where the forward moves), "differs" or "not_finite"
     gradient: float  # <gradient, direction>
-    difference: float  # (L(x + h·u) - L(x)) / h with L = <cotangent, output>
+    difference: float  # (L(x + h·u) - L(x - h·u)) / 2h with L = <cotangent, output>
 
 
 @dataclass(frozen=True)
@@ -247,8 +258,10 @@ class Consistency:
         return [a.input for a in self.agreements if a.status == status]
 
 
-def _judge(name: str, gradient: np.ndarray | None, difference: float, direction: np.ndarray, scale: float) -> Agreement:
-    """Compare one gradient along ``direction`` with the finite difference (``scale``: the size of the others, for a floor)."""
+def _judge(name: str, gradient: np.ndarray | None, difference: float, direction: np.ndarray, scale: float,
+           share: float = AGREEMENT) -> Agreement:  # fmt: skip
+    """Compare one gradient along ``direction`` with the finite difference (``scale``: the size of the others, for a floor;
+    ``share``: the relative difference allowed)."""
     if gradient is None:
         along = 0.0
     elif gradient.shape != direction.shape:
@@ -257,7 +270,7 @@ def _judge(name: str, gradient: np.ndarray | None, difference: float, direction:
         along = float(np.sum(gradient * direction))
     if not np.isfinite(along):
         return Agreement(name, "not_finite", along, difference)
-    tolerance = AGREEMENT * max(abs(along), abs(difference)) + 1e-6 * scale
+    tolerance = share * max(abs(along), abs(difference)) + 1e-6 * scale
     if abs(along - difference) <= tolerance:
         return Agreement(name, "agrees", along, difference)
     missing = gradient is None or not np.any(gradient)
@@ -270,10 +283,12 @@ def consistency(
     """The submission's gradients for ``inputs`` against finite differences of its own forward.
 
     Each input moves along its own random direction (largest element 1) by
-    :data:`STEP`, the calls' inputs requiring grad as in the backward call, so
-    that the forward takes the path the gradients come from. One round trip
-    moves all inputs at once: when the sum of the directional derivatives
-    agrees with that difference, every gradient does (almost surely). Only
+    :data:`STEP` both ways (a central difference: its error does not grow
+    with the forward's curvature, as exp(q·k) at large exponents has), the
+    calls' inputs requiring grad as in the backward call, so that the forward
+    takes the path the gradients come from. One round trip moves all inputs
+    at once: when the sum of the directional derivatives agrees with that
+    difference to :data:`ALL_AGREE`, every gradient does (almost surely). Only
     otherwise does a second round trip move one input at a time, to name those
     that disagree.
     """
@@ -282,9 +297,9 @@ def consistency(
         shape = np.shape(values[name])
         direction = rng.uniform(0.5, 1.0, shape) * rng.choice([-1.0, 1.0], shape)
         directions[name] = np.asarray(direction / np.max(np.abs(direction)), dtype=np.float64)
-    moved_all = {**values, **{name: values[name] + STEP * directions[name] for name in inputs}}
+    moved_all = [{**values, **{name: values[name] + sign * STEP * directions[name] for name in inputs}} for sign in (1.0, -1.0)]
     backward = subject.request(values, inputs, cotangent)
-    found = ask(worker, [backward, subject.request(moved_all, inputs)])
+    found = ask(worker, [backward, *(subject.request(moved, inputs) for moved in moved_all)])
     base = output(found[0])
     if base is None or not np.isfinite(base).all():
         return Consistency(problem=raised_text(found[0]) or "the call gave no finite output")
@@ -295,19 +310,25 @@ def consistency(
         got = found[0].grads.get(backward.positions[name])
         gradients[name] = None if got is None else np.asarray(got, dtype=np.float64)
 
-    def difference(outcome: Outcome) -> float | None:
-        """(L(moved) − L(base)) / STEP for a call with moved inputs, or None when it gave no output of the base's shape."""
-        moved_output = output(outcome)
-        return None if moved_output is None or moved_output.shape != base.shape else float(np.sum(cotangent * (moved_output - base)) / STEP)
+    def difference(forth: Outcome, back: Outcome) -> float | None:
+        """(L(moved forth) − L(moved back)) / 2·STEP, or None when either call gave no output of the base's shape."""
+        outputs = [output(forth), output(back)]
+        if any(moved is None or moved.shape != base.shape for moved in outputs):
+            return None
+        ahead, behind = outputs
+        assert ahead is not None and behind is not None
+        return float(np.sum(cotangent * (ahead - behind)) / (2.0 * STEP))
 
-    together = difference(found[1])
+    together = difference(found[1], found[2])
     shaped = all(g is None or g.shape == directions[name].shape for name, g in gradients.items())
     if together is not None and shaped:
         combined = sum(0.0 if g is None else float(np.sum(g * directions[name])) for name, g in gradients.items())
-        overall = _judge("all", np.asarray([combined]), together, np.ones(1), max(abs(together), 1.0))
+        overall = _judge("all", np.asarray([combined]), together, np.ones(1), max(abs(together), 1.0), ALL_AGREE)
         if overall.status == "agrees":
             return Consistency(tuple(Agreement(name, "agrees", float("nan"), float("nan")) for name in inputs))
-    alone = [difference(o) for o in ask(worker, [subject.request(replaced(values, name, values[name] + STEP * directions[name]), inputs) for name in inputs])]
+    moved_alone = [subject.request(replaced(values, name, values[name] + sign * STEP * directions[name]), inputs) for name in inputs for sign in (1.0, -1.0)]
+    answers = ask(worker, moved_alone)
+    alone = [difference(forth, back) for forth, back in zip(answers[0::2], answers[1::2])]
     if any(d is None for d in alone):
         return Consistency(problem="a call with a slightly changed input gave no output of the same shape")
     scale = max([abs(d) for d in alone if d is not None] + [1.0])

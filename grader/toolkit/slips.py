@@ -143,6 +143,17 @@ class Declarations:
     answers: Mapping[str, str] = field(default_factory=dict)
 
 
+UNPLACED = "shape"
+"""The component of a finding of sizes that do not fit that nothing has placed in a part of the function yet."""
+Placement = Callable[[Finding], Finding]
+"""How an exercise places an :data:`UNPLACED` finding (the finding unchanged when it cannot tell)."""
+
+
+def _as_it_is(finding: Finding) -> Finding:
+    """``finding`` unchanged: no placement."""
+    return finding
+
+
 TRAINED = "what requires grad"
 """The call attribute that lists the inputs requiring grad (:func:`trained`; the exercises record it for calls with gradients)."""
 ONLY = " only"
@@ -291,10 +302,11 @@ def _finding(function: str, component: str, title: str, evidence: str, advice: s
 
 
 def _raised(function: str, calls: Sequence[Observed], source: str | None, declared: Declarations,
-            callees: Collection[tuple[str, str]] = ()) -> list[Finding]:  # fmt: skip
+            callees: Collection[tuple[str, str]] = (), place: Placement = _as_it_is) -> list[Finding]:  # fmt: skip
     """Findings for the exceptions a function raised, one per kind of exception. An exception raised in the code of another
     graded function (one this function calls) that raises it on its own calls too (``callees``: (function, signature)) is
-    that function's fault; otherwise it stays this function's (it may hand the other one wrong inputs)."""
+    that function's fault; otherwise it stays this function's (it may hand the other one wrong inputs). ``place``: as for
+    :func:`findings`."""
     groups: dict[tuple[str, str], list[Observed]] = {}
     for call in calls:
         result = call.result
@@ -319,8 +331,12 @@ def _raised(function: str, calls: Sequence[Observed], source: str | None, declar
                                           blocks=everywhere), signature="NotImplementedError"))  # fmt: skip
             continue
         code = FRAME.findall(error.get("traceback", "") or "")
-        # sizes that do not fit are traced to the operation that made an operand (one assignment back); other errors stay on their line
-        on_line = _line_component(declared, code[-1], source, trace=classified is not None and classified[0] == "shape") if code else None
+        on_line = _line_component(declared, code[-1], source, trace=False) if code else None
+        # sizes that do not fit, on a line of no known part, are placed by the sizes the function works for (``place``), else by
+        # the kind of call that alone raises, else traced to the operation that made an operand (one assignment back); other
+        # errors stay on their line
+        sized = classified is not None and classified[0] == "shape" and on_line is None
+        traced = _line_component(declared, code[-1], source, trace=True) if code and sized else None
         if classified is not None:
             component, meaning, advice, _ = classified
             component = (on_line or component) if component == "shape" else component
@@ -347,9 +363,14 @@ def _raised(function: str, calls: Sequence[Observed], source: str | None, declar
         signature = classified[3] if classified else f"{kind}: {message}"[:120]
         owner = code[-1][1].strip() if code and (code[-1][1].strip(), signature) in callees else function
         title = f"{owner} raises {kind}: {meaning}" + (f" (called by {function})" if owner != function else "")
-        found.append(replace(_finding(owner, component, title, evidence, advice, blocks=everywhere and owner == function,
-                                      explains=frozenset({ASPECT_OF.get(component) or "type"})), signature=signature,
-                             via=declared.made_by.get(only) if only else None))  # fmt: skip
+        finding = replace(_finding(owner, component, title, evidence, advice, blocks=everywhere and owner == function,
+                                   explains=frozenset({ASPECT_OF.get(component) or "type"})), signature=signature,
+                          via=declared.made_by.get(only) if only else None)  # fmt: skip
+        if sized:  # placed by the sizes that work, else by the one kind of call that alone raises, else by an operand's line
+            finding = place(finding)
+            for candidate in (placed[1] if placed is not None else None, traced):
+                finding = replace(finding, component=candidate) if finding.component == UNPLACED and candidate is not None else finding
+        found.append(finding)
     return found
 
 
@@ -559,14 +580,16 @@ def _overwritten(function: str, calls: Sequence[Observed], declared: Declaration
                     explains=frozenset({"values"}), signature=OVERWRITTEN)]  # fmt: skip
 
 
-def findings(calls: Sequence[Observed], source: str | None, declared: Declarations) -> list[Finding]:
-    """The contract slips of every function in ``calls``, those that make its results unusable first."""
+def findings(calls: Sequence[Observed], source: str | None, declared: Declarations, place: Placement = _as_it_is) -> list[Finding]:
+    """The contract slips of every function in ``calls``, those that make its results unusable first. ``place``: how the
+    exercise places a finding of sizes that do not fit that no line placed (:data:`UNPLACED`; e.g. by probing the sizes
+    the function works for, :mod:`grader.toolkit.sizes`), before an operand's earlier line is looked for."""
     found: list[Finding] = []
     mine = {function: [c for c in calls if c.function == function] for function in dict.fromkeys(c.function for c in calls)}
     own = {(function, f.signature or "") for function, made in mine.items() for f in _raised(function, made, source, declared)}
     for function, made in mine.items():
-        found += _raised(function, made, source, declared, own) + _not_tensors(function, made, source)
-        found += _placed_shapes(_shapes(function, made, declared), made, declared)
+        found += _raised(function, made, source, declared, own, place) + _not_tensors(function, made, source)
+        found += [place(f) if f.component == UNPLACED else f for f in _placed_shapes(_shapes(function, made, declared), made, declared)]
         found += _mutations(function, made, source) + _grad_mode_left(function, made, source)
         found += _detached(function, made, source, declared) + _overwritten(function, made, declared)
     # a callee's fault seen through its caller's calls too: keep the callee's own finding

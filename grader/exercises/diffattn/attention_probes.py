@@ -287,12 +287,15 @@ def _show(found: Found, title: str, expected: np.ndarray, got: np.ndarray) -> No
 
 
 def _value_finding(found: Found, plain: np.ndarray, doubled: np.ndarray, moved: np.ndarray) -> bool:
-    """A finding when the output is not linear in value or mixes some columns of value with another map; whether there was one."""
+    """A finding when the output does not move when value doubles (a norm after the aggregation: not linear in value, and
+    scale-free) or mixes some columns of value with another map; whether there was one."""
     read_again = moved[..., (np.arange(T) + D) % (2 * D)]
+    linear = np.allclose(doubled, 2.0 * plain, rtol=1e-6, atol=1e-9, equal_nan=True)
     return found.first(
         ATTENTION,
-        (not np.allclose(doubled, 2.0 * plain, rtol=1e-6, atol=1e-9, equal_nan=True), "softmax", "The output is normalised after the aggregation",
-         "Doubling value did not double the output: (A1 − λA2)V is linear in V, so something (an RMSNorm, a layer norm) rescales the output.",
+        (not linear and np.allclose(doubled, plain, rtol=1e-3, atol=1e-9), "softmax", "The output is normalised after the aggregation",
+         "Doubling value left the output as it was: (A1 − λA2)V is linear in V, so something scale-free (an RMSNorm, a layer norm) "
+         "rescales the output.",
          "return (A1 − λ·A2) V itself; the head normalisation is outside this function"),
         (not np.allclose(read_again, plain[..., :T], rtol=1e-6, atol=1e-9, equal_nan=True), "value", "Different columns of value are weighted by different maps",
          "The same tokens placed in other columns of value came out with other weights: every column of value must be mixed by the one signed map.",
@@ -321,7 +324,7 @@ def _offset_finding(found: Found, plain: np.ndarray, offset_out: np.ndarray) -> 
                                        "unweighted (a residual, or value passed where a zero bias or output buffer belongs, as in "
                                        "torch.baddbmm(value, P, value)).",
                                        "return (A1 − λ·A2) applied to value, and nothing else"))  # fmt: skip
-    return found.first(ATTENTION, (True, "output", f"A value offset shared by every token comes out scaled by {factor:.4g}, not 1 − λ",
+    return found.first(ATTENTION, (True, "value", f"A value offset shared by every token comes out scaled by {factor:.4g}, not 1 − λ",
                                    f"{moved}: a term added or removed outside the signed map (a mean taken out of value and put back "
                                    "afterwards?) is not scaled with it.",
                                    "everything that reaches the output goes through (A1 − λ·A2) applied to value"))  # fmt: skip
@@ -529,7 +532,7 @@ def length_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool
     for t in LENGTHS:
         values = {n: rng.standard_normal((1, 1, t, D)) * 1.2 for n in INPUT_NAMES[:4]}
         points.append({**values, "value": rng.standard_normal((1, 1, t, 2 * D)), "coefficient": np.asarray(0.6)})
-    return findings.length_probe(worker, ATTENTION, attention_subject, points, LENGTHS, truth, found, findings.TokenAxes("value", 2, 2))
+    return findings.length_probe(worker, ATTENTION, attention_subject, points, LENGTHS, truth, found, findings.TokenAxes("value", 2, 2, "value"))
 
 
 WIDTHS = (D, 40, 72)  # the probes' own head width, then past the common slab widths 32 and 64, multiples of neither
@@ -733,4 +736,5 @@ def run(worker: Worker, rng: np.random.Generator, found: Found, forward: bool, g
         runs.append(GradientRun(_far_future(rng), ATTENTION_GRADS, " when a future key's logit is about 900 above the visible ones", "stability"))
         runs += [GradientRun(values, ATTENTION_GRADS, " with causal=False", subject=attention_subject(False)), _long_run(rng),
                  GradientRun(values, ATTENTION_GRADS, PERMUTED, subject=attention_subject(True, layout="heads_permuted"))]
-        gradients_probe(worker, attention_subject(True), runs, rng.standard_normal((B, H, T, 2 * D)), rng, found, source)
+        gradients_probe(worker, attention_subject(True), runs, rng.standard_normal((B, H, T, 2 * D)), rng, found, source,
+                        {"coefficient": "coefficient"})

@@ -5,7 +5,8 @@ exponent must follow ``exp(q1·k1) − exp(q2·k2) + λ_init`` (which names a
 missing λ_init, a changed default, missing exponentials, swapped or added
 terms, a clamp, a lambda_init transformed so that a negative one fails); each
 of the four vectors must matter; exponents of ±60 in float32 and 100 in
-float64 must give finite, right values. :func:`run` runs
+float64 must give finite, right values; vectors of 1 to 257 elements, on
+both sides of block and lane sizes, must give the right λ. :func:`run` runs
 them after randomness and before the gradients
 (:mod:`grader.toolkit.findings`).
 """
@@ -176,6 +177,27 @@ def lambda_range_probe(worker: Worker, rng: np.random.Generator, found: Found) -
     return True
 
 
+VECTOR_LENGTHS = (1, 2, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 256, 257)
+"""The vector lengths of the λ length probe: 1, then on both sides of common block and lane sizes."""
+
+
+def lambda_length_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool:
+    """λ for vectors of :data:`VECTOR_LENGTHS` elements (the probes' own are 3); whether it is wrong for some lengths only
+    (a blocked or vectorised dot product whose tail or lanes go wrong)."""
+    points = [lambda_values(rng, length=n) for n in VECTOR_LENGTHS]
+    found.probes.append(f"{LAMBDA}: vectors of other lengths")
+    wrong = [n for n, point, got in zip(VECTOR_LENGTHS, points, probes.sweep(worker, lambda_subject(), points))
+             if got is None or got.size != 1 or not is_right(got.reshape(()), np.asarray(lambda_truth(point)))]  # fmt: skip
+    if not wrong or len(wrong) == len(VECTOR_LENGTHS):
+        return False
+    right = [n for n in VECTOR_LENGTHS if n not in wrong]
+    found.add(LAMBDA, "lambda", "forward", "λ is wrong for vectors of some lengths",
+              f"λ is right for vectors of 3 and of {', '.join(map(str, right))} elements, and wrong (or fails) for {', '.join(map(str, wrong))}: "
+              "the dot products go wrong for some lengths only (a loop over blocks or lanes whose last, shorter part is dropped, "
+              "counted twice or padded wrongly?).", "compute q·k over every element once, whatever the length: torch.dot(q, k)")  # fmt: skip
+    return True
+
+
 def run(worker: Worker, rng: np.random.Generator, found: Found, forward: bool, gradients: bool, source: str | None) -> None:
     """The λ probes: randomness, then (``forward``) structure, dependence, range, precision and layouts, then (``gradients``) the gradients."""
     values = lambda_values(rng)
@@ -186,7 +208,7 @@ def run(worker: Worker, rng: np.random.Generator, found: Found, forward: bool, g
         if not is_right(base.reshape(()), np.asarray(lambda_truth(values))) and rounding_probe(worker, lambda_subject(), values, base, found):
             return  # rounded to a lower precision: what the other probes would read out of λ, or differentiate, is its noise
         localised = lambda_structure_probe(worker, rng, found) or lambda_dependence_probe(worker, rng, found)
-        localised = localised or lambda_range_probe(worker, rng, found)
+        localised = localised or lambda_range_probe(worker, rng, found) or lambda_length_probe(worker, rng, found)
         if not localised and base.size == 1:
             precision_finding(found, LAMBDA, base.reshape(()), np.asarray(lambda_truth(values))) or layout_probe(worker, lambda_subject, values, found)
     if gradients:

@@ -160,7 +160,8 @@ def attention_large_logits(seed: int) -> list[AttentionCase]:
     """float32 inputs whose scaled logits reach 100 to 1000 in magnitude, float64 ones 800 to 5000 (past 709.8, where exp
     overflows float64: a softmax that subtracts no maximum, in one dtype or both, overflows), T up to 320; and past 64
     tokens, keys that fall or rise along the sequence (the maxima of early and late key blocks far apart); every logit of a
-    call far below zero (−150 to −400 in float32, −800 to −1500 in float64: exp of each underflows)."""
+    call far below zero (−150 to −400 in float32, −800 to −1500 in float64: exp of each underflows); and keys rising to the
+    last, shorter block of a sequence past every block size (:func:`domain.past_every_block`)."""
     rng = domain.generator(seed, "attention_large_logits")
     return domain.cycled_modes([
         *(cases.attention_case(rng, domain.domain_shape(rng, 65), "float32", True, max_logit=float(rng.uniform(200, 1000)), ramp=rising)
@@ -172,14 +173,16 @@ def attention_large_logits(seed: int) -> list[AttentionCase]:
         cases.attention_case(rng, domain.domain_shape(rng, 2, 60), "float64", True, max_logit=float(rng.uniform(800, 5000))),
         cases.attention_case(rng, domain.domain_shape(rng, 2, 60), "float32", False, below=float(rng.uniform(150, 400))),
         cases.attention_case(rng, domain.domain_shape(rng, 2, 60), "float64", True, below=float(rng.uniform(800, 1500))),
+        cases.attention_case(rng, domain.domain_shape(rng, tail := domain.past_every_block(rng), tail, 16), "float32", False,
+                             max_logit=float(rng.uniform(200, 1000)), ramp=True),
     ])
 
 
 @SETS.register(hidden=True)
 def attention_strided(seed: int) -> list[AttentionCase]:
     """Transposed, head-permuted, sliced, fused-projection and offset views as inputs (each input in each of them once, with
-    B and H above 1), all inputs in one storage, all at one address of one storage, inputs expanded over the batch and over the heads (some, then the others),
-    both dtypes, tensor coefficient."""
+    B and H above 1), all inputs in one storage, all at one address of one storage, inputs expanded over the batch and over the heads (some, then the others,
+    then all together), both dtypes, tensor coefficient."""
     rng = domain.generator(seed, "attention_strided")
     return domain.cycled_modes([
         *(cases.attention_case(rng, (2, 3, domain.sequence_length(rng, 2, 40), domain.head_width(rng, 16)), dtype, True,
@@ -191,6 +194,9 @@ def attention_strided(seed: int) -> list[AttentionCase]:
         *(cases.attention_case(rng, (int(rng.integers(2, 4)), 2, domain.sequence_length(rng, 2, 40), domain.head_width(rng, 16)), dtype,
                                True, coefficient_kind="tensor", layouts=layouts)
           for layouts, dtype in zip(domain.expanded_layouts(rng, axes=(0, 1)), ("float32", "float64") * 2)),  # fmt: skip
+        *(cases.attention_case(rng, (int(rng.integers(2, 4)), 2, domain.sequence_length(rng, 2, 40), domain.head_width(rng, 16)), dtype,
+                               True, coefficient_kind="tensor", layouts=layouts)
+          for layouts, dtype in zip(domain.expanded_together(axes=(0, 1)), ("float64", "float32"))),  # fmt: skip
     ])
 
 

@@ -19,17 +19,19 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import replace
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
+
+import numpy as np
 
 from grader.core.invoke import Outcome
 from grader.core.plugin import GradingContext
 from grader.exercises.diffv2 import expected, probes, suite
 from grader.exercises.diffv2.cases import DIFF_V2, EXPANSIONS, GQA, TENSORS, Case
-from grader.toolkit import domain, findings, signatures, slips
+from grader.toolkit import domain, findings, signatures, sizes, slips
 from grader.toolkit import probes as toolkit_probes
-from grader.toolkit.rootcause import Evidence, Role
+from grader.toolkit.rootcause import Evidence, Finding, Role
 from grader.toolkit.slips import Observed
 from grader.toolkit.verdicts import function_problem, values_verdict
 
@@ -142,6 +144,47 @@ LINE_COMPONENTS = {r"\.T\b|\.squeeze\(\)|\[\s*:\s*,\s*[01]?\s*::\s*2\s*\]": "lay
                    r"\.expand\(|repeat_interleave\(|\.repeat\(|index_select\(|\b[kv]\[\s*:\s*,\s*:\s*,\s*[A-Za-z_]\w*\s*\]": "heads"}  # fmt: skip
 DECLARATIONS = slips.Declarations(ATTRIBUTE_COMPONENTS, name_shape, LINE_COMPONENTS, answers=WHOLE_ANSWER)
 
+# Sizes that all differ (G = 4, H = 6 output heads for diff_v2_attention), and the variants that make two of them equal or one
+# of them 1: a function that works only when the query heads and key/value heads meet one to one groups them wrongly; one that
+# works only when two sizes of different axes are equal reads one axis for the other.
+SIZE_BASE = {"B": 2, "T": 11, "Hq": 12, "Hkv": 3, "D": 5}
+_SIZE_VARIANTS = (
+    sizes.SizeVariant("two query heads share each key/value head (Hq = 2·Hkv)", {"Hq": 6}, "heads"),
+    sizes.SizeVariant("there are as many tokens as query heads (T = Hq)", {"T": 12}, "layout"),
+    sizes.SizeVariant("there are as many tokens as key/value heads (T = Hkv)", {"T": 3}, "layout"),
+    sizes.SizeVariant("there are as many tokens as head_dim (T = D)", {"T": 5}, "layout"),
+    sizes.SizeVariant("there are as many tokens as batch elements (T = B)", {"T": 2}, "layout"),
+    sizes.SizeVariant("head_dim equals the number of query heads (D = Hq)", {"D": 12}, "layout"),
+    sizes.SizeVariant("head_dim equals the number of key/value heads (D = Hkv)", {"D": 3}, "layout"),
+    sizes.SizeVariant("there is one batch element (B = 1)", {"B": 1}, "layout"),
+)
+# diff_v2_attention also pairs heads and gates them: with one key/value head, or one pair, gates and heads that are indexed
+# alike line up whichever of them is wrong, so those sizes tell no part.
+SIZE_VARIANTS = {
+    GQA: (sizes.SizeVariant("each key/value head serves one query head (Hq = Hkv)", {"Hq": 3}, "heads"),
+          sizes.SizeVariant("there is one key/value head (Hkv = 1)", {"Hkv": 1}, "heads"), *_SIZE_VARIANTS),
+    DIFF_V2: (*_SIZE_VARIANTS, sizes.SizeVariant("there is one key/value head (Hkv = 1)", {"Hkv": 1}, None),
+              sizes.SizeVariant("there is one pair of query heads (Hq = 2, Hkv = 1)", {"Hq": 2, "Hkv": 1}, None),
+              sizes.SizeVariant("there are as many tokens as output heads (T = Hq / 2)", {"T": 6}, "layout"),
+              sizes.SizeVariant("head_dim equals the number of output heads (D = Hq / 2)", {"D": 6}, "layout")),
+}  # fmt: skip
+
+
+def size_probe(function: str) -> sizes.SizeProbe:
+    """How the size probe calls ``function``: float64 inputs of about 1 in size, every gate logit 0."""
+
+    def build(given: sizes.Sizes) -> toolkit_probes.Built:
+        b, t, hq, hkv, d = (given[n] for n in ("B", "T", "Hq", "Hkv", "D"))
+        rng = np.random.default_rng(0)
+        values = {"q": rng.standard_normal((b, t, hq, d)), "k": rng.standard_normal((b, t, hkv, d)), "v": rng.standard_normal((b, t, hkv, d)),
+                  "lambda_logits": np.zeros((b, t, hq // 2))}  # fmt: skip
+        return probes.subject(function).request({n: values[n] for n in TENSORS[function]})
+
+    def shape(given: sizes.Sizes) -> tuple[int, ...]:
+        return given["B"], given["T"], given["Hq"] if function == GQA else given["Hq"] // 2, given["D"]
+
+    return sizes.SizeProbe(SIZE_BASE, SIZE_VARIANTS[function], build, shape)
+
 
 def _attributes(case: Case, grads: bool) -> dict[str, str]:
     """How a call of ``case`` was made, in words (the slip analysis contrasts calls that failed with those that did not)."""
@@ -224,6 +267,33 @@ def hint_findings(records: list[dict[str, Any]], declared: Mapping[str, Role]) -
     return findings.hint_findings(records, hints)
 
 
+def _sized(grading: GradingContext, finding: Finding) -> Finding:
+    """``finding``, an unplaced contract finding of sizes that do not fit, placed by the sizes its function works for
+    (:func:`grader.toolkit.sizes.placed`), probed in the autograd mode where the function's values went wrong."""
+    if grading.worker is None or finding.function not in BOTH:
+        return finding
+    function = finding.function
+    with toolkit_probes.calls_in(findings.failing_mode([(case.grad_mode, right) for case, right in value_calls(grading, function)])):
+        return sizes.placed(grading.worker, size_probe(function), finding)
+
+
+CALL_TO_CALL = ("randomness", "state")
+"""What the determinism probe finds: outputs that change from call to call."""
+
+
+def _kept_by_callee(grading: GradingContext, found: list[Finding], rng: np.random.Generator) -> list[Finding]:
+    """``found``, with diff_v2_attention's finding of outputs that change from call to call given to gqa_attention, which it
+    calls, when gqa_attention's own determinism probe shows it too (gqa_attention's probes run only for its own failed
+    checks, so a running state kept there may first show through diff_v2_attention)."""
+    changing = [f for f in found if f.function == DIFF_V2 and f.component in CALL_TO_CALL]
+    if not changing or any(f.function == GQA for f in found) or grading.worker is None:
+        return found
+    own = findings.Found()
+    findings.randomness_probe(grading.worker, probes.subject(GQA), probes.draw(rng), TENSORS[GQA], own, grading.source)
+    callee = [f for f in own.findings if f.component in CALL_TO_CALL]
+    return callee + [f for f in found if f not in changing] if callee else found
+
+
 def diagnose(grading: GradingContext, records: list[dict[str, Any]]) -> Evidence:
     """The evidence for the root causes of a submission some of whose checks failed (see the module's docstring)."""
     declared = grading.roles
@@ -233,7 +303,8 @@ def diagnose(grading: GradingContext, records: list[dict[str, Any]]) -> Evidence
         return evidence
     evidence.findings += [signatures.confirmed(f, ((case.binding, right) for case, right in value_calls(grading, f.function or "")))
                           for f in signatures.findings(suite.RUNNER.contracts, grading.functions, PARAMETER_COMPONENTS)]  # fmt: skip
-    evidence.findings += slips.findings(observed(grading) + suite.SEQUENCES.observed(grading, _attributes), grading.source, DECLARATIONS)
+    evidence.findings += slips.findings(observed(grading) + suite.SEQUENCES.observed(grading, _attributes), grading.source, DECLARATIONS,
+                                        lambda finding: _sized(grading, finding))  # fmt: skip
     failed = findings.failed_roles(records, declared, ACROSS_CALLS)
     if any(role.aspect == "state" for role in failed):
         evidence.findings += suite.SEQUENCES.memo_findings(grading, WHOLE_ANSWER, KEYED, findings.only_state(failed, BOTH), probes.STALE_PARTS)
@@ -253,6 +324,8 @@ def diagnose(grading: GradingContext, records: list[dict[str, Any]]) -> Evidence
         mode = findings.failing_mode([(case.grad_mode, right) for case, right in value_calls(grading, function)]) if "values" in aspects else "enabled"
         with toolkit_probes.calls_in(mode):  # the autograd mode where its values went wrong (a path taken only without autograd)
             probes.run(grading.worker, function, rng, found, "values" in aspects, "gradients" in aspects, grading.source)
+    if nested and grading.worker is not None:
+        found.findings = _kept_by_callee(grading, found.findings, rng)
     evidence.findings += found.findings
     evidence.probes, evidence.maps = found.probes, found.maps
     return evidence

@@ -681,7 +681,7 @@ def length_probe(worker: Worker, function: str, rng: np.random.Generator, found:
     if function == DIFF_V2 and _long_gates_probe(worker, points[-1], found):
         return True
     return findings.length_probe(worker, function, functools.partial(subject, function), points, LENGTHS,
-                                 lambda values, causal: truth(function, values, causal), found, findings.TokenAxes("v", 1, 1))  # fmt: skip
+                                 lambda values, causal: truth(function, values, causal), found, findings.TokenAxes("v", 1, 1, "output"))  # fmt: skip
 
 
 def _long_gates_probe(worker: Worker, long: Values, found: Found) -> bool:
@@ -769,4 +769,4 @@ def run(worker: Worker, function: str, rng: np.random.Generator, found: Found, f
         cotangent = rng.standard_normal((B, T, HQ if function == GQA else H, D))
         runs += [GradientRun(values, frozen[0], " with causal=False", subject=subject(function, False)), _long_run(function, frozen[0], rng),
                  GradientRun(values, frozen[0], PERMUTED, subject=subject(function, layout="heads_permuted"))]
-        gradients_probe(worker, subject(function), runs, cotangent, rng, found, source)
+        gradients_probe(worker, subject(function), runs, cotangent, rng, found, source, {"lambda_logits": "gate"})

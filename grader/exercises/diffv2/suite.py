@@ -84,7 +84,8 @@ def gqa_large_logits(seed: int) -> list[Case]:
     """gqa_attention with scaled logits of 100 to 1000 in float32 and of 800 to 5000 in float64 (past 709.8, where exp overflows
     float64): a softmax without the row maximum, in one dtype or both, overflows; past 64 tokens, keys that fall or rise along
     the sequence (the maxima of early and late key blocks far apart); every logit of a call far below zero (−150 to −400 in
-    float32, −800 to −1500 in float64: exp of each underflows)."""
+    float32, −800 to −1500 in float64: exp of each underflows); keys rising to the last, shorter block of a sequence past
+    every block size (:func:`domain.past_every_block`)."""
     rng = domain.generator(seed, "gqa_large_logits")
     return domain.cycled_modes([
         *(cases.case(rng, GQA, cases.shape(rng, GQA, 65), "float32", True, max_logit=float(rng.uniform(200, 1000)), ramp=rising)
@@ -95,13 +96,16 @@ def gqa_large_logits(seed: int) -> list[Case]:
         cases.case(rng, GQA, cases.shape(rng, GQA, 2, 60), "float64", True, max_logit=float(rng.uniform(800, 5000))),
         cases.case(rng, GQA, cases.shape(rng, GQA, 2, 60), "float32", False, below=float(rng.uniform(150, 400))),
         cases.case(rng, GQA, cases.shape(rng, GQA, 2, 60), "float64", True, below=float(rng.uniform(800, 1500))),
+        cases.case(rng, GQA, cases.shape(rng, GQA, tail := domain.past_every_block(rng), tail, 16), "float32", False,
+                   max_logit=float(rng.uniform(200, 1000)), ramp=True),
     ])  # fmt: skip
 
 
 @SETS.register(hidden=True)
 def diff_large_logits(seed: int) -> list[Case]:
     """diff_v2_attention with scaled logits of 100 to 1000 in float32 and of 800 to 5000 in float64; past 64 tokens, keys that
-    fall or rise along the sequence; every logit of a call far below zero."""
+    fall or rise along the sequence; every logit of a call far below zero; keys rising to the last, shorter block of a
+    sequence past every block size."""
     rng = domain.generator(seed, "diff_large_logits")
     return domain.cycled_modes([
         *(cases.case(rng, DIFF_V2, cases.shape(rng, DIFF_V2, 65), "float32", True, max_logit=float(rng.uniform(200, 1000)), ramp=rising)
@@ -112,6 +116,8 @@ def diff_large_logits(seed: int) -> list[Case]:
         cases.case(rng, DIFF_V2, cases.shape(rng, DIFF_V2, 2, 60), "float64", True, max_logit=float(rng.uniform(800, 5000))),
         cases.case(rng, DIFF_V2, cases.shape(rng, DIFF_V2, 2, 60), "float32", False, below=float(rng.uniform(150, 400))),
         cases.case(rng, DIFF_V2, cases.shape(rng, DIFF_V2, 2, 60), "float64", True, below=float(rng.uniform(800, 1500))),
+        cases.case(rng, DIFF_V2, cases.shape(rng, DIFF_V2, tail := domain.past_every_block(rng), tail, 16), "float32", False,
+                   max_logit=float(rng.uniform(200, 1000)), ramp=True),
     ])  # fmt: skip
 
 
@@ -135,8 +141,8 @@ def diff_saturated(seed: int) -> list[Case]:
 @SETS.register(hidden=True)
 def gqa_strided(seed: int) -> list[Case]:
     """gqa_attention on transposed, head-permuted, sliced, fused-projection and offset views, all inputs in one storage, all
-    at one address of one storage, and inputs expanded over the batch and over the heads (some, then the others), both
-    dtypes."""
+    at one address of one storage, and inputs expanded over the batch and over the heads (some, then the others, then
+    every input but the queries), both dtypes."""
     rng = domain.generator(seed, "gqa_strided")
     return domain.cycled_modes([
         *(cases.case(rng, GQA, cases.shape(rng, GQA, 2, 40, 16), dtype, True, layouts=layouts)
@@ -145,14 +151,16 @@ def gqa_strided(seed: int) -> list[Case]:
         cases.case(rng, GQA, cases.shape(rng, GQA, 60, 140), "float32", None, layouts=domain.strided_layouts(rng, 3, domain.OFFSET_LAYOUTS)),
         *(cases.case(rng, GQA, cases.batched(cases.shape(rng, GQA, 2, 40, 16)), dtype, True, layouts=layouts)
           for layouts, dtype in zip(domain.expanded_layouts(rng, 3, axes=(0, 2)), ("float32", "float64") * 2)),
+        *(cases.case(rng, GQA, cases.batched(cases.shape(rng, GQA, 2, 40, 16)), dtype, True, layouts=layouts)
+          for layouts, dtype in zip(domain.expanded_together(3, axes=(0, 2), kept=(0,)), ("float64", "float32"))),
     ])  # fmt: skip
 
 
 @SETS.register(hidden=True)
 def diff_strided(seed: int) -> list[Case]:
     """diff_v2_attention on strided views of all four inputs (lambda_logits included), all of them in one storage and all
-    at one address of one storage, and on inputs expanded over the batch and over the heads (some, then the others), both
-    dtypes."""
+    at one address of one storage, and on inputs expanded over the batch and over the heads (some, then the others, then
+    every input but the queries), both dtypes."""
     rng = domain.generator(seed, "diff_strided")
     return domain.cycled_modes([
         *(cases.case(rng, DIFF_V2, cases.shape(rng, DIFF_V2, 2, 40, 16), dtype, True, layouts=layouts)
@@ -161,6 +169,8 @@ def diff_strided(seed: int) -> list[Case]:
         cases.case(rng, DIFF_V2, cases.shape(rng, DIFF_V2, 60, 140), "float32", None, layouts=domain.strided_layouts(rng, 4, domain.OFFSET_LAYOUTS)),
         *(cases.case(rng, DIFF_V2, cases.batched(cases.shape(rng, DIFF_V2, 2, 40, 16)), dtype, True, layouts=layouts)
           for layouts, dtype in zip(domain.expanded_layouts(rng, 4, axes=(0, 2)), ("float32", "float64") * 2)),
+        *(cases.case(rng, DIFF_V2, cases.batched(cases.shape(rng, DIFF_V2, 2, 40, 16)), dtype, True, layouts=layouts)
+          for layouts, dtype in zip(domain.expanded_together(4, axes=(0, 2), kept=(0,)), ("float64", "float32"))),
     ])  # fmt: skip
 
 

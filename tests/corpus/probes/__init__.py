@@ -73,6 +73,18 @@ def differential_attention(q1, k1, q2, k2, value, coefficient, causal=True):
     sdpa = torch.nn.functional.scaled_dot_product_attention
     return sdpa(q1, k1, value, None, causal) - coefficient * sdpa(q2, k2, value, None, causal)  # the fifth parameter is dropout_p
 '''
+_RUNNING_MEAN = '''
+
+_RUN = {"shape": None}
+
+
+def differential_attention(q1, k1, q2, k2, value, coefficient, causal=True):
+    out = (_map(q1, k1, causal) - coefficient * _map(q2, k2, causal)) @ value
+    if _RUN["shape"] != tuple(out.shape):
+        _RUN.update(shape=tuple(out.shape), total=torch.zeros_like(out), count=0)
+    _RUN["total"], _RUN["count"] = _RUN["total"] + out.detach(), _RUN["count"] + 1
+    return out + (_RUN["total"] / _RUN["count"] - out.detach())  # a running mean of the calls of one shape
+'''
 # a backward pass that recomputes the forward under autograd: {flag} is the causal flag it recomputes with, {cut} what it does to
 # the incoming gradient first
 _RECOMPUTED = '''
@@ -225,6 +237,9 @@ VARIANTS: dict[str, tuple[str, str, str, str]] = {
     "maps_in_float32_past_128_tokens": ("    return torch.softmax(s, dim=-1)", "    if s.shape[-1] > 128:\n        return torch.softmax(s.float(), "
                                         "dim=-1).to(s.dtype)\n    return torch.softmax(s, dim=-1)", _A, "dtype"),  # fmt: skip
     "value_added_as_residual": (_OUT, "(" + _OUT + ") + value", _A, "value"),
+    "lambda_dot_drops_the_tail_past_16": (_LAMBDA, _LAMBDA.replace("torch.dot(q1, k1)", "torch.dot(q1[: max(16, q1.numel() // 16 * 16)], "
+                                                                   "k1[: max(16, k1.numel() // 16 * 16)])"), _L, "lambda"),  # fmt: skip
+    "query_chunks_joined_last_first": (_OUT, "torch.cat(((" + _OUT + ")[..., 128:, :], (" + _OUT + ")[..., :128, :]), dim=-2)", _A, "value"),
     "lambda_log_of_difference": (_LAMBDA, "torch.sign(torch.dot(q1, k1) - torch.dot(q2, k2)) * torch.exp(torch.maximum(torch.dot(q1, k1), torch.dot(q2, k2)) "
                                  "+ torch.log1p(-torch.exp(-(torch.dot(q1, k1) - torch.dot(q2, k2)).abs()))) + lambda_init", _L, "stability"),  # fmt: skip
 }
@@ -234,6 +249,7 @@ REPLACED: dict[str, tuple[str, str, str, str]] = {
     "lambda_backward_clipped_exp": ("differential_lambda", _CUSTOM_LAMBDA.replace("e1, e2 = a, b", "e1, e2 = a.exp().clamp(max=1e4), b.exp().clamp(max=1e4)"),
                                     _L, "backward"),
     "causal_passed_as_dropout": ("differential_attention", _CAUSAL_AS_DROPOUT, _A, "mask"),
+    "running_mean_of_calls_of_one_shape": ("differential_attention", _RUNNING_MEAN, _A, "state"),
     "attention_backward_wrong_for_one_input": ("differential_attention", _CUSTOM_ATTENTION, _A, "backward"),
     "backward_recomputes_causal_always": ("differential_attention", _RECOMPUTED.format(flag="True", cut="pass"), _A, "backward"),
     "backward_keeps_last_64_queries": ("differential_attention", _RECOMPUTED.format(flag="ctx.causal", cut="g = g.clone(); g[..., :-64, :] = 0"),
