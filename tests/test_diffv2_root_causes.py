@@ -16,6 +16,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -24,7 +25,9 @@ from conftest import ROOT
 from grader.core.plugin import declared_checks
 from grader.exercises.diffv2 import diagnosis, misconceptions
 from grader.exercises.diffv2.cases import DIFF_V2, GQA
-from grader.toolkit.rootcause import COMPONENTS
+from grader.toolkit import domain
+from grader.toolkit.rootcause import COMPONENTS, Finding
+from grader.worker.client import ForkServer, Worker, WorkerLimits
 
 CORPUS = ROOT / "tests" / "corpus" / "v2"
 CHECKS = ROOT / "grader" / "exercises" / "diffv2" / "checks"
@@ -381,3 +384,32 @@ def test_a_parameter_inserted_before_causal_explains_the_value_checks_it_breaks(
     first = report["diagnosis"]["root_causes"][0]
     assert "'causal' is 'softmax_scale'" in first["title"], done.stdout
     assert {"arguments_bind", "gqa_noncausal_values", "gqa_gradients"} <= set(first["checks"])
+
+
+RUNNING_MEAN_GQA = """
+
+_reference_gqa = gqa_attention
+_RUN = {"shape": None}
+
+
+def gqa_attention(q, k, v, causal=True):
+    out = _reference_gqa(q, k, v, causal)
+    if _RUN["shape"] != tuple(out.shape):
+        _RUN.update(shape=tuple(out.shape), total=torch.zeros_like(out), count=0)
+    _RUN["total"], _RUN["count"] = _RUN["total"] + out.detach(), _RUN["count"] + 1
+    return out + (_RUN["total"] / _RUN["count"] - out.detach())  # BUG: a running mean of the calls of one shape
+"""
+
+
+def test_outputs_that_change_from_call_to_call_in_the_gqa_attention_it_calls_are_gqa_attentions() -> None:
+    """State found through diff_v2_attention's determinism probe goes to gqa_attention when gqa_attention's own probe shows it."""
+    text = REFERENCE + RUNNING_MEAN_GQA
+    seen = Finding(DIFF_V2, "state", "forward", "The same call gives another output after a call on other values", "e", "a")
+    with ForkServer() as forks:
+        worker = Worker(text, "submission.py", [GQA, DIFF_V2], WorkerLimits(call_timeout_s=20), forks)
+        try:
+            assert worker.load()["status"] == "ok"
+            kept = diagnosis.given_to_callee(SimpleNamespace(worker=worker, source=text), [seen], domain.generator(1, "probes"))  # type: ignore[arg-type]
+        finally:
+            worker.close()
+    assert [(f.function, f.component) for f in kept] == [(GQA, "state")]

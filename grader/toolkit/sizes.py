@@ -21,9 +21,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from grader.toolkit import probes
-from grader.toolkit.slips import UNPLACED
 from grader.toolkit.probes import Built
 from grader.toolkit.rootcause import Finding
+from grader.toolkit.slips import UNPLACED
 from grader.worker.client import Worker
 
 Sizes = Mapping[str, int]

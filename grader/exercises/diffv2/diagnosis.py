@@ -281,7 +281,7 @@ CALL_TO_CALL = ("randomness", "state")
 """What the determinism probe finds: outputs that change from call to call."""
 
 
-def _kept_by_callee(grading: GradingContext, found: list[Finding], rng: np.random.Generator) -> list[Finding]:
+def given_to_callee(grading: GradingContext, found: list[Finding], rng: np.random.Generator) -> list[Finding]:
     """``found``, with diff_v2_attention's finding of outputs that change from call to call given to gqa_attention, which it
     calls, when gqa_attention's own determinism probe shows it too (gqa_attention's probes run only for its own failed
     checks, so a running state kept there may first show through diff_v2_attention)."""
@@ -324,8 +324,8 @@ def diagnose(grading: GradingContext, records: list[dict[str, Any]]) -> Evidence
         mode = findings.failing_mode([(case.grad_mode, right) for case, right in value_calls(grading, function)]) if "values" in aspects else "enabled"
         with toolkit_probes.calls_in(mode):  # the autograd mode where its values went wrong (a path taken only without autograd)
             probes.run(grading.worker, function, rng, found, "values" in aspects, "gradients" in aspects, grading.source)
-    if nested and grading.worker is not None:
-        found.findings = _kept_by_callee(grading, found.findings, rng)
+    if nested:
+        found.findings = given_to_callee(grading, found.findings, rng)
     evidence.findings += found.findings
     evidence.probes, evidence.maps = found.probes, found.maps
     return evidence
