@@ -223,6 +223,8 @@ def test_checks_of_diff_v2_involve_gqa_only_when_it_calls_it() -> None:
     nested = "def gqa_attention(q, k, v, causal=True):\n    return q\n\ndef diff_v2_attention(q, k, v, lambda_logits, causal=True):\n    a = gqa_attention(q, k, v, causal)\n"
     alone = nested.replace("a = gqa_attention(q, k, v, causal)", "a = q  # not gqa_attention(q, k, v)")
     assert diagnosis.calls_gqa(nested) and not diagnosis.calls_gqa(alone)
+    stub = (ROOT / "exercise" / "diff_v2_attention.py").read_text(encoding="utf-8")  # its docstring shows the call, its body raises
+    assert "gqa_attention(q, k, v, causal)" in stub and not diagnosis.calls_gqa(stub)
     assert diagnosis.widened(DECLARED, nested)["gate_gradient"].functions == (DIFF_V2, GQA)
     assert diagnosis.widened(DECLARED, nested)["diff_v2_query_key_gradients"].inputs[GQA] == ("q", "k")
     assert diagnosis.widened(DECLARED, alone)["gate_gradient"].functions == (DIFF_V2,)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import re
+import textwrap
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
@@ -236,8 +237,10 @@ def value_calls(grading: GradingContext, function: str) -> list[tuple[Case, bool
 
 
 def calls_gqa(source: str | None) -> bool:
-    """Whether the submission's diff_v2_attention calls its gqa_attention."""
-    return any(re.search(rf"\b{GQA}\s*\(", text.split("#", 1)[0]) for _, text in slips.function_lines(source, DIFF_V2)[1:])
+    """Whether the submission's diff_v2_attention calls its gqa_attention (in its code: its docstring and comments, which
+    may name the call, as the stub's does, left out)."""
+    body = "\n".join(text for _, text in slips.function_lines(source, DIFF_V2))
+    return re.search(rf"\b{GQA}\s*\(", findings.code_of(textwrap.dedent(body))) is not None
 
 
 def widened(declared: Mapping[str, Role], source: str | None) -> dict[str, Role]:
