@@ -185,11 +185,23 @@ def gqa_attention(q, k, v, causal=True):
         scores = scores.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))
     return (torch.softmax(scores, dim=-1) @ vh).transpose(1, 2)
 """
+ODD_MAPS_UNSCALED = """
+def diff_v2_attention(q, k, v, lambda_logits, causal=True):
+    t, d, g = q.shape[1], q.shape[3], q.shape[2] // k.shape[2]
+    kh, vh = (x.transpose(1, 2).repeat_interleave(g, dim=1) for x in (k, v))
+    scale = torch.ones(q.shape[2], 1, 1, dtype=q.dtype)
+    scale[0::2] = 1 / math.sqrt(d)  # BUG: the odd heads' logits are left unscaled
+    scores = q.transpose(1, 2) @ kh.transpose(-1, -2) * scale
+    if causal:
+        scores = scores.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))
+    a = (torch.softmax(scores, dim=-1) @ vh).transpose(1, 2)
+    return a[:, :, 0::2] - torch.sigmoid(lambda_logits)[..., None] * a[:, :, 1::2]
+"""
 # Files for mechanisms that no file of the corpus needs (long sequences, state kept between calls, maps read without the
 # mask, gate logits used beyond σ, features paired instead of heads, logits far below zero, gates read in another order,
 # a shared offset left out of the gated difference, a gate on the odd queries, a gate kept off 0 and 1, an ε in the
 # softmax's denominator, v scaled with the keys, a gate index capped on long sequences, a surrogate slope for the gate,
-# key/value heads left to broadcast on a path without a graph): name -> source.
+# key/value heads left to broadcast on a path without a graph, the odd heads' logits left unscaled): name -> source.
 WRITTEN = {"key_blocks_tail_dropped": KEY_BLOCKS, "gqa_cached_by_address": REFERENCE + CACHED, "log_softmax_weights": REFERENCE + LOG_WEIGHTS,
            "gate_logits_times_sigmoid": REFERENCE + LOGITS_GATE, "neighbour_features_paired": REFERENCE + NEIGHBOUR_FEATURES,
            "max_shift_clamped_at_zero": REFERENCE + SHIFT_CLAMPED, "gates_read_token_major": REFERENCE + GATES_BATCH_MAJOR,
@@ -197,7 +209,8 @@ WRITTEN = {"key_blocks_tail_dropped": KEY_BLOCKS, "gqa_cached_by_address": REFER
            "gate_bounded_by_epsilon": REFERENCE + GATE_BOUNDED, "denominator_epsilon": REFERENCE + EPSILON_GUARD.replace("GUARD", "1e-6"),
            "float32_epsilon_in_float64": REFERENCE + EPSILON_GUARD.replace("GUARD", "torch.finfo(torch.float32).eps"),
            "values_scaled_with_keys": REFERENCE + VALUES_SCALED, "gate_index_capped": REFERENCE + GATE_INDEX_CAPPED,
-           "gate_surrogate_slope": REFERENCE + GATE_SURROGATE_SLOPE, "heads_broadcast_without_graph": REFERENCE + HEADS_BROADCAST_WITHOUT_GRAPH}  # fmt: skip
+           "gate_surrogate_slope": REFERENCE + GATE_SURROGATE_SLOPE, "heads_broadcast_without_graph": REFERENCE + HEADS_BROADCAST_WITHOUT_GRAPH,
+           "odd_maps_unscaled": REFERENCE + ODD_MAPS_UNSCALED}  # fmt: skip
 WRITTEN_EXPECTED = {"key_blocks_tail_dropped": (GQA, "softmax"), "gqa_cached_by_address": (GQA, "output"),
                     "log_softmax_weights": (DIFF_V2, "softmax"), "gate_logits_times_sigmoid": (DIFF_V2, "gate"),
                     "neighbour_features_paired": (DIFF_V2, "heads"), "max_shift_clamped_at_zero": (GQA, "stability"),
@@ -205,7 +218,8 @@ WRITTEN_EXPECTED = {"key_blocks_tail_dropped": (GQA, "softmax"), "gqa_cached_by_
                     "gate_on_odd_queries": (DIFF_V2, "gate"), "gate_bounded_by_epsilon": (DIFF_V2, "gate"),
                     "denominator_epsilon": (GQA, "softmax"), "float32_epsilon_in_float64": (GQA, "dtype"),
                     "values_scaled_with_keys": (GQA, "scale"), "gate_index_capped": (DIFF_V2, "gate"),
-                    "gate_surrogate_slope": (DIFF_V2, "gate"), "heads_broadcast_without_graph": (GQA, "heads")}  # fmt: skip
+                    "gate_surrogate_slope": (DIFF_V2, "gate"), "heads_broadcast_without_graph": (GQA, "heads"),
+                    "odd_maps_unscaled": (DIFF_V2, "scale")}  # fmt: skip
 
 
 def test_every_check_has_a_role_and_every_misconception_a_place() -> None:

@@ -137,6 +137,12 @@ class TokenAxes:
     assembly: str
 
 
+def scale_free(doubled: np.ndarray, plain: np.ndarray) -> bool:
+    """Whether an output computed with its values doubled (``doubled``) stayed near the plain one (within a tenth of its
+    largest magnitude), as a norm's does, ε aside, where a linear map's doubles."""
+    return bool(np.abs(doubled - plain).max(initial=0.0) <= 0.1 * np.abs(plain).max(initial=0.0))
+
+
 def _reordered_tokens(out: np.ndarray | None, expected: np.ndarray, axis: int) -> bool:
     """Whether ``out`` holds the right output of every token, but some at another token's place (rows along ``axis`` a
     permutation of the expected ones other than the identity, each row matched exactly)."""

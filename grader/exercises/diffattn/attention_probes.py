@@ -293,8 +293,8 @@ def _value_finding(found: Found, plain: np.ndarray, doubled: np.ndarray, moved: 
     linear = np.allclose(doubled, 2.0 * plain, rtol=1e-6, atol=1e-9, equal_nan=True)
     return found.first(
         ATTENTION,
-        (not linear and np.allclose(doubled, plain, rtol=1e-3, atol=1e-9), "softmax", "The output is normalised after the aggregation",
-         "Doubling value left the output as it was: (A1 − λA2)V is linear in V, so something scale-free (an RMSNorm, a layer norm) "
+        (not linear and findings.scale_free(doubled, plain), "softmax", "The output is normalised after the aggregation",
+         "Doubling value left the output almost as it was: (A1 − λA2)V is linear in V, so something scale-free (an RMSNorm, a layer norm) "
          "rescales the output.",
          "return (A1 − λ·A2) V itself; the head normalisation is outside this function"),
         (not np.allclose(read_again, plain[..., :T], rtol=1e-6, atol=1e-9, equal_nan=True), "value", "Different columns of value are weighted by different maps",

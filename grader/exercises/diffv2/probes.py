@@ -524,20 +524,31 @@ def _map_basis(values: Values, causal: bool) -> np.ndarray:
     return basis.reshape(HQ * HKV, T, D)
 
 
-def _even_maps(found: Found, values: Values, gate_off: np.ndarray, causal: bool) -> bool:
-    """Explain the even heads' maps read out of the output with the gate off (σ(ℓ) ≈ 0: output head i is A_2i v) and
-    ``causal``; whether that localised the fault (a map no softmax model explains included)."""
-    heads = [2 * i for i in range(H)]
-    blocks = [(2 * i // G) * T for i in range(H)]
-    maps = [gate_off[0, :, i, start : start + T] for i, start in enumerate(blocks)]
-    outside = max(float(np.abs(np.delete(gate_off[0, :, i], np.arange(start, start + T), axis=-1)).max()) for i, start in enumerate(blocks))
+def _head_maps(found: Found, values: Values, read: np.ndarray, heads: Sequence[int], causal: bool, how: str) -> bool:
+    """Explain the maps of query heads ``heads`` (one per output head), read out of ``read`` (output head i holds A_heads[i]
+    v, with one-hot values) and ``causal``; whether that localised the fault (a map no softmax model explains included)."""
+    blocks = [(h // G) * T for h in heads]
+    maps = [read[0, :, i, start : start + T] for i, start in enumerate(blocks)]
+    outside = max(float(np.abs(np.delete(read[0, :, i], np.arange(start, start + T), axis=-1)).max()) for i, start in enumerate(blocks))
     if outside > FITS:
         return False  # values of other heads: not one attention map per head, nothing to explain
     fits = _explained(values, maps, heads, causal) if min(float(m.min()) for m in maps) >= -FITS else None
     if fits is None:
-        how = f"one-hot values and the gate off (ℓ = {GATE_OFF:g})" + ("" if causal else ", causal=False")
-        return unexplained_maps(found, DIFF_V2, np.array(maps), how, oracle.attention_maps(values["q"], values["k"], causal)[0][heads], causal)
+        return unexplained_maps(found, DIFF_V2, np.array(maps), how + ("" if causal else ", causal=False"),
+                                oracle.attention_maps(values["q"], values["k"], causal)[0][list(heads)], causal)  # fmt: skip
     return _map_findings(found, fits, DIFF_V2)
+
+
+def _pair_maps(found: Found, values: Values, gate_off: np.ndarray, gated: np.ndarray, causal: bool) -> bool:
+    """Explain the even heads' maps, read with the gate off (σ(ℓ) ≈ 0: output head i is A_2i v), then the odd heads', read as
+    (gate off − gated) / σ(ℓ) with the gate at the last of :data:`GATES` (output head i is A_2i v − σ(ℓ)·A_2i+1 v there);
+    whether that localised the fault."""
+    pairs = range(H)
+    if _head_maps(found, values, gate_off, [2 * i for i in pairs], causal, f"one-hot values and the gate off (ℓ = {GATE_OFF:g})"):
+        return True
+    sigma = float(oracle.sigmoids(np.asarray(GATES[-1])))
+    return _head_maps(found, values, (gate_off - gated) / sigma, [2 * i + 1 for i in pairs], causal,
+                      f"one-hot values, as the change of the output between the gate off and ℓ = {GATES[-1]:g}, divided by σ(ℓ)")  # fmt: skip
 
 
 def pairs_probe(worker: Worker, values: Values, found: Found, causal: bool = True) -> bool:
@@ -567,15 +578,17 @@ def pairs_probe(worker: Worker, values: Values, found: Found, causal: bool = Tru
                                          f"Changing every gate logit from {GATE_OFF / 10:g} to {GATE_OFF:g}, where σ(ℓ) is 0 at both, changed your "
                                          f"output by up to {change:.4g}: the logits themselves (not σ(ℓ), which lies in (0, 1)) multiply or are "
                                          "added to something.", "λ = torch.sigmoid(lambda_logits) multiplies the odd head's attention: A_2i − λ·A_2i+1"))  # fmt: skip
-        if not np.allclose(doubled, 2.0 * outs[1], rtol=1e-6, atol=1e-9):
+        if not np.allclose(doubled, 2.0 * outs[1], rtol=1e-6, atol=1e-9) and findings.scale_free(doubled, outs[1]):
             return found.first(DIFF_V2, (True, "output", "The output is normalised after the difference",
-                                         "Doubling v did not double your output: A_2i v − σ(ℓ)·A_2i+1 v is linear in v, so something (an RMSNorm, "
-                                         "a layer norm: DIFF V1's head norm) rescales it.", "return the gated difference itself; DIFF V2 has no norm after it"))  # fmt: skip
+                                         "Doubling v left your output almost as it was: A_2i v − σ(ℓ)·A_2i+1 v is linear in v, so something scale-free "
+                                         "(an RMSNorm, a layer norm: DIFF V1's head norm) rescales it.",
+                                         "return the gated difference itself; DIFF V2 has no norm after it"))  # fmt: skip
         if _offset_scaled(found, outs[1], outs[-1]):
             return True
-        if gate_off is None or not np.isfinite(gate_off).all():
+        gated = outs[len(GATES) - 1]
+        if gate_off is None or not np.isfinite(gate_off).all() or gated is None:
             return False
-        return _moved_features(found, coded, DIFF_V2) or _even_maps(found, values, gate_off, causal)
+        return _moved_features(found, coded, DIFF_V2) or _pair_maps(found, values, gate_off, gated, causal)
     weights = np.array([[w for w, _ in row] for row in fitted]).reshape(len(GATES), H, HQ, HKV)
     used = [[(int(h), int(g)) for h, g in np.argwhere(np.abs(weights[:, i]).max(axis=0) > 1e-6)] for i in range(H)]
     if _routing_findings(found, used):
