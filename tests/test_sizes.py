@@ -52,7 +52,8 @@ def placed(forks: ForkServer, text: str, finding: Finding) -> Finding:
     try:
         assert worker.load()["status"] == "ok"
         assert finding.function is not None
-        return sizes.placed(worker, size_probe(finding.function), finding)
+        probe = size_probe(finding.function)
+        return sizes.placed(finding, probe, sizes.working(worker, probe))
     finally:
         worker.close()
 
@@ -78,7 +79,7 @@ def test_sizes_that_point_at_two_components_place_nothing(forks: ForkServer) -> 
 
 
 def test_a_function_right_for_the_base_sizes_or_a_placed_finding_is_left_as_it_is(forks: ForkServer) -> None:
-    """The reference runs for the base sizes (the fault does not show there); a finding a line already placed is not probed."""
+    """The reference runs for the base sizes (the fault does not show there); a finding a line already placed is left as it is."""
     assert placed(forks, REFERENCE_GQA, UNPLACED) == UNPLACED
     on_a_line = Finding(GQA, "mask", "contract", "gqa_attention raises RuntimeError", "It raised at line 3.", "check")
     assert placed(forks, UNREPEATED, on_a_line) == on_a_line

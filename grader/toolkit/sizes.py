@@ -5,9 +5,10 @@ or returns a tensor of the wrong shape tells, by itself, only the line where
 the sizes met. Which sizes it fails for tells the part of it that is wrong:
 one that works only when every key/value head serves one query head groups
 the heads wrongly; one that works only when there are as many tokens as
-heads has read one axis for the other. :func:`placed` calls the function on
+heads has read one axis for the other. :func:`working` calls the function on
 inputs whose sizes all differ (the base) and on variants of the base that
-each make one pair of sizes equal, or one size 1; when the base fails and
+each make one pair of sizes equal, or one size 1; :func:`placed` reads the
+answer: when the base fails and
 the variants that work all point at one component (the exercise declares
 which, :class:`SizeVariant`), the finding takes that component and says
 which sizes work. Variants that point at several components, one that could
@@ -57,11 +58,9 @@ def _in_words(sizes: Sizes) -> str:
     return ", ".join(f"{name} = {size}" for name, size in sizes.items())
 
 
-def placed(worker: Worker, probe: SizeProbe, finding: Finding) -> Finding:
-    """``finding`` (a contract finding of sizes that do not fit that nothing placed yet, :data:`~grader.toolkit.slips.UNPLACED`)
-    placed by the sizes the function works for, or unchanged when they do not tell (see the module's docstring)."""
-    if finding.component != UNPLACED:
-        return finding
+def working(worker: Worker, probe: SizeProbe) -> tuple[SizeVariant, ...] | None:
+    """The variants of ``probe`` for which the function runs and returns the contract's shape, in one round trip; None when
+    it does so for the base sizes as well (the fault does not show there, so the variants tell nothing)."""
     sizes = [probe.base, *({**probe.base, **variant.changes} for variant in probe.variants)]
     outcomes = probes.ask(worker, [probe.build(s) for s in sizes])
 
@@ -69,14 +68,20 @@ def placed(worker: Worker, probe: SizeProbe, finding: Finding) -> Finding:
         out = probes.output(outcomes[index])
         return out is not None and out.shape == probe.shape(sizes[index])
 
-    if fits(0):
+    return None if fits(0) else tuple(variant for i, variant in enumerate(probe.variants, start=1) if fits(i))
+
+
+def placed(finding: Finding, probe: SizeProbe, works: Sequence[SizeVariant] | None) -> Finding:
+    """``finding`` (a contract finding of sizes that do not fit that nothing placed yet, :data:`~grader.toolkit.slips.UNPLACED`)
+    placed by the variants its function works for (``works``, :func:`working`), or unchanged when they do not tell (see the
+    module's docstring)."""
+    if finding.component != UNPLACED or works is None:
         return finding
-    working = [variant for i, variant in enumerate(probe.variants, start=1) if fits(i)]
-    components = {variant.component for variant in working}
+    components = {variant.component for variant in works}
     component = components.pop() if len(components) == 1 else None
     if component is None:
         return finding
-    only = " or ".join(variant.words for variant in working)
+    only = " or ".join(variant.words for variant in works)
     return replace(finding, component=component,
                    evidence=f"{finding.evidence} Called on inputs of sizes {_in_words(probe.base)} it fails too; it runs and returns the "
                             f"right shape only when {only}, so the step that relates those sizes is wrong.")  # fmt: skip

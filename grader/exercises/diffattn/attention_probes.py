@@ -41,7 +41,7 @@ import numpy as np
 
 from grader.exercises.diffattn import oracle
 from grader.exercises.diffattn.cases import ATTENTION, EXPANSIONS, INPUT_NAMES
-from grader.exercises.diffattn.probes import ATTENTION_GRADS, B, D, H, T, attention_subject, attention_values, identity_values, scales, truth
+from grader.exercises.diffattn.probes import ATTENTION_GRADS, B, D, H, HANDLED_INPUTS, T, attention_subject, attention_values, identity_values, scales, truth
 from grader.toolkit import attention_maps, domain, findings, probes
 from grader.toolkit.findings import (
     FLOAT32_LIKE, Found, GradientRun, gradients_probe, is_right, layout_probe, precision_finding, randomness_probe, unexplained_maps,
@@ -736,5 +736,4 @@ def run(worker: Worker, rng: np.random.Generator, found: Found, forward: bool, g
         runs.append(GradientRun(_far_future(rng), ATTENTION_GRADS, " when a future key's logit is about 900 above the visible ones", "stability"))
         runs += [GradientRun(values, ATTENTION_GRADS, " with causal=False", subject=attention_subject(False)), _long_run(rng),
                  GradientRun(values, ATTENTION_GRADS, PERMUTED, subject=attention_subject(True, layout="heads_permuted"))]
-        gradients_probe(worker, attention_subject(True), runs, rng.standard_normal((B, H, T, 2 * D)), rng, found, source,
-                        {"coefficient": "coefficient"})
+        gradients_probe(worker, attention_subject(True), runs, rng.standard_normal((B, H, T, 2 * D)), rng, found, source, HANDLED_INPUTS)

@@ -98,7 +98,7 @@ def name_shape(function: str, got: tuple[int, ...], expected: tuple[int, ...], m
 # (over an empty block of keys they raise).
 LINE_COMPONENTS = {r"masked_fill|\btril\(|\btriu\(": "mask", r"\bamax\(|\blogsumexp\(|\bmaximum\(": "softmax"}
 DECLARATIONS = slips.Declarations(ATTRIBUTE_COMPONENTS, name_shape, LINE_COMPONENTS, {("the coefficient", f"computed by {LAMBDA}"): LAMBDA},
-                                  {"coefficient": "coefficient"}, {ATTENTION: "coefficient", LAMBDA: "lambda"},
+                                  attention_subjects.HANDLED_INPUTS, {ATTENTION: "coefficient", LAMBDA: "lambda"},
                                   {LAMBDA: "lambda", ATTENTION: "value"})  # fmt: skip
 
 

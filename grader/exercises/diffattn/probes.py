@@ -29,6 +29,9 @@ from grader.toolkit.probes import Built, Layout, Subject, Values, layout_of
 
 B, H, T, D = 2, 2, 5, 3
 ATTENTION_GRADS = (*INPUT_NAMES, "coefficient")
+HANDLED_INPUTS = {"coefficient": "coefficient"}
+"""The inputs one part of differential_attention handles, and that part (not the graph itself): an output cut off from
+autograd, or a gradient hidden from it, for that input alone is that part's fault."""
 
 
 def scales(d: int, t: int) -> dict[str, float]:

@@ -270,14 +270,25 @@ def hint_findings(records: list[dict[str, Any]], declared: Mapping[str, Role]) -
     return findings.hint_findings(records, hints)
 
 
+def probe_mode(grading: GradingContext, function: str) -> str:
+    """The autograd mode to probe ``function``'s forward in: the one where its value checks' calls went wrong."""
+    return findings.failing_mode([(case.grad_mode, right) for case, right in value_calls(grading, function)])
+
+
 def _sized(grading: GradingContext, finding: Finding) -> Finding:
     """``finding``, an unplaced contract finding of sizes that do not fit, placed by the sizes its function works for
-    (:func:`grader.toolkit.sizes.placed`), probed in the autograd mode where the function's values went wrong."""
-    if grading.worker is None or finding.function not in BOTH:
+    (:func:`grader.toolkit.sizes.placed`), probed once per function (a wrong shape and an exception share the answer) in
+    the autograd mode where the function's values went wrong."""
+    worker, function = grading.worker, finding.function
+    if worker is None or function not in BOTH:
         return finding
-    function = finding.function
-    with toolkit_probes.calls_in(findings.failing_mode([(case.grad_mode, right) for case, right in value_calls(grading, function)])):
-        return sizes.placed(grading.worker, size_probe(function), finding)
+    probe = size_probe(function)
+
+    def works() -> tuple[sizes.SizeVariant, ...] | None:
+        with toolkit_probes.calls_in(probe_mode(grading, function)):
+            return sizes.working(worker, probe)
+
+    return sizes.placed(finding, probe, grading.memo(("sizes that work", function), works))
 
 
 CALL_TO_CALL = ("randomness", "state")
@@ -310,7 +321,7 @@ def diagnose(grading: GradingContext, records: list[dict[str, Any]]) -> Evidence
                                         lambda finding: _sized(grading, finding))  # fmt: skip
     failed = findings.failed_roles(records, declared, ACROSS_CALLS)
     if any(role.aspect == "state" for role in failed):
-        evidence.findings += suite.SEQUENCES.memo_findings(grading, WHOLE_ANSWER, KEYED, findings.only_state(failed, BOTH), probes.STALE_PARTS)
+        evidence.findings += suite.SEQUENCES.memo_findings(grading, WHOLE_ANSWER, KEYED, findings.only_state(failed, BOTH), probes.INPUT_PARTS)
     blocked = {f.function for f in evidence.findings if f.blocks}
     found = findings.Found()
     rng = domain.generator(grading.seed, "probes")
@@ -324,7 +335,7 @@ def diagnose(grading: GradingContext, records: list[dict[str, Any]]) -> Evidence
             aspects -= {"values" if f.stage == "forward" else "gradients" for f in found.findings if f.function == GQA}
         if grading.worker is None or function in blocked or function_problem(grading, function) is not None or not aspects & {"values", "gradients"}:
             continue
-        mode = findings.failing_mode([(case.grad_mode, right) for case, right in value_calls(grading, function)]) if "values" in aspects else "enabled"
+        mode = probe_mode(grading, function) if "values" in aspects else "enabled"
         with toolkit_probes.calls_in(mode):  # the autograd mode where its values went wrong (a path taken only without autograd)
             probes.run(grading.worker, function, rng, found, "values" in aspects, "gradients" in aspects, grading.source)
     if nested:

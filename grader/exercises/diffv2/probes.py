@@ -96,8 +96,9 @@ def _request(function: str, values: Values, grads: tuple[str, ...], cotangent: n
     return Built(Request((call,), backward_from=0, cotangent=exact(cotangent, dtype), inputs=tensors), positions)
 
 
-STALE_PARTS = {DIFF_V2: {"lambda_logits": "gate"}}
-"""The inputs whose part of the answer is named when a call answers with that input of an earlier call (stale_input_probe)."""
+INPUT_PARTS = {DIFF_V2: {"lambda_logits": "gate"}}
+"""Per function, the inputs one part of it handles, and that part: named when a call answers with that input of an earlier
+call (stale_input_probe), or when only that input's gradient is hidden from autograd (gradients_probe)."""
 
 
 def subject(function: str, causal: bool | None = True, dtype: str = "float64", layout: Layout = "contiguous") -> Subject:
@@ -746,8 +747,8 @@ def run(worker: Worker, function: str, rng: np.random.Generator, found: Found, f
         return  # rounded to a lower precision: what the other probes would read out of the output, or differentiate, is its noise
     if forward:
         right = is_right(base, truth(function, values, True))
-        if right and function in STALE_PARTS and findings.stale_input_probe(worker, subject(function), values, draw(rng.spawn(1)[0]),
-                                                                            lambda v: truth(function, v, True), STALE_PARTS[function], found):
+        if right and function in INPUT_PARTS and findings.stale_input_probe(worker, subject(function), values, draw(rng.spawn(1)[0]),
+                                                                            lambda v: truth(function, v, True), INPUT_PARTS[function], found):
             localised = True
         elif findings.rearranged_finding(found, function, base, truth(function, values, True), "layout", REARRANGED):
             localised = True
@@ -782,4 +783,4 @@ def run(worker: Worker, function: str, rng: np.random.Generator, found: Found, f
         cotangent = rng.standard_normal((B, T, HQ if function == GQA else H, D))
         runs += [GradientRun(values, frozen[0], " with causal=False", subject=subject(function, False)), _long_run(function, frozen[0], rng),
                  GradientRun(values, frozen[0], PERMUTED, subject=subject(function, layout="heads_permuted"))]
-        gradients_probe(worker, subject(function), runs, cotangent, rng, found, source, {"lambda_logits": "gate"})
+        gradients_probe(worker, subject(function), runs, cotangent, rng, found, source, INPUT_PARTS.get(function))
