@@ -269,12 +269,14 @@ def test_wrong_shapes_are_named() -> None:
 
 
 def test_wrong_shapes_of_as_many_elements_are_the_layout_and_extra_unit_axes_the_output() -> None:
-    """A shape with the output's elements on other axes is the layout; one with axes of size 1 added is the output's; others stay unnamed."""
+    """A shape with the output's elements on other axes is the layout; one with axes of size 1 added, or fewer tokens, is the
+    output's; others stay unnamed."""
     kv2 = {diagnosis.KV_HEADS: "2"}
     assert diagnosis.name_shape(DIFF_V2, (2, 5, 1, 6), (2, 5, 2, 3), kv2)[0] == "layout"  # type: ignore[index]
     assert diagnosis.name_shape(GQA, (1, 64, 8, 17), (1, 128, 4, 17), kv2)[0] == "layout"  # type: ignore[index]
     assert diagnosis.name_shape(DIFF_V2, (2, 5, 2, 1, 3), (2, 5, 2, 3), kv2)[0] == "output"  # type: ignore[index]
     assert diagnosis.name_shape(DIFF_V2, (1, 2, 2, 29), (1, 1, 2, 29), kv2) is None
+    assert diagnosis.name_shape(DIFF_V2, (1, 255, 2, 6), (1, 257, 2, 6), kv2)[0] == "output"  # type: ignore[index]  # chunks lose tokens
 
 
 def test_an_index_out_of_range_where_key_value_heads_are_picked_is_the_grouping() -> None:

@@ -59,10 +59,13 @@ def test_a_mask_built_from_zero_values_loses_points_and_is_named(tmp_path: Path)
 
 
 def test_a_diff_v2_mask_built_from_zero_values_loses_points(tmp_path: Path) -> None:
-    """DIFF V2: the same padding mask in gqa_attention fails the value checks of both functions, causal or not."""
+    """DIFF V2: the same padding mask in gqa_attention fails the value checks of both functions, causal or not, and the
+    padding probe names it."""
     source = (ROOT / "tests" / "corpus" / "v2" / "correct" / "einsum_grouped.py").read_text()
     path = tmp_path / "value_mask.py"
     path.write_text(source.replace(*V2_VALUE_MASK))
     run = grade(path, tmp_path, 1, "--no-preview", "--exercise", "diff_v2")
     failed = {c["id"] for t in run.report["tiers"] for c in t["checks"] if c["status"] == "failed"}
     assert run.report["score"] < 100.0 and {"gqa_causal_values", "diff_v2_causal_values", "gqa_noncausal_values"} <= failed, failed
+    first = run.report["diagnosis"]["root_causes"][0]
+    assert (first["function"], first["component"], first["title"]) == ("gqa_attention", "mask", "Keys whose value is all zeros are treated as masked")

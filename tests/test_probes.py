@@ -20,6 +20,7 @@ from corpus.probes import REPLACED, VARIANTS, place, source
 from grader.exercises.diffattn import attention_probes, lambda_probes
 from grader.toolkit.findings import Found, failing_mode, gradient_finding, probed_aspects, unexplained_maps
 from grader.toolkit import attention_maps, domain, probes
+from grader.toolkit import findings as findings_module
 from grader.toolkit.attention_maps import MapModel
 from grader.toolkit.rootcause import STAGES, Finding, Role
 from grader.worker.client import ForkServer, Worker, WorkerLimits
@@ -303,3 +304,37 @@ def test_rows_summing_to_one_are_a_softmax_fault_only_when_some_keys_keep_their_
     other = _softmax(np.where(visible, rng.standard_normal((1, 2, 5, 5)), -np.inf))  # a softmax of logits of other inputs
     found = Found()
     assert not unexplained_maps(found, "f", other, "test", right) and found.findings == []
+
+
+def test_keys_weighing_whole_multiples_of_their_share_are_counted_more_than_once() -> None:
+    """The last key entering each row once more per position past it (clamped indices left unmasked): a mask fault, and
+    a shift of e (a whole multiple only by accident) stays a softmax fault."""
+    rng = np.random.default_rng(3)
+    logits = rng.standard_normal((1, 2, 6, 6))
+    right = _softmax(logits)
+    copies = np.ones((6, 6))
+    copies[:, -1] += np.arange(6)  # query t counts the last key t + 1 times
+    counted = right * copies
+    found = Found()
+    assert unexplained_maps(found, "f", counted / counted.sum(axis=-1, keepdims=True), "test", right, causal=False)
+    assert [(f.component, f.title) for f in found.findings] == [("mask", "Some keys are counted more than once")]
+    assert "up to 6×" in found.findings[0].evidence
+    shifted = right * np.where(np.arange(6) < 3, 1.0, np.e)
+    found = Found()
+    assert unexplained_maps(found, "f", shifted / shifted.sum(axis=-1, keepdims=True), "test", right, causal=False)
+    assert [f.component for f in found.findings] == ["softmax"]
+
+
+def test_rows_at_scales_of_their_own_are_a_scale_fault_named_by_the_queries_length() -> None:
+    """Unit-length queries give each row the scale 1/|q_t|: named so; another scale per row is a scale fault; one scale
+    for every row is left to the map models."""
+    rng = np.random.default_rng(4)
+    q, k = rng.standard_normal((6, 4)), rng.standard_normal((6, 4))
+    visible = attention_maps.keep(6, "causal")
+    logits = np.where(visible, q @ k.T, -np.inf)
+    structure = MapModel("q", "k", "causal")
+    for per_row, words in ((1 / np.linalg.norm(q, axis=-1), "unit length"), (np.linspace(0.2, 0.9, 6), "differs from row to row")):
+        found = Found()
+        assert findings_module.row_scale_finding(found, "f", [(_softmax(logits * per_row[:, None]), {"q": q, "k": k})], structure, 0.5)
+        assert found.findings[0].component == "scale" and words in found.findings[0].evidence
+    assert not findings_module.row_scale_finding(Found(), "f", [(_softmax(logits * 0.3), {"q": q, "k": k})], structure, 0.5)

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import ROOT, run_cli
+from conftest import ROOT, grade, run_cli
 from test_ci_outputs import sample_report
 
 from grader.core import diagnosis, registry
@@ -175,16 +175,19 @@ def test_a_python_number_is_named_with_the_line_that_makes_it() -> None:
 
 
 def test_a_wrong_shape_is_named_by_the_exercise() -> None:
-    """Half of value's width: the exercise names the component (value); a λ of the vectors' shape is element by element."""
+    """Half of value's width: the exercise names the component (value); a λ of the vectors' shape is element by element; an
+    output short of tokens is the value's assembly."""
     (half,) = slips.findings([_call(_tensor((1, 1, 2, 2)))], None, DECLARATIONS)
     assert (half.component, half.blocks) == ("value", True)
     (elementwise,) = slips.findings([_call(_tensor((3,)), L)], None, DECLARATIONS)
     assert elementwise.component == "lambda"
+    (short,) = slips.findings([_call(_tensor((1, 1, 1, 4)))], None, DECLARATIONS)  # tokens lost putting chunks together
+    assert (short.component, short.title) == ("value", f"{A} returns 1 tokens instead of 2")
 
 
 def test_an_exception_is_classified_by_torchs_wording_or_by_the_calls_it_alone_hits() -> None:
     """`.view` on a strided input (with the student's line), an error only for one kind of coefficient, a NameError
-    everywhere, a tensor kept from a call under inference mode."""
+    everywhere, a tensor kept from a call under inference mode, a computed tensor's requires_grad switched off."""
     view = "view size is not compatible with input tensor's size and stride"
     calls = [_call(_raised(view), **{"the memory layout": "non-contiguous"}), _call(_tensor())]
     (found,) = slips.findings(calls, SOURCE, DECLARATIONS)
@@ -198,6 +201,9 @@ def test_an_exception_is_classified_by_torchs_wording_or_by_the_calls_it_alone_h
     kept = "Inference tensors cannot be saved for backward. Please do not use Tensors created in inference mode"
     (cached,) = slips.findings([_call(_raised(kept)), _call(_tensor())], None, DECLARATIONS)
     assert cached.component == "graph" and "torch.inference_mode()" in cached.title
+    flagged = "you can only change requires_grad flags of leaf variables."
+    (unflagged,) = slips.findings([_call(_raised(flagged)), _call(_tensor())], None, DECLARATIONS)
+    assert unflagged.component == "graph" and "requires_grad_(False)" in unflagged.title
 
 
 def test_a_result_a_later_call_overwrites_is_a_buffer_of_the_functions_answer() -> None:
@@ -280,7 +286,7 @@ def test_a_write_into_shared_memory_is_a_mutation_unless_the_buffer_was_made_wit
 
 def test_sizes_that_do_not_fit_on_a_mask_line_are_the_masks_fault() -> None:
     """A size mismatch where the mask is applied (a mask buffer of a fixed length), or on a line that reads a name the
-    mask's operation assigned, is a mask cause; a dtype mismatch on such a line, or a size mismatch elsewhere, keeps the
+    mask's operation assigned (itself or through a helper of the module), is a mask cause; a dtype mismatch on such a line, or a size mismatch elsewhere, keeps the
     exception's own component."""
     def at(code: str, message: str) -> list[str]:
         trace = f'  File "sub.py", line 9, in differential_attention\n    {code}\n'
@@ -302,6 +308,34 @@ def test_sizes_that_do_not_fit_on_a_mask_line_are_the_masks_fault() -> None:
 
     assert traced(4, "s = s + bias") == ["mask"]  # bias, one assignment back: the triu
     assert traced(6, "return w @ value[..., :2]") == ["shape"]  # w comes from a softmax: no further back than one assignment
+    helper = ("def _bias(t):\n    return torch.triu(torch.full((64, 64), float('-inf')), 1)\n\n"
+              "def differential_attention(q1, k1, q2, k2, value, coefficient, causal=True):\n    s = q1 @ k1.transpose(-2, -1)\n"
+              "    scale = 1 / math.sqrt(4)\n    bias = _bias(s.shape[-1])\n    return torch.baddbmm(bias, s, value, alpha=scale)\n")  # fmt: skip
+    trace = '  File "sub.py", line 8, in differential_attention\n    return torch.baddbmm(bias, s, value, alpha=scale)\n'
+    by_helper = slips.findings([_call(Returned(raised={"type": "RuntimeError", "message": sizes, "traceback": trace}))], helper, DECLARATIONS)
+    assert [f.component for f in by_helper] == ["mask"]  # bias, made by a helper whose body builds the mask; a scale never clashes in size
+
+
+def test_an_unworded_error_for_some_calls_is_traced_from_the_marked_operation_to_what_made_its_operands() -> None:
+    """An IndexError only for one head width, where Python's markers underline a lookup in a table of square roots built at
+    import, is the scale's; the same error under a marked operation whose operands nothing known made stays unplaced."""
+    source = ("import math\n_INV = [1 / math.sqrt(d) for d in range(1, 64)]\n_ONES = list(range(64))\n\n"
+              "def differential_attention(q1, k1, q2, k2, value, coefficient, causal=True):\n"
+              "    s = (q1 @ k1.transpose(-2, -1)) * _INV[q1.shape[-1] - 1] * _ONES[q1.shape[-1] - 1]\n    return s @ value\n")  # fmt: skip
+
+    def raised(marked: str) -> list[Any]:
+        code = "s = (q1 @ k1.transpose(-2, -1)) * _INV[q1.shape[-1] - 1] * _ONES[q1.shape[-1] - 1]"
+        start = code.index(marked)
+        trace = f'  File "sub.py", line 6, in differential_attention\n    {code}\n    {" " * start}{"^" * len(marked)}\n'
+        failing = Returned(raised={"type": "IndexError", "message": "list index out of range", "traceback": trace})
+        calls = [_call(failing, **{slips.HEAD_WIDTH: "64"}), _call(_tensor(), **{slips.HEAD_WIDTH: "8"})]
+        return slips.findings(calls, source, DECLARATIONS)
+
+    (scale,) = raised("_INV[q1.shape[-1] - 1]")
+    assert scale.component == "scale" and "only when the head width D is 64" in scale.title
+    assert raised("_ONES[q1.shape[-1] - 1]") == []  # a table of no known part: nothing to place it by
+    assert slips.marked_operation('  File "f.py", line 2, in g\n    y = a + b[i]\n            ^^^^\n') == "b[i]"
+    assert slips.marked_operation('  File "f.py", line 2, in g\n    y = a + b[i]\n') is None
 
 
 def test_a_signature_out_of_the_contracts_order_is_a_contract_cause_naming_the_parameter() -> None:
@@ -340,6 +374,29 @@ def test_a_signature_cause_explains_value_checks_only_when_the_usually_bound_cal
     assert widened.explains == {"binding", "values", "gradients"} and widened.title == found.title
     for calls in ([("keyword", False), ("positional", False)], [("positional", False), ("names", False)], [("keyword", True), ("positional", True)]):
         assert signatures.confirmed(found, calls) is found
+
+
+def test_a_parameter_taken_by_varargs_is_a_cause_only_when_the_calls_bound_by_position_are_wrong() -> None:
+    """`*args` where the contract has causal: named with the mask's component when every keyword-bound call is right and
+    some bound by position are wrong; a `*args` the function reads causal back from (every call right), or a wrapper's
+    `*args, **kwargs` whose calls go wrong only by name, is no cause."""
+    from grader.exercises.diffattn.diagnosis import PARAMETER_COMPONENTS
+    from grader.exercises.diffattn.signatures import CONTRACT
+    from grader.toolkit import signatures
+
+    parameters = [{"name": n, "kind": "POSITIONAL_OR_KEYWORD", "has_default": False} for n in ("q1", "k1", "q2", "k2", "value", "coefficient")]
+    parameters += [{"name": "args", "kind": "VAR_POSITIONAL", "has_default": False}, {"name": "causal", "kind": "KEYWORD_ONLY", "has_default": True}]
+    functions = {A: {"parameters": parameters}}
+    lost = [("keyword", True), ("positional", False), ("names", True)]
+    (found,) = signatures.evidenced(CONTRACT, functions, PARAMETER_COMPONENTS, lambda function: lost if function == A else [])
+    assert (found.function, found.component, found.title) == (A, "mask", f"{A} loses 'causal' when it is passed by position")
+    assert {"values", "gradients"} <= found.explains
+    read_back = [("keyword", True), ("positional", True), ("names", True)]
+    assert signatures.evidenced(CONTRACT, functions, PARAMETER_COMPONENTS, lambda function: read_back) == []
+    wrapper = {A: {"parameters": [{"name": "args", "kind": "VAR_POSITIONAL", "has_default": False},
+                                  {"name": "kwargs", "kind": "VAR_KEYWORD", "has_default": False}]}}  # fmt: skip
+    by_name_fails = [("keyword", True), ("positional", True), ("names", False)]  # q1 by position is fine: not lost there
+    assert signatures.evidenced(CONTRACT, wrapper, PARAMETER_COMPONENTS, lambda function: by_name_fails) == []
 
 
 def test_parameters_made_positional_only_are_a_contract_cause_naming_them() -> None:
@@ -468,6 +525,42 @@ def test_an_output_cut_only_when_one_undeclared_input_alone_requires_grad_waits_
     assert [(f.component, f.stage) for f in found] == [("graph", "gradients")]
     found = slips.findings([graded(detached, "coefficient"), graded(attached, "q1"), graded(attached, "value")], None, DECLARATIONS)
     assert [(f.component, f.stage) for f in found] == [("coefficient", "contract")]
+
+
+def test_the_sets_of_trained_inputs_whose_output_was_cut_are_replayed_by_the_gradient_probes(tmp_path: Any) -> None:
+    """Each set of inputs requiring grad whose output came back without history, once each, in the call's input order; a
+    branch detached unless its own query or the other branch's key requires grad is then named from k1 alone trained."""
+    names = ("q1", "k1", "q2", "k2", "value")
+    detached = Returned(type_name="torch.Tensor", is_tensor=True, exact_tensor=True, shape=(1, 1, 2, 4), dtype="float32")
+
+    def graded(result: Returned, *trained: str) -> Observed:
+        attributes = {n: "trained" if n in trained else "frozen" for n in names}
+        return Observed(A, Outcome(functions=[A], results=[result]), 0, (1, 1, 2, 4), "float32", attributes, names, True)
+
+    calls = [graded(detached, "k1"), graded(detached, "k2"), graded(detached, "k1"), graded(_tensor(), "q1", "k1")]
+    assert slips.cut_subsets(calls, A) == (("k1",), ("k2",))
+    assert slips.cut_subsets(calls, L) == ()
+    source = (ROOT / "reference" / "diff_attention.py").read_text()
+    path = tmp_path / "paired.py"
+    path.write_text(source + PAIRED_DETACH)
+    run = grade(path, tmp_path, 1, "--no-preview")
+    first = run.report["diagnosis"]["root_causes"][0]
+    assert (first["function"], first["component"]) == (A, "graph") and "q1, q2, k2, value, coefficient do not require grad" in first["title"]
+
+
+PAIRED_DETACH = '''
+
+_reference_attention = differential_attention
+
+
+def differential_attention(q1, k1, q2, k2, value, coefficient, causal=True):
+    first, second = q1.requires_grad or k2.requires_grad, q2.requires_grad or k1.requires_grad
+    if not first:
+        q1, k1 = q1.detach(), k1.detach()
+    if not second:
+        q2, k2 = q2.detach(), k2.detach()
+    return _reference_attention(q1, k1, q2, k2, value, coefficient, causal)
+'''
 
 
 def test_the_file_does_not_load_names_the_function_of_its_line() -> None:

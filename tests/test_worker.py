@@ -67,6 +67,34 @@ def test_load_reports_which_functions_exist(worker: Worker) -> None:
     assert [p["name"] for p in functions["differential_lambda"]["parameters"]] == ["q1", "k1", "q2", "k2", "lambda_init"]
 
 
+WRAPPED = """
+import functools
+
+
+def _keyword_causal(fn):
+    @functools.wraps(fn)
+    def inner(q1, k1, q2, k2, value, coefficient, *extra, causal=True):
+        return fn(q1, k1, q2, k2, value, coefficient, causal=causal)
+    return inner
+
+
+@_keyword_causal
+def differential_attention(q1, k1, q2, k2, value, coefficient, causal=True):
+    return value
+"""
+
+
+def test_a_decorated_function_is_described_by_the_parameters_its_callers_bind(forks: ForkServer) -> None:
+    """A functools.wraps wrapper reports its own parameters (a `*extra` before causal), not those of the function it wraps."""
+    wrapped = Worker(WRAPPED, "wrapped.py", ["differential_attention"], WorkerLimits(call_timeout_s=10), forks)
+    try:
+        parameters = wrapped.load()["functions"]["differential_attention"]["parameters"]
+    finally:
+        wrapped.close()
+    assert [(p["name"], p["kind"]) for p in parameters][5:] == [("coefficient", "POSITIONAL_OR_KEYWORD"), ("extra", "VAR_POSITIONAL"),
+                                                                 ("causal", "KEYWORD_ONLY")]  # fmt: skip
+
+
 def test_values_come_back_as_arrays(worker: Worker) -> None:
     """A plain call returns its value: exp(0.3125) - exp(0.3125) + 0.2 = 0.2."""
     assert _lambda_call(worker) == pytest.approx(0.2, abs=1e-15)

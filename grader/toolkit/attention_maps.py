@@ -118,11 +118,19 @@ def predict(model: MapModel, tensors: Mapping[str, np.ndarray]) -> np.ndarray:
     return model.factor * (found.T if model.transposed else found)
 
 
+ZERO_SCALE = 1e-9
+"""A fitted scale smaller than this in magnitude is 0: rows uniform over their visible keys (an integer division 1 // √D)."""
+READABLE = 1e-9
+"""The smallest weight whose logarithm the scale fits read (see :func:`_fitted_scale`)."""
+
+
 def _fitted_scale(got: np.ndarray, logits: np.ndarray, visible: np.ndarray) -> float | None:
-    """The s that best explains log got = s·logits + (a constant per row) over the visible entries, or None."""
+    """The s that best explains log got = s·logits + (a constant per row) over the visible entries, or None. Weights below
+    :data:`READABLE` are left out of the fit (a map read out of outputs carries rounding errors of about 1e-16, which make
+    the logarithm of a weight that small meaningless); :func:`error` still judges them."""
     xs, ys = [], []
     for row, (g, s, v) in enumerate(zip(got, logits, visible)):
-        usable = v & np.isfinite(g) & (g > 0)
+        usable = v & np.isfinite(g) & (g > READABLE)
         if usable.sum() >= 2:
             x, y = s[usable], np.log(g[usable])
             xs.append(x - x.mean())
@@ -131,7 +139,10 @@ def _fitted_scale(got: np.ndarray, logits: np.ndarray, visible: np.ndarray) -> f
         return None
     x, y = np.concatenate(xs), np.concatenate(ys)
     spread = float(x @ x)
-    return None if spread < 1e-12 else float(x @ y) / spread
+    if spread < 1e-12:
+        return None
+    scale = float(x @ y) / spread
+    return 0.0 if abs(scale) < ZERO_SCALE else scale  # uniform rows: the rounding of their logarithms, not a scale
 
 
 def _scale_of(structure: MapModel, got: np.ndarray, tensors: Mapping[str, np.ndarray]) -> float | None:
@@ -179,6 +190,28 @@ def scale_slip(scale: float, right: float, operands: str) -> tuple[str, str, str
             f"{relative:.1g} relative, which is not float32's rounding either, so a constant on the way to the logits has too "
             "few digits (log2(e) for exp2, √D or 1/√D written out by hand?).",
             "compute every constant in full precision: 1 / math.sqrt(D), math.log2(math.e)")  # fmt: skip
+
+
+def row_scales(maps: Sequence[tuple[np.ndarray, Mapping[str, np.ndarray]]], structure: MapModel) -> np.ndarray | None:
+    """The logit scale of each row of each map (``maps``: each with its tensors; [maps, T]) when every row is exactly
+    ``structure``'s row at a scale of its own (softmax(s_t · q_t kᵀ) over its visible keys), or None. A row with fewer
+    than two visible keys fits any scale: NaN."""
+    found = []
+    for got, tensors in maps:
+        logits = tensors[structure.query] @ tensors[structure.key].T
+        visible = keep(len(got), structure.mask)
+        scales = np.full(len(got), np.nan)
+        for t, (row, x, seen) in enumerate(zip(got, logits, visible)):
+            if seen.sum() < 2:
+                continue
+            if not np.all(np.isfinite(row)) or np.any(row[seen] <= 0.0):
+                return None
+            scale = _fitted_scale(row[None, :], x[None, :], seen[None, :])
+            if scale is None or not np.allclose(_softmax_rows(scale * x[None, :], seen[None, :])[0], row, rtol=0.0, atol=FITS):
+                return None
+            scales[t] = scale
+        found.append(scales)
+    return np.array(found)
 
 
 EPSILON_SPREAD = 1e-3

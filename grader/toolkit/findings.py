@@ -210,12 +210,9 @@ def length_probe(worker: Worker, function: str, subject: Callable[[bool], Subjec
     return True
 
 
-def _unread_keys(worker: Worker, function: str, unmasked: Subject, point: Values, tokens: TokenAxes, span: str, found: Found) -> bool:
-    """A finding when, without the mask, changing the value of the first or the last key of ``point`` (a long sequence the
-    output is wrong for) leaves some query's output exactly as it was: without the mask every query reads every key with a
-    weight above 0. A key no query reads is never visited (`softmax`: a loop over key blocks that stops short or steps past
-    some); one only some queries leave out is hidden from them (`mask`: a window, a buffer shorter than the sequence).
-    Whether there was one."""
+def _unread(worker: Worker, unmasked: Subject, point: Values, tokens: TokenAxes) -> dict[str, np.ndarray] | None:
+    """For the first and the last key of ``point``, the queries whose output stays exactly as it was when that key's value
+    changes (keys no query leaves out are not listed), without the mask; None when the outputs cannot be read."""
     length = np.shape(point[tokens.value])[tokens.value_axis]
     moved = []
     for key in (0, length - 1):
@@ -224,15 +221,27 @@ def _unread_keys(worker: Worker, function: str, unmasked: Subject, point: Values
         moved.append({**point, tokens.value: value})
     base, *outs = probes.sweep(worker, unmasked, [point, *moved])
     if base is None or any(out is None or out.shape != base.shape for out in outs) or base.ndim <= tokens.output_axis:
-        return False
+        return None
     unread = {}
     for key, out in zip(("first", "last"), outs):
         assert out is not None
         same = (np.moveaxis(out, tokens.output_axis, 0) == np.moveaxis(base, tokens.output_axis, 0)).reshape(length, -1).all(axis=1)
         if same.any():
             unread[key] = np.flatnonzero(same)
+    return unread
+
+
+def _unread_keys(worker: Worker, function: str, unmasked: Subject, point: Values, tokens: TokenAxes, span: str, found: Found) -> bool:
+    """A finding when, without the mask, changing the value of the first or the last key of ``point`` (a long sequence the
+    output is wrong for) leaves some query's output exactly as it was: without the mask every query reads every key with a
+    weight above 0. A key no query reads is never visited (`softmax`: a loop over key blocks that stops short or steps past
+    some); one that other queries leave out once the other inputs' tokens are put in reverse order is dropped by its weight
+    (`softmax`: only the largest weights of a row kept); one the same queries leave out whatever the inputs is hidden from
+    them by position (`mask`: a window, a buffer shorter than the sequence). Whether there was one."""
+    unread = _unread(worker, unmasked, point, tokens)
     if not unread:
         return False
+    length = np.shape(point[tokens.value])[tokens.value_axis]
     lead = f"Your output is {span}. With causal=False at T = {length}, where every query reads every key"
     never = [key for key, queries in unread.items() if len(queries) == length]
     if never:
@@ -242,8 +251,18 @@ def _unread_keys(worker: Worker, function: str, unmasked: Subject, point: Values
                   "visit every key: ceil(T / block) blocks, each as wide as the step between them")  # fmt: skip
         return True
     said = "; ".join(f"the {key} key's value changes nothing for {len(q)} of the {length} queries (first: query {int(q[0])})" for key, q in unread.items())
+    mirrored = {n: np.flip(x, tokens.value_axis) if n != tokens.value and np.ndim(x) > tokens.value_axis else x for n, x in point.items()}
+    again = _unread(worker, unmasked, mirrored, tokens)
+    if again is not None and any(not np.array_equal(unread.get(key, []), again.get(key, [])) for key in ("first", "last")):
+        found.add(function, "softmax", "forward", "On long sequences keys of small weight are dropped",
+                  f"{lead}, {said}; with the other inputs' tokens in reverse order, other queries leave those keys out: which keys a "
+                  "query reads depends on the logits, so weights are kept for the largest logits of each row only (a top-k or a "
+                  "threshold), not for every key.",
+                  "normalise over every key the mask lets a query see, however small its weight")  # fmt: skip
+        return True
     found.add(function, "mask", "forward", "On long sequences some queries never read some keys",
-              f"{lead}, {said}: those queries leave that key out (a window of keys, or a buffer shorter than the sequence).",
+              f"{lead}, {said}, and the same queries leave it out whatever the inputs: those queries leave that key out by its "
+              "position (a window of keys, or a buffer shorter than the sequence).",
               "let every query read all T keys with causal=False, and every key up to its own position with causal=True")  # fmt: skip
     return True
 
@@ -379,9 +398,16 @@ def stale_input_probe(worker: Worker, subject: Subject, first: Values, second: V
     return False
 
 
+OWN_BACKWARD = re.compile(r"\bdef\s+backward\b")
+"""An autograd.Function's backward pass, written by hand."""
+GRADIENT_HOOKS = re.compile(r"\bregister_(?:hook|(?:full_)?backward_hook|multi_grad_hook)\s*\(")
+"""A hook that rewrites the gradient flowing through a tensor or a module: a gradient written by hand too."""
+
+
 def uses_custom_backward(source: str | None) -> bool:
-    """Whether the submission defines its own backward pass (an autograd.Function)."""
-    return "def backward" in (source or "")
+    """Whether the submission writes part of its backward pass itself (:data:`OWN_BACKWARD`, :data:`GRADIENT_HOOKS`)."""
+    code = code_of(source or "")
+    return OWN_BACKWARD.search(code) is not None or GRADIENT_HOOKS.search(code) is not None
 
 
 def _cutting_line(source: str | None, function: str, name: str) -> tuple[int, str, str] | None:
@@ -458,9 +484,10 @@ def gradient_finding(found: Found, function: str, condition: str, result: Consis
         # without a hand-written backward, autograd differentiates the forward it ran: a gradient can only
         # disagree with that forward where part of the computation was hidden from it
         evidence = f"Your gradient for {', '.join(differs)} disagrees with finite differences of your own forward{condition}{rest}."
-        if custom:
-            found.add(function, "backward", "gradients", f"The gradient for {', '.join(differs)} is wrong", evidence,
-                      "fix the backward pass for those inputs", inputs=tuple(differs))  # fmt: skip
+        if custom:  # a hook on one part's tensor, with no backward of its own, rewrites that part's gradient alone
+            hooked = len(differs) == 1 and OWN_BACKWARD.search(code_of(source or "")) is None
+            found.add(function, (parts or {}).get(differs[0], "backward") if hooked else "backward", "gradients",
+                      f"The gradient for {', '.join(differs)} is wrong", evidence, "fix the backward pass for those inputs", inputs=tuple(differs))  # fmt: skip
         else:
             component = (parts or {}).get(differs[0], "graph") if len(differs) == 1 else "graph"
             found.add(function, component, "gradients", f"Part of the computation of {', '.join(differs)}'s gradient is hidden from autograd",
@@ -544,6 +571,26 @@ def _shifted_within_rows(maps: np.ndarray, expected: np.ndarray, visible: np.nda
     return False
 
 
+def _counted_again(maps: np.ndarray, expected: np.ndarray, visible: np.ndarray) -> int:
+    """The most times a visible key is counted in a row of ``maps`` (the right maps: ``expected``) whose weights are the
+    right ones times whole numbers, renormalised: the weight of each key, over the row's lightest, is a whole multiple of
+    its right weight (a key gathered several times, its index clamped into range or its window overlapping, and the
+    copies left unmasked); 1 when no row is so."""
+    most = 1
+    for got, want in zip(maps.reshape(-1, *visible.shape), expected.reshape(-1, *visible.shape)):
+        for row, right, seen in zip(got, want, visible):
+            if not seen.any() or not np.all(right[seen] > 1e-12) or np.allclose(row, right, rtol=0.0, atol=attention_maps.FITS):
+                continue
+            ratio = row[seen] / right[seen]
+            if ratio.min() <= 0.0:
+                return 1
+            counts = ratio / ratio.min()
+            if not np.allclose(counts, np.round(counts), rtol=0.0, atol=1e-6):
+                return 1
+            most = max(most, int(np.round(counts.max())))
+    return most
+
+
 def _softmax_of_maps(maps: np.ndarray, expected: np.ndarray) -> bool:
     """Whether ``maps`` are the softmax, over every key, of the right maps ``expected`` (a softmax applied to its own output)."""
     with np.errstate(over="ignore", invalid="ignore"):
@@ -593,13 +640,76 @@ def unexplained_maps(found: Found, function: str, maps: np.ndarray, how: str, ex
                   f"Read out of your output with {how}, a query's weights sum to {worst:.4g}, not 1, and no softmax of q kᵀ "
                   "explains them: the normaliser is wrong.", advice)  # fmt: skip
         return True
-    if not (np.all(maps[..., ~visible] == 0.0) and np.all(maps[..., visible] > 0.0)) or not _shifted_within_rows(maps, expected, visible):
+    if not (np.all(maps[..., ~visible] == 0.0) and np.all(maps[..., visible] > 0.0)):
+        return False
+    if (copies := _counted_again(maps, expected, visible)) > 1:
+        found.add(function, "mask", "forward", "Some keys are counted more than once",
+                  f"Read out of your output with {how}, each query's weights sum to 1, but some keys weigh a whole multiple (up to "
+                  f"{copies}×) of their right share against the others: those keys enter the row several times (indices clamped into "
+                  "range, or overlapping windows of keys), and the copies are not masked.",
+                  "let each visible key enter each row once: mask every index that was clamped or repeated")  # fmt: skip
+        return True
+    if not _shifted_within_rows(maps, expected, visible):
         return False
     found.add(function, "softmax", "forward", "The weights are not a softmax of the logits",
               f"Read out of your output with {how}, each query's weights sum to 1 and hide exactly the future keys, but their "
               "ratios are not exp of the logits' differences for any scale: exponentials taken against different shifts within a row "
               "(a maximum taken over the wrong axis, or a blocked or online softmax that does not rescale what it accumulated)?", advice)  # fmt: skip
     return True
+
+
+def row_scale_finding(found: Found, function: str, maps: Sequence[tuple[np.ndarray, Mapping[str, np.ndarray]]],
+                      structure: attention_maps.MapModel, right: float) -> bool:  # fmt: skip
+    """A scale finding when each row of the maps (each with its tensors) is ``structure``'s softmax at a logit scale of its
+    own, and the scales differ between rows (one scale for every row is :func:`attention_maps.explain`'s to fit): named
+    "queries made unit length" when each row's scale is 1 over its query's length; whether there was one."""
+    scales = attention_maps.row_scales(maps, structure)
+    if scales is None or not np.isfinite(scales).any():
+        return False
+    fitted = scales[np.isfinite(scales)]
+    if np.ptp(fitted) <= 1e-3 * np.abs(fitted).max():
+        return False
+    lengths = np.array([np.linalg.norm(tensors[structure.query], axis=-1) for _, tensors in maps])
+    unit = np.isfinite(scales) & (lengths > 0)
+    if np.allclose(scales[unit] * lengths[unit], 1.0, rtol=1e-6, atol=0.0):
+        said, advice = "1 over its query's length: the queries are made unit length (a normalisation) instead of scaled by 1/√D", \
+            "keep the queries as they are and divide q kᵀ by √D"  # fmt: skip
+    else:
+        said, advice = "one that differs from row to row", "divide every row's logits by the same √D, D = q.shape[-1]"
+    found.add(function, "scale", "forward", "Each query's logits are scaled by a factor of its own",
+              f"Each row of the maps read out of your output is a softmax of q kᵀ at a scale of its own (from {fitted.min():.4g} to "
+              f"{fitted.max():.4g}, where 1/√D = {right:.4g} is right for every row): {said}.", advice)  # fmt: skip
+    return True
+
+
+PADDED = (("A key or query of all zeros is treated as masked",
+           "With the first key and one query all zeros (as padding tokens are), so that their logits are exactly 0",
+           "the mask is taken from the inputs' values (logits equal to 0, keys or queries all zeros)"),
+          ("Keys whose value is all zeros are treated as masked",
+           "With the first token's value all zeros (as a padding token's is) and ordinary queries and keys",
+           "keys are hidden by their values (e.g. a padding mask from value rows that are all zeros)"))  # fmt: skip
+"""The padding probe's two calls: (title, what the call was, the cause it shows)."""
+
+
+def padding_probe(worker: Worker, function: str, subject: Subject, ordinary: Values, zero_logits: Values, zero_value: Values,
+                  truth: Callable[[Values], np.ndarray], found: Found) -> bool:  # fmt: skip
+    """A mask finding when the output with padding tokens is wrong while ``ordinary`` inputs are right (float32's accuracy
+    at least): ``zero_logits`` has the first key and one query all zeros (logits exactly 0), ``zero_value`` the first
+    token's value all zeros, both otherwise like ``ordinary``; whether it found one. Only positions may hide a key."""
+    found.probes.append(f"{function}: the first key and one query all zeros, then the first token's value all zeros")
+    plain, *outs = probes.sweep(worker, subject, [ordinary, zero_logits, zero_value])
+    if not is_right(plain, truth(ordinary), FLOAT32_LIKE):
+        return False  # ordinary inputs are wrong too: zeros tell nothing
+    for out, point, (title, what, why) in zip(outs, (zero_logits, zero_value), PADDED):
+        want = truth(point)
+        if out is None or out.shape != want.shape or is_right(out, want, FLOAT32_LIKE):  # (not a precision fault)
+            continue
+        found.add(function, "mask", "forward", title,
+                  f"{what}, your output is wrong, though it is right for ordinary inputs: {why} rather than from the positions.",
+                  "build the mask from positions alone (key s > query t), e.g. torch.triu(torch.ones(T, T, dtype=torch.bool), 1), "
+                  "and treat zeros like any other value")  # fmt: skip
+        return True
+    return False
 
 
 def rearranged_finding(found: Found, function: str, out: np.ndarray | None, want: np.ndarray, component: str, advice: str) -> bool:

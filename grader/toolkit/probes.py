@@ -198,13 +198,14 @@ def perturb(values: Values, perturbation: Perturbation, rng: np.random.Generator
 def dependence(
     worker: Worker, subject: Subject, values: Values, perturbations: Sequence[Perturbation], rng: np.random.Generator
 ) -> list[Effect] | None:
-    """The effect of each perturbation on the output, or None when the base call gave no output."""
-    calls = [subject.request(values)] + [subject.request(perturb(values, p, rng)) for p in perturbations]
+    """The effect of each perturbation on the output, or None when the base call gave no output, or another one when made
+    again after the perturbed calls (an answer kept between calls: what changed would then be state, not a dependence)."""
+    calls = [subject.request(values)] + [subject.request(perturb(values, p, rng)) for p in perturbations] + [subject.request(values)]
     found = [output(o) for o in ask(worker, calls)]
-    base = found[0]
-    if base is None:
+    base, again = found[0], found[-1]
+    if base is None or again is None or again.shape != base.shape or not np.array_equal(base, again, equal_nan=True):
         return None
-    return [Effect(p, moved(base, got)) for p, got in zip(perturbations, found[1:]) if got is not None and got.shape == base.shape]
+    return [Effect(p, moved(base, got)) for p, got in zip(perturbations, found[1:-1]) if got is not None and got.shape == base.shape]
 
 
 # ---- determinism ---------------------------------------------------------------------------

@@ -12,7 +12,7 @@ has_default), or anything else when it could not describe them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -101,6 +101,19 @@ def _order_text(signature: Signature, place: int, expected: str, got: str | None
             f"passing {expected} by position sets {got}, and one passing {expected} by name fails")  # fmt: skip
 
 
+def swallowed(signature: Signature, parameters: Any) -> str | None:
+    """The contract's parameter that ``parameters``' ``*args`` takes when callers pass it by position (the first one with no
+    positional slot of its own before the ``*args``), or None. The function may read it back from ``*args``: only its
+    calls tell whether it does (:func:`evidenced`)."""
+    if not isinstance(parameters, list):
+        return None
+    described = [p for p in parameters if isinstance(p, dict)]
+    slots = [p for p in described if p.get("kind") in POSITIONAL_KINDS]
+    if len(slots) >= len(signature.parameters) or not any(p.get("kind") == "VAR_POSITIONAL" for p in described):
+        return None
+    return signature.parameters[len(slots)]
+
+
 def positional_only(signature: Signature, parameters: Any) -> tuple[str, ...]:
     """The contract's parameters that ``parameters`` declares positional-only (before a ``/``), which a caller passing
     them by name cannot set."""
@@ -134,7 +147,7 @@ def finding(signature: Signature, parameters: Any, components: Mapping[str, str]
     one it gives "*", else "type"), or None."""
     found = misplaced(signature, parameters)
     if found is None:
-        return _by_name_refused(signature, parameters, components)
+        return _by_name_refused(signature, parameters, components) or _taken_by_varargs(signature, parameters, components)
     problem = _order_text(signature, *found)
     _, expected, got = found
     title = (f"{signature.name} cannot take '{expected}' by position" if got is None else
@@ -142,6 +155,25 @@ def finding(signature: Signature, parameters: Any, components: Mapping[str, str]
     return Finding(signature.name, components.get(expected, components.get("*", "type")), "contract", title, problem[0].upper() + problem[1:] + ".",
                    f"declare the parameters as the contract does: {signature.text}", aspect="binding",
                    explains=frozenset({"binding"}), signature=f"argument '{expected}'")  # fmt: skip
+
+
+VARARGS = "taken by *args"
+"""The signature (in :class:`Finding`'s sense) of a contract parameter a submitted ``*args`` takes when passed by position."""
+
+
+def _taken_by_varargs(signature: Signature, parameters: Any, components: Mapping[str, str]) -> Finding | None:
+    """A contract finding when ``parameters``' ``*args`` takes one of ``signature``'s parameters passed by position
+    (:func:`swallowed`), or None; it stands only when the calls confirm it (:func:`evidenced`)."""
+    taken = swallowed(signature, parameters)
+    if taken is None:
+        return None
+    return Finding(signature.name, components.get(taken, components.get("*", "type")), "contract",
+                   f"{signature.name} loses '{taken}' when it is passed by position",
+                   f"In the submitted signature a `*args` stands where the contract {signature.text} has '{taken}', so a caller "
+                   f"passing {taken} by position puts it in args, and the calls bound that way give wrong values while those "
+                   f"passing it by name are right.",
+                   f"declare the parameters as the contract does: {signature.text}", aspect="binding",
+                   explains=frozenset({"binding"}), signature=f"'{taken}' {VARARGS}")  # fmt: skip
 
 
 def confirmed(found: Finding, calls: Iterable[tuple[str, bool]]) -> Finding:
@@ -154,6 +186,31 @@ def confirmed(found: Finding, calls: Iterable[tuple[str, bool]]) -> Finding:
     if not usual or not all(usual) or all(right for _, right in calls):
         return found
     return replace(found, explains=found.explains | {"values", "gradients"})
+
+
+def evidenced(contracts: Mapping[str, Signature], functions: Mapping[str, Any], components: Mapping[str, Mapping[str, str]],
+              calls: Callable[[str], Iterable[tuple[str, bool]]]) -> list[Finding]:  # fmt: skip
+    """:func:`findings`, each :func:`confirmed` by its function's calls in the checks (``calls``: function -> (binding,
+    whether its value was right) of each); a parameter a ``*args`` takes stands only when they confirm it."""
+    found = []
+    for finding in findings(contracts, functions, components):
+        made = list(calls(finding.function or ""))
+        if (finding.signature or "").endswith(VARARGS):
+            taken = swallowed(contracts[finding.function or ""], functions.get(finding.function or "", {}).get("parameters"))
+            if taken is None or not _lost_by_position(contracts[finding.function or ""], taken, made):
+                continue
+        found.append(confirmed(finding, made))
+    return found
+
+
+def _lost_by_position(signature: Signature, taken: str, calls: Iterable[tuple[str, bool]]) -> bool:
+    """Whether the calls (binding, whether its value was right) show ``taken`` lost when passed by position: some call that
+    passes it by position is wrong, and every call that passes it by name is right (there is one). The contract's last
+    parameter goes by position only when every argument does ("positional"); the others also when only it goes by name."""
+    by_position = ("positional",) if taken == signature.keyword else ("positional", "keyword")
+    placed = [(binding in by_position, right) for binding, right in calls]
+    named = [right for positional, right in placed if not positional]
+    return bool(named) and all(named) and any(positional and not right for positional, right in placed)
 
 
 def findings(contracts: Mapping[str, Signature], functions: Mapping[str, Any], components: Mapping[str, Mapping[str, str]]) -> list[Finding]:

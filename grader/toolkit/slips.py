@@ -34,6 +34,9 @@ from grader.toolkit.verdicts import OVERWRITTEN
 
 SHARED_MEMORY_WRITE = "more than one element of the written-to tensor refers to a single memory location"
 FRAME = re.compile(r'File "[^"\n]*", line (\d+), in ([^\n]+)\n[ \t]+([^\n]+)')
+MARKED = re.compile(r'File "[^"\n]*", line \d+, in [^\n]+\n([ \t]+[^\n]+)\n([ \t]*)([~^]+)[ \t]*(?:\n|$)')
+"""A frame whose code line is followed by the markers Python puts under the failing operation: (the code line as printed,
+the markers' indentation, the markers)."""
 # torch's wording of an exception -> (component, what it means, what to do)
 EXCEPTION_KINDS: tuple[tuple[tuple[str, ...], str, str, str], ...] = (
     (("view size is not compatible", "use .reshape("), "strided",
@@ -54,6 +57,10 @@ EXCEPTION_KINDS: tuple[tuple[tuple[str, ...], str, str, str], ...] = (
      "keep nothing between calls, or make what you keep outside inference mode: build the mask in each call"),
     (("does not require grad and does not have a grad_fn", "numpy() on tensor that requires grad"), "graph",
      "the result was cut off from autograd", "keep every step in torch: no `.detach()`, `.numpy()` or `torch.no_grad()` on the way"),
+    (("only change requires_grad flags of leaf variables",), "graph",
+     "`requires_grad_(False)` is called on a tensor computed from inputs that require grad, which autograd refuses (only a leaf's "
+     "flag can be changed)",
+     "leave the flag alone: a tensor computed from the inputs must stay in the graph so that its gradient reaches them"),
     (("arguments don't support automatic differentiation",), "graph",
      "an operation writes into a given buffer (`out=`), which autograd cannot differentiate",
      "return new tensors (`a @ v`, not `torch.matmul(a, v, out=buffer)`), and keep no buffer between calls"),
@@ -141,6 +148,22 @@ class Declarations:
     # a function -> the component its returned tensor belongs to: a buffer it returns and overwrites on its next call is
     # that component's fault (the function's "output" when not given)
     answers: Mapping[str, str] = field(default_factory=dict)
+    # a pattern of the code that made an operand of a failing operation (traced back from it, never the failing line itself)
+    # -> the component that operand belongs to (e.g. a table of scales made with a square root)
+    operands: Mapping[str, str] = field(default_factory=dict)
+
+
+SCALE_MAKERS = {r"\br?sqrt_?\(|\*\*\s*\(?\s*-?\s*0?\.5\b": "scale"}
+"""Operand makers of attention exercises: an operand made with a square root (a table or factor of 1/√D) is the scale's."""
+
+
+def tokens_lost(got: list[int], expected: list[int], axes: str) -> tuple[str, str]:
+    """(evidence, advice) for an output of the right shape but for fewer tokens (``axes``: the contract's, e.g. "[B, T, H, D]")."""
+    return (f"It returned shape {got} where {axes} = {expected} is expected: every axis is right but the tokens', which are "
+            "fewer, so the output is put together from pieces (chunks or blocks of queries) that lose tokens (a slice end off by "
+            "one, a last partial block left out?).",
+            "give every query exactly one output row: chunks of queries cut as x[s:s + block] for s in range(0, T, block), joined "
+            "with torch.cat along the token axis")  # fmt: skip
 
 
 UNPLACED = "shape"
@@ -237,12 +260,18 @@ def function_of_line(source: str | None, line: int) -> str | None:
 # ---- the calls ------------------------------------------------------------------------------------
 
 
-def _contrasting(failing: Sequence[Observed], working: Sequence[Observed]) -> tuple[tuple[str, str], ...]:
+HEAD_WIDTH = "the head width D"
+"""The call attribute giving the head width: a size that decides whether a table or buffer indexed by it reaches far enough
+(an exception), never how a call is answered otherwise, so only exceptions are contrasted by it."""
+
+
+def _contrasting(failing: Sequence[Observed], working: Sequence[Observed], sizes: bool = False) -> tuple[tuple[str, str], ...]:
     """The attribute values every failing call has and no working call has together: one alone if one will do, else two or
-    three, the rarest ways of calling first; or () when none do."""
+    three, the rarest ways of calling first; or () when none do. ``sizes``: :data:`HEAD_WIDTH` may be one of them."""
     if not failing or not working:
         return ()
-    shared = [(key, value) for key, value in failing[0].attributes.items() if all(c.attributes.get(key) == value for c in failing)]
+    shared = [(key, value) for key, value in failing[0].attributes.items()
+              if all(c.attributes.get(key) == value for c in failing) and (sizes or key != HEAD_WIDTH)]  # fmt: skip
     for key, value in shared:
         if not any(c.attributes.get(key) == value for c in working):
             return ((key, value),)
@@ -318,7 +347,7 @@ def _raised(function: str, calls: Sequence[Observed], source: str | None, declar
         error = failing[0].result.raised if failing[0].result is not None else None
         assert error is not None
         working = [c for c in calls if c.result is not None and c.result.raised is None]
-        contrast = _contrasting(failing, working)
+        contrast = _contrasting(failing, working, sizes=True)
         only = _in_words(contrast)
         placed = _declared(contrast, declared)
         classified = exception_kind(f"{kind}: {error['message']}")
@@ -336,7 +365,9 @@ def _raised(function: str, calls: Sequence[Observed], source: str | None, declar
         # the kind of call that alone raises, else traced to the operation that made an operand (one assignment back); other
         # errors stay on their line
         sized = classified is not None and classified[0] == "shape" and on_line is None
-        traced = _line_component(declared, code[-1], source, trace=True) if code and sized else None
+        unworded = classified is None and on_line is None and only is not None  # raised for some kinds of call alone
+        traced = _line_component(declared, code[-1], source, trace=True, operation=marked_operation(error.get("traceback", "")),
+                                 operands=unworded) if code and (sized or unworded) else None  # fmt: skip
         if classified is not None:
             component, meaning, advice, _ = classified
             component = (on_line or component) if component == "shape" else component
@@ -352,9 +383,9 @@ def _raised(function: str, calls: Sequence[Observed], source: str | None, declar
             advice = "accept a Python number as the contract allows: turn it into a tensor (`torch.as_tensor(x, dtype=q.dtype)`) however it is passed"
         elif on_line is not None:  # an error torch words in no known way, on a line the exercise can place
             component, meaning, advice = on_line, "the call fails on that line", "make that line work for every input the contract allows"
-        elif only is not None and placed is not None:
-            component, meaning, advice = placed[1], f"the call fails only when {only[0]} is {only[1]}", \
-                "make the function accept every input the contract allows"  # fmt: skip
+        elif only is not None and (by_call := placed[1] if placed is not None else traced) is not None:
+            component, meaning = by_call, f"the call fails only when {only[0]} is {only[1]}"
+            advice = "make the function accept every input the contract allows"
         elif everywhere:  # whatever the error, a function that raises on every call cannot run at all: its line says where
             component, meaning = "load", "it cannot run at all"
             advice = "fix the name or import the traceback points at" if kind in CANNOT_RUN else "make the line the traceback points at work"
@@ -401,19 +432,63 @@ def _writes_made_with(frame: tuple[str, str, str], source: str | None, made: str
     return False
 
 
-def _line_component(declared: Declarations, frame: tuple[str, str, str], source: str | None, *, trace: bool) -> str | None:
+def marked_operation(traceback: str) -> str | None:
+    """The code Python's markers underline in the innermost frame of a traceback (the operation that failed, e.g.
+    ``table[d - 1]`` of ``x = q @ k * table[d - 1]``), or None when that frame has no markers."""
+    frames = list(FRAME.finditer(traceback or ""))
+    if not frames:
+        return None
+    found = MARKED.match(traceback, frames[-1].start())
+    if found is None:
+        return None
+    code, indent, markers = found.groups()
+    start = len(indent.expandtabs())
+    return code.expandtabs()[start : start + len(markers)] or None
+
+
+def _module_definitions(source: str | None) -> tuple[dict[str, str], dict[str, str]]:
+    """The code of each name a module-level statement of ``source`` assigns (a table or buffer built once at import), and
+    of each function it defines (a helper that makes an operand)."""
+    try:
+        tree = ast.parse(source or "")
+    except (SyntaxError, ValueError):
+        return {}, {}
+    made: dict[str, str] = {}
+    helpers: dict[str, str] = {}
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            helpers[node.name] = ast.get_source_segment(source or "", node) or ""
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        for target in targets:
+            if isinstance(target, ast.Name):
+                made[target.id] = ast.get_source_segment(source or "", node) or ""
+    return made, helpers
+
+
+def _line_component(declared: Declarations, frame: tuple[str, str, str], source: str | None, *, trace: bool,
+                    operation: str | None = None, operands: bool = False) -> str | None:  # fmt: skip
     """The component of the student's failing line (``frame``: its number, function and code) by the operation on it, else
-    (with ``trace``) by the operation of the latest earlier line of its function in ``source`` that assigned a name it uses
-    (``kt = k.T`` before the ``q @ kt`` that fails), or None."""
+    (with ``trace``) by the operation that made a name the failing ``operation`` (the whole line when not known) uses: the
+    latest earlier line of its function that assigned it (``kt = k.T`` before the ``q @ kt`` that fails), else the
+    module-level statement that did (a table built at import), each by its own operation or else by the body of a
+    module-level helper it calls (``bias = _causal_bias(...)``), with the patterns of :attr:`Declarations.operands` too
+    when ``operands`` (not for sizes that do not fit: a scale is a number, whose size never clashes); or None."""
     line, function, text = frame
 
-    def of(code: str) -> str | None:
-        return next((component for pattern, component in declared.lines.items() if re.search(pattern, code)), None)
+    def of(code: str, patterns: Mapping[str, str]) -> str | None:
+        return next((component for pattern, component in patterns.items() if re.search(pattern, code)), None)
 
-    found = of(text)
+    found = of(text, declared.lines)
     if found is not None or not trace:
         return found
-    wanted = set(re.findall(r"\b[A-Za-z_]\w*\b", text.split("#", 1)[0]))
+    patterns = {**declared.lines, **declared.operands} if operands else declared.lines
+    definitions, helpers = _module_definitions(source)
+
+    def made(code: str) -> str | None:  # by the code's own operation, else by a helper of the module it calls
+        called = (helpers[name] for name in re.findall(r"\b([A-Za-z_]\w*)\s*\(", code) if name in helpers and name != function)
+        return of(code, patterns) or next((c for body in called if (c := of(body, patterns)) is not None), None)
+
+    wanted = set(re.findall(r"\b[A-Za-z_]\w*\b", (operation or text).split("#", 1)[0]))
     for number, earlier in reversed(function_lines(source, function)):
         assigned = re.match(r"\s*([A-Za-z_][\w, ]*?)\s*=(?!=)", earlier)
         if number >= int(line) or assigned is None:
@@ -421,9 +496,9 @@ def _line_component(declared: Declarations, frame: tuple[str, str, str], source:
         names = {name.strip() for name in assigned.group(1).split(",")} & wanted
         if names:
             wanted -= names  # an earlier assignment of the same name is no longer the one the failing line reads
-            if (component := of(earlier.split("#", 1)[0])) is not None:
+            if (component := made(earlier.split("#", 1)[0])) is not None:
                 return component
-    return None
+    return next((component for name in sorted(wanted) if name in definitions if (component := made(definitions[name])) is not None), None)
 
 
 def _not_tensors(function: str, calls: Sequence[Observed], source: str | None) -> list[Finding]:
@@ -503,6 +578,23 @@ def _mutations(function: str, calls: Sequence[Observed], source: str | None) -> 
                      explains=frozenset({"mutation"}))]  # fmt: skip
 
 
+def _cut(calls: Sequence[Observed]) -> tuple[list[Observed], list[Observed]]:
+    """Of the calls made with inputs that require grad and answered with a tensor of the contract's shape: those whose
+    output carries no autograd history, and the others."""
+    graded = [c for c in calls if c.grads and c.result is not None and c.result.exact_tensor and c.result.shape == c.shape]
+    attached = [c.result is not None and c.result.requires_grad and c.result.has_grad_fn for c in graded]
+    return [c for c, kept in zip(graded, attached) if not kept], [c for c, kept in zip(graded, attached) if kept]
+
+
+def cut_subsets(calls: Sequence[Observed], function: str) -> tuple[tuple[str, ...], ...]:
+    """The sets of inputs requiring grad (each in the order of the call's inputs) of ``function``'s calls whose output came
+    back cut off from autograd, for the gradient probes to replay: a set that no probe run chooses by itself still shows
+    which path is cut."""
+    cut, _ = _cut([c for c in calls if c.function == function])
+    subsets = (tuple(n for n in call.inputs if n and call.attributes.get(n) == "trained") for call in cut)
+    return tuple(dict.fromkeys(subset for subset in subsets if subset))
+
+
 def _detached(function: str, calls: Sequence[Observed], source: str | None, declared: Declarations) -> list[Finding]:
     """A finding when outputs of inputs that require grad carry no autograd history: in every call, or only in calls that
     share how they were made (a shortcut for one token, a fast path for some inputs frozen; other partial cuts are for the
@@ -510,11 +602,9 @@ def _detached(function: str, calls: Sequence[Observed], source: str | None, decl
     when the exercise declares one; when it declares none, the input is cut from the graph or never read by the forward
     (another branch's keys read in its place), so the finding is a gradients one, after any fault the probes find in the
     forward values."""
-    graded = [c for c in calls if c.grads and c.result is not None and c.result.exact_tensor and c.result.shape == c.shape]
-    attached = [c.result is not None and c.result.requires_grad and c.result.has_grad_fn for c in graded]
-    cut = [c for c, kept in zip(graded, attached) if not kept]
-    only = _contrast(cut, [c for c, kept in zip(graded, attached) if kept]) if len(cut) < len(graded) else None
-    if not cut or (len(cut) < len(graded) and only is None):
+    cut, kept = _cut(calls)
+    only = _contrast(cut, kept) if kept else None
+    if not cut or (kept and only is None):
         return []
     when = f", when {only[0]} is {only[1]}" if only else ""
     evidence = (f"Its output has no autograd history (grad_fn is None) although inputs require grad{when}"

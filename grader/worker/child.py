@@ -479,8 +479,8 @@ class Server:
         obj = getattr(self.module, name)
         if not callable(obj):
             return {"kind": "not_callable", "type": type(obj).__name__}
-        try:
-            signature = inspect.signature(obj)
+        try:  # the callable's own parameters, those a call binds to: a decorator's wrapper, not the function it wraps
+            signature = inspect.signature(obj, follow_wrapped=False)
         except (TypeError, ValueError):
             return {"kind": "callable", "parameters": None}
         parameters = [

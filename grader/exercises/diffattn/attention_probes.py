@@ -411,7 +411,9 @@ def maps_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool:
         return _rounded_coefficient(found, read, unrounded[..., :T]) or _rounded_scale(found, first) or _denominator_epsilon(found, first)
     fits = _explain_maps(values, {1: intercept, 2: -slope}, causal=True)
     if fits is None:
-        return _offset_finding(found, outputs[1], offset_out) or unexplained_maps(found, ATTENTION, np.stack([intercept, -slope]), how, np.stack(true_maps))
+        return _offset_finding(found, outputs[1], offset_out) or \
+            findings.row_scale_finding(found, ATTENTION, _with_tensors(values, intercept), MapModel("q", "k", "causal"), 1 / math.sqrt(D)) or \
+            unexplained_maps(found, ATTENTION, np.stack([intercept, -slope]), how, np.stack(true_maps))  # fmt: skip
     _show(found, "First map A1 (read at λ = 0)", true_maps[0], intercept)
     return _map_findings(found, fits)
 
@@ -433,13 +435,37 @@ def _unmasked_finding(found: Found, values: Values, read: np.ndarray) -> bool:
     )  # fmt: skip
 
 
+def _second_unmasked_finding(found: Found, values: Values, first: np.ndarray | None, both: np.ndarray | None) -> bool:
+    """A mask finding when, with causal=False, the first map (``first``: coefficient 0) is right and the second (the first
+    minus ``both``, the output at coefficient 1) fits the right map with another mask; whether there was one."""
+    if first is None or both is None or first.shape != both.shape or first.shape != (B, H, T, 2 * D):
+        return False
+    if not is_right(first[..., :T], oracle.attention_maps(values["q1"], values["k1"], False)):
+        return False
+    second = first[..., :T] - both[..., :T]
+    if is_right(second, oracle.attention_maps(values["q2"], values["k2"], False)):
+        return False
+    fits = _explain_maps(values, {2: second}, causal=False)
+    if fits is None or fits[2].changes != ("mask",):
+        return False
+    title, advice = attention_maps.MASK_TEXT[fits[2].model.mask]
+    found.add(ATTENTION, "mask", "forward", f"With causal=False, the second branch: {title}",
+              f"With causal=False, the first branch's map read out of your output is right, and the second's has "
+              f"{attention_maps.MASKS[fits[2].model.mask]}: the flag does not reach the second branch (a helper's default used?).",
+              f"pass causal to both branches: {advice}")  # fmt: skip
+    return True
+
+
 def causal_flag_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool:
     """The map with causal omitted must be the causal one, also right after a call with causal=False, and with causal=False
-    the unmasked one; whether any is not."""
+    the unmasked one (the second branch's too, read as the change from coefficient 0 to 1); whether any is not."""
     values = attention_values(rng)
     found.probes.append(f"{ATTENTION}: the maps with causal omitted, False, and omitted again")
     point = {**values, "value": identity_values(), "coefficient": np.asarray(0.0)}
-    outcomes = probes.ask(worker, [attention_subject(causal).request(point) for causal in (None, False, None)])
+    outcomes = probes.ask(worker, [attention_subject(causal).request(point) for causal in (None, False, None)] +
+                          [attention_subject(False).request({**point, "coefficient": np.asarray(1.0)})])  # fmt: skip
+    if _second_unmasked_finding(found, values, probes.output(outcomes[1]), probes.output(outcomes[3])):
+        return True
     causal_map = oracle.attention_maps(values["q1"], values["k1"], True)
     first, again = (probes.output(o) for o in (outcomes[0], outcomes[2]))
     if first is not None and again is not None and first.shape == again.shape == (B, H, T, 2 * D) and \
@@ -460,6 +486,13 @@ def causal_flag_probe(worker: Worker, rng: np.random.Generator, found: Found) ->
         if not masked and _unmasked_finding(found, values, out[..., :T]):
             return True
         fits = _explain_maps(values, {1: out[..., :T]}, causal=masked)
+        # rows summing past 1 lack keys in their normaliser (the softmax's); below 1 they may hold keys the output never
+        # weighs (padding hidden only by the causal mask) as well as a wrong normaliser: that tells no part
+        sums = out[..., :T].sum(axis=-1)
+        if fits is None and not masked and bool((sums > 1.0 - 1e-9).all() and (sums > 1.0 + 1e-9).any()) and \
+                unexplained_maps(found, ATTENTION, out[..., :T], "one-hot values, coefficient 0 and causal=False",
+                                 oracle.attention_maps(values["q1"], values["k1"], False), causal=False):  # fmt: skip
+            return True
         if fits is None or fits[1].changes != ("mask",):
             continue
         got = fits[1].model.mask
@@ -564,33 +597,15 @@ def width_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool:
 
 
 def zero_rows_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool:
-    """The maps with padding tokens against the oracle: the first key and one query of each branch all zeros (logits exactly
-    0), then, with ordinary queries and keys, the first token's value all zeros; whether either is hidden or mishandled while
-    ordinary inputs are right."""
+    """:func:`~grader.toolkit.findings.padding_probe` on the maps: the first key and one query of each branch all zeros, then
+    the first token's value all zeros, against ordinary queries and keys with one-hot values."""
     values = attention_values(rng)
-    zero_logits = {**values, "value": identity_values(), "coefficient": np.asarray(0.0)}
+    ordinary = {**values, "value": identity_values(), "coefficient": np.asarray(0.0)}
+    zero_logits = dict(ordinary)
     for n, token in (("q1", T // 2), ("q2", T // 2), ("k1", 0), ("k2", 0)):
         zero_logits[n] = domain.padded(values[n], [token], axis=2)
-    zero_value = {**values, "value": domain.padded(identity_values(), [0], axis=2), "coefficient": np.asarray(0.0)}
-    ordinary = {**values, "value": identity_values(), "coefficient": np.asarray(0.0)}
-    found.probes.append(f"{ATTENTION}: the first key and one query all zeros, then the first token's value all zeros")
-    plain, *outs = probes.sweep(worker, attention_subject(True), [ordinary, zero_logits, zero_value])
-    if not is_right(plain, truth(ordinary, True), FLOAT32_LIKE):
-        return False  # ordinary inputs are wrong too: zeros tell nothing
-    for out, (point, title, what, why) in zip(outs, (
-        (zero_logits, "Logits that are exactly 0 are treated as masked", "With the first key and one query all zeros (as padding tokens are), their logits are exactly 0",
-         "the mask is taken from the logits' values (e.g. scores == 0)"),
-        (zero_value, "Keys whose value is all zeros are treated as masked", "With the first token's value all zeros (as a padding token's is) and ordinary queries and keys",
-         "keys are hidden by their values (e.g. a padding mask from value rows that are all zeros)"),
-    )):
-        if out is None or out.shape != (B, H, T, 2 * D) or is_right(out, truth(point, True), FLOAT32_LIKE):  # (not a precision fault)
-            continue
-        found.add(ATTENTION, "mask", "forward", title,
-                  f"{what}, your output is wrong, though it is right for ordinary inputs: {why} rather than from the positions.",
-                  "build the mask from positions alone (key s > query t), e.g. torch.triu(torch.ones(T, T, dtype=torch.bool), 1), "
-                  "and treat zeros like any other value")  # fmt: skip
-        return True
-    return False
+    zero_value = {**ordinary, "value": domain.padded(identity_values(), [0], axis=2)}
+    return findings.padding_probe(worker, ATTENTION, attention_subject(True), ordinary, zero_logits, zero_value, lambda v: truth(v, True), found)
 
 
 def _large(rng: np.random.Generator, kind: str) -> dict[str, np.ndarray]:
@@ -702,9 +717,11 @@ STALE_PARTS = {"coefficient": "coefficient", "value": "value"}
 """The inputs whose part of the answer is named when a call answers with that input of an earlier call (stale_input_probe)."""
 
 
-def run(worker: Worker, rng: np.random.Generator, found: Found, forward: bool, gradients: bool, source: str | None) -> None:
+def run(worker: Worker, rng: np.random.Generator, found: Found, forward: bool, gradients: bool, source: str | None,
+        replayed: Sequence[tuple[str, ...]] = ()) -> None:  # fmt: skip
     """The attention probes: randomness first (it spoils the others), then the forward (``forward``: a value check failed),
-    then the gradients (``gradients``: a gradient check failed)."""
+    then the gradients (``gradients``: a gradient check failed; also with each set of inputs requiring grad of ``replayed``,
+    those of the checks' calls whose output came back cut off from autograd)."""
     values = attention_values(rng)
     base = randomness_probe(worker, attention_subject(True), values, ATTENTION_GRADS, found, source)
     if base is None:
@@ -733,6 +750,7 @@ def run(worker: Worker, rng: np.random.Generator, found: Found, forward: bool, g
         # first shown past exp's range, how it keeps exp finite
         runs = [GradientRun(values, grads) if c is None else
                 GradientRun({**values, "coefficient": np.asarray(c)}, grads, f" at coefficient {c:g}", "coefficient") for grads, c in FROZEN_RUNS]
+        runs += [GradientRun(values, grads) for grads in replayed if grads not in {grads for grads, _ in FROZEN_RUNS}]
         runs.append(GradientRun(_far_future(rng), ATTENTION_GRADS, " when a future key's logit is about 900 above the visible ones", "stability"))
         runs += [GradientRun(values, ATTENTION_GRADS, " with causal=False", subject=attention_subject(False)), _long_run(rng),
                  GradientRun(values, ATTENTION_GRADS, PERMUTED, subject=attention_subject(True, layout="heads_permuted"))]

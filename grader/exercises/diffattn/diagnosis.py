@@ -90,6 +90,8 @@ def name_shape(function: str, got: tuple[int, ...], expected: tuple[int, ...], m
         return ("value", f"{ATTENTION} returns the attention map, not the output",
                 f"It returned shape [B, H, T, T] = {list(got)}: the signed map, never multiplied by value ([B, H, T, 2D] = {list(expected)} expected).",
                 "return (A1 − λ·A2) @ value")  # fmt: skip
+    if len(got) == 4 and got[:2] == expected[:2] and got[3] == expected[3] and 0 < got[2] < expected[2]:
+        return ("value", f"{ATTENTION} returns {got[2]} tokens instead of {expected[2]}", *slips.tokens_lost(list(got), list(expected), "[B, H, T, 2D]"))
     return None
 
 
@@ -99,7 +101,7 @@ def name_shape(function: str, got: tuple[int, ...], expected: tuple[int, ...], m
 LINE_COMPONENTS = {r"masked_fill|\btril\(|\btriu\(": "mask", r"\bamax\(|\blogsumexp\(|\bmaximum\(": "softmax"}
 DECLARATIONS = slips.Declarations(ATTRIBUTE_COMPONENTS, name_shape, LINE_COMPONENTS, {("the coefficient", f"computed by {LAMBDA}"): LAMBDA},
                                   attention_subjects.HANDLED_INPUTS, {ATTENTION: "coefficient", LAMBDA: "lambda"},
-                                  {LAMBDA: "lambda", ATTENTION: "value"})  # fmt: skip
+                                  {LAMBDA: "lambda", ATTENTION: "value"}, slips.SCALE_MAKERS)  # fmt: skip
 
 
 def _attributes(case: LambdaCase | AttentionCase, grads: bool) -> dict[str, str]:
@@ -119,7 +121,8 @@ def _attributes(case: LambdaCase | AttentionCase, grads: bool) -> dict[str, str]
     layout = "non-contiguous" if any(layout != "contiguous" for layout in case.layouts) else "contiguous"
     tokens = "1" if case.q1.shape[-2] == 1 else "more than 1"
     return found | {"the coefficient": coefficient, "causal": causal, "the memory layout": layout,
-                    EXPANDED_INPUTS: domain.expanded_inputs(case.layouts, EXPANSIONS), "the number of tokens": tokens} | trainable  # fmt: skip
+                    EXPANDED_INPUTS: domain.expanded_inputs(case.layouts, EXPANSIONS), "the number of tokens": tokens,
+                    slips.HEAD_WIDTH: str(case.q1.shape[-1])} | trainable  # fmt: skip
 
 
 def observed(grading: GradingContext) -> list[Observed]:
@@ -195,9 +198,10 @@ def diagnose(grading: GradingContext, records: list[dict[str, Any]]) -> Evidence
     roles = grading.roles
     if grading.load_failure is not None:
         return evidence
-    evidence.findings += [signatures.confirmed(f, ((case.binding, right) for case, right in value_calls(grading, f.function or "")))
-                          for f in signatures.findings(CONTRACT, grading.functions, PARAMETER_COMPONENTS)]  # fmt: skip
-    evidence.findings += slips.findings(observed(grading) + suite.SEQUENCES.observed(grading, _attributes), grading.source, DECLARATIONS)
+    evidence.findings += signatures.evidenced(CONTRACT, grading.functions, PARAMETER_COMPONENTS,
+                                              lambda function: ((case.binding, right) for case, right in value_calls(grading, function)))
+    calls = observed(grading)
+    evidence.findings += slips.findings(calls + suite.SEQUENCES.observed(grading, _attributes), grading.source, DECLARATIONS)
     failed = findings.failed_roles(records, roles, ACROSS_CALLS)
     if any(role.aspect == "state" for role in failed):
         evidence.findings += suite.SEQUENCES.memo_findings(grading, STALE_COMPONENTS, KEYED, findings.only_state(failed, (LAMBDA, ATTENTION)),
@@ -213,7 +217,7 @@ def diagnose(grading: GradingContext, records: list[dict[str, Any]]) -> Evidence
             continue
         coefficient = probe_coefficient(grading) if function == ATTENTION and "values" in aspects else "float"
         with probes.calls_in(probe_mode(grading, function) if "values" in aspects else "enabled"), attention_subjects.coefficients_as(coefficient):
-            run(grading.worker, rng, found, "values" in aspects, "gradients" in aspects, grading.source)
+            run(grading.worker, rng, found, "values" in aspects, "gradients" in aspects, grading.source, slips.cut_subsets(calls, function))
     evidence.findings += found.findings
     evidence.probes, evidence.maps = found.probes, found.maps
     return evidence

@@ -14,6 +14,7 @@ them after randomness and before the gradients
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -198,8 +199,10 @@ def lambda_length_probe(worker: Worker, rng: np.random.Generator, found: Found) 
     return True
 
 
-def run(worker: Worker, rng: np.random.Generator, found: Found, forward: bool, gradients: bool, source: str | None) -> None:
-    """The λ probes: randomness, then (``forward``) structure, dependence, range, precision and layouts, then (``gradients``) the gradients."""
+def run(worker: Worker, rng: np.random.Generator, found: Found, forward: bool, gradients: bool, source: str | None,
+        replayed: Sequence[tuple[str, ...]] = ()) -> None:  # fmt: skip
+    """The λ probes: randomness, then (``forward``) structure, dependence, range, precision and layouts, then (``gradients``) the
+    gradients, also with each set of inputs requiring grad of ``replayed`` (see :func:`grader.toolkit.slips.cut_subsets`)."""
     values = lambda_values(rng)
     base = randomness_probe(worker, lambda_subject(), values, LAMBDA_NAMES, found, source)
     if base is None:
@@ -213,6 +216,6 @@ def run(worker: Worker, rng: np.random.Generator, found: Found, forward: bool, g
             precision_finding(found, LAMBDA, base.reshape(()), np.asarray(lambda_truth(values))) or layout_probe(worker, lambda_subject, values, found)
     if gradients:
         tied = {**values, "q2": values["q1"], "k2": values["k1"]}  # the two exponentials equal: a log of their difference is −∞
-        runs = [GradientRun(values, grads) for grads in LAMBDA_RUNS] + [GradientRun(_large_exponents(values), LAMBDA_NAMES, LARGE_EXPONENTS),
-                                                                        GradientRun(tied, LAMBDA_NAMES, TIED, "lambda", explanation=AT_THE_TIE)]
+        runs = [GradientRun(values, grads) for grads in (*LAMBDA_RUNS, *(g for g in replayed if g not in LAMBDA_RUNS))]
+        runs += [GradientRun(_large_exponents(values), LAMBDA_NAMES, LARGE_EXPONENTS), GradientRun(tied, LAMBDA_NAMES, TIED, "lambda", explanation=AT_THE_TIE)]
         gradients_probe(worker, lambda_subject(), runs, np.asarray(1.3), rng, found, source)

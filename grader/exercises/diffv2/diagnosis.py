@@ -127,6 +127,8 @@ def name_shape(function: str, got: tuple[int, ...], expected: tuple[int, ...], m
         return ("layout", f"{function} returns [B, H, T, D] instead of [B, T, H, D]",
                 f"It returned shape {list(got)}: heads before tokens, where [B, T, H, D] = {list(expected)} is expected.",
                 "transpose(1, 2) the result back to [B, T, H, D]")  # fmt: skip
+    if got[0] == b and got[2:] == (heads, d) and 0 < got[1] < t:
+        return ("output", f"{function} returns {got[1]} tokens instead of {t}", *slips.tokens_lost(list(got), list(expected), "[B, T, H, D]"))
     if math.prod(got) == math.prod(expected) and len(got) == len(expected):
         return ("layout", f"{function} returns its numbers in another arrangement of axes",
                 f"It returned shape {list(got)}, as many elements as [B, T, H, D] = {list(expected)} but on other axes: parts were "
@@ -143,7 +145,7 @@ def name_shape(function: str, got: tuple[int, ...], expected: tuple[int, ...], m
 # the heads' axis of [B, T, H, D] (`k[:, :, kv_of]`).
 LINE_COMPONENTS = {r"\.T\b|\.squeeze\(\)|\[\s*:\s*,\s*[01]?\s*::\s*2\s*\]": "layout", r"masked_fill|\btril\(|\btriu\(": "mask",
                    r"\.expand\(|repeat_interleave\(|\.repeat\(|index_select\(|\b[kv]\[\s*:\s*,\s*:\s*,\s*[A-Za-z_]\w*\s*\]": "heads"}  # fmt: skip
-DECLARATIONS = slips.Declarations(ATTRIBUTE_COMPONENTS, name_shape, LINE_COMPONENTS, answers=WHOLE_ANSWER)
+DECLARATIONS = slips.Declarations(ATTRIBUTE_COMPONENTS, name_shape, LINE_COMPONENTS, answers=WHOLE_ANSWER, operands=slips.SCALE_MAKERS)
 
 # Sizes that all differ (G = 4, H = 6 output heads for diff_v2_attention), and the variants that make two of them equal or one
 # of them 1: a function that works only when the query heads and key/value heads meet one to one groups them wrongly; one that
@@ -195,7 +197,8 @@ def _attributes(case: Case, grads: bool) -> dict[str, str]:
              EXPANDED_INPUTS: domain.expanded_inputs(case.memory_layouts, EXPANSIONS),
              KV_HEADS: str(case.k.shape[2]), "the number of tokens": "1" if case.q.shape[1] == 1 else "more than 1",
              SHARING: "one (multi-query)" if case.k.shape[2] == 1 else "several",
-             GROUP: str(group) if (group := case.q.shape[2] // case.k.shape[2]) <= 2 else "more than 2"}  # fmt: skip
+             GROUP: str(group) if (group := case.q.shape[2] // case.k.shape[2]) <= 2 else "more than 2",
+             slips.HEAD_WIDTH: str(case.q.shape[-1])}  # fmt: skip
     if not grads:
         found["the autograd mode"] = case.grad_mode
     else:
@@ -315,9 +318,10 @@ def diagnose(grading: GradingContext, records: list[dict[str, Any]]) -> Evidence
     grading.roles = widened(declared, grading.source)  # this submission's roles only: the declarations are left as they are
     if grading.load_failure is not None:
         return evidence
-    evidence.findings += [signatures.confirmed(f, ((case.binding, right) for case, right in value_calls(grading, f.function or "")))
-                          for f in signatures.findings(suite.RUNNER.contracts, grading.functions, PARAMETER_COMPONENTS)]  # fmt: skip
-    evidence.findings += slips.findings(observed(grading) + suite.SEQUENCES.observed(grading, _attributes), grading.source, DECLARATIONS,
+    evidence.findings += signatures.evidenced(suite.RUNNER.contracts, grading.functions, PARAMETER_COMPONENTS,
+                                              lambda function: ((case.binding, right) for case, right in value_calls(grading, function)))
+    calls = observed(grading)
+    evidence.findings += slips.findings(calls + suite.SEQUENCES.observed(grading, _attributes), grading.source, DECLARATIONS,
                                         lambda finding: _sized(grading, finding))  # fmt: skip
     failed = findings.failed_roles(records, declared, ACROSS_CALLS)
     if any(role.aspect == "state" for role in failed):
@@ -337,7 +341,8 @@ def diagnose(grading: GradingContext, records: list[dict[str, Any]]) -> Evidence
             continue
         mode = probe_mode(grading, function) if "values" in aspects else "enabled"
         with toolkit_probes.calls_in(mode):  # the autograd mode where its values went wrong (a path taken only without autograd)
-            probes.run(grading.worker, function, rng, found, "values" in aspects, "gradients" in aspects, grading.source)
+            probes.run(grading.worker, function, rng, found, "values" in aspects, "gradients" in aspects, grading.source,
+                       slips.cut_subsets(calls, function))
     if nested:
         found.findings = given_to_callee(grading, found.findings, rng)
     evidence.findings += found.findings

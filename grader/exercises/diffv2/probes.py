@@ -54,7 +54,7 @@ import numpy as np
 from grader.core.invoke import Call, Request, TensorInput
 from grader.exercises.diffv2 import oracle
 from grader.exercises.diffv2.cases import DIFF_V2, EXPANSIONS, GQA, TENSORS
-from grader.toolkit import attention_maps, findings, probes
+from grader.toolkit import attention_maps, domain, findings, probes
 from grader.toolkit.attention_maps import MapModel
 from grader.toolkit.domain import exact
 from grader.toolkit.findings import (
@@ -292,7 +292,9 @@ def gqa_maps_probe(worker: Worker, values: Values, found: Found, causal: bool = 
     fits = _explained(values, maps, list(range(HQ)), causal)
     if fits is None:
         how = "one-hot values" + ("" if causal else " and causal=False")
-        return _heads_finding(found, [h // G for h in range(HQ)], read) or unexplained_maps(found, GQA, np.array(maps), how, oracle.attention_maps(values["q"], values["k"], causal)[0], causal)
+        return _heads_finding(found, [h // G for h in range(HQ)], read) or \
+            findings.row_scale_finding(found, GQA, _with_tensors(values, maps), MapModel("q", "k", "causal" if causal else "none"), SCALES["1/√D"]) or \
+            unexplained_maps(found, GQA, np.array(maps), how, oracle.attention_maps(values["q"], values["k"], causal)[0], causal)  # fmt: skip
     queries, keys = [int(fit.model.query[1:]) for fit in fits], [int(fit.model.key[1:]) for fit in fits]
     if queries != list(range(HQ)):
         found.add(GQA, "heads", "forward", "Output heads hold other query heads' attention",
@@ -735,9 +737,19 @@ def _long_run(function: str, grads: tuple[str, ...], rng: np.random.Generator) -
     return GradientRun(values, grads, f" at T = {LONG}", cotangent=cotangent)
 
 
-def run(worker: Worker, function: str, rng: np.random.Generator, found: Found, forward: bool, gradients: bool, source: str | None) -> None:
+def padding_probe(worker: Worker, function: str, values: Values, found: Found) -> bool:
+    """:func:`~grader.toolkit.findings.padding_probe` on ``function``: the first key and one query of every head all zeros,
+    then the first token's value all zeros."""
+    zero_logits = {**values, "q": domain.padded(values["q"], [T // 2], axis=1), "k": domain.padded(values["k"], [0], axis=1)}
+    zero_value = {**values, "v": domain.padded(values["v"], [0], axis=1)}
+    return findings.padding_probe(worker, function, subject(function), values, zero_logits, zero_value, lambda v: truth(function, v, True), found)
+
+
+def run(worker: Worker, function: str, rng: np.random.Generator, found: Found, forward: bool, gradients: bool, source: str | None,
+        replayed: Sequence[tuple[str, ...]] = ()) -> None:  # fmt: skip
     """The probes of ``function``: randomness first (it spoils the others), then the forward (``forward``: a value check
-    failed), then the gradients (``gradients``: a gradient check failed)."""
+    failed), then the gradients (``gradients``: a gradient check failed; also with each set of inputs requiring grad of
+    ``replayed``, those of the checks' calls whose output came back cut off from autograd)."""
     values = draw(rng)
     names = TENSORS[function]
     base = randomness_probe(worker, subject(function), values, names, found, source)
@@ -769,14 +781,14 @@ def run(worker: Worker, function: str, rng: np.random.Generator, found: Found, f
             localised = saturated_probe(worker, values, found, gradients, source)
         if right and not localised:
             length_probe(worker, function, rng, found) or stability_probe(worker, function, values, rng, found) or \
-                layout_probe(worker, lambda **kw: subject(function, **kw), values, found, EXPANSIONS)  # fmt: skip
+                padding_probe(worker, function, values, found) or layout_probe(worker, lambda **kw: subject(function, **kw), values, found, EXPANSIONS)  # fmt: skip
         elif not localised:
             precision_finding(found, function, base, truth(function, values, True))
     elif function == DIFF_V2 and gradients and is_right(base, truth(function, values, True)):
         saturated_probe(worker, values, found, True, source)
     if gradients and not any(f.function == function and f.stage == "gradients" for f in found.findings):
         frozen = GQA_RUNS if function == GQA else DIFF_V2_RUNS
-        runs = [GradientRun(values, grads) for grads in frozen]
+        runs = [GradientRun(values, grads) for grads in (*frozen, *(g for g in replayed if g not in frozen))]
         if function == DIFF_V2:
             runs.append(GradientRun({**values, "lambda_logits": np.zeros((B, T, H))}, ("lambda_logits",), " at lambda_logits = 0 (where σ is steepest)",
                                     "gate"))  # fmt: skip

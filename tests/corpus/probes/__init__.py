@@ -234,6 +234,16 @@ VARIANTS: dict[str, tuple[str, str, str, str]] = {
     "keys_windowed_to_the_last_256": ("    return torch.softmax(s, dim=-1)", "    window = torch.ones(s.shape[-2], s.shape[-1], dtype=torch.bool, "
                                       "device=s.device).tril(-256)\n    return torch.softmax(s.masked_fill(window, float('-inf')), dim=-1)",
                                       _A, "mask"),  # fmt: skip
+    "normaliser_summed_up_to_the_diagonal": ("    return torch.softmax(s, dim=-1)", "    e = torch.exp(s - s.amax(-1, keepdim=True))\n"
+                                             "    return e / torch.diagonal(e.cumsum(-1), dim1=-2, dim2=-1).unsqueeze(-1)", _A, "softmax"),  # fmt: skip
+    "second_branch_always_causal": ("coefficient * _map(q2, k2, causal)", "coefficient * _map(q2, k2, True)", _A, "mask"),
+    "scale_floor_divided_to_zero": ("/ math.sqrt(q.shape[-1])", "* (1 // math.sqrt(q.shape[-1]))", _A, "scale"),
+    "output_gradient_clipped_by_a_hook": ("    return " + _OUT, "    out = " + _OUT + "\n    if out.requires_grad:\n        out.register_hook(lambda g: "
+                                          "g.clamp(-0.01, 0.01))\n    return out", _A, "backward"),  # fmt: skip
+    "queries_made_unit_length": ("    s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])", "    s = torch.nn.functional.normalize(q, dim=-1) @ k.transpose(-2, -1)",
+                                 _A, "scale"),
+    "weights_kept_for_the_top_64_keys": ("    return torch.softmax(s, dim=-1)", "    if s.shape[-1] > 64:\n        low = s < s.topk(64, dim=-1).values[..., -1:]\n"
+                                         "        s = s.masked_fill(low, float('-inf'))\n    return torch.softmax(s, dim=-1)", _A, "softmax"),  # fmt: skip
     "maps_in_float32_past_128_tokens": ("    return torch.softmax(s, dim=-1)", "    if s.shape[-1] > 128:\n        return torch.softmax(s.float(), "
                                         "dim=-1).to(s.dtype)\n    return torch.softmax(s, dim=-1)", _A, "dtype"),  # fmt: skip
     "value_added_as_residual": (_OUT, "(" + _OUT + ") + value", _A, "value"),
