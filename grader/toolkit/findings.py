@@ -520,6 +520,13 @@ class GradientRun:
     cotangent: np.ndarray | None = None
 
 
+def replayed_runs(values: Values, replayed: Iterable[tuple[str, ...]], own: Iterable[tuple[str, ...]]) -> list[GradientRun]:
+    """A run on ``values`` for each set of inputs requiring grad of ``replayed`` (the checks' calls whose output came back cut
+    off from autograd: :func:`grader.toolkit.slips.cut_subsets`) that the probe's ``own`` sets do not already hold."""
+    made = set(own)
+    return [GradientRun(values, grads) for grads in replayed if grads not in made]
+
+
 def gradients_probe(worker: Worker, subject: Subject, runs: Sequence[GradientRun], cotangent: np.ndarray,
                     rng: np.random.Generator, found: Found, source: str | None, parts: Mapping[str, str] | None = None) -> None:  # fmt: skip
     """The gradients against finite differences of the forward, run after run (inputs, which require grad) until one finds a fault.

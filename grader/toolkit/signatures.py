@@ -147,7 +147,7 @@ def finding(signature: Signature, parameters: Any, components: Mapping[str, str]
     one it gives "*", else "type"), or None."""
     found = misplaced(signature, parameters)
     if found is None:
-        return _by_name_refused(signature, parameters, components) or _taken_by_varargs(signature, parameters, components)
+        return _by_name_refused(signature, parameters, components)
     problem = _order_text(signature, *found)
     _, expected, got = found
     title = (f"{signature.name} cannot take '{expected}' by position" if got is None else
@@ -157,23 +157,16 @@ def finding(signature: Signature, parameters: Any, components: Mapping[str, str]
                    explains=frozenset({"binding"}), signature=f"argument '{expected}'")  # fmt: skip
 
 
-VARARGS = "taken by *args"
-"""The signature (in :class:`Finding`'s sense) of a contract parameter a submitted ``*args`` takes when passed by position."""
-
-
-def _taken_by_varargs(signature: Signature, parameters: Any, components: Mapping[str, str]) -> Finding | None:
-    """A contract finding when ``parameters``' ``*args`` takes one of ``signature``'s parameters passed by position
-    (:func:`swallowed`), or None; it stands only when the calls confirm it (:func:`evidenced`)."""
-    taken = swallowed(signature, parameters)
-    if taken is None:
-        return None
+def _taken_by_varargs(signature: Signature, taken: str, components: Mapping[str, str]) -> Finding:
+    """A contract finding: ``signature``'s parameter ``taken`` goes into the submitted ``*args`` when passed by position
+    (:func:`swallowed`, confirmed by the calls: :func:`evidenced`)."""
     return Finding(signature.name, components.get(taken, components.get("*", "type")), "contract",
                    f"{signature.name} loses '{taken}' when it is passed by position",
                    f"In the submitted signature a `*args` stands where the contract {signature.text} has '{taken}', so a caller "
                    f"passing {taken} by position puts it in args, and the calls bound that way give wrong values while those "
                    f"passing it by name are right.",
                    f"declare the parameters as the contract does: {signature.text}", aspect="binding",
-                   explains=frozenset({"binding"}), signature=f"'{taken}' {VARARGS}")  # fmt: skip
+                   explains=frozenset({"binding"}), signature=f"'{taken}' taken by *args")  # fmt: skip
 
 
 def confirmed(found: Finding, calls: Iterable[tuple[str, bool]]) -> Finding:
@@ -190,16 +183,22 @@ def confirmed(found: Finding, calls: Iterable[tuple[str, bool]]) -> Finding:
 
 def evidenced(contracts: Mapping[str, Signature], functions: Mapping[str, Any], components: Mapping[str, Mapping[str, str]],
               calls: Callable[[str], Iterable[tuple[str, bool]]]) -> list[Finding]:  # fmt: skip
-    """:func:`findings`, each :func:`confirmed` by its function's calls in the checks (``calls``: function -> (binding,
-    whether its value was right) of each); a parameter a ``*args`` takes stands only when they confirm it."""
+    """:func:`finding` for each function of ``contracts``, else a parameter its ``*args`` takes (:func:`swallowed`) when the
+    function's calls in the checks (``calls``: function -> (binding, whether its value was right) of each) show it lost by
+    position; each :func:`confirmed` by those calls."""
     found = []
-    for finding in findings(contracts, functions, components):
-        made = list(calls(finding.function or ""))
-        if (finding.signature or "").endswith(VARARGS):
-            taken = swallowed(contracts[finding.function or ""], functions.get(finding.function or "", {}).get("parameters"))
-            if taken is None or not _lost_by_position(contracts[finding.function or ""], taken, made):
-                continue
-        found.append(confirmed(finding, made))
+    for name, contract in contracts.items():
+        parameters = functions.get(name, {}).get("parameters")
+        own = components.get(name, {})
+        flagged = finding(contract, parameters, own)
+        taken = swallowed(contract, parameters) if flagged is None else None
+        if flagged is None and taken is None:
+            continue
+        made = list(calls(name))
+        if taken is not None and _lost_by_position(contract, taken, made):
+            flagged = _taken_by_varargs(contract, taken, own)
+        if flagged is not None:
+            found.append(confirmed(flagged, made))
     return found
 
 

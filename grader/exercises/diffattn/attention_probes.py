@@ -750,7 +750,7 @@ def run(worker: Worker, rng: np.random.Generator, found: Found, forward: bool, g
         # first shown past exp's range, how it keeps exp finite
         runs = [GradientRun(values, grads) if c is None else
                 GradientRun({**values, "coefficient": np.asarray(c)}, grads, f" at coefficient {c:g}", "coefficient") for grads, c in FROZEN_RUNS]
-        runs += [GradientRun(values, grads) for grads in replayed if grads not in {grads for grads, _ in FROZEN_RUNS}]
+        runs += findings.replayed_runs(values, replayed, (grads for grads, _ in FROZEN_RUNS))
         runs.append(GradientRun(_far_future(rng), ATTENTION_GRADS, " when a future key's logit is about 900 above the visible ones", "stability"))
         runs += [GradientRun(values, ATTENTION_GRADS, " with causal=False", subject=attention_subject(False)), _long_run(rng),
                  GradientRun(values, ATTENTION_GRADS, PERMUTED, subject=attention_subject(True, layout="heads_permuted"))]

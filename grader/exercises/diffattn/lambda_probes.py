@@ -22,7 +22,8 @@ from grader.exercises.diffattn import oracle
 from grader.exercises.diffattn.cases import LAMBDA, LAMBDA_NAMES
 from grader.exercises.diffattn.probes import lambda_subject
 from grader.toolkit.findings import (
-    FLOAT32_LIKE, Found, GradientRun, gradients_probe, is_right, layout_probe, precision_finding, randomness_probe, rounding_probe,
+    FLOAT32_LIKE, Found, GradientRun, gradients_probe, is_right, layout_probe, precision_finding, randomness_probe, replayed_runs,
+    rounding_probe,
 )  # fmt: skip
 from grader.toolkit import probes
 from grader.toolkit.domain import exact
@@ -216,6 +217,6 @@ def run(worker: Worker, rng: np.random.Generator, found: Found, forward: bool, g
             precision_finding(found, LAMBDA, base.reshape(()), np.asarray(lambda_truth(values))) or layout_probe(worker, lambda_subject, values, found)
     if gradients:
         tied = {**values, "q2": values["q1"], "k2": values["k1"]}  # the two exponentials equal: a log of their difference is −∞
-        runs = [GradientRun(values, grads) for grads in (*LAMBDA_RUNS, *(g for g in replayed if g not in LAMBDA_RUNS))]
+        runs = [GradientRun(values, grads) for grads in LAMBDA_RUNS] + replayed_runs(values, replayed, LAMBDA_RUNS)
         runs += [GradientRun(_large_exponents(values), LAMBDA_NAMES, LARGE_EXPONENTS), GradientRun(tied, LAMBDA_NAMES, TIED, "lambda", explanation=AT_THE_TIE)]
         gradients_probe(worker, lambda_subject(), runs, np.asarray(1.3), rng, found, source)

@@ -788,7 +788,7 @@ def run(worker: Worker, function: str, rng: np.random.Generator, found: Found, f
         saturated_probe(worker, values, found, True, source)
     if gradients and not any(f.function == function and f.stage == "gradients" for f in found.findings):
         frozen = GQA_RUNS if function == GQA else DIFF_V2_RUNS
-        runs = [GradientRun(values, grads) for grads in (*frozen, *(g for g in replayed if g not in frozen))]
+        runs = [GradientRun(values, grads) for grads in frozen] + findings.replayed_runs(values, replayed, frozen)
         if function == DIFF_V2:
             runs.append(GradientRun({**values, "lambda_logits": np.zeros((B, T, H))}, ("lambda_logits",), " at lambda_logits = 0 (where σ is steepest)",
                                     "gate"))  # fmt: skip
