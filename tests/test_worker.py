@@ -543,3 +543,43 @@ def test_reentrant_checkpointing_gets_its_gradients(tmp_path: Path) -> None:
                     "                                             use_reentrant=True)\n")  # fmt: skip
     run = grade(path, tmp_path, 5, "--tiers", "T3")
     assert run.report["score"] == run.report["max_score"], [c["message"] for t in run.report["tiers"] for c in t["checks"] if c["status"] != "passed"]
+
+
+LYING_MODES = """
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+
+
+class _Unchanged(TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if getattr(func, "__name__", "") == "__get__":  # every getter of the C base class: _version reads 0
+            return 0 if getattr(func, "__self__", None) is torch._C.TensorBase.__dict__["_version"] else func(*args)
+        return func(*args, **(kwargs or {}))
+
+
+class _Equal(TorchDispatchMode):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return True if func is torch.ops.aten.equal.default else func(*args, **(kwargs or {}))
+
+
+_Unchanged().__enter__()
+_Equal().__enter__()
+
+
+def differential_lambda(q1, k1, q2, k2, lambda_init=0.2):
+    q1.data.mul_(2.0)
+    return torch.exp(q1 @ k1) - torch.exp(q2 @ k2) + lambda_init
+"""
+
+
+def test_modes_left_active_cannot_hide_a_write_into_an_input(forks: ForkServer) -> None:
+    """Function and dispatch modes pushed at import (lying about _version and torch.equal) do not hide q1's change."""
+    liar = Worker(LYING_MODES, "liar.py", FUNCTIONS, WorkerLimits(call_timeout_s=10), forks)
+    try:
+        vectors = tuple(TensorInput(np.array([0.5, -0.25]), "float64") for _ in range(4))
+        outcome = invoke(liar, Request((Call("differential_lambda", vectors),)))
+    finally:
+        liar.close()
+    assert outcome.failure is None, outcome.failure
+    assert outcome.changed_inputs == [0]

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from grader import CHECKOUT_DIR, PACKAGE_DIR, __version__
@@ -291,6 +292,14 @@ def grade(
             return run_session(exercise, set(options.tiers), lambda run: grade(exercise, options, forks=forks, preview=preview, run_checks=run))
         except CheckSessionError as exc:
             raise InternalError(str(exc)) from None
+    # A submission's numbers may overflow the grader's arithmetic (outputs of 1e300, say): every comparison and probe
+    # handles infinities and NaN itself, so numpy's warnings about them would only be noise on the user's terminal.
+    with np.errstate(all="ignore"):
+        return _graded(exercise, options, forks, preview, run_checks)
+
+
+def _graded(exercise: Exercise, options: RunOptions, forks: ForkServer | None, preview: Preview | None, run_checks: RunChecks) -> Run:
+    """:func:`grade` inside the check session ``run_checks``."""
     started, clock = datetime.datetime.now(datetime.timezone.utc), time.monotonic()
     submission = read_submission(options.submission)
     own_forks = forks is None

@@ -52,6 +52,21 @@ GRAD_MODES = ("enabled", "no_grad", "inference_mode")
 BLOCK_SIZES = (16, 32, 64, 128, 256)
 LONGEST = 320  # the longest sequence drawn: past every block size and fixed-size buffer of 256
 WIDEST = 64  # the widest head (D)
+# Past the drawn domain, each output set adds a call at the sizes of large models, where fixed-size buffers and wide
+# tiles live: a sequence past a mask buffer of 1024 tokens (GPT-2's context) and key blocks of 512, and a problem with
+# heads of 65 to 128 features (128 is most large models' head width) and 24 (batch, head) pairs. See :func:`model_scale`.
+LONGEST_BUFFER = 1024
+MODEL_LENGTHS = (LONGEST_BUFFER + 1, 1040)
+# The long call is an evaluation under inference_mode: a buffer or mask that a function grows to the longest length seen is
+# then made by it as an inference tensor, which every later call with gradients meets (the evaluations before training of
+# the call sequences stay past every other length without reaching 1040 tokens, whose oracle costs a second a run).
+LONG_CALL_MODE = "inference_mode"
+MODEL_WIDTHS = (WIDEST + 1, 128)
+MODEL_PROBLEMS = (2, 12)  # B and H (or query heads) of the wide call
+# Every scaled logit of a float64 call about −2e6 to −1e7: below the finite numbers code writes for −∞ in a mask (−1e4,
+# −65504, −1e5, −1e6), so a masked key weighs more than every visible one. The logits of a row differ by about 1, which
+# float64 still resolves at that magnitude.
+BELOW_FINITE_MASKS = (2e6, 1e7)
 # How the second call of a sequence gets its inputs, and how a message says so.
 SEQUENCE_KINDS = {
     "repeat": "called twice with the same tensors",
@@ -328,6 +343,17 @@ def past_every_block(rng: np.random.Generator) -> int:
     :data:`BLOCK_SIZES` meets a last, shorter block (the keys a loop that stops one block early never visits)."""
     smallest, largest = min(BLOCK_SIZES), max(BLOCK_SIZES)
     return int(rng.choice([t for t in range(largest + 1, LONGEST + 1) if t % smallest]))
+
+
+def model_scale(rng: np.random.Generator, long: bool) -> tuple[int, int, int, int]:
+    """(B, H, T, D) of a call at the sizes of large models: ``long``, one head of 1 to 4 features over a length in
+    :data:`MODEL_LENGTHS` (past a buffer or a key block of :data:`LONGEST_BUFFER` tokens, and no multiple of 16); else
+    :data:`MODEL_PROBLEMS` (batch, head) pairs of up to 24 tokens with a head width in :data:`MODEL_WIDTHS` (128 or
+    96 half the time)."""
+    if long:
+        return 1, 1, int(rng.choice([t for t in range(MODEL_LENGTHS[0], MODEL_LENGTHS[1] + 1) if t % 16])), int(rng.integers(1, 5))
+    width = int(rng.choice([128, 96])) if rng.random() < 0.5 else int(rng.integers(MODEL_WIDTHS[0], MODEL_WIDTHS[1] + 1))
+    return (*MODEL_PROBLEMS, int(rng.integers(2, 25)), width)
 
 
 def broadcast_along(values: np.ndarray, axis: int = 0) -> np.ndarray:

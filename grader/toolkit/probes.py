@@ -395,7 +395,9 @@ def affine_fit(xs: Sequence[float], ys: Sequence[np.ndarray]) -> tuple[np.ndarra
     """Least-squares ``y ≈ a + x·b`` elementwise over points of one shape: (a, b, largest residual).
 
     An element that is not finite at some point is NaN in ``a`` and ``b`` and
-    left out of the residual.
+    left out of the residual. The residual is in units of the largest finite
+    value when that is above 1: outputs of 1e300 are affine to within their
+    own rounding, not to within a map's.
     """
     x = np.asarray(xs, dtype=np.float64)
     stacked = np.stack([np.asarray(y, dtype=np.float64) for y in ys])
@@ -405,5 +407,7 @@ def affine_fit(xs: Sequence[float], ys: Sequence[np.ndarray]) -> tuple[np.ndarra
     design = np.stack([np.ones_like(x), x], axis=1)
     solution = np.full((2, flat.shape[1]), np.nan)
     solution[:, finite], *_ = np.linalg.lstsq(design, flat[:, finite], rcond=None)
-    residual = float(np.max(np.abs(design @ solution[:, finite] - flat[:, finite]), initial=0.0))
+    with np.errstate(over="ignore", invalid="ignore"):
+        residual = float(np.max(np.abs(design @ solution[:, finite] - flat[:, finite]), initial=0.0))
+    residual /= max(1.0, float(np.max(np.abs(flat[:, finite]), initial=0.0)))
     return solution[0].reshape(shape), solution[1].reshape(shape), residual

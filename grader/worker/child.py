@@ -373,7 +373,6 @@ class Server:
         # Bound before any submitted code runs, so that patching torch later
         # cannot change how this worker observes results.
         self.tensor_type = torch.Tensor
-        self.equal = torch.equal
         self.autograd_grad = torch.autograd.grad
         self.autograd_backward = torch.autograd.backward
         self.enable_grad = torch.enable_grad
@@ -838,7 +837,7 @@ class Run:
         before, version = snapshot
         facts = self.server.facts
         current = facts.detach(tensor)
-        if facts.version(tensor) != version or facts.shape(current) != facts.shape(before) or not bool(self.server.equal(current, before)):
+        if facts.version(tensor) != version or facts.shape(current) != facts.shape(before) or not bool(facts.equal(current, before)):
             return True
         leaf = self.leaves.get(index, tensor)
         return facts.requires_grad(tensor) != self.flags[index] or (facts.is_leaf(leaf) and facts.grad(leaf) is not None)

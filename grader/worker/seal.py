@@ -7,8 +7,9 @@ set up before the submission is loaded:
 
 * :class:`TensorFacts` reads a tensor's facts (dtype, shape, version counter,
   autograd state) and copies its values through torch's C base class, whose
-  attributes cannot be reassigned: a patched ``torch.Tensor`` changes nothing
-  it reads.
+  attributes cannot be reassigned, with torch's function and dispatch modes
+  switched off: a patched ``torch.Tensor`` or a mode left active changes
+  nothing it reads.
 * :class:`Seal` notes what every name of the worker's modules, classes and
   objects refers to, and every function's code; :meth:`Seal.broken` names what
   was replaced since. The worker checks it after loading the submission and
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 import operator
 import types
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from itertools import repeat
 from typing import Any
 
@@ -37,23 +38,45 @@ CODE = operator.attrgetter("__code__")
 
 
 class TensorFacts:
-    """A tensor's attributes and methods as torch's C base class defines them, bound once.
+    """A tensor's attributes and methods as torch's C base class defines them, bound once and read past any torch mode.
 
     ``facts.dtype(t)`` is ``t.dtype`` and ``facts.detach(t)`` is ``t.detach()``,
     whatever the submission assigned to ``torch.Tensor`` since; ``facts.set_grad(t, g)``
-    sets ``t.grad``.
+    sets ``t.grad`` and ``facts.equal(a, b)`` is ``torch.equal(a, b)``. Each runs with
+    torch's function and dispatch modes switched off: a mode the submission left
+    active (``torch.set_default_device`` leaves one, so a mode is no fault in
+    itself) intercepts even the base class's getters, and could answer for them.
     """
 
     def __init__(self, torch: Any) -> None:
         base = torch._C.TensorBase
+        unintercepted = _past_modes(torch)
         for name in ATTRIBUTES:
-            setattr(self, name.lstrip("_"), base.__dict__[name].__get__)
+            setattr(self, name.lstrip("_"), unintercepted(base.__dict__[name].__get__))
         for name in METHODS:
-            setattr(self, name, base.__dict__[name])
-        self.set_grad = base.__dict__["grad"].__set__
+            setattr(self, name, unintercepted(base.__dict__[name]))
+        self.set_grad = unintercepted(base.__dict__["grad"].__set__)
+        self.equal = unintercepted(torch.equal)
 
     def __getattr__(self, name: str) -> Any:  # for type checkers: every fact is bound in __init__
         raise AttributeError(name)
+
+
+def _past_modes(torch: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A wrapper that calls a function with torch's function and dispatch modes switched off whenever one is active."""
+    function_modes, dispatch_modes = torch._C._len_torch_function_stack, torch._C._len_torch_dispatch_stack
+    no_function_modes, no_dispatch_modes = torch._C.DisableTorchFunction, torch._C._DisableTorchDispatch
+
+    def unintercepted(function: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any) -> Any:
+            if not (function_modes() or dispatch_modes()):  # the common case: two C calls, not two context managers
+                return function(*args)
+            with no_function_modes(), no_dispatch_modes():
+                return function(*args)
+
+        return call
+
+    return unintercepted
 
 
 class Seal:

@@ -59,7 +59,7 @@ HANDOUT = Handout(
     value=expected.case_value,
     gradients=expected.case_grads,
     sequence_request=suite.SEQUENCES.request,
-    larger="longer sequences (up to 320 tokens)",
+    larger="longer sequences (up to 1040 tokens)",
     truths=TRUTHS,
     extra={"difference": _offset_pairs},
 )

@@ -110,7 +110,7 @@ def lambda_strided(seed: int) -> list[LambdaCase]:
 @SETS.register
 def attention_causal(seed: int) -> list[AttentionCase]:
     """Causal cases: T from 1 to 320 (next to block sizes half the time, once past 256), D from 1 to 64, both dtypes, causal omitted, by name and by
-    position, padding-like rows of zeros."""
+    position, padding-like rows of zeros; and once T from 1025 to 1040 under inference_mode (:func:`domain.model_scale`)."""
     rng = domain.generator(seed, "attention_causal")
     return domain.cycled_modes([
         cases.attention_case(rng, (2, 2, 5, 4), "float32", True),
@@ -121,12 +121,13 @@ def attention_causal(seed: int) -> list[AttentionCase]:
         cases.attention_case(rng, domain.domain_shape(rng, 120), "float32", True, binding="positional"),
         cases.attention_case(rng, (1, 1, int(rng.integers(257, domain.LONGEST + 1)), int(rng.integers(1, 9))), "float64", True),
         cases.with_padding(cases.attention_case(rng, domain.domain_shape(rng, 3, 24), str(rng.choice(["float32", "float64"])), True), rng),
-    ])
+    ]) + [replace(cases.attention_case(rng, domain.model_scale(rng, long=True), "float32", True), grad_mode=domain.LONG_CALL_MODE)]
 
 
 @SETS.register
 def attention_noncausal(seed: int) -> list[AttentionCase]:
-    """causal=False cases: T from 1 to 320 (once past 256), D from 1 to 64, both dtypes, by name and by position."""
+    """causal=False cases: T from 1 to 320 (once past 256), D from 1 to 64, both dtypes, by name and by position; and once 24
+    (batch, head) pairs with D from 65 to 128 (:func:`domain.model_scale`)."""
     rng = domain.generator(seed, "attention_noncausal")
     return domain.cycled_modes([
         cases.attention_case(rng, (2, 2, 6, 4), "float32", False),
@@ -135,6 +136,7 @@ def attention_noncausal(seed: int) -> list[AttentionCase]:
         cases.attention_case(rng, domain.domain_shape(rng, 60, 140), "float64", False, binding="positional"),
         cases.attention_case(rng, domain.domain_shape(rng, 100), "float32", False),
         cases.attention_case(rng, (1, 1, int(rng.integers(257, domain.LONGEST + 1)), int(rng.integers(1, 9))), "float32", False),
+        cases.attention_case(rng, domain.model_scale(rng, long=False), "float32", False),
     ])
 
 
@@ -160,8 +162,9 @@ def attention_large_logits(seed: int) -> list[AttentionCase]:
     """float32 inputs whose scaled logits reach 100 to 1000 in magnitude, float64 ones 800 to 5000 (past 709.8, where exp
     overflows float64: a softmax that subtracts no maximum, in one dtype or both, overflows), T up to 320; and past 64
     tokens, keys that fall or rise along the sequence (the maxima of early and late key blocks far apart); every logit of a
-    call far below zero (−150 to −400 in float32, −800 to −1500 in float64: exp of each underflows); and keys rising to the
-    last, shorter block of a sequence past every block size (:func:`domain.past_every_block`)."""
+    call far below zero (−150 to −400 in float32, −800 to −1500 in float64: exp of each underflows); keys rising to the
+    last, shorter block of a sequence past every block size (:func:`domain.past_every_block`); and every logit of a causal
+    float64 call below the finite numbers a mask may use for −∞ (:data:`domain.BELOW_FINITE_MASKS`)."""
     rng = domain.generator(seed, "attention_large_logits")
     return domain.cycled_modes([
         *(cases.attention_case(rng, domain.domain_shape(rng, 65), "float32", True, max_logit=float(rng.uniform(200, 1000)), ramp=rising)
@@ -174,7 +177,7 @@ def attention_large_logits(seed: int) -> list[AttentionCase]:
         cases.attention_case(rng, domain.domain_shape(rng, 2, 60), "float32", False, below=float(rng.uniform(150, 400))),
         cases.attention_case(rng, domain.domain_shape(rng, 2, 60), "float64", True, below=float(rng.uniform(800, 1500))),
         cases.attention_case(rng, domain.domain_shape(rng, tail := domain.past_every_block(rng), tail, 16), "float32", False,
-                             max_logit=float(rng.uniform(200, 1000)), ramp=True),
+                             max_logit=float(rng.uniform(200, 1000)), ramp=True),        cases.attention_case(rng, domain.domain_shape(rng, 2, 60), "float64", True, below=float(rng.uniform(*domain.BELOW_FINITE_MASKS))),
     ])
 
 

@@ -51,7 +51,7 @@ HANDOUT = Handout(
     value=expected.output,
     gradients=expected.gradients,
     sequence_request=suite.SEQUENCES.request,
-    larger="longer sequences (up to 320 tokens), large logits, strided views",
+    larger="longer sequences (up to 1040 tokens), large logits, strided views",
     truths=TRUTHS,
     extra={"difference": _offset_pairs},
 )

@@ -30,12 +30,15 @@ from grader.toolkit.signatures import Signature
 from grader.toolkit.tolerance import Truth
 
 SETS = CaseSets()
+MODEL_HEADS = {True: (2, 1), False: (16, 8)}  # (Hq, Hkv) of the call at a large model's sizes: long (causal), wide (not)
 
 
 def _output_set(seed: int, name: str, function: str, causal: bool) -> list[Case]:
     """Outputs of ``function``, causal (the argument also left out) or not: a small fixed case, T = 1, D = 1, Hkv = 1, Hkv = Hq
-    (gqa_attention) or four key/value heads (diff_v2_attention), a grouped case up to T = 80, a domain draw, T past 256 and
-    padding tokens (all their inputs zeros); both dtypes, by name and by position, the autograd modes cycled."""
+    (gqa_attention) or four key/value heads (diff_v2_attention), a grouped case up to T = 80, a domain draw, T past 256,
+    padding tokens (all their inputs zeros) and a call at the sizes of large models (:func:`domain.model_scale`: causal, T
+    past 1024 under inference_mode; else 16 query and 8 key/value heads of 65 to 128 features); both dtypes, by name and by position, the
+    autograd modes cycled."""
     rng = domain.generator(seed, name)
     draw = functools.partial(cases.shape, rng, function)
     omitted = None if causal else False
@@ -52,7 +55,10 @@ def _output_set(seed: int, name: str, function: str, causal: bool) -> list[Case]
     )
     drawn = [cases.case(rng, function, dims, dtype, flag, binding=binding) for dims, dtype, flag, binding in rows]
     padding = cases.with_padding(cases.case(rng, function, draw(3, 24), str(rng.choice(["float32", "float64"])), causal), rng)
-    return domain.cycled_modes([*drawn, padding])
+    batch, _, length, width = domain.model_scale(rng, long=causal)
+    large = cases.case(rng, function, (batch, length, *MODEL_HEADS[causal], width), "float32", causal)
+    found = domain.cycled_modes([*drawn, padding, large])
+    return [*found[:-1], replace(large, grad_mode=domain.LONG_CALL_MODE)] if causal else found
 
 
 @SETS.register
@@ -85,7 +91,8 @@ def gqa_large_logits(seed: int) -> list[Case]:
     float64): a softmax without the row maximum, in one dtype or both, overflows; past 64 tokens, keys that fall or rise along
     the sequence (the maxima of early and late key blocks far apart); every logit of a call far below zero (−150 to −400 in
     float32, −800 to −1500 in float64: exp of each underflows); keys rising to the last, shorter block of a sequence past
-    every block size (:func:`domain.past_every_block`)."""
+    every block size (:func:`domain.past_every_block`); every logit of a causal float64 call below the finite numbers a mask
+    may use for −∞ (:data:`domain.BELOW_FINITE_MASKS`)."""
     rng = domain.generator(seed, "gqa_large_logits")
     return domain.cycled_modes([
         *(cases.case(rng, GQA, cases.shape(rng, GQA, 65), "float32", True, max_logit=float(rng.uniform(200, 1000)), ramp=rising)
@@ -98,6 +105,7 @@ def gqa_large_logits(seed: int) -> list[Case]:
         cases.case(rng, GQA, cases.shape(rng, GQA, 2, 60), "float64", True, below=float(rng.uniform(800, 1500))),
         cases.case(rng, GQA, cases.shape(rng, GQA, tail := domain.past_every_block(rng), tail, 16), "float32", False,
                    max_logit=float(rng.uniform(200, 1000)), ramp=True),
+          cases.case(rng, GQA, cases.shape(rng, GQA, 2, 60), "float64", True, below=float(rng.uniform(*domain.BELOW_FINITE_MASKS))),
     ])  # fmt: skip
 
 
@@ -105,7 +113,7 @@ def gqa_large_logits(seed: int) -> list[Case]:
 def diff_large_logits(seed: int) -> list[Case]:
     """diff_v2_attention with scaled logits of 100 to 1000 in float32 and of 800 to 5000 in float64; past 64 tokens, keys that
     fall or rise along the sequence; every logit of a call far below zero; keys rising to the last, shorter block of a
-    sequence past every block size."""
+    sequence past every block size; every logit of a causal float64 call below the finite numbers a mask may use for −∞."""
     rng = domain.generator(seed, "diff_large_logits")
     return domain.cycled_modes([
         *(cases.case(rng, DIFF_V2, cases.shape(rng, DIFF_V2, 65), "float32", True, max_logit=float(rng.uniform(200, 1000)), ramp=rising)
@@ -118,6 +126,7 @@ def diff_large_logits(seed: int) -> list[Case]:
         cases.case(rng, DIFF_V2, cases.shape(rng, DIFF_V2, 2, 60), "float64", True, below=float(rng.uniform(800, 1500))),
         cases.case(rng, DIFF_V2, cases.shape(rng, DIFF_V2, tail := domain.past_every_block(rng), tail, 16), "float32", False,
                    max_logit=float(rng.uniform(200, 1000)), ramp=True),
+          cases.case(rng, DIFF_V2, cases.shape(rng, DIFF_V2, 2, 60), "float64", True, below=float(rng.uniform(*domain.BELOW_FINITE_MASKS))),
     ])  # fmt: skip
 
 
@@ -261,6 +270,7 @@ def diff_bindings(seed: int) -> list[Case]:
 
 
 SEQUENCE_SETS = CaseSets()
+MODEL_HEADS = {True: (2, 1), False: (16, 8)}  # (Hq, Hkv) of the call at a large model's sizes: long (causal), wide (not)
 """The call sequences: pairs of calls, kept apart from :data:`SETS`, whose members are single calls."""
 VARIATIONS = Variations(cases.redrawn, cases.retyped, cases.reflagged, cases.resized, shuffled=cases.shuffled)
 

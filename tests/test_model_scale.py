@@ -1,0 +1,116 @@
+"""Calls at the sizes of large models: lengths past a 1024-token buffer, wide heads, logits below a finite mask value."""
+
+from __future__ import annotations
+
+import csv
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from grader.exercises.diffattn import suite as attention_suite
+from grader.exercises.diffv2 import suite as v2_suite
+from grader.toolkit import domain
+
+CORRECT = '''
+import math
+import torch
+
+
+def differential_lambda(q1, k1, q2, k2, lambda_init=0.2):
+    return torch.exp(torch.dot(q1, k1)) - torch.exp(torch.dot(q2, k2)) + lambda_init
+
+
+def _map(q, k, causal):
+    logits = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
+    if causal:
+        t = q.shape[-2]
+        logits = logits.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))
+    return torch.softmax(logits, dim=-1)
+
+
+def differential_attention(q1, k1, q2, k2, value, coefficient, causal=True):
+    return torch.matmul(_map(q1, k1, causal) - coefficient * _map(q2, k2, causal), value)
+'''
+# Each wrong file is the correct one with one realistic edit, and the check that must fail.
+WRONG = {
+    "mask_buffer_of_1024_tokens": (
+        ("        t = q.shape[-2]\n        logits = logits.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float(\"-inf\"))",
+         "        t = q.shape[-2]\n        logits = logits.masked_fill(_FUTURE[:t, :t], float(\"-inf\"))"),
+        ("def _map(", "_FUTURE = torch.ones(1024, 1024, dtype=torch.bool).triu(1)\n\n\ndef _map("),
+        "causal_values",
+    ),
+    "key_blocks_of_512_never_rescaled": (
+        ("    return torch.softmax(logits, dim=-1)",
+         "    top, total, parts = None, 0.0, []\n"
+         "    for block in logits.split(512, dim=-1):\n"
+         "        top = block.amax(dim=-1, keepdim=True) if top is None else torch.maximum(top, block.amax(dim=-1, keepdim=True))\n"
+         "        parts.append(torch.exp(block - top))\n"
+         "        total = total + parts[-1].sum(dim=-1, keepdim=True)\n"
+         "    return torch.cat(parts, dim=-1) / total"),
+        ("", ""),
+        "causal_values",
+    ),
+    "finite_mask_of_minus_1e4": (
+        ("float(\"-inf\")", "-1e4"),
+        ("", ""),
+        "large_logit_values",
+    ),
+}
+SEED = 5
+
+
+def _wrong_source(name: str) -> str:
+    source = CORRECT
+    for old, new in WRONG[name][:2]:
+        assert old in source
+        source = source.replace(old, new)
+    return source
+
+
+def _deepest_logit(q: np.ndarray, k: np.ndarray) -> float:
+    """The largest scaled logit q·k/√D of queries and keys laid out [B, H, T, D] (keys broadcast over the heads)."""
+    return float((q @ np.swapaxes(k, -1, -2)).max() / np.sqrt(q.shape[-1]))
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4, 5])
+def test_every_run_reaches_model_sizes_in_both_exercises(seed: int) -> None:
+    """Each seed's causal sets have a call past 1024 tokens, the non-causal ones wide heads, the large-logit sets a finite-mask probe."""
+    long = [max(c.q1.shape[2] for c in attention_suite.attention_causal(seed))]
+    long += [max(c.q.shape[1] for c in s(seed)) for s in (v2_suite.gqa_causal, v2_suite.diff_causal)]
+    assert min(long) > domain.LONGEST_BUFFER
+    wide = [max(c.q1.shape[3] for c in attention_suite.attention_noncausal(seed))]
+    wide += [max(c.q.shape[3] for c in s(seed)) for s in (v2_suite.gqa_noncausal, v2_suite.diff_noncausal)]
+    assert min(wide) > domain.WIDEST
+    deep = [_deepest_logit(c.q1, c.k1) for c in attention_suite.attention_large_logits(seed) if c.dtype == "float64" and c.causal]
+    for large_logits in (v2_suite.gqa_large_logits, v2_suite.diff_large_logits):
+        deep += [_deepest_logit(np.swapaxes(c.q, 1, 2), np.swapaxes(c.k, 1, 2)[:, :1])
+                 for c in large_logits(seed) if c.dtype == "float64" and c.causal]  # fmt: skip
+    assert sum(logit < -1e6 for logit in deep) == 3
+
+
+@pytest.fixture(scope="module")
+def scores(tmp_path_factory: pytest.TempPathFactory) -> dict[str, float]:
+    """The correct file and each wrong one graded in one batch: student -> score."""
+    room = tmp_path_factory.mktemp("class")
+    (room / "correct.py").write_text(CORRECT)
+    for name in WRONG:
+        (room / f"{name}.py").write_text(_wrong_source(name))
+    out = tmp_path_factory.mktemp("out")
+    command = [sys.executable, "-m", "grader", "batch", str(room), "--out", str(out), "--seed", str(SEED), "--audience", "instructor"]
+    subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
+    with open(out / "grades.csv", newline="", encoding="utf-8") as stream:
+        return {row["student"]: float(row["score"]) for row in csv.DictReader(stream)}
+
+
+def test_the_plain_implementation_earns_full_marks_at_model_sizes(scores: dict[str, float]) -> None:
+    """matmul, masked_fill(-inf) and softmax pass the calls past 1024 tokens, with wide heads and at logits of −1e6."""
+    assert scores["correct"] == 100.0
+
+
+@pytest.mark.parametrize("name", sorted(WRONG))
+def test_a_buffer_or_block_of_model_size_or_a_finite_mask_costs_points(name: str, scores: dict[str, float]) -> None:
+    """A 1024-token mask buffer, key blocks of 512 never rescaled, and a −1e4 mask each lose points."""
+    assert scores[name] < 100.0
