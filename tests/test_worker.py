@@ -583,3 +583,25 @@ def test_modes_left_active_cannot_hide_a_write_into_an_input(forks: ForkServer) 
         liar.close()
     assert outcome.failure is None, outcome.failure
     assert outcome.changed_inputs == [0]
+
+
+REBOUND = """
+import torch
+
+
+def differential_lambda(q1, k1, q2, k2, lambda_init=0.2):
+    q1.data = q1.data.clone()  # the same values, in memory of its own: the caller's tensor no longer shares its old storage
+    return torch.exp(q1 @ k1) - torch.exp(q2 @ k2) + lambda_init
+"""
+
+
+def test_an_input_moved_to_other_memory_counts_as_modified(forks: ForkServer) -> None:
+    """`x.data = x.data.clone()` keeps values and version counter but moves the caller's tensor: q1 is reported changed."""
+    mover = Worker(REBOUND, "mover.py", FUNCTIONS, WorkerLimits(call_timeout_s=10), forks)
+    try:
+        vectors = tuple(TensorInput(np.array([0.5, -0.25]), "float64") for _ in range(4))
+        outcome = invoke(mover, Request((Call("differential_lambda", vectors),)))
+    finally:
+        mover.close()
+    assert outcome.failure is None, outcome.failure
+    assert outcome.changed_inputs == [0]

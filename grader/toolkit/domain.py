@@ -313,6 +313,17 @@ def expansion_axis(layout: str) -> int | None:
     return int(layout.split("@", 1)[1]) if layout.startswith(f"{EXPANDED}@") else None
 
 
+LAST_AXIS_STEPS = "the stride of the inputs' last axis"
+"""How a slip analysis names :func:`last_axis_steps`."""
+STEPPED_LAYOUTS = ("sliced", ALIASED)  # the layouts whose last axis has a stride above 1 (every other column; overlapping views)
+
+
+def last_axis_steps(layouts: Sequence[str]) -> str:
+    """Whether some input of a call has a last axis with a stride above 1, in words for the slip analysis: code that asks
+    for a unit stride there (a kernel's precondition, ``.view`` on the last axes) fails on those calls and no other."""
+    return "above 1 for some input" if any(layout in STEPPED_LAYOUTS for layout in layouts) else "1 for every input"
+
+
 def expanded_inputs(layouts: Sequence[str], dims: Mapping[int, str]) -> str:
     """How a call's inputs are expanded, in words for the slip analysis: ``dims`` names each dim (0: "over the batch"),
     "none" when no input is, the dims joined when inputs are expanded along several, "every input over the heads" when

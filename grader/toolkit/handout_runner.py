@@ -103,7 +103,7 @@ def run(entry: Dict[str, Any], module: Any, path: Path) -> Outcome:
         made = tensors[index]
         if made is None:
             tensors[index] = made = make_tensor(specs[index])
-            before[index] = (made.detach().clone(), made._version, made.requires_grad)
+            before[index] = noted(made)
         return made
 
     def argument(arg: Dict[str, Any]) -> Any:
@@ -124,7 +124,7 @@ def run(entry: Dict[str, Any], module: Any, path: Path) -> Outcome:
             target = tensor(index).data if call.get("refill_through_data") else tensor(index)
             with torch.no_grad():
                 target.copy_(torch.tensor(values, dtype=torch.float64))
-            before[index] = (tensor(index).detach().clone(), tensor(index)._version, tensor(index).requires_grad)
+            before[index] = noted(tensor(index))
         mode = {"no_grad": torch.no_grad, "inference_mode": torch.inference_mode}.get(call.get("grad_mode", ""), torch.enable_grad)
         args, kwargs = [argument(a) for a in call["args"]], {k: argument(v) for k, v in call["kwargs"].items()}
         try:
@@ -158,11 +158,17 @@ def run(entry: Dict[str, Any], module: Any, path: Path) -> Outcome:
     return outcome
 
 
+def noted(t: torch.Tensor) -> Any:
+    """What :func:`changed` compares an input with: its values, version counter, requires_grad and where its elements lie."""
+    return t.detach().clone(), t._version, t.requires_grad, (t.data_ptr(), t.storage_offset(), t.stride())
+
+
 def changed(tensors: List[Optional[torch.Tensor]], names: List[str], before: List[Any]) -> List[str]:
-    """The inputs whose values, version counters or requires_grad are no longer what they were (since built or refilled), or
-    that hold a .grad (the submission ran a backward pass of its own)."""
+    """The inputs whose values, version counters, requires_grad or place in memory (``x.data`` replaced) are no longer what
+    they were (since built or refilled), or that hold a .grad (the submission ran a backward pass of its own)."""
     return [n for n, t, b in zip(names, tensors, before)
-            if t is not None and (t._version != b[1] or t.requires_grad != b[2] or (t.is_leaf and t.grad is not None) or not torch.equal(t.detach(), b[0]))]
+            if t is not None and (t._version != b[1] or t.requires_grad != b[2] or (t.is_leaf and t.grad is not None)
+                                  or (t.data_ptr(), t.storage_offset(), t.stride()) != b[3] or not torch.equal(t.detach(), b[0]))]
 
 
 def plain_tensor(entry: Dict[str, Any], outcome: Outcome) -> Any:

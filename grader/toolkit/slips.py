@@ -12,7 +12,7 @@ calls returned or raised and names:
   dtypes or sizes) or, failing that, by the one way of calling that alone
   makes it happen (only strided inputs, only a tensor coefficient, ...);
   with the student's line from the traceback;
-* an input modified in place (values, version counter, requires_grad or .grad changed), with the
+* an input modified in place (values, version counter, place in memory, requires_grad or .grad changed), with the
   line that does it when the source shows one;
 * an output without autograd history although its inputs require grad.
 
@@ -151,6 +151,8 @@ class Declarations:
     # a pattern of the code that made an operand of a failing operation (traced back from it, never the failing line itself)
     # -> the component that operand belongs to (e.g. a table of scales made with a square root)
     operands: Mapping[str, str] = field(default_factory=dict)
+    # the graded functions: an operand one of them made is not traced into its body (it is judged on its own calls)
+    functions: Collection[str] = ()
 
 
 SCALE_MAKERS = {r"\br?sqrt_?\(|\*\*\s*\(?\s*-?\s*0?\.5\b": "scale"}
@@ -471,7 +473,8 @@ def _line_component(declared: Declarations, frame: tuple[str, str, str], source:
     (with ``trace``) by the operation that made a name the failing ``operation`` (the whole line when not known) uses: the
     latest earlier line of its function that assigned it (``kt = k.T`` before the ``q @ kt`` that fails), else the
     module-level statement that did (a table built at import), each by its own operation or else by the body of a
-    module-level helper it calls (``bias = _causal_bias(...)``), with the patterns of :attr:`Declarations.operands` too
+    module-level helper it calls (``bias = _causal_bias(...)``; not a graded function's), with the patterns of
+    :attr:`Declarations.operands` too
     when ``operands`` (not for sizes that do not fit: a scale is a number, whose size never clashes); or None."""
     line, function, text = frame
 
@@ -485,7 +488,8 @@ def _line_component(declared: Declarations, frame: tuple[str, str, str], source:
     definitions, helpers = _module_definitions(source)
 
     def made(code: str) -> str | None:  # by the code's own operation, else by a helper of the module it calls
-        called = (helpers[name] for name in re.findall(r"\b([A-Za-z_]\w*)\s*\(", code) if name in helpers and name != function)
+        called = (helpers[name] for name in re.findall(r"\b([A-Za-z_]\w*)\s*\(", code)
+                  if name in helpers and name != function and name not in declared.functions)
         return of(code, patterns) or next((c for body in called if (c := of(body, patterns)) is not None), None)
 
     wanted = set(re.findall(r"\b[A-Za-z_]\w*\b", (operation or text).split("#", 1)[0]))
@@ -559,7 +563,7 @@ def _shapes(function: str, calls: Sequence[Observed], declared: Declarations) ->
 
 
 def _mutations(function: str, calls: Sequence[Observed], source: str | None) -> list[Finding]:
-    """A finding when calls changed their inputs (values or version counters)."""
+    """A finding when calls changed their inputs (values, version counters or place in memory)."""
     def changed(call: Observed) -> list[str]:
         """The call's own inputs it changed (a request's other tensors belong to other calls)."""
         return [call.inputs[i] for i in call.outcome.changed_inputs if i < len(call.inputs) and call.inputs[i]]
@@ -572,7 +576,7 @@ def _mutations(function: str, calls: Sequence[Observed], source: str | None) -> 
     pattern = re.compile("|".join(INPLACE.format(name=re.escape(n)) for n in names) or r"(?!)")
     line = first_line(source, function, pattern)
     when = f", only when {only[0]} is {only[1]}" if only else ""
-    evidence = f"Calls changed its input(s) {', '.join(names)} (values or version counter){when}{line}."
+    evidence = f"Calls changed its input(s) {', '.join(names)} (values, version counter or place in memory){when}{line}."
     return [_finding(function, "mutation", f"{function} modifies its inputs in place", evidence,
                      "compute on new tensors (`q = q / s`, not `q /= s` or `q.mul_(s)`); never write into an input",
                      explains=frozenset({"mutation"}))]  # fmt: skip

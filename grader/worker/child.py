@@ -526,7 +526,7 @@ class Run:
         self.arrays = arrays
         self.out_arrays: list[Any] = []
         self.tensors: list[Any] = [None] * len(header["tensors"])
-        self.snapshots: list[tuple[Any, int] | None] = [None] * len(header["tensors"])
+        self.snapshots: list[tuple[Any, int, tuple[int, int, tuple[int, ...]]] | None] = [None] * len(header["tensors"])
         self.flags: list[bool] = [False] * len(header["tensors"])  # requires_grad as the caller made each input
         self.released: dict[int, bool] = {}  # input -> whether it had changed when it was released
         self.backings: dict[int, Any] = {}  # input -> the numpy array holding a contiguous input's memory
@@ -545,10 +545,9 @@ class Run:
             if self.header["tensors"][index].get("activation") and self.server.facts.requires_grad(tensor):
                 with self.server.enable_grad():  # (a submission may turn gradients off globally)
                     self.leaves[index], tensor = tensor, tensor[...]  # a view of a leaf that requires grad is not a leaf
-            facts = self.server.facts
             self.tensors[index] = tensor
-            self.snapshots[index] = (facts.clone(facts.detach(tensor)), facts.version(tensor))
-            self.flags[index] = facts.requires_grad(tensor)
+            self.snapshots[index] = self.snapshot(tensor)
+            self.flags[index] = self.server.facts.requires_grad(tensor)
         return self.tensors[index]
 
     def make_tensor(self, index: int) -> Any:
@@ -703,8 +702,13 @@ class Run:
             target = tensor.data if call.get("refill_through_data") else tensor
             with self.torch.no_grad():
                 target.copy_(self.torch.from_numpy(self.arrays[array].copy()).to(tensor.dtype))
-            facts = self.server.facts
-            self.snapshots[index] = (facts.clone(facts.detach(tensor)), facts.version(tensor))
+            self.snapshots[index] = self.snapshot(tensor)
+
+    def snapshot(self, tensor: Any) -> tuple[Any, int, tuple[int, int, tuple[int, ...]]]:
+        """What :meth:`changed` compares an input with later: a copy of its values, its version counter, and where its
+        elements lie (address, storage offset, strides: ``x.data = y`` moves them without a write or a new version)."""
+        facts = self.server.facts
+        return facts.clone(facts.detach(tensor)), facts.version(tensor), (facts.data_ptr(tensor), facts.storage_offset(tensor), facts.stride(tensor))
 
     def execute(self) -> tuple[dict[str, Any], list[Any]]:
         """Make every call, then the backward pass if one was asked for."""
@@ -819,25 +823,29 @@ class Run:
         return facts.numpy(facts.contiguous(values))
 
     def changed_inputs(self) -> list[int]:
-        """The input tensors whose values, version counter or caller's state changed (while the grader was not refilling them)."""
+        """The input tensors whose values, version counter, place in memory or caller's state changed (while the grader was not
+        refilling them)."""
         return [index for index in range(len(self.tensors)) if self.changed(index)]
 
     def changed(self, index: int) -> bool:
         """Whether input ``index`` changed since it was built or last refilled (never for one never built).
 
         Its values, its version counter (an in-place write that put the same
-        values back), or the caller's own state of it: requires_grad switched,
-        or a ``.grad`` left by a backward pass the submission ran.
+        values back), where its elements lie (``x.data`` replaced by a copy),
+        or the caller's own state of it: requires_grad switched, or a ``.grad``
+        left by a backward pass the submission ran.
         """
         if index in self.released:
             return self.released[index]
         tensor, snapshot = self.tensors[index], self.snapshots[index]
         if tensor is None or snapshot is None:
             return False
-        before, version = snapshot
+        before, version, placement = snapshot
         facts = self.server.facts
         current = facts.detach(tensor)
         if facts.version(tensor) != version or facts.shape(current) != facts.shape(before) or not bool(facts.equal(current, before)):
+            return True
+        if (facts.data_ptr(tensor), facts.storage_offset(tensor), facts.stride(tensor)) != placement:
             return True
         leaf = self.leaves.get(index, tensor)
         return facts.requires_grad(tensor) != self.flags[index] or (facts.is_leaf(leaf) and facts.grad(leaf) is not None)

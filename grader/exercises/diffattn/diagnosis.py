@@ -68,7 +68,8 @@ PARAMETER_COMPONENTS = {LAMBDA: {"*": "lambda"},
 """Per function, the component a parameter misnamed or misplaced in a submitted signature belongs to (a swapped query and
 key pair the branches' inputs wrongly; every λ parameter is λ's formula)."""
 EXPANDED_INPUTS = "the inputs' expansion"
-ATTRIBUTE_COMPONENTS = {"the memory layout": "strided", "the coefficient": "coefficient", "the inputs' dtype": "dtype",
+ATTRIBUTE_COMPONENTS = {"the memory layout": "strided", domain.LAST_AXIS_STEPS: "strided", "the coefficient": "coefficient",
+                        "the inputs' dtype": "dtype",
                         "causal": "mask", "the autograd mode": "graph", EXPANDED_INPUTS: "strided"}  # fmt: skip
 
 
@@ -101,7 +102,7 @@ def name_shape(function: str, got: tuple[int, ...], expected: tuple[int, ...], m
 LINE_COMPONENTS = {r"masked_fill|\btril\(|\btriu\(": "mask", r"\bamax\(|\blogsumexp\(|\bmaximum\(": "softmax"}
 DECLARATIONS = slips.Declarations(ATTRIBUTE_COMPONENTS, name_shape, LINE_COMPONENTS, {("the coefficient", f"computed by {LAMBDA}"): LAMBDA},
                                   attention_subjects.HANDLED_INPUTS, {ATTENTION: "coefficient", LAMBDA: "lambda"},
-                                  {LAMBDA: "lambda", ATTENTION: "value"}, slips.SCALE_MAKERS)  # fmt: skip
+                                  {LAMBDA: "lambda", ATTENTION: "value"}, slips.SCALE_MAKERS, (LAMBDA, ATTENTION))  # fmt: skip
 
 
 def _attributes(case: LambdaCase | AttentionCase, grads: bool) -> dict[str, str]:
@@ -115,12 +116,14 @@ def _attributes(case: LambdaCase | AttentionCase, grads: bool) -> dict[str, str]
         trainable[slips.TRAINED] = slips.trained(n for n in names if case.requires_grad(n))
         trainable[slips.ORIGIN] = slips.origin(case.activations)
     if isinstance(case, LambdaCase):
-        return found | {"the memory layout": "non-contiguous" if case.layout != "contiguous" else "contiguous"} | trainable
+        return found | {"the memory layout": "non-contiguous" if case.layout != "contiguous" else "contiguous",
+                        domain.LAST_AXIS_STEPS: domain.last_axis_steps((case.layout,))} | trainable
     coefficient = f"computed by {LAMBDA}" if case.lambda_case is not None else COEFFICIENT_KINDS[case.coefficient_kind]
     causal = "left out" if case.causal is None else str(case.causal)
     layout = "non-contiguous" if any(layout != "contiguous" for layout in case.layouts) else "contiguous"
     tokens = "1" if case.q1.shape[-2] == 1 else "more than 1"
     return found | {"the coefficient": coefficient, "causal": causal, "the memory layout": layout,
+                    domain.LAST_AXIS_STEPS: domain.last_axis_steps(case.layouts),
                     EXPANDED_INPUTS: domain.expanded_inputs(case.layouts, EXPANSIONS), "the number of tokens": tokens,
                     slips.HEAD_WIDTH: str(case.q1.shape[-1])} | trainable  # fmt: skip
 

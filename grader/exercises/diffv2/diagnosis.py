@@ -70,8 +70,8 @@ KV_HEADS = "the number of key/value heads"
 SHARING = "the key/value heads"
 GROUP = "the number of query heads per key/value head"
 EXPANDED_INPUTS = "the inputs' expansion"
-ATTRIBUTE_COMPONENTS = {"the memory layout": "strided", "the inputs' dtype": "dtype", "causal": "mask", "the autograd mode": "graph",
-                        KV_HEADS: "heads", SHARING: "heads", GROUP: "heads", EXPANDED_INPUTS: "strided"}  # fmt: skip
+ATTRIBUTE_COMPONENTS = {"the memory layout": "strided", domain.LAST_AXIS_STEPS: "strided", "the inputs' dtype": "dtype", "causal": "mask",
+                        "the autograd mode": "graph", KV_HEADS: "heads", SHARING: "heads", GROUP: "heads", EXPANDED_INPUTS: "strided"}  # fmt: skip
 
 
 def _squeezed(got: tuple[int, ...], expected: tuple[int, ...]) -> bool:
@@ -145,7 +145,8 @@ def name_shape(function: str, got: tuple[int, ...], expected: tuple[int, ...], m
 # the heads' axis of [B, T, H, D] (`k[:, :, kv_of]`).
 LINE_COMPONENTS = {r"\.T\b|\.squeeze\(\)|\[\s*:\s*,\s*[01]?\s*::\s*2\s*\]": "layout", r"masked_fill|\btril\(|\btriu\(": "mask",
                    r"\.expand\(|repeat_interleave\(|\.repeat\(|index_select\(|\b[kv]\[\s*:\s*,\s*:\s*,\s*[A-Za-z_]\w*\s*\]": "heads"}  # fmt: skip
-DECLARATIONS = slips.Declarations(ATTRIBUTE_COMPONENTS, name_shape, LINE_COMPONENTS, answers=WHOLE_ANSWER, operands=slips.SCALE_MAKERS)
+DECLARATIONS = slips.Declarations(ATTRIBUTE_COMPONENTS, name_shape, LINE_COMPONENTS, answers=WHOLE_ANSWER, operands=slips.SCALE_MAKERS,
+                                  functions=(GQA, DIFF_V2))
 
 # Sizes that all differ (G = 4, H = 6 output heads for diff_v2_attention), and the variants that make two of them equal or one
 # of them 1: a function that works only when the query heads and key/value heads meet one to one groups them wrongly; one that
@@ -194,6 +195,7 @@ def _attributes(case: Case, grads: bool) -> dict[str, str]:
     found = {"the inputs' dtype": case.dtype, "the argument binding": case.binding,
              "causal": "left out" if case.causal is None else str(case.causal),
              "the memory layout": "non-contiguous" if any(layout != "contiguous" for layout in case.memory_layouts) else "contiguous",
+             domain.LAST_AXIS_STEPS: domain.last_axis_steps(case.memory_layouts),
              EXPANDED_INPUTS: domain.expanded_inputs(case.memory_layouts, EXPANSIONS),
              KV_HEADS: str(case.k.shape[2]), "the number of tokens": "1" if case.q.shape[1] == 1 else "more than 1",
              SHARING: "one (multi-query)" if case.k.shape[2] == 1 else "several",

@@ -126,7 +126,7 @@ def test_coefficient_kinds_accepted(grading: GradingContext) -> None:
     grading.conclude(_judge(observed, _shape_and_dtype, success))
 
 
-@check("T1", 3, "Inputs are never modified (values, version counters, requires_grad, .grad)",
+@check("T1", 3, "Inputs are never modified (values, version counters, place in memory, requires_grad, .grad)",
        judges=of_both("mutation"), replay=Recipe("unchanged", ((suite.attention_coefficients, False), *GRADIENT_CALLS, *LAMBDA_CALLS, *LAMBDA_GRAD_CALLS)))  # fmt: skip
 def test_inputs_not_modified(grading: GradingContext) -> None:
     observed = (

@@ -78,7 +78,7 @@ def test_strided_inputs_accepted(grading: GradingContext) -> None:
     grading.conclude(_judge(grading, sets, _shape_and_dtype, success))
 
 
-@check("T1", 3, "Inputs are never modified, forward or backward (values, version counters, requires_grad, .grad)",
+@check("T1", 3, "Inputs are never modified, forward or backward (values, version counters, place in memory, requires_grad, .grad)",
        judges=of_both("mutation"), replay=Recipe("unchanged", ((suite.gqa_causal, False), (suite.diff_causal, False), *GRADIENT_CALLS)))  # fmt: skip
 def test_inputs_not_modified(grading: GradingContext) -> None:
     sets = [(suite.gqa_causal, False), (suite.diff_causal, False), (suite.diff_strided, False),
