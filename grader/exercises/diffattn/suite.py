@@ -46,7 +46,8 @@ SETS = CaseSets()
 
 @SETS.register
 def lambda_values(seed: int) -> list[LambdaCase]:
-    """Lengths from 1 to 256, both dtypes, the default, the paper's, 0 and out-of-[0, 1] lambda_init, exponents up to the dtype's finite
+    """Lengths from 1 to 256, both dtypes, the default, the paper's, 0 and out-of-[0, 1] lambda_init (with large exponents and with
+    ordinary ones, where it shows), exponents up to the dtype's finite
     limit (of opposite signs too, their difference up to 2.5 times it), products past that limit that cancel in the dot
     product, pairs that tie exactly, every binding."""
     rng = domain.generator(seed, "lambda_values")
@@ -73,6 +74,9 @@ def lambda_values(seed: int) -> list[LambdaCase]:
         cases.cancelling_case(rng, int(rng.integers(1, 5)), "float64", None, binding="positional"),
         cases.tied_case(rng, int(rng.integers(1, 9)), "float32", None),
         cases.tied_case(rng, int(rng.integers(1, 9)), "float64", 0.5, binding="positional"),
+        # lambda_init above 1 and below 0 again, with exponents within ±2: beside exp(38) a lambda_init of 1.4 is rounding
+        cases.lambda_case(rng, int(rng.integers(1, 9)), "float32", float(rng.uniform(1.1, 2.0))),
+        cases.lambda_case(rng, int(rng.integers(1, 9)), "float64", float(rng.uniform(-1.0, -0.1)), binding="positional"),
     ])
 
 
@@ -121,7 +125,7 @@ def attention_causal(seed: int) -> list[AttentionCase]:
         cases.attention_case(rng, domain.domain_shape(rng, 120), "float32", True, binding="positional"),
         cases.attention_case(rng, (1, 1, int(rng.integers(257, domain.LONGEST + 1)), int(rng.integers(1, 9))), "float64", True),
         cases.with_padding(cases.attention_case(rng, domain.domain_shape(rng, 3, 24), str(rng.choice(["float32", "float64"])), True), rng),
-    ]) + [replace(cases.attention_case(rng, domain.model_scale(rng, long=True), "float32", True), grad_mode=domain.LONG_CALL_MODE)]
+    ]) + [replace(cases.attention_case(rng, domain.model_scale(rng, long=True), "float64", True), grad_mode=domain.LONG_CALL_MODE)]
 
 
 @SETS.register
