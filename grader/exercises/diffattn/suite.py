@@ -47,7 +47,7 @@ SETS = CaseSets()
 @SETS.register
 def lambda_values(seed: int) -> list[LambdaCase]:
     """Lengths from 1 to 256, both dtypes, the default, the paper's, 0 and out-of-[0, 1] lambda_init (with large exponents and with
-    ordinary ones, where it shows), exponents up to the dtype's finite
+    ordinary ones, where it shows), vectors past 256 on every seed, exponents up to the dtype's finite
     limit (of opposite signs too, their difference up to 2.5 times it), products past that limit that cancel in the dot
     product, pairs that tie exactly, every binding."""
     rng = domain.generator(seed, "lambda_values")
@@ -77,6 +77,8 @@ def lambda_values(seed: int) -> list[LambdaCase]:
         # lambda_init above 1 and below 0 again, with exponents within ±2: beside exp(38) a lambda_init of 1.4 is rounding
         cases.lambda_case(rng, int(rng.integers(1, 9)), "float32", float(rng.uniform(1.1, 2.0))),
         cases.lambda_case(rng, int(rng.integers(1, 9)), "float64", float(rng.uniform(-1.0, -0.1)), binding="positional"),
+        # vectors past every block size on every seed (the long draw above may stop at 60): code that keeps a head's width of them
+        cases.lambda_case(rng, int(rng.integers(max(domain.BLOCK_SIZES) + 1, domain.LONGEST + 1)), "float32", None),
     ])
 
 
