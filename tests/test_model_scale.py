@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import csv
+import json
 import subprocess
 import sys
-from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -34,37 +34,32 @@ def _map(q, k, causal):
 def differential_attention(q1, k1, q2, k2, value, coefficient, causal=True):
     return torch.matmul(_map(q1, k1, causal) - coefficient * _map(q2, k2, causal), value)
 '''
-# Each wrong file is the correct one with one realistic edit, and the check that must fail.
+# Each wrong file: the correct one with one realistic edit (text replaced, by what), and the check that must fail.
 WRONG = {
     "mask_buffer_of_1024_tokens": (
-        ("        t = q.shape[-2]\n        logits = logits.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float(\"-inf\"))",
-         "        t = q.shape[-2]\n        logits = logits.masked_fill(_FUTURE[:t, :t], float(\"-inf\"))"),
-        ("def _map(", "_FUTURE = torch.ones(1024, 1024, dtype=torch.bool).triu(1)\n\n\ndef _map("),
+        (("        logits = logits.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float(\"-inf\"))",
+          "        logits = logits.masked_fill(_FUTURE[:t, :t], float(\"-inf\"))"),
+         ("def _map(", "_FUTURE = torch.ones(1024, 1024, dtype=torch.bool).triu(1)\n\n\ndef _map(")),
         "causal_values",
     ),
     "key_blocks_of_512_never_rescaled": (
-        ("    return torch.softmax(logits, dim=-1)",
-         "    top, total, parts = None, 0.0, []\n"
-         "    for block in logits.split(512, dim=-1):\n"
-         "        top = block.amax(dim=-1, keepdim=True) if top is None else torch.maximum(top, block.amax(dim=-1, keepdim=True))\n"
-         "        parts.append(torch.exp(block - top))\n"
-         "        total = total + parts[-1].sum(dim=-1, keepdim=True)\n"
-         "    return torch.cat(parts, dim=-1) / total"),
-        ("", ""),
+        (("    return torch.softmax(logits, dim=-1)",
+          "    top, total, parts = None, 0.0, []\n"
+          "    for block in logits.split(512, dim=-1):\n"
+          "        top = block.amax(dim=-1, keepdim=True) if top is None else torch.maximum(top, block.amax(dim=-1, keepdim=True))\n"
+          "        parts.append(torch.exp(block - top))\n"
+          "        total = total + parts[-1].sum(dim=-1, keepdim=True)\n"
+          "    return torch.cat(parts, dim=-1) / total"),),
         "causal_values",
     ),
-    "finite_mask_of_minus_1e4": (
-        ("float(\"-inf\")", "-1e4"),
-        ("", ""),
-        "large_logit_values",
-    ),
+    "finite_mask_of_minus_1e4": ((("float(\"-inf\")", "-1e4"),), "large_logit_values"),
 }
 SEED = 5
 
 
 def _wrong_source(name: str) -> str:
     source = CORRECT
-    for old, new in WRONG[name][:2]:
+    for old, new in WRONG[name][0]:
         assert old in source
         source = source.replace(old, new)
     return source
@@ -92,8 +87,8 @@ def test_every_run_reaches_model_sizes_in_both_exercises(seed: int) -> None:
 
 
 @pytest.fixture(scope="module")
-def scores(tmp_path_factory: pytest.TempPathFactory) -> dict[str, float]:
-    """The correct file and each wrong one graded in one batch: student -> score."""
+def graded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    """The correct file and each wrong one graded in one batch: student -> its instructor report."""
     room = tmp_path_factory.mktemp("class")
     (room / "correct.py").write_text(CORRECT)
     for name in WRONG:
@@ -101,16 +96,18 @@ def scores(tmp_path_factory: pytest.TempPathFactory) -> dict[str, float]:
     out = tmp_path_factory.mktemp("out")
     command = [sys.executable, "-m", "grader", "batch", str(room), "--out", str(out), "--seed", str(SEED), "--audience", "instructor"]
     subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
-    with open(out / "grades.csv", newline="", encoding="utf-8") as stream:
-        return {row["student"]: float(row["score"]) for row in csv.DictReader(stream)}
+    return {name: json.loads((out / name / "report.json").read_text(encoding="utf-8")) for name in ("correct", *WRONG)}
 
 
-def test_the_plain_implementation_earns_full_marks_at_model_sizes(scores: dict[str, float]) -> None:
+def test_the_plain_implementation_earns_full_marks_at_model_sizes(graded: dict[str, dict[str, Any]]) -> None:
     """matmul, masked_fill(-inf) and softmax pass the calls past 1024 tokens, with wide heads and at logits of −1e6."""
-    assert scores["correct"] == 100.0
+    assert graded["correct"]["score"] == 100.0
 
 
 @pytest.mark.parametrize("name", sorted(WRONG))
-def test_a_buffer_or_block_of_model_size_or_a_finite_mask_costs_points(name: str, scores: dict[str, float]) -> None:
-    """A 1024-token mask buffer, key blocks of 512 never rescaled, and a −1e4 mask each lose points."""
-    assert scores[name] < 100.0
+def test_a_buffer_or_block_of_model_size_or_a_finite_mask_costs_points(name: str, graded: dict[str, dict[str, Any]]) -> None:
+    """A 1024-token mask buffer, key blocks of 512 never rescaled, and a −1e4 mask each lose points, in the check that calls
+    at that size."""
+    report = graded[name]
+    statuses = {check["id"]: check["status"] for tier in report["tiers"] for check in tier["checks"]}
+    assert report["score"] < 100.0 and statuses[WRONG[name][1]] == "failed"

@@ -573,18 +573,6 @@ def differential_lambda(q1, k1, q2, k2, lambda_init=0.2):
 """
 
 
-def test_modes_left_active_cannot_hide_a_write_into_an_input(forks: ForkServer) -> None:
-    """Function and dispatch modes pushed at import (lying about _version and torch.equal) do not hide q1's change."""
-    liar = Worker(LYING_MODES, "liar.py", FUNCTIONS, WorkerLimits(call_timeout_s=10), forks)
-    try:
-        vectors = tuple(TensorInput(np.array([0.5, -0.25]), "float64") for _ in range(4))
-        outcome = invoke(liar, Request((Call("differential_lambda", vectors),)))
-    finally:
-        liar.close()
-    assert outcome.failure is None, outcome.failure
-    assert outcome.changed_inputs == [0]
-
-
 REBOUND = """
 import torch
 
@@ -595,13 +583,19 @@ def differential_lambda(q1, k1, q2, k2, lambda_init=0.2):
 """
 
 
-def test_an_input_moved_to_other_memory_counts_as_modified(forks: ForkServer) -> None:
-    """`x.data = x.data.clone()` keeps values and version counter but moves the caller's tensor: q1 is reported changed."""
-    mover = Worker(REBOUND, "mover.py", FUNCTIONS, WorkerLimits(call_timeout_s=10), forks)
+@pytest.mark.parametrize(
+    ("source", "filename"),
+    [(LYING_MODES, "liar.py"), (REBOUND, "mover.py")],
+    ids=["modes_left_active_lie_about_version_and_equal", "data_replaced_by_a_copy"],
+)
+def test_a_hidden_change_to_an_input_is_still_seen(source: str, filename: str, forks: ForkServer) -> None:
+    """q1 counts as changed when modes pushed at import lie about _version and torch.equal, and when `x.data` is replaced by a
+    copy (the same values and version counter, in memory of its own)."""
+    submission = Worker(source, filename, FUNCTIONS, WorkerLimits(call_timeout_s=10), forks)
     try:
         vectors = tuple(TensorInput(np.array([0.5, -0.25]), "float64") for _ in range(4))
-        outcome = invoke(mover, Request((Call("differential_lambda", vectors),)))
+        outcome = invoke(submission, Request((Call("differential_lambda", vectors),)))
     finally:
-        mover.close()
+        submission.close()
     assert outcome.failure is None, outcome.failure
     assert outcome.changed_inputs == [0]

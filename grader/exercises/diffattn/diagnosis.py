@@ -69,8 +69,7 @@ PARAMETER_COMPONENTS = {LAMBDA: {"*": "lambda"},
 key pair the branches' inputs wrongly; every λ parameter is λ's formula)."""
 EXPANDED_INPUTS = "the inputs' expansion"
 ATTRIBUTE_COMPONENTS = {"the memory layout": "strided", domain.LAST_AXIS_STEPS: "strided", "the coefficient": "coefficient",
-                        "the inputs' dtype": "dtype",
-                        "causal": "mask", "the autograd mode": "graph", EXPANDED_INPUTS: "strided"}  # fmt: skip
+                        "the inputs' dtype": "dtype", "causal": "mask", "the autograd mode": "graph", EXPANDED_INPUTS: "strided"}  # fmt: skip
 
 
 def name_shape(function: str, got: tuple[int, ...], expected: tuple[int, ...], made: Mapping[str, str]) -> tuple[str, str, str, str] | None:

@@ -183,7 +183,8 @@ def attention_large_logits(seed: int) -> list[AttentionCase]:
         cases.attention_case(rng, domain.domain_shape(rng, 2, 60), "float32", False, below=float(rng.uniform(150, 400))),
         cases.attention_case(rng, domain.domain_shape(rng, 2, 60), "float64", True, below=float(rng.uniform(800, 1500))),
         cases.attention_case(rng, domain.domain_shape(rng, tail := domain.past_every_block(rng), tail, 16), "float32", False,
-                             max_logit=float(rng.uniform(200, 1000)), ramp=True),        cases.attention_case(rng, domain.domain_shape(rng, 2, 60), "float64", True, below=float(rng.uniform(*domain.BELOW_FINITE_MASKS))),
+                             max_logit=float(rng.uniform(200, 1000)), ramp=True),
+        cases.attention_case(rng, domain.domain_shape(rng, 2, 60), "float64", True, below=float(rng.uniform(*domain.BELOW_FINITE_MASKS))),
     ])
 
 

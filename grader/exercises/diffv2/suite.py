@@ -108,7 +108,7 @@ def gqa_large_logits(seed: int) -> list[Case]:
         cases.case(rng, GQA, cases.shape(rng, GQA, 2, 60), "float64", True, below=float(rng.uniform(800, 1500))),
         cases.case(rng, GQA, cases.shape(rng, GQA, tail := domain.past_every_block(rng), tail, 16), "float32", False,
                    max_logit=float(rng.uniform(200, 1000)), ramp=True),
-          cases.case(rng, GQA, cases.shape(rng, GQA, 2, 60), "float64", True, below=float(rng.uniform(*domain.BELOW_FINITE_MASKS))),
+        cases.case(rng, GQA, cases.shape(rng, GQA, 2, 60), "float64", True, below=float(rng.uniform(*domain.BELOW_FINITE_MASKS))),
     ])  # fmt: skip
 
 
@@ -129,7 +129,7 @@ def diff_large_logits(seed: int) -> list[Case]:
         cases.case(rng, DIFF_V2, cases.shape(rng, DIFF_V2, 2, 60), "float64", True, below=float(rng.uniform(800, 1500))),
         cases.case(rng, DIFF_V2, cases.shape(rng, DIFF_V2, tail := domain.past_every_block(rng), tail, 16), "float32", False,
                    max_logit=float(rng.uniform(200, 1000)), ramp=True),
-          cases.case(rng, DIFF_V2, cases.shape(rng, DIFF_V2, 2, 60), "float64", True, below=float(rng.uniform(*domain.BELOW_FINITE_MASKS))),
+        cases.case(rng, DIFF_V2, cases.shape(rng, DIFF_V2, 2, 60), "float64", True, below=float(rng.uniform(*domain.BELOW_FINITE_MASKS))),
     ])  # fmt: skip
 
 
@@ -273,10 +273,6 @@ def diff_bindings(seed: int) -> list[Case]:
 
 
 SEQUENCE_SETS = CaseSets()
-MODEL_HEADS = {True: (2, 1), False: (16, 8)}  # (Hq, Hkv) of the call at a large model's sizes: long (causal), wide (not)
-# The dtype of that call: float64 for one long call (a path taken past 1024 tokens that computes in float32 shows only on
-# float64 inputs), float32 for the others
-LARGE_DTYPE = {(GQA, True): "float64", (DIFF_V2, True): "float32", (GQA, False): "float32", (DIFF_V2, False): "float32"}
 """The call sequences: pairs of calls, kept apart from :data:`SETS`, whose members are single calls."""
 VARIATIONS = Variations(cases.redrawn, cases.retyped, cases.reflagged, cases.resized, shuffled=cases.shuffled)
 
