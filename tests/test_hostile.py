@@ -14,6 +14,7 @@ import csv
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -294,9 +295,13 @@ def test_verdict_names_the_problem(name: str, hostile_runs) -> None:
 
 
 def test_tuple_is_named_as_a_tuple(hostile_runs) -> None:
-    """A (output, maps) tuple is called a tuple of 2 items."""
+    """A (output, maps) tuple is called a tuple of 2 items, and its root cause describes each item (maps: a list of two
+    tensors) by dtype and shape."""
     run = hostile_runs["returns_none_and_tuple"][2]
     assert "returned a builtins.tuple of 2 item(s); expected one torch.Tensor" in messages(run, "attention_returns_one_tensor")
+    cause = next(c for c in run.report["diagnosis"]["root_causes"] if c["function"] == "differential_attention")
+    tensor = r"a float(32|64) tensor of shape \[\d+, \d+, \d+, \d+\]"
+    assert re.search(rf"of 2 item\(s\), \({tensor}, \[{tensor}, {tensor}\]\), where", cause["evidence"]), cause["evidence"]
 
 
 def test_working_functions_keep_their_points(hostile_runs) -> None:

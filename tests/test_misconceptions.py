@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +13,10 @@ from corpus.mutants import CORRECT_DIR, MUTANTS, mutant_source
 from grader.core.plugin import GradingContext
 from grader.exercises.diffattn import misconceptions as mc
 from grader.exercises.diffattn import suite
+from grader.exercises.diffattn.cases import AttentionCase
 from grader.exercises.diffattn.expected import Truth
+from grader.exercises.diffv2.cases import Case as V2Case
+from grader.toolkit import domain
 from grader.toolkit import misconceptions as engine
 from grader.toolkit.casesets import CaseSet
 from grader.toolkit.compare import Comparison
@@ -185,3 +189,14 @@ def test_float32_sized_errors_in_a_few_elements_are_no_float32_computation(truth
         return {"output": Truth(values, allowed)}
 
     assert not engine.float32_accurate(_observations(attention, truths, clamped_here_and_there))
+
+
+@pytest.mark.parametrize("exercise", ["diffattn", "diffv2"])
+def test_calls_at_a_large_models_length_are_read_for_no_hint(exercise: str) -> None:
+    """Every output set holds a call past 1024 tokens, yet the catalogue reads (and predicts for) the shorter calls only."""
+    catalogue = importlib.import_module(f"grader.exercises.{exercise}.misconceptions").CATALOGUE
+    kind, length = (AttentionCase, lambda case: case.q1.shape[2]) if exercise == "diffattn" else (V2Case, lambda case: case.q.shape[1])
+    drawn = [case for case_set in catalogue.checked for case in case_set(1) if isinstance(case, kind)]
+    long = [case for case in drawn if length(case) > domain.LONGEST_BUFFER]
+    assert long and all(not catalogue.readable(case) for case in long)
+    assert all(catalogue.readable(case) for case in drawn if length(case) <= domain.LONGEST_BUFFER)

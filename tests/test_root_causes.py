@@ -338,6 +338,25 @@ def test_an_unworded_error_for_some_calls_is_traced_from_the_marked_operation_to
     assert slips.marked_operation('  File "f.py", line 2, in g\n    y = a + b[i]\n') is None
 
 
+def test_an_error_for_every_head_width_from_some_size_on_is_contrasted_by_that_bound() -> None:
+    """A lookup in a table of square roots that raises at head widths 64 and 72 and works at 8 and 40 fails "only when the head
+    width D is 64 or more" (and at 2 and 3 against 8 and 40, "3 or less"); widths that do not part say no bound."""
+    source = ("import math\n_INV = [1 / math.sqrt(d) for d in range(1, 64)]\n\n"
+              "def differential_attention(q1, k1, q2, k2, value, coefficient, causal=True):\n"
+              "    s = (q1 @ k1.transpose(-2, -1)) * _INV[q1.shape[-1] - 1]\n    return s @ value\n")  # fmt: skip
+    code = "s = (q1 @ k1.transpose(-2, -1)) * _INV[q1.shape[-1] - 1]"
+    trace = f'  File "sub.py", line 5, in differential_attention\n    {code}\n    {" " * code.index("_INV")}{"^" * 22}\n'
+    failing = Returned(raised={"type": "IndexError", "message": "list index out of range", "traceback": trace})
+
+    def contrast(failing_widths: tuple[str, ...], working_widths: tuple[str, ...]) -> list[str]:
+        calls = [_call(failing, **{slips.HEAD_WIDTH: w}) for w in failing_widths] + [_call(_tensor(), **{slips.HEAD_WIDTH: w}) for w in working_widths]
+        return [finding.title for finding in slips.findings(calls, source, DECLARATIONS)]
+
+    assert contrast(("64", "72"), ("8", "40")) == [f"{A} raises IndexError: the call fails only when the head width D is 64 or more"]
+    assert contrast(("2", "3"), ("8", "40")) == [f"{A} raises IndexError: the call fails only when the head width D is 3 or less"]
+    assert contrast(("8", "72"), ("40", "64")) == []
+
+
 def test_a_signature_out_of_the_contracts_order_is_a_contract_cause_naming_the_parameter() -> None:
     """A parameter renamed or moved is named with the component the exercise gives it; a right signature, or one that adds
     optional parameters after the contract's, is no cause."""
@@ -720,3 +739,21 @@ def test_a_mean_taken_out_of_value_and_put_back_is_named_by_the_shared_offset_it
     first = run.report["diagnosis"]["root_causes"][0]
     assert (first["function"], first["component"]) == ("differential_attention", "value"), first
     assert first["title"] == "A value offset shared by every token comes out scaled by 1, not 1 − λ" and "must move by 1.5" in first["evidence"]
+
+
+def test_logits_left_unscaled_without_the_mask_are_the_scale_with_causal_false(tmp_path: Any) -> None:
+    """1/√D applied inside the causal branch only: the map read out with causal=False fits a scale of 1, said with the condition."""
+    path = ROOT / "tests" / "corpus" / "diagnosis_solstice" / "wrong" / "att_scale_inside_causal_block.py"
+    run = run_cli([str(path), "--seed", "20261201", "--no-preview", "--tiers", "T2"], tmp_path)
+    first = run.report["diagnosis"]["root_causes"][0]
+    assert (first["function"], first["component"]) == (A, "scale")
+    assert first["title"] == "The logits are scaled by 1 (no scaling) instead of 1/√D, with causal=False"
+
+
+def test_one_heads_values_given_to_every_head_are_values_reaching_other_heads(tmp_path: Any) -> None:
+    """value[:, :1] broadcast to every head: head 0's values move head 1's output and head 1's own move nothing."""
+    path = ROOT / "tests" / "corpus" / "diagnosis_solstice" / "wrong" / "att_value_first_head_shared.py"
+    run = run_cli([str(path), "--seed", "20261201", "--no-preview", "--tiers", "T2"], tmp_path)
+    first = run.report["diagnosis"]["root_causes"][0]
+    assert (first["function"], first["component"], first["title"]) == (A, "value", "Values reach other batch elements or heads")
+    assert "changing the value of head 1 in batch element 0 left its own output unchanged" in first["evidence"]

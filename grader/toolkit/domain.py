@@ -367,6 +367,11 @@ def model_scale(rng: np.random.Generator, long: bool) -> tuple[int, int, int, in
     return (*MODEL_PROBLEMS, int(rng.integers(2, 25)), width)
 
 
+def below_model_length(tokens: int) -> bool:
+    """Whether a sequence of ``tokens`` is shorter than the long call of :func:`model_scale` (within every buffer)."""
+    return tokens <= LONGEST_BUFFER
+
+
 def broadcast_along(values: np.ndarray, axis: int = 0) -> np.ndarray:
     """``values`` with every element along dim ``axis`` equal to the first one, when it has two axes or more and that dim:
     the values an input expanded along it holds (one of fewer axes stays as it is, and the worker gives it contiguous

@@ -117,7 +117,10 @@ class Catalogue:
     numbers of a case's gradients by name, ``checked`` the case sets whose
     failed checks ask for a hint (with the evidence, what :meth:`prepare`
     predicts for), ``symptoms`` what is tried when no family explains a
-    failure: (variant, test), in order.
+    failure: (variant, test), in order. ``readable`` says whether a case's
+    results are read at all: a call at a large model's sizes costs every
+    form a map of a million entries, and a named formula that is wrong
+    there is wrong on the smaller calls too.
     """
 
     families: tuple[Family, ...]
@@ -125,11 +128,12 @@ class Catalogue:
     positions: Callable[[Any], dict[str, int]]
     checked: tuple[CaseSet[Any], ...]
     symptoms: tuple[tuple[Variant, Symptom], ...] = ()
+    readable: Callable[[Any], bool] = lambda case: True
 
     def observe(self, family: Family, case: Any, outcome: Outcome) -> Observation | None:
         """What ``outcome`` tells about ``family`` for ``case`` (None when it has nothing to compare)."""
         subject = family.subject_of(case)
-        if subject is None or family.function not in outcome.functions:
+        if subject is None or not self.readable(subject) or family.function not in outcome.functions:
             return None
         index = len(outcome.functions) - 1 - outcome.functions[::-1].index(family.function)
         output = returned_values(outcome, index)
@@ -220,7 +224,7 @@ class Catalogue:
             for case_set in sorted(sets, key=lambda found: found.name):
                 for rank, drawn in enumerate(case_set(seed)):
                     case = family.subject_of(drawn)
-                    if case is not None:
+                    if case is not None and self.readable(case):
                         work.append((rank, family, case))
         for _, family, case in sorted(work, key=lambda item: item[0]):  # a stable sort: sets and families keep their order
             if until is not None and until():

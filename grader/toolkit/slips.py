@@ -277,12 +277,27 @@ def _contrasting(failing: Sequence[Observed], working: Sequence[Observed], sizes
     for key, value in shared:
         if not any(c.attributes.get(key) == value for c in working):
             return ((key, value),)
+    if sizes and (bound := _width_bound(failing, working)) is not None:
+        return ((HEAD_WIDTH, bound),)
     shared.sort(key=lambda kv: sum(c.attributes.get(kv[0]) == kv[1] for c in working))
     for size in (2, 3):
         for combined in itertools.combinations(shared, size):
             if not any(all(c.attributes.get(key) == value for key, value in combined) for c in working):
                 return combined
     return ()
+
+
+def _width_bound(failing: Sequence[Observed], working: Sequence[Observed]) -> str | None:
+    """"N or more" (or "N or less") when every failing call has a head width of at least (at most) N and every working call
+    a smaller (larger) one: a table or buffer sized for the widths below (above) N; None when the widths do not part so."""
+    widths = [[int(c.attributes[HEAD_WIDTH]) for c in calls if c.attributes.get(HEAD_WIDTH, "").isdigit()] for calls in (failing, working)]
+    if len(widths[0]) < len(failing) or not widths[1]:
+        return None
+    if min(widths[0]) > max(widths[1]):
+        return f"{min(widths[0])} or more"
+    if max(widths[0]) < min(widths[1]):
+        return f"{max(widths[0])} or less"
+    return None
 
 
 def _contrast(failing: Sequence[Observed], working: Sequence[Observed]) -> tuple[str, str] | None:
@@ -516,7 +531,7 @@ def _not_tensors(function: str, calls: Sequence[Observed], source: str | None) -
     note = f"{function} returned a {got.type_name}, not a tensor"
     if got.length is not None:
         title = f"{function} returns a {got.type_name.rsplit('.', 1)[-1]} of {got.length} items instead of one tensor"
-        evidence = f"It returned a {got.type_name} of {got.length} item(s) where one torch.Tensor is expected."
+        evidence = f"It returned a {got.type_name} of {got.length} item(s){f', {got.repr},' if got.repr else ''} where one torch.Tensor is expected."
         advice = "return only the output tensor (no attention weights or other extra values)"
     elif got.type_name in ("builtins.float", "builtins.int"):
         title = f"{function} returns a Python number instead of a tensor"

@@ -39,6 +39,7 @@ LIMITS = {
     "core": resource.RLIMIT_CORE,
 }
 TEXT_LIMIT = 4000
+TUPLE_ITEMS = 4  # items of a returned tuple or list described one by one
 # The descriptors a forked worker gets, in this order, and where it keeps them.
 WORKER_FDS = ("requests", "responses", "stdout", "stderr", "status")
 REQUESTS_FD, RESPONSES_FD = 3, 4
@@ -782,7 +783,7 @@ class Run:
             "is_tensor": isinstance(result, self.server.tensor_type),
             "exact_tensor": kind is self.server.tensor_type,
             # Only what is not a tensor is described by its repr; formatting a tensor's every element costs more than the call.
-            "repr": "" if isinstance(result, self.server.tensor_type) else short_repr(result),
+            "repr": "" if isinstance(result, self.server.tensor_type) else self.described(result),
         }
         if isinstance(result, (tuple, list)):
             facts["length"] = len(result)
@@ -805,6 +806,20 @@ class Run:
                 facts["value"] = None
                 facts["value_error"] = clip(f"{type(exc).__name__}: {exc}", 300)
         return facts
+
+    def described(self, value: Any, depth: int = 0) -> str:
+        """A short description of a returned object that is not a tensor: a tuple or list by its items, each tensor in it by
+        its shape and dtype (a repr would format every element), anything else by its repr."""
+        if type(value) not in (tuple, list) or depth > 1:
+            return short_repr(value)
+        try:
+            items = [f"a {str(self.server.facts.dtype(item)).replace('torch.', '')} tensor of shape {list(self.server.facts.shape(item))}"
+                     if isinstance(item, self.server.tensor_type) else self.described(item, depth + 1) for item in value[:TUPLE_ITEMS]]  # fmt: skip
+        except BaseException:
+            return short_repr(value)
+        items += [f"... {len(value) - TUPLE_ITEMS} more"] if len(value) > TUPLE_ITEMS else []
+        text = ", ".join(items) + ("," if type(value) is tuple and len(value) == 1 else "")
+        return clip(f"({text})" if type(value) is tuple else f"[{text}]", 200)
 
     def add_array(self, tensor: Any) -> int | None:
         """Queue a tensor's values for the reply; float32/float64 are sent as they are."""

@@ -75,8 +75,9 @@ def _branch_words(branches: Sequence[int]) -> str:
     return "both branches" if len(branches) == 2 else f"branch {branches[0]}"
 
 
-def _map_findings(found: Found, fits: Mapping[int, attention_maps.MapFit]) -> bool:
-    """Findings for what the fitted maps of each branch change from the contract's; whether there was any."""
+def _map_findings(found: Found, fits: Mapping[int, attention_maps.MapFit], condition: str = "") -> bool:
+    """Findings for what the fitted maps of each branch change from the contract's; whether there was any. ``condition``:
+    the kind of call whose maps alone are wrong (", with causal=False"), said with the branches."""
     changes: dict[tuple[str, Any], list[int]] = {}
     for branch, fit in fits.items():
         for name in fit.changes:
@@ -85,37 +86,37 @@ def _map_findings(found: Found, fits: Mapping[int, attention_maps.MapFit]) -> bo
             if branch not in changes.setdefault(key, []):
                 changes[key].append(branch)
     for (name, value), branches in changes.items():
-        where = _branch_words(branches)
+        where = _branch_words(branches) + condition
         if name == "mask":
             title, advice = attention_maps.MASK_TEXT[value]
             found.add(ATTENTION, "mask", "forward", f"{title[0].upper()}{title[1:]} ({where})",
                       f"The map read out of your output ({where}) has {attention_maps.MASKS[value]}.", advice)
         elif name == "factor":
             named = attention_maps.named_scale(value, scales(D, T))
-            component, title = ("scale", f"The weights are scaled by {named} after the softmax") if named else \
-                ("coefficient", f"The map is multiplied by {value:.4g}")  # fmt: skip
+            component, title = ("scale", f"The weights are scaled by {named} after the softmax{condition}") if named else \
+                ("coefficient", f"The map is multiplied by {value:.4g}{condition}")  # fmt: skip
             found.add(ATTENTION, component, "forward", title,
                       f"The map read out of your output ({where}) is {named or f'{value:.4g}'} times a softmax: its rows sum to that, not to 1.",
                       "scale the logits Q Kᵀ by 1/√D before the softmax, and leave the weights as the softmax gives them")  # fmt: skip
         elif name == "scale":
             said = f" ({SCALE_WORDS[value]})" if value in SCALE_WORDS else ""
-            found.add(ATTENTION, "scale", "forward", f"The logits are scaled by {value} instead of 1/√D",
+            found.add(ATTENTION, "scale", "forward", f"The logits are scaled by {value} instead of 1/√D{condition}",
                       f"The map read out of your output ({where}) fits softmax(s·QKᵀ) with s = {value}{said}, not 1/√D = 1/sqrt(D) "
                       f"(D = {D}, the width of q and k).", "divide Q Kᵀ by √D once, with D = q1.shape[-1]")  # fmt: skip
         elif name == "axis":
-            found.add(ATTENTION, "softmax", "forward", "The softmax normalises over the queries, not the keys",
+            found.add(ATTENTION, "softmax", "forward", f"The softmax normalises over the queries, not the keys{condition}",
                       f"In the map read out of your output ({where}) the columns sum to 1, not the rows.", "use softmax(..., dim=-1), over the key axis")  # fmt: skip
         elif name == "transposed":
             # the exact transpose of a row-softmax map (columns summing to 1) comes from how the map meets value, Pᵀ V:
             # transposed logits or a softmax over another axis give other maps, which the model tells apart
-            found.add(ATTENTION, "value", "forward", "The map is applied to value transposed (Pᵀ V instead of P V)",
+            found.add(ATTENTION, "value", "forward", f"The map is applied to value transposed (Pᵀ V instead of P V){condition}",
                       f"The map read out of your output ({where}) is the transpose of the right one: its columns are the rows of softmax(QKᵀ/√D + M).",
                       "multiply the map (queries × keys) by value as it is, map @ value, with no transpose of the map in that product")  # fmt: skip
         elif name == "source":
             query, key = value
             own = {query, key} in ({"q1", "k1"}, {"q2", "k2"})
             component, title, uses = SOURCE_TEXT["roles" if own else "keys" if (query, key) in (("q1", "k2"), ("q2", "k1")) else "mixed"]
-            found.add(ATTENTION, component, "forward", title, f"The map read out of your output for {where} is built from {query} and {key}: {uses}.",
+            found.add(ATTENTION, component, "forward", title + condition, f"The map read out of your output for {where} is built from {query} and {key}: {uses}.",
                       "compute the logits as q @ k.transpose(-2, -1), A1 from q1 and k1, A2 from q2 and k2")  # fmt: skip
     return bool(changes)
 
@@ -493,6 +494,8 @@ def causal_flag_probe(worker: Worker, rng: np.random.Generator, found: Found) ->
                 unexplained_maps(found, ATTENTION, out[..., :T], "one-hot values, coefficient 0 and causal=False",
                                  oracle.attention_maps(values["q1"], values["k1"], False), causal=False):  # fmt: skip
             return True
+        if fits is not None and not masked and "mask" not in fits[1].changes:  # the mask is right, something else is not
+            return _map_findings(found, fits, ", with causal=False")
         if fits is None or fits[1].changes != ("mask",):
             continue
         got = fits[1].model.mask
@@ -511,6 +514,12 @@ def causal_flag_probe(worker: Worker, rng: np.random.Generator, found: Found) ->
 # The last token, and every earlier query: under causal=True nothing of the former may reach the latter.
 LAST, EARLIER = (..., T - 1, slice(None)), (..., slice(0, T - 1), slice(None))
 FUTURE_VALUE = Perturbation("value", LAST, "the last token's value", forbidden=EARLIER)
+# Each (batch, head) pair's values reach its own output and no other's.
+PAIRS_APART = (
+    Perturbation("value", (B - 1, 0), "the value of batch element 1, head 0", required=(B - 1, 0), forbidden=(0,)),
+    Perturbation("value", (0, H - 1), "the value of head 1 in batch element 0", required=(0, H - 1), forbidden=(0, 0)),
+    Perturbation("value", (0, 0), "the value of head 0 in batch element 0", required=(0, 0), forbidden=(0, H - 1)),
+)
 
 
 def dependence_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool:
@@ -522,21 +531,23 @@ def dependence_probe(worker: Worker, rng: np.random.Generator, found: Found) -> 
         FUTURE_VALUE,
         Perturbation("q1", LAST, "the last query of branch 1", forbidden=EARLIER),
         Perturbation("value", (..., slice(D, 2 * D)), "the second half of value (columns D to 2D)", required=(...,)),
-        Perturbation("value", (B - 1, 0), "the value of batch element 1, head 0", forbidden=(0,)),
-        Perturbation("value", (0, H - 1), "the value of head 1 in batch element 0", forbidden=(0, 0)),
+        *PAIRS_APART,
     ]
     found.probes.append(f"{ATTENTION}: which input matters")
     effects = probes.dependence(worker, attention_subject(True), values, perturbations, rng)
     if effects is None:
         return False
-    crossing = [e.perturbation.label for e in effects[-2:] if e.leaked]
+    crossing = [e.perturbation.label for e in effects if e.perturbation in PAIRS_APART and e.leaked]
     if crossing:
+        unused = [e.perturbation.label for e in effects if e.perturbation in PAIRS_APART and e.ignored]
         found.add(ATTENTION, "value", "forward", "Values reach other batch elements or heads",
-                  f"Changing {crossing[0]} changed the output of another batch element or head: the maps are applied to the values "
-                  "of other (batch, head) pairs, e.g. queries and keys flattened heads-first and value batch-first.",
+                  f"Changing {crossing[0]} changed the output of another batch element or head"
+                  + (f", and changing {unused[0]} left its own output unchanged" if unused else "") + ": the maps are applied to "
+                  "the values of other (batch, head) pairs, e.g. one head's values broadcast to all, or queries and keys flattened "
+                  "heads-first and value batch-first.",
                   "keep [B, H, T, ·] for every tensor (flatten B and H the same way for all of them, or use batched matmul on 4-D tensors)")  # fmt: skip
         return True
-    leaks = [e.perturbation.label for e in effects[:-2] if e.leaked]
+    leaks = [e.perturbation.label for e in effects if e.perturbation not in PAIRS_APART and e.leaked]
     localised = False
     if leaks[:1] == ["the last query of branch 1"]:
         found.add(ATTENTION, "softmax", "forward", "Each query's output depends on the other queries",
@@ -548,7 +559,7 @@ def dependence_probe(worker: Worker, rng: np.random.Generator, found: Found) -> 
                   f"Under causal=True, changing {' and '.join(leaks)} changed the outputs of earlier queries.",
                   "add −∞ to the logits of both branches where key j > query i, before the softmax")  # fmt: skip
         localised = True
-    if any(e.ignored for e in effects):
+    if any(e.ignored for e in effects if e.perturbation not in PAIRS_APART):
         found.add(ATTENTION, "value", "forward", "The second half of value never reaches the output",
                   "Changing columns D to 2D of value left the output unchanged: the output must use all 2D columns of value.",
                   "multiply the signed map by the whole of value, shape [B, H, T, 2D]")  # fmt: skip

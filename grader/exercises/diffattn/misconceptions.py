@@ -25,6 +25,7 @@ import numpy as np
 
 from grader.exercises.diffattn import expected, oracle, suite
 from grader.exercises.diffattn.cases import ATTENTION, LAMBDA, AttentionCase, LambdaCase
+from grader.toolkit import domain
 from grader.toolkit.misconceptions import (
     FLOAT32_INSIDE,
     Catalogue,
@@ -641,4 +642,5 @@ CATALOGUE = Catalogue(
     positions=suite.gradient_positions,
     checked=(*suite.VALUE_SETS, *suite.GRADIENT_SETS, suite.lambda_values),
     symptoms=((OUTPUT_DETACHED, no_graph(GRADIENTS_FAMILY)), (FLOAT32_INSIDE, float32_accuracy(ATTENTION_FAMILY))),
+    readable=lambda case: not isinstance(case, AttentionCase) or domain.below_model_length(case.q1.shape[2]),
 )

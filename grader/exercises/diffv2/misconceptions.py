@@ -30,6 +30,7 @@ import numpy as np
 
 from grader.exercises.diffv2 import expected, oracle, suite
 from grader.exercises.diffv2.cases import DIFF_V2, GQA, Case
+from grader.toolkit import domain
 from grader.toolkit.misconceptions import (
     FLOAT32_INSIDE,
     Catalogue,
@@ -532,5 +533,6 @@ CATALOGUE = Catalogue(
         (FLOAT32_INSIDE, float32_accuracy(GQA_OUTPUT)),
         (FLOAT32_INSIDE, float32_accuracy(DIFF_V2_OUTPUT)),
     ),
+    readable=lambda case: domain.below_model_length(case.q.shape[1]),
 )
 attach_hint = CATALOGUE.attach_hint
