@@ -757,3 +757,12 @@ def test_one_heads_values_given_to_every_head_are_values_reaching_other_heads(tm
     first = run.report["diagnosis"]["root_causes"][0]
     assert (first["function"], first["component"], first["title"]) == (A, "value", "Values reach other batch elements or heads")
     assert "changing the value of head 1 in batch element 0 left its own output unchanged" in first["evidence"]
+
+
+def test_inputs_transposed_as_if_tokens_came_before_heads_are_maps_that_mix_heads(tmp_path: Any) -> None:
+    """[B, H, T, D] inputs transposed as if [B, T, H, D]: head 0's keys move head 1's output, so the maps run over the heads."""
+    path = ROOT / "tests" / "corpus" / "diagnosis_holdout" / "wrong" / "att_layout_bthd_assumed.py"
+    run = run_cli([str(path), "--seed", "20261201", "--no-preview", "--tiers", "T2"], tmp_path)
+    first = run.report["diagnosis"]["root_causes"][0]
+    assert (first["function"], first["component"]) == (A, "softmax")
+    assert first["title"] == "The maps mix heads: attention runs over another axis than the tokens"

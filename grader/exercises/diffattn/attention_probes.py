@@ -520,6 +520,7 @@ PAIRS_APART = (
     Perturbation("value", (0, H - 1), "the value of head 1 in batch element 0", required=(0, H - 1), forbidden=(0, 0)),
     Perturbation("value", (0, 0), "the value of head 0 in batch element 0", required=(0, 0), forbidden=(0, H - 1)),
 )
+KEYS_APART = Perturbation("k1", (0, 0), "the keys of branch 1 in head 0 of batch element 0", forbidden=(0, H - 1))
 
 
 def dependence_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool:
@@ -532,11 +533,18 @@ def dependence_probe(worker: Worker, rng: np.random.Generator, found: Found) -> 
         Perturbation("q1", LAST, "the last query of branch 1", forbidden=EARLIER),
         Perturbation("value", (..., slice(D, 2 * D)), "the second half of value (columns D to 2D)", required=(...,)),
         *PAIRS_APART,
+        KEYS_APART,
     ]
     found.probes.append(f"{ATTENTION}: which input matters")
     effects = probes.dependence(worker, attention_subject(True), values, perturbations, rng)
     if effects is None:
         return False
+    if any(e.perturbation is KEYS_APART and e.leaked for e in effects):
+        found.add(ATTENTION, "softmax", "forward", "The maps mix heads: attention runs over another axis than the tokens",
+                  f"Changing {KEYS_APART.label} changed the output of head 1: each (batch, head) pair's map must be its own "
+                  "softmax over its T keys, e.g. not a map over the heads from inputs transposed as if they were [B, T, H, D].",
+                  "the inputs are [B, H, T, D]: compute Q Kᵀ over their last two axes as they come, and the softmax over the keys (dim=-1)")  # fmt: skip
+        return True
     crossing = [e.perturbation.label for e in effects if e.perturbation in PAIRS_APART and e.leaked]
     if crossing:
         unused = [e.perturbation.label for e in effects if e.perturbation in PAIRS_APART and e.ignored]
@@ -547,7 +555,7 @@ def dependence_probe(worker: Worker, rng: np.random.Generator, found: Found) -> 
                   "heads-first and value batch-first.",
                   "keep [B, H, T, ·] for every tensor (flatten B and H the same way for all of them, or use batched matmul on 4-D tensors)")  # fmt: skip
         return True
-    leaks = [e.perturbation.label for e in effects if e.perturbation not in PAIRS_APART and e.leaked]
+    leaks = [e.perturbation.label for e in effects if e.perturbation not in (*PAIRS_APART, KEYS_APART) and e.leaked]
     localised = False
     if leaks[:1] == ["the last query of branch 1"]:
         found.add(ATTENTION, "softmax", "forward", "Each query's output depends on the other queries",
@@ -559,7 +567,7 @@ def dependence_probe(worker: Worker, rng: np.random.Generator, found: Found) -> 
                   f"Under causal=True, changing {' and '.join(leaks)} changed the outputs of earlier queries.",
                   "add −∞ to the logits of both branches where key j > query i, before the softmax")  # fmt: skip
         localised = True
-    if any(e.ignored for e in effects if e.perturbation not in PAIRS_APART):
+    if any(e.ignored for e in effects if e.perturbation not in (*PAIRS_APART, KEYS_APART)):
         found.add(ATTENTION, "value", "forward", "The second half of value never reaches the output",
                   "Changing columns D to 2D of value left the output unchanged: the output must use all 2D columns of value.",
                   "multiply the signed map by the whole of value, shape [B, H, T, 2D]")  # fmt: skip
