@@ -7,13 +7,15 @@ import json
 import os
 import re
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from conftest import grade
+from conftest import ROOT, grade
 
 from grader.core.invoke import Call, Request, TensorInput, invoke
 from grader.worker import protocol
@@ -599,3 +601,21 @@ def test_a_hidden_change_to_an_input_is_still_seen(source: str, filename: str, f
         submission.close()
     assert outcome.failure is None, outcome.failure
     assert outcome.changed_inputs == [0]
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def test_a_fork_server_whose_grader_ends_at_once_ends_too() -> None:
+    """A grader that ends right after starting its fork server, before the server asked to end with it, leaves none behind."""
+    code = "import os\nfrom grader.worker.client import ForkServer\nprint(ForkServer().pid, flush=True)\nos._exit(0)\n"
+    started = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    pid, deadline = int(started.stdout), time.monotonic() + 60
+    while _running(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _running(pid)

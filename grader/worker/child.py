@@ -70,12 +70,14 @@ def apply_limits(limits: dict[str, int | None]) -> None:
 
 def main(argv: list[str]) -> int:
     """Warm up, then fork one worker per request on the listening socket, forever."""
-    listener = socket.socket(fileno=int(argv[1]))
+    listener, parent = socket.socket(fileno=int(argv[1])), int(argv[2])
     del sys.argv[1:]  # the submissions have no business with the descriptors
     # Loaded from their files: putting the grader's folder on sys.path would
     # let the submission import whatever lies beside it (the reference, say).
     protocol, isolation = (_load_sibling(name) for name in ("protocol", "isolation"))
     isolation.die_with_parent()
+    if os.getppid() != parent:  # the grader ended before the kernel was asked to end this process with it
+        return 0
     server = Server()
     isolation.prepare()
     gc.collect()

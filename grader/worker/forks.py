@@ -51,7 +51,7 @@ class ForkServer:
             listener.bind(self.address)
             listener.listen(128)
             self._process = subprocess.Popen(
-                [sys.executable, "-I", "-u", str(CHILD_SCRIPT), str(listener.fileno())],
+                [sys.executable, "-I", "-u", str(CHILD_SCRIPT), str(listener.fileno()), str(os.getpid())],
                 stdin=subprocess.DEVNULL,
                 stdout=self._log,
                 stderr=self._log,
