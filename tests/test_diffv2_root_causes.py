@@ -20,7 +20,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, run_cli
 
 from grader.core.plugin import declared_checks
 from grader.exercises.diffv2 import diagnosis, misconceptions
@@ -431,3 +431,12 @@ def test_outputs_that_change_from_call_to_call_in_the_gqa_attention_it_calls_are
         finally:
             worker.close()
     assert [(f.function, f.component) for f in kept] == [(GQA, "state")]
+
+
+def test_queries_folded_head_major_beside_batch_major_keys_are_batch_elements_mixed(tmp_path: Path) -> None:
+    """Queries folded into the bmm batch head-major, keys and values batch-major: one sequence's query moves another's output."""
+    path = ROOT / "tests" / "corpus" / "v2_acceptance" / "wrong" / "heads_major_query_fold.py"
+    run = run_cli([str(path), "--exercise", "diff_v2", "--seed", "20261201", "--no-preview", "--tiers", "T2"], tmp_path)
+    first = run.report["diagnosis"]["root_causes"][0]
+    assert (first["function"], first["component"]) == (GQA, "layout")
+    assert first["title"] == "The batch elements are mixed: one sequence's query changes another's outputs"

@@ -366,11 +366,12 @@ def gqa_dependence_probe(worker: Worker, values: Values, rng: np.random.Generato
         Perturbation("q", (0, T - 1, 0), "the last token's query of head 0"),
         Perturbation("k", (0, 0), "the keys of token 0", required=(0, slice(1, T))),
         Perturbation("k", (0, T - 1), "the keys of the last token", forbidden=(0, slice(0, T - 1))),
+        Perturbation("q", (B - 1, T - 1, 0), "the last token's query of head 0 in batch element 1", forbidden=(0,)),
     ]
     effects = probes.dependence(worker, subject(GQA), values, perturbations, rng)
     if effects is None or len(effects) < len(perturbations):
         return False
-    query, first, last = effects
+    query, first, last, other_batch = effects
     own = np.zeros_like(query.moved)
     own[0, T - 1, 0] = True
     elsewhere = query.moved & ~own
@@ -390,6 +391,12 @@ def gqa_dependence_probe(worker: Worker, values: Values, rng: np.random.Generato
          "use softmax(..., dim=-1), over the keys"),
         (bool(other_heads), "heads", "The heads are mixed: one head's query changes other heads' outputs",
          "Changing the last token's query of head 0 changed the outputs of other heads.", "attend each query head on its own"),
+        (other_batch.leaked, "layout", "The batch elements are mixed: one sequence's query changes another's outputs",
+         "Changing the last token's query of head 0 in batch element 1 changed outputs of batch element 0: queries, keys and "
+         "values are folded into one batch axis in different orders (batch-major for some, head-major for others), or the "
+         "result is unfolded in another.",
+         "fold every tensor the same way, e.g. [B, T, H, D] → transpose(1, 2) → reshape(B * H, T, D), and unfold the result "
+         "in that same order"),
         (last.leaked, "mask", "Queries see future tokens: the causal mask does not hold",
          "Under causal=True, changing the last token's keys changed the outputs of earlier tokens.",
          "add −∞ to the logits where key s > query t, before the softmax"),
