@@ -24,8 +24,10 @@ from conftest import ROOT, run_cli
 
 from grader.core.plugin import declared_checks
 from grader.exercises.diffv2 import diagnosis, misconceptions
+from grader.exercises.diffv2 import probes as v2_probes
 from grader.exercises.diffv2.cases import DIFF_V2, GQA
 from grader.toolkit import domain
+from grader.toolkit.findings import Found
 from grader.toolkit.rootcause import COMPONENTS, Finding
 from grader.worker.client import ForkServer, Worker, WorkerLimits
 
@@ -440,3 +442,29 @@ def test_queries_folded_head_major_beside_batch_major_keys_are_batch_elements_mi
     first = run.report["diagnosis"]["root_causes"][0]
     assert (first["function"], first["component"]) == (GQA, "layout")
     assert first["title"] == "The batch elements are mixed: one sequence's query changes another's outputs"
+
+
+SOFTPLUS_GATE = """
+
+def diff_v2_attention(q, k, v, lambda_logits, causal=True):
+    a = gqa_attention(q, k, v, causal)
+    gate = torch.exp(lambda_logits - torch.nn.functional.softplus(lambda_logits))  # BUG: softplus is ℓ itself past 20
+    return a[:, :, 0::2] - gate[..., None] * a[:, :, 1::2]
+"""
+
+
+@pytest.mark.parametrize("text, title", [(REFERENCE, None), (REFERENCE + SOFTPLUS_GATE, "The gate is wrong for logits from 20.")])
+def test_a_gate_wrong_over_a_band_of_large_logits_alone_is_named_by_that_band(text: str, title: str | None) -> None:
+    """exp(ℓ − softplus(ℓ)) is σ(ℓ) up to softplus's threshold of 20 and 1 past it: the sweep of logits from −60 to 60 names
+    the band where float64 resolves the difference; the reference's outputs are right at every logit."""
+    found = Found()
+    with ForkServer() as forks:
+        worker = Worker(text, "submission.py", [GQA, DIFF_V2], WorkerLimits(call_timeout_s=20), forks)
+        try:
+            assert worker.load()["status"] == "ok"
+            named = v2_probes.gate_range_probe(worker, v2_probes.draw(domain.generator(1, "probes")), found)
+        finally:
+            worker.close()
+    assert named is (title is not None)
+    assert [f.title[: len(title)] for f in found.findings] == ([title] if title else [])
+    assert all(f.component == "gate" for f in found.findings)

@@ -690,6 +690,50 @@ def saturated_probe(worker: Worker, values: Values, found: Found, gradients: boo
     return False
 
 
+SWEPT = np.linspace(-60.0, 60.0, B * T * H).reshape(B, T, H)  # one gate logit per (batch, token, pair), none twice
+ORDINARY_GATES = 10.0  # logits within ±10: σ(ℓ) far from 0 and 1, where every gate formula is tried
+RESOLVED = 1e-12  # a float64 output of the sweep is wrong past this share of the largest true magnitude: σ(ℓ) to ℓ ≈ 27
+
+
+def _bands(logits: np.ndarray, wrong: np.ndarray) -> list[tuple[float, float]] | None:
+    """The wrong logits as at most one band on each side of 0 (sorted, no right logit inside), or None when they are not."""
+    bands = []
+    for side in (logits < 0, logits > 0):
+        order = np.argsort(logits[side])
+        flags, seen = wrong[side][order], logits[side][order]
+        if not flags.any():
+            continue
+        where = np.flatnonzero(flags)
+        if not flags[where[0] : where[-1] + 1].all():
+            return None
+        bands.append((float(seen[where[0]]), float(seen[where[-1]])))
+    return bands
+
+
+def gate_range_probe(worker: Worker, values: Values, found: Found) -> bool:
+    """float64 gate logits from −60 to 60, one per (batch, token, pair), against the oracle: whether the output is wrong over
+    a band of logits past ±:data:`ORDINARY_GATES` alone (a clamp, a threshold of softplus, a branch of the formula)."""
+    found.probes.append(f"{DIFF_V2}: gate logits from −60 to 60, one per token and pair")
+    point = {**values, "lambda_logits": SWEPT}
+    out = _shaped(probes.sweep(worker, subject(DIFF_V2), [point])[0], DIFF_V2)
+    if out is None:
+        return False
+    expected = truth(DIFF_V2, point, True)
+    with np.errstate(invalid="ignore"):
+        wrong = ~(np.abs(out - expected).max(axis=-1) <= RESOLVED * max(1.0, float(np.abs(expected).max())))
+    logits, flags = SWEPT.ravel(), wrong.ravel()
+    bands = _bands(logits, flags) if flags.any() else None
+    if not bands or flags[np.abs(logits) <= ORDINARY_GATES].any():
+        return False
+    said = " and ".join(f"from {low:.4g} to {high:.4g}" for low, high in bands)
+    broken = not np.isfinite(out).all()
+    return found.first(DIFF_V2, (True, "stability" if broken else "gate", f"The gate is wrong for logits {said}",
+                                 f"With float64 gate logits from −60 to 60, one per token and pair, your output is "
+                                 f"{'NaN or infinite' if broken else 'wrong'} where ℓ is {said}, and right for every other logit: "
+                                 "the gate is not σ(ℓ) there (a clamp, a threshold such as softplus's, or one branch of a formula?).",
+                                 "λ = torch.sigmoid(lambda_logits) as the logits come: it is exact and finite for every logit"))  # fmt: skip
+
+
 # ---- both ---------------------------------------------------------------------------------
 
 
@@ -785,7 +829,7 @@ def run(worker: Worker, function: str, rng: np.random.Generator, found: Found, f
             localised = causal_flag_probe(worker, DIFF_V2, values, found) or pairs_probe(worker, values, found, bool(np.isfinite(base).all())) or \
                 (np.isfinite(base).all() and gate_dependence_probe(worker, values, rng, found))  # fmt: skip
         if right and not localised and function == DIFF_V2:
-            localised = saturated_probe(worker, values, found, gradients, source)
+            localised = saturated_probe(worker, values, found, gradients, source) or gate_range_probe(worker, values, found)
         if right and not localised:
             length_probe(worker, function, rng, found) or stability_probe(worker, function, values, rng, found) or \
                 padding_probe(worker, function, values, found) or layout_probe(worker, lambda **kw: subject(function, **kw), values, found, EXPANSIONS)  # fmt: skip
