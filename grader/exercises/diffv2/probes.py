@@ -405,24 +405,27 @@ def gqa_dependence_probe(worker: Worker, values: Values, rng: np.random.Generato
 
 def _large(rng: np.random.Generator, values: Values, kind: str) -> dict[str, np.ndarray]:
     """float32-exact inputs whose scaled logits reach hundreds as ``kind`` (:data:`~grader.toolkit.probes.LARGE_LOGITS`) says."""
-    direction = rng.standard_normal(D)
-    direction /= np.linalg.norm(direction)
+    drawn = rng.standard_normal((np.shape(values["q"])[-1],))
+    direction = drawn / np.linalg.norm(drawn)
     large = {n: np.array(x) for n, x in values.items()}
     large["q"], large["k"] = probes.large_logits(large["q"], large["k"], kind, direction, 1, 60.0)
     return {n: exact(x, "float32") for n, x in large.items()}
 
 
 def stability_probe(worker: Worker, function: str, values: Values, rng: np.random.Generator, found: Found) -> bool:
-    """float32 calls with logits of hundreds against the oracle; whether one fails."""
+    """float32 calls with logits of hundreds against the oracle, at the probes' length and at :data:`STABLE_LENGTH` tokens
+    (past the key tiles of 32 and 64 whose partial results a tiled softmax merges); whether one fails."""
     kinds = probes.LARGE_LOGITS
-    cases = {kind: _large(rng, values, kind) for kind in kinds}
-    ordinary = {n: exact(x, "float32") for n, x in values.items()}
-    found.probes.append(f"{function}: float32 logits of hundreds, and of ordinary size")
-    *outs, plain = probes.sweep(worker, subject(function, True, "float32"), [*cases.values(), ordinary])
+    long = _long_values(rng, STABLE_LENGTH)
+    cases = {(kind, T): _large(rng, values, kind) for kind in kinds} | {(kind, STABLE_LENGTH): _large(rng, long, kind) for kind in kinds}
+    ordinary, ordinary_long = ({n: exact(x, "float32") for n, x in point.items()} for point in (values, long))
+    found.probes.append(f"{function}: float32 logits of hundreds, and of ordinary size, at {T} and {STABLE_LENGTH} tokens")
+    *outs, plain, plain_long = probes.sweep(worker, subject(function, True, "float32"), [*cases.values(), ordinary, ordinary_long])
     if half_precision_finding(worker, subject(function, True, "float32"), ordinary, found, plain, truth(function, ordinary, True)):
         return True
-    failing = [kinds[k] for (k, case), out in zip(cases.items(), outs) if not is_right(out, truth(function, case, True), FLOAT32_LIKE)]
-    if not failing or not is_right(plain, truth(function, ordinary, True), FLOAT32_LIKE):
+    failing = list(dict.fromkeys(kinds[kind] + ("" if length == T else f" (at {length} tokens)") for (kind, length), case, out
+                                 in zip(cases, cases.values(), outs) if not is_right(out, truth(function, case, True), FLOAT32_LIKE)))  # fmt: skip
+    if not failing or not all(is_right(p, truth(function, o, True), FLOAT32_LIKE) for p, o in ((plain, ordinary), (plain_long, ordinary_long))):
         return False  # (ordinary float32 logits wrong too, or raising: large ones tell nothing of stability)
     bad = "NaN or infinite" if any(out is not None and not np.isfinite(out).all() for out in outs) else "wrong"
     found.add(function, "stability", "forward", "The softmax is not numerically stable in float32",
@@ -737,14 +740,20 @@ def gate_range_probe(worker: Worker, values: Values, found: Found) -> bool:
 # ---- both ---------------------------------------------------------------------------------
 
 
+STABLE_LENGTH = 100  # the stability probe's long calls
 LENGTHS = (T, 33, 65, 100, 300)  # the probes' own length, then past the block sizes 32 and 64, a length no power of two is near, past 256
+
+
+def _long_values(rng: np.random.Generator, tokens: int) -> dict[str, np.ndarray]:
+    """Inputs of ``tokens`` tokens with one batch element, Hq = 4, Hkv = 2, D = 4."""
+    return {"q": rng.standard_normal((1, tokens, 4, 4)) * 1.2, "k": rng.standard_normal((1, tokens, 2, 4)) * 1.2,
+            "v": rng.standard_normal((1, tokens, 2, 4)), "lambda_logits": 1.5 * rng.standard_normal((1, tokens, 2))}  # fmt: skip
 
 
 def length_probe(worker: Worker, function: str, rng: np.random.Generator, found: Found) -> bool:
     """float64 outputs of ``function`` at :data:`LENGTHS` (one batch element, Hq = 4, Hkv = 2, D = 4), causal and not, against
     the oracle; whether long sequences alone are wrong."""
-    points = [{"q": rng.standard_normal((1, t, 4, 4)) * 1.2, "k": rng.standard_normal((1, t, 2, 4)) * 1.2,
-               "v": rng.standard_normal((1, t, 2, 4)), "lambda_logits": 1.5 * rng.standard_normal((1, t, 2))} for t in LENGTHS]  # fmt: skip
+    points = [_long_values(rng, t) for t in LENGTHS]
     if function == DIFF_V2 and _long_gates_probe(worker, points[-1], found):
         return True
     return findings.length_probe(worker, function, functools.partial(subject, function), points, LENGTHS,
