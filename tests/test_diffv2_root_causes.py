@@ -472,9 +472,9 @@ def test_a_gate_wrong_over_a_band_of_large_logits_alone_is_named_by_that_band(te
 
 def test_tile_normalisers_merged_without_logaddexp_are_unstable_at_long_lengths(tmp_path: Path) -> None:
     """log(exp(a) + exp(b)) merging the normalisers of key tiles overflows only with two tiles or more: the stability probe's
-    calls at 100 tokens name it, its calls at the probes' own length do not show it."""
+    calls at 300 tokens name it, its calls at the probes' own length do not show it."""
     path = ROOT / "tests" / "corpus" / "v2_acceptance" / "wrong" / "lse_merge_log_of_exp_sum.py"
     run = run_cli([str(path), "--exercise", "diff_v2", "--seed", "20261201", "--no-preview", "--tiers", "T2"], tmp_path)
     first = run.report["diagnosis"]["root_causes"][0]
     assert (first["function"], first["component"], first["title"]) == (GQA, "stability", "The softmax is not numerically stable in float32")
-    assert "(at 100 tokens)" in first["evidence"]
+    assert "(at 300 tokens)" in first["evidence"]

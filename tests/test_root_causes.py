@@ -766,3 +766,13 @@ def test_inputs_transposed_as_if_tokens_came_before_heads_are_maps_that_mix_head
     first = run.report["diagnosis"]["root_causes"][0]
     assert (first["function"], first["component"]) == (A, "softmax")
     assert first["title"] == "The maps mix heads: attention runs over another axis than the tokens"
+
+
+def test_a_maximum_pass_that_skips_the_last_key_block_is_unstable_at_long_lengths(tmp_path: Any) -> None:
+    """Row maxima taken over key blocks of 128 but the last, shorter one: float32 logits of hundreds overflow at 300 tokens
+    (the stability probe's long calls), never at the probes' own length."""
+    path = ROOT / "tests" / "corpus" / "diagnosis_summer" / "wrong" / "att_two_pass_max_range_drops_tail.py"
+    run = run_cli([str(path), "--seed", "20261201", "--no-preview", "--tiers", "T2"], tmp_path)
+    first = run.report["diagnosis"]["root_causes"][0]
+    assert (first["function"], first["component"], first["title"]) == (A, "stability", "The softmax is not numerically stable in float32")
+    assert "(at 300 tokens)" in first["evidence"]

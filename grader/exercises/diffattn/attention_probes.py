@@ -575,15 +575,19 @@ def dependence_probe(worker: Worker, rng: np.random.Generator, found: Found) -> 
     return localised
 
 
+STABLE_LENGTH = 300  # the stability probe's long calls: past key tiles of 32, 64, 128 and 256, a multiple of none
 LENGTHS = (T, 17, 33, 65, 100, 300)  # the probes' own length, then past the block sizes 16, 32 and 64, a length no power of two is near, past 256
+
+
+def long_values(rng: np.random.Generator, tokens: int) -> dict[str, np.ndarray]:
+    """Inputs of ``tokens`` tokens with one batch element and one head, of the probes' head width."""
+    values = {n: rng.standard_normal((1, 1, tokens, D)) * 1.2 for n in INPUT_NAMES[:4]}
+    return {**values, "value": rng.standard_normal((1, 1, tokens, 2 * D)), "coefficient": np.asarray(0.6)}
 
 
 def length_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool:
     """float64 outputs at :data:`LENGTHS`, causal and not, against the oracle; whether long sequences alone are wrong."""
-    points = []
-    for t in LENGTHS:
-        values = {n: rng.standard_normal((1, 1, t, D)) * 1.2 for n in INPUT_NAMES[:4]}
-        points.append({**values, "value": rng.standard_normal((1, 1, t, 2 * D)), "coefficient": np.asarray(0.6)})
+    points = [long_values(rng, t) for t in LENGTHS]
     return findings.length_probe(worker, ATTENTION, attention_subject, points, LENGTHS, truth, found, findings.TokenAxes("value", 2, 2, "value"))
 
 
@@ -627,10 +631,11 @@ def zero_rows_probe(worker: Worker, rng: np.random.Generator, found: Found) -> b
     return findings.padding_probe(worker, ATTENTION, attention_subject(True), ordinary, zero_logits, zero_value, lambda v: truth(v, True), found)
 
 
-def _large(rng: np.random.Generator, kind: str) -> dict[str, np.ndarray]:
+def _large(rng: np.random.Generator, kind: str, tokens: int | None = None) -> dict[str, np.ndarray]:
     """float32-exact inputs whose scaled logits reach hundreds, arranged as ``kind`` says (a kind of
-    :data:`~grader.toolkit.probes.LARGE_LOGITS`, both branches alike, or "branches": branch 2's far from branch 1's)."""
-    values = attention_values(rng)
+    :data:`~grader.toolkit.probes.LARGE_LOGITS`, both branches alike, or "branches": branch 2's far from branch 1's): the
+    probes' own inputs, or with ``tokens``, those of :func:`long_values`."""
+    values = attention_values(rng) if tokens is None else long_values(rng, tokens)
     direction = rng.standard_normal(D)
     direction /= np.linalg.norm(direction)
     if kind == "branches":
@@ -687,22 +692,23 @@ def _falling_logits_probe(worker: Worker, rng: np.random.Generator, found: Found
 
 
 def stability_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool:
-    """float32 calls with logits of hundreds against the oracle; whether one fails."""
+    """float32 calls with logits of hundreds against the oracle, at the probes' length and at :data:`STABLE_LENGTH` tokens
+    (past key tiles whose partial results a tiled softmax merges); whether one fails."""
     kinds = {**probes.LARGE_LOGITS, "branches": "branch 2's logits are far from branch 1's"}
-    cases = {kind: _large(rng, kind) for kind in kinds}
-    ordinary = {n: exact(x, "float32") for n, x in attention_values(rng).items()}
-    found.probes.append(f"{ATTENTION}: float32 logits of hundreds, and of ordinary size")
-    *outputs, plain = probes.sweep(worker, attention_subject(True, "float32"), [*cases.values(), ordinary])
+    cases = {(kind, T): _large(rng, kind) for kind in kinds} | {(kind, STABLE_LENGTH): _large(rng, kind, STABLE_LENGTH) for kind in kinds}
+    ordinary, ordinary_long = ({n: exact(x, "float32") for n, x in point.items()} for point in (attention_values(rng), long_values(rng, STABLE_LENGTH)))
+    found.probes.append(f"{ATTENTION}: float32 logits of hundreds, and of ordinary size, at {T} and {STABLE_LENGTH} tokens")
+    *outputs, plain, plain_long = probes.sweep(worker, attention_subject(True, "float32"), [*cases.values(), ordinary, ordinary_long])
     if half_precision_finding(worker, attention_subject(True, "float32"), ordinary, found, plain, truth(ordinary, True)):
         return True
     wrong = {k: values for (k, values), out in zip(cases.items(), outputs) if not is_right(out, truth(values, True), FLOAT32_LIKE)}
-    failing = [kinds[k] for k in wrong]
-    if not is_right(plain, truth(ordinary, True), FLOAT32_LIKE):
+    failing = list(dict.fromkeys(kinds[kind] + ("" if length == T else f" (at {length} tokens)") for kind, length in wrong))
+    if not all(is_right(p, truth(o, True), FLOAT32_LIKE) for p, o in ((plain, ordinary), (plain_long, ordinary_long))):
         return False  # (ordinary float32 logits wrong too, or raising: large ones tell nothing of stability)
     if not failing:
         return _falling_logits_probe(worker, rng.spawn(1)[0], found)
     bad = "NaN or infinite" if any(out is not None and not np.isfinite(out).all() for out in outputs) else "wrong"
-    if bad == "wrong" and _leaks_at_large_logits(worker, rng, list(wrong.values())):
+    if bad == "wrong" and _leaks_at_large_logits(worker, rng, [values for (_, length), values in wrong.items() if length == T]):
         found.add(ATTENTION, "mask", "forward", "Masked keys still get weight when the logits are large: the mask is a finite number",
                   f"With float32 logits of several hundred, your output is finite but wrong when {' / '.join(failing)}, and there the last "
                   "token's value changes the outputs of earlier queries; ordinary logits give the right output. A masked logit set to (or "

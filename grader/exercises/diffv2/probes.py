@@ -414,7 +414,7 @@ def _large(rng: np.random.Generator, values: Values, kind: str) -> dict[str, np.
 
 def stability_probe(worker: Worker, function: str, values: Values, rng: np.random.Generator, found: Found) -> bool:
     """float32 calls with logits of hundreds against the oracle, at the probes' length and at :data:`STABLE_LENGTH` tokens
-    (past the key tiles of 32 and 64 whose partial results a tiled softmax merges); whether one fails."""
+    (past key tiles whose partial results a tiled softmax merges); whether one fails."""
     kinds = probes.LARGE_LOGITS
     long = _long_values(rng, STABLE_LENGTH)
     cases = {(kind, T): _large(rng, values, kind) for kind in kinds} | {(kind, STABLE_LENGTH): _large(rng, long, kind) for kind in kinds}
@@ -740,7 +740,7 @@ def gate_range_probe(worker: Worker, values: Values, found: Found) -> bool:
 # ---- both ---------------------------------------------------------------------------------
 
 
-STABLE_LENGTH = 100  # the stability probe's long calls
+STABLE_LENGTH = 300  # the stability probe's long calls: past key tiles of 32, 64, 128 and 256, a multiple of none
 LENGTHS = (T, 33, 65, 100, 300)  # the probes' own length, then past the block sizes 32 and 64, a length no power of two is near, past 256
 
 
