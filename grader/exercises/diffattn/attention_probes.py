@@ -11,10 +11,12 @@
   :func:`grader.toolkit.attention_maps.explain` (mask, scale, axis,
   transposition, queries and keys of the other branch);
 * **the causal flag**: with ``causal`` omitted the map must be masked, with
-  False it must not be (nor normalised across heads or batch);
+  False it must not be (nor normalised across heads or batch), and a
+  causal=False map whose mask is right must be right in every other way;
 * **which input matters**: the last token's key or value must not reach
   earlier queries under the causal mask, the second half of value must
-  reach the output, and one batch element's or head's value no other;
+  reach the output, each batch element's and head's value its own output
+  and no other, and one head's keys no other head's output;
 * **long sequences**: float64 outputs at T = 5, 17, 33, 65, 100 and 300, causal and
   not, against the oracle: a computation that is right for short sequences
   only (key blocks, chunks, a fixed buffer) says from which length, and
@@ -24,7 +26,8 @@
   logits scaled from part of the head;
 * **stability**: float32 logits of hundreds (all large, a future key far
   above the visible ones, branch 2 far from branch 1, every visible logit
-  far below zero) against the oracle.
+  far below zero), at the probes' length and at 300 tokens, against the
+  oracle.
 
 :func:`run` runs them in that order, after randomness and before the
 gradients (:mod:`grader.toolkit.findings`), and stops looking at the

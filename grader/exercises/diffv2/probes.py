@@ -22,7 +22,7 @@ forward's fault once one has localised it:
   with False the unmasked one;
 * **which input matters** (gqa_attention): a change of token 0's keys must
   reach later tokens, of the last token's keys no earlier one, and of one
-  query only its own token and head;
+  query only its own token and head (and batch element);
 * **diff_v2_attention's pairs and gate**: with one-hot values and one gate
   logit ℓ everywhere, each output head is fitted as a combination of the
   maps of every query head with every key/value head: which query heads are
@@ -34,8 +34,11 @@ forward's fault once one has localised it:
 * **saturated gates** (ℓ at ±100 to ±1000, float32 and float64): finite
   outputs (else the gate overflows), right to the dtype's precision (else it
   stops short of 0 and 1: a clamp or an ε), and a finite gradient for ℓ;
+  then float64 logits from −60 to 60, one per token and pair: a band of
+  large logits alone wrong is the gate's (a softplus threshold, a clamp);
 * **long sequences, stability, layouts, precision** (T = 33, 65, 100 and 300,
-  causal and not, past common block sizes; float32 logits of hundreds;
+  causal and not, past common block sizes; float32 logits of hundreds, also
+  at 300 tokens;
   strided memory; a float64 result right only to float32's accuracy) when
   the plain output is right or nothing else localised the fault;
 * **gradients** against finite differences of the function's own forward
