@@ -392,37 +392,31 @@ FLOAT32_INSIDE = Variant(
 )
 
 
-def float32_accurate(observations: list[Observation], name: str = "output") -> bool:
-    """Whether float64 results ``name`` (the output, or one input's gradient) miss their allowance but meet float32's, while
-    float32 ones are right, and most float64 ones miss, each in most of its elements: a computation rounded to float32 moves
-    every element of every call, a fault of some inputs alone (a gate's logits clamped, a shortcut taken when every gate is
-    shut) only theirs."""
-    if not any(seen.case.dtype == "float64" and name in seen.got for seen in observations):
+def float32_accurate(observations: list[Observation]) -> bool:
+    """Whether float64 outputs miss their allowance but meet float32's, while float32 outputs are right, and most float64
+    outputs miss, each in most of its elements: a computation rounded to float32 moves every element of every call, a
+    fault of some inputs alone (a gate's logits clamped, a shortcut taken when every gate is shut) only theirs."""
+    if not any(seen.case.dtype == "float64" for seen in observations):
         return False
     missed, elements, cases, missing_cases = 0, 0, 0, 0
     for seen in observations:
-        if name not in seen.got:
-            continue
-        truth = seen.truth[name]
+        truth = seen.truth["output"]
         if seen.case.dtype == "float64":
-            agreeing = _agreement(seen.got[name], truth)
+            agreeing = _agreement(seen.got["output"], truth)
             wrong, size = (1, 1) if agreeing is None else (int((~agreeing).sum()), agreeing.size)
             missed, elements = missed + wrong, elements + (size if wrong else 0)
             cases, missing_cases = cases + 1, missing_cases + (wrong > 0)
             truth = Truth(truth.values, np.asarray(truth.allowed) * FLOAT32_WIDER)
-        if not agrees(seen.got[name], truth):
+        if not agrees(seen.got["output"], truth):
             return False
     return missed > 0 and 2 * missed >= elements and 2 * missing_cases > cases
 
 
 def float32_accuracy(family: Family) -> Symptom:
-    """The symptom of :data:`FLOAT32_INSIDE` in the results ``family`` reads: its outputs, or (a gradient family) the
-    output or any one input's gradient."""
+    """The symptom of :data:`FLOAT32_INSIDE` in the outputs ``family`` reads."""
 
     def shows(catalogue: Catalogue, grading: GradingContext, case_set: CaseSet[Any], grads: bool) -> bool:
-        observations = catalogue.observations(grading, family, case_set, grads)
-        names = dict.fromkeys(name for seen in observations for name in seen.got) if family.gradients else ("output",)
-        return any(float32_accurate(observations, name) for name in names)
+        return float32_accurate(catalogue.observations(grading, family, case_set, grads))
 
     return shows
 

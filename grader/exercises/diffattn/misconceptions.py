@@ -641,7 +641,6 @@ CATALOGUE = Catalogue(
     outcome=suite.case_outcome,
     positions=suite.gradient_positions,
     checked=(*suite.VALUE_SETS, *suite.GRADIENT_SETS, suite.lambda_values),
-    symptoms=((OUTPUT_DETACHED, no_graph(GRADIENTS_FAMILY)), (FLOAT32_INSIDE, float32_accuracy(ATTENTION_FAMILY)),
-              (FLOAT32_INSIDE, float32_accuracy(GRADIENTS_FAMILY))),
+    symptoms=((OUTPUT_DETACHED, no_graph(GRADIENTS_FAMILY)), (FLOAT32_INSIDE, float32_accuracy(ATTENTION_FAMILY))),
     readable=lambda case: not isinstance(case, AttentionCase) or domain.below_model_length(case.q1.shape[2]),
 )

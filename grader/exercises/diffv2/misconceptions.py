@@ -532,8 +532,6 @@ CATALOGUE = Catalogue(
         (OUTPUT_DETACHED, no_graph(DIFF_V2_OUTPUT)),
         (FLOAT32_INSIDE, float32_accuracy(GQA_OUTPUT)),
         (FLOAT32_INSIDE, float32_accuracy(DIFF_V2_OUTPUT)),
-        (FLOAT32_INSIDE, float32_accuracy(GQA_GRADIENTS)),
-        (FLOAT32_INSIDE, float32_accuracy(DIFF_V2_GRADIENTS)),
     ),
     readable=lambda case: domain.below_model_length(case.q.shape[1]),
 )
