@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
+from conftest import ROOT, run_cli
 
 from grader.exercises.diffattn import expected, oracle, suite
+from grader.toolkit.tolerance import FLOOR_SHARE, SAFETY, UNIT_ROUNDOFF, allowance
 
 # 12 and 19: a case whose Σ|q⊙k| is 170 and 94 (the old bound, exp(|q|·|k|), allowed anything);
 # 1825336751: one of 752 (the old bound overflowed, an internal error for every submission).
@@ -40,3 +44,22 @@ def test_end_to_end_gradients_have_finite_allowances(seed: int) -> None:
     for case in suite.end_to_end(seed):
         for name, truth in expected.attention_grads(case).items():
             assert np.all(np.isfinite(truth.allowed)), (seed, name)
+
+
+def test_the_smallest_allowance_is_a_share_of_the_largest_a_few_roundings_of_the_largest_element() -> None:
+    """Elements near 0 beside large ones are allowed FLOOR_SHARE of the largest allowance (the rounding an exactly cancelling
+    term leaves on them), elements of their own size keep their own bound, and a lone element is allowed its own."""
+    allowed = allowance("float32", 100, np.array([1e-15, 1e-2, 2.0]))
+    largest = SAFETY * UNIT_ROUNDOFF["float32"] * 100 * 2.0
+    assert allowed[2] == pytest.approx(largest) and allowed[0] == pytest.approx(FLOOR_SHARE * largest)
+    assert allowed[1] == pytest.approx(SAFETY * UNIT_ROUNDOFF["float32"] * 100 * 1e-2)
+    assert allowed[0] < UNIT_ROUNDOFF["float32"] * 2.0 * 2  # two roundings of the largest element at n = 100
+    assert float(allowance("float64", 10, 1e-20)) == pytest.approx(SAFETY * UNIT_ROUNDOFF["float64"] * 10 * 1e-20)
+
+
+def test_a_correct_attention_with_keys_centred_over_the_tokens_earns_full_marks(tmp_path: Any) -> None:
+    """Keys centred over the tokens move each row's logits by one constant: right maps, and gradients that cancel that
+    term only to the rounding of the largest gradients, which near-zero gradient elements must be allowed."""
+    path = ROOT / "tests" / "corpus" / "diagnosis_harvest" / "correct" / "keys_centred_row_constant_shift.py"
+    run = run_cli([str(path), "--seed", "1", "--no-preview"], tmp_path)
+    assert run.report["score"] == 100.0

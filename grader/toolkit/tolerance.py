@@ -31,6 +31,10 @@ SAFETY = 16.0
 """Multiplies every allowance: the constants the rounding model leaves out."""
 UNIT_ROUNDOFF = {"float32": 2.0**-24, "float64": 2.0**-53}
 """u per dtype: half the gap between 1 and the next number of the format."""
+FLOOR_SHARE = 2.0**-10
+"""The smallest allowance of an element, as a share of the largest allowance of its result: n/64 roundings of the largest
+element (the largest allowance is SAFETY·n of them), above the rounding that a term cancelling exactly leaves on elements
+near 0."""
 
 _Case = TypeVar("_Case")
 _Result = TypeVar("_Result")
@@ -51,17 +55,23 @@ class Truth:
 
 
 def allowance(dtype: str, operations: float, magnitude: np.ndarray | float) -> np.ndarray:
-    """SAFETY·u·n·magnitude per element (u of ``dtype``, n = ``operations``), never below u times that bound's largest value.
+    """SAFETY·u·n·magnitude per element (u of ``dtype``, n = ``operations``), never below :data:`FLOOR_SHARE` of that bound's
+    largest value.
 
-    ``magnitude`` is the result's absolute-value evaluation. The floor covers
-    elements whose every term underflowed (a softmax weight below the
-    format's smallest normal number is flushed towards zero). A magnitude past
-    float64's range (two exponentials each within it, summed) counts as the
-    largest float64: no allowance is infinite, which would accept anything.
+    ``magnitude`` is the result's absolute-value evaluation: it bounds the
+    rounding of the formula as written. The floor covers elements whose every
+    term underflowed (a softmax weight below the format's smallest normal
+    number is flushed towards zero), and a correct formula written otherwise,
+    whose rounding comes from terms that cancel exactly (keys centred over the
+    tokens: each row's logits move by one constant, which the softmax removes,
+    so its gradient cancels too, to the rounding of the largest gradients). A
+    magnitude past float64's range (two exponentials each within it, summed)
+    counts as the largest float64: no allowance is infinite, which would accept
+    anything.
     """
     unit = UNIT_ROUNDOFF[dtype]
     bound = SAFETY * unit * operations * np.minimum(np.asarray(magnitude, dtype=np.float64), np.finfo(np.float64).max)
-    return np.maximum(bound, unit * bound.max(initial=0.0))
+    return np.maximum(bound, FLOOR_SHARE * bound.max(initial=0.0))
 
 
 def remember(store: Memo, objects: tuple[Any, ...], compute: Callable[[], _Result], values: tuple[Any, ...] = ()) -> _Result:
