@@ -61,6 +61,12 @@ def run_cli(args: list[str], workdir: Path, reports: Path | None = None, timeout
     return Graded(done.returncode, done.stdout, done.stderr, report, html)
 
 
+def first_root_cause(corpus_file: str, workdir: Path, tiers: str = "T2", *args: str) -> dict[str, Any]:
+    """The first root cause of tests/corpus/``corpus_file`` graded on seed 20261201 with ``tiers`` alone (``args``: more options)."""
+    path = ROOT / "tests" / "corpus" / corpus_file
+    return run_cli([str(path), *args, "--seed", "20261201", "--no-preview", "--tiers", tiers], workdir).report["diagnosis"]["root_causes"][0]
+
+
 def grade(path: Path, workdir: Path, seed: int = 1234, *extra: str) -> Graded:
     """Grade ``path`` with ``seed`` (no preview curve unless asked for, to save time)."""
     workdir.mkdir(parents=True, exist_ok=True)

@@ -20,7 +20,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from conftest import ROOT, run_cli
+from conftest import ROOT, first_root_cause
 
 from grader.core.plugin import declared_checks
 from grader.exercises.diffv2 import diagnosis, misconceptions
@@ -437,9 +437,7 @@ def test_outputs_that_change_from_call_to_call_in_the_gqa_attention_it_calls_are
 
 def test_queries_folded_head_major_beside_batch_major_keys_are_batch_elements_mixed(tmp_path: Path) -> None:
     """Queries folded into the bmm batch head-major, keys and values batch-major: one sequence's query moves another's output."""
-    path = ROOT / "tests" / "corpus" / "v2_acceptance" / "wrong" / "heads_major_query_fold.py"
-    run = run_cli([str(path), "--exercise", "diff_v2", "--seed", "20261201", "--no-preview", "--tiers", "T2"], tmp_path)
-    first = run.report["diagnosis"]["root_causes"][0]
+    first = first_root_cause("v2_acceptance/wrong/heads_major_query_fold.py", tmp_path, "T2", "--exercise", "diff_v2")
     assert (first["function"], first["component"]) == (GQA, "layout")
     assert first["title"] == "The batch elements are mixed: one sequence's query changes another's outputs"
 
@@ -473,8 +471,6 @@ def test_a_gate_wrong_over_a_band_of_large_logits_alone_is_named_by_that_band(te
 def test_tile_normalisers_merged_without_logaddexp_are_unstable_at_long_lengths(tmp_path: Path) -> None:
     """log(exp(a) + exp(b)) merging the normalisers of key tiles overflows only with two tiles or more: the stability probe's
     calls at 300 tokens name it, its calls at the probes' own length do not show it."""
-    path = ROOT / "tests" / "corpus" / "v2_acceptance" / "wrong" / "lse_merge_log_of_exp_sum.py"
-    run = run_cli([str(path), "--exercise", "diff_v2", "--seed", "20261201", "--no-preview", "--tiers", "T2"], tmp_path)
-    first = run.report["diagnosis"]["root_causes"][0]
+    first = first_root_cause("v2_acceptance/wrong/lse_merge_log_of_exp_sum.py", tmp_path, "T2", "--exercise", "diff_v2")
     assert (first["function"], first["component"], first["title"]) == (GQA, "stability", "The softmax is not numerically stable in float32")
     assert "(at 300 tokens)" in first["evidence"]

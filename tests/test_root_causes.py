@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import ROOT, grade, run_cli
+from conftest import ROOT, first_root_cause, grade, run_cli
 from test_ci_outputs import sample_report
 
 from grader.core import diagnosis, registry
@@ -710,18 +710,14 @@ def test_a_graded_mutant_leads_every_output_with_its_root_cause(tmp_path: Any) -
 
 def test_gradients_that_vanish_only_at_a_tie_are_the_lambda_formulas(tmp_path: Any) -> None:
     """λ as sign(a − b)·exp(max(a, b))·(1 − exp(−|a − b|)): right values, zero gradients at a = b; the cause is λ's form."""
-    path = ROOT / "tests" / "corpus" / "diagnosis_cold" / "wrong" / "lam_sign_factored_tie.py"
-    run = run_cli([str(path), "--seed", "20261201", "--no-preview", "--tiers", "T3"], tmp_path)
-    first = run.report["diagnosis"]["root_causes"][0]
+    first = first_root_cause("diagnosis_cold/wrong/lam_sign_factored_tie.py", tmp_path, "T3")
     assert (first["function"], first["component"]) == ("differential_lambda", "lambda")
     assert first["title"] == "λ's gradients are wrong where q1·k1 = q2·k2" and "sign(a − b)" in first["advice"]
 
 
 def test_maps_that_are_a_softmax_of_the_right_maps_name_a_softmax_applied_twice(tmp_path: Any) -> None:
     """softmax(softmax(scores)): the readout is the softmax of the right maps over every key, so the cause is the softmax, not the mask."""
-    path = ROOT / "tests" / "corpus" / "diagnosis_cold" / "wrong" / "att_softmax_applied_twice.py"
-    run = run_cli([str(path), "--seed", "20261201", "--no-preview", "--tiers", "T2"], tmp_path)
-    first = run.report["diagnosis"]["root_causes"][0]
+    first = first_root_cause("diagnosis_cold/wrong/att_softmax_applied_twice.py", tmp_path, "T2")
     assert (first["function"], first["component"], first["title"]) == ("differential_attention", "softmax", "The softmax is applied twice")
 
 
@@ -743,27 +739,21 @@ def test_a_mean_taken_out_of_value_and_put_back_is_named_by_the_shared_offset_it
 
 def test_logits_left_unscaled_without_the_mask_are_the_scale_with_causal_false(tmp_path: Any) -> None:
     """1/√D applied inside the causal branch only: the map read out with causal=False fits a scale of 1, said with the condition."""
-    path = ROOT / "tests" / "corpus" / "diagnosis_solstice" / "wrong" / "att_scale_inside_causal_block.py"
-    run = run_cli([str(path), "--seed", "20261201", "--no-preview", "--tiers", "T2"], tmp_path)
-    first = run.report["diagnosis"]["root_causes"][0]
+    first = first_root_cause("diagnosis_solstice/wrong/att_scale_inside_causal_block.py", tmp_path, "T2")
     assert (first["function"], first["component"]) == (A, "scale")
     assert first["title"] == "The logits are scaled by 1 (no scaling) instead of 1/√D, with causal=False"
 
 
 def test_one_heads_values_given_to_every_head_are_values_reaching_other_heads(tmp_path: Any) -> None:
     """value[:, :1] broadcast to every head: head 0's values move head 1's output and head 1's own move nothing."""
-    path = ROOT / "tests" / "corpus" / "diagnosis_solstice" / "wrong" / "att_value_first_head_shared.py"
-    run = run_cli([str(path), "--seed", "20261201", "--no-preview", "--tiers", "T2"], tmp_path)
-    first = run.report["diagnosis"]["root_causes"][0]
+    first = first_root_cause("diagnosis_solstice/wrong/att_value_first_head_shared.py", tmp_path, "T2")
     assert (first["function"], first["component"], first["title"]) == (A, "value", "Values reach other batch elements or heads")
     assert "changing the value of head 1 in batch element 0 left its own output unchanged" in first["evidence"]
 
 
 def test_inputs_transposed_as_if_tokens_came_before_heads_are_maps_that_mix_heads(tmp_path: Any) -> None:
     """[B, H, T, D] inputs transposed as if [B, T, H, D]: head 0's keys move head 1's output, so the maps run over the heads."""
-    path = ROOT / "tests" / "corpus" / "diagnosis_holdout" / "wrong" / "att_layout_bthd_assumed.py"
-    run = run_cli([str(path), "--seed", "20261201", "--no-preview", "--tiers", "T2"], tmp_path)
-    first = run.report["diagnosis"]["root_causes"][0]
+    first = first_root_cause("diagnosis_holdout/wrong/att_layout_bthd_assumed.py", tmp_path, "T2")
     assert (first["function"], first["component"]) == (A, "softmax")
     assert first["title"] == "The maps mix heads: attention runs over another axis than the tokens"
 
@@ -771,8 +761,6 @@ def test_inputs_transposed_as_if_tokens_came_before_heads_are_maps_that_mix_head
 def test_a_maximum_pass_that_skips_the_last_key_block_is_unstable_at_long_lengths(tmp_path: Any) -> None:
     """Row maxima taken over key blocks of 128 but the last, shorter one: float32 logits of hundreds overflow at 300 tokens
     (the stability probe's long calls), never at the probes' own length."""
-    path = ROOT / "tests" / "corpus" / "diagnosis_summer" / "wrong" / "att_two_pass_max_range_drops_tail.py"
-    run = run_cli([str(path), "--seed", "20261201", "--no-preview", "--tiers", "T2"], tmp_path)
-    first = run.report["diagnosis"]["root_causes"][0]
+    first = first_root_cause("diagnosis_summer/wrong/att_two_pass_max_range_drops_tail.py", tmp_path, "T2")
     assert (first["function"], first["component"], first["title"]) == (A, "stability", "The softmax is not numerically stable in float32")
     assert "(at 300 tokens)" in first["evidence"]

@@ -735,6 +735,20 @@ def rearranged_finding(found: Found, function: str, out: np.ndarray | None, want
     return True
 
 
+def large_logit_failures(
+    kinds: Mapping[str, str], cases: Mapping[tuple[str, int], Values], outputs: Sequence[np.ndarray | None], judged: Iterable[int],
+    short: int, wrong: Callable[[np.ndarray | None, Values], bool],
+) -> tuple[list[tuple[str, int]], list[str], str]:  # fmt: skip
+    """Of float32 calls with logits of hundreds (``cases`` by (kind, length), ``outputs`` in their order), those at the lengths
+    ``judged`` (where an ordinary float32 call is right) whose output is ``wrong``: their keys, their kinds in words ("(at N
+    tokens)" past the probes' own length ``short``), and "NaN or infinite" when one of their outputs is not finite, else "wrong"."""
+    lengths = set(judged)
+    failed = [(key, out) for (key, case), out in zip(cases.items(), outputs) if key[1] in lengths and wrong(out, case)]
+    words = list(dict.fromkeys(kinds[kind] + ("" if length == short else f" (at {length} tokens)") for (kind, length), _ in failed))
+    broken = any(out is not None and not np.isfinite(out).all() for _, out in failed)
+    return [key for key, _ in failed], words, "NaN or infinite" if broken else "wrong"
+
+
 def half_precision_finding(worker: Worker, subject: Subject, ordinary: Values, found: Found, got: np.ndarray | None, expected: np.ndarray) -> bool:
     """A dtype finding when float32 inputs of ordinary size (``ordinary``, given to ``subject``; ``got`` its output, against
     ``expected``) give a result less accurate than float32 is and as accurate as half precision is, and moving every input by

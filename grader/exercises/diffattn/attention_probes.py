@@ -524,6 +524,7 @@ PAIRS_APART = (
     Perturbation("value", (0, 0), "the value of head 0 in batch element 0", required=(0, 0), forbidden=(0, H - 1)),
 )
 KEYS_APART = Perturbation("k1", (0, 0), "the keys of branch 1 in head 0 of batch element 0", forbidden=(0, H - 1))
+APART = (*PAIRS_APART, KEYS_APART)
 
 
 def dependence_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool:
@@ -535,8 +536,7 @@ def dependence_probe(worker: Worker, rng: np.random.Generator, found: Found) -> 
         FUTURE_VALUE,
         Perturbation("q1", LAST, "the last query of branch 1", forbidden=EARLIER),
         Perturbation("value", (..., slice(D, 2 * D)), "the second half of value (columns D to 2D)", required=(...,)),
-        *PAIRS_APART,
-        KEYS_APART,
+        *APART,
     ]
     found.probes.append(f"{ATTENTION}: which input matters")
     effects = probes.dependence(worker, attention_subject(True), values, perturbations, rng)
@@ -558,7 +558,7 @@ def dependence_probe(worker: Worker, rng: np.random.Generator, found: Found) -> 
                   "heads-first and value batch-first.",
                   "keep [B, H, T, ·] for every tensor (flatten B and H the same way for all of them, or use batched matmul on 4-D tensors)")  # fmt: skip
         return True
-    leaks = [e.perturbation.label for e in effects if e.perturbation not in (*PAIRS_APART, KEYS_APART) and e.leaked]
+    leaks = [e.perturbation.label for e in effects if e.perturbation not in APART and e.leaked]
     localised = False
     if leaks[:1] == ["the last query of branch 1"]:
         found.add(ATTENTION, "softmax", "forward", "Each query's output depends on the other queries",
@@ -570,7 +570,7 @@ def dependence_probe(worker: Worker, rng: np.random.Generator, found: Found) -> 
                   f"Under causal=True, changing {' and '.join(leaks)} changed the outputs of earlier queries.",
                   "add −∞ to the logits of both branches where key j > query i, before the softmax")  # fmt: skip
         localised = True
-    if any(e.ignored for e in effects if e.perturbation not in (*PAIRS_APART, KEYS_APART)):
+    if any(e.ignored for e in effects if e.perturbation not in APART):
         found.add(ATTENTION, "value", "forward", "The second half of value never reaches the output",
                   "Changing columns D to 2D of value left the output unchanged: the output must use all 2D columns of value.",
                   "multiply the signed map by the whole of value, shape [B, H, T, 2D]")  # fmt: skip
@@ -582,7 +582,7 @@ STABLE_LENGTH = 300  # the stability probe's long calls: past key tiles of 32, 6
 LENGTHS = (T, 17, 33, 65, 100, 300)  # the probes' own length, then past the block sizes 16, 32 and 64, a length no power of two is near, past 256
 
 
-def long_values(rng: np.random.Generator, tokens: int) -> dict[str, np.ndarray]:
+def _long_values(rng: np.random.Generator, tokens: int) -> dict[str, np.ndarray]:
     """Inputs of ``tokens`` tokens with one batch element and one head, of the probes' head width."""
     values = {n: rng.standard_normal((1, 1, tokens, D)) * 1.2 for n in INPUT_NAMES[:4]}
     return {**values, "value": rng.standard_normal((1, 1, tokens, 2 * D)), "coefficient": np.asarray(0.6)}
@@ -590,7 +590,7 @@ def long_values(rng: np.random.Generator, tokens: int) -> dict[str, np.ndarray]:
 
 def length_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool:
     """float64 outputs at :data:`LENGTHS`, causal and not, against the oracle; whether long sequences alone are wrong."""
-    points = [long_values(rng, t) for t in LENGTHS]
+    points = [_long_values(rng, t) for t in LENGTHS]
     return findings.length_probe(worker, ATTENTION, attention_subject, points, LENGTHS, truth, found, findings.TokenAxes("value", 2, 2, "value"))
 
 
@@ -637,8 +637,8 @@ def zero_rows_probe(worker: Worker, rng: np.random.Generator, found: Found) -> b
 def _large(rng: np.random.Generator, kind: str, tokens: int | None = None) -> dict[str, np.ndarray]:
     """float32-exact inputs whose scaled logits reach hundreds, arranged as ``kind`` says (a kind of
     :data:`~grader.toolkit.probes.LARGE_LOGITS`, both branches alike, or "branches": branch 2's far from branch 1's): the
-    probes' own inputs, or with ``tokens``, those of :func:`long_values`."""
-    values = attention_values(rng) if tokens is None else long_values(rng, tokens)
+    probes' own inputs, or with ``tokens``, those of :func:`_long_values`."""
+    values = attention_values(rng) if tokens is None else _long_values(rng, tokens)
     direction = rng.standard_normal(D)
     direction /= np.linalg.norm(direction)
     if kind == "branches":
@@ -699,21 +699,18 @@ def stability_probe(worker: Worker, rng: np.random.Generator, found: Found) -> b
     (past key tiles whose partial results a tiled softmax merges); whether one fails."""
     kinds = {**probes.LARGE_LOGITS, "branches": "branch 2's logits are far from branch 1's"}
     cases = {(kind, T): _large(rng, kind) for kind in kinds} | {(kind, STABLE_LENGTH): _large(rng, kind, STABLE_LENGTH) for kind in kinds}
-    ordinary, ordinary_long = ({n: exact(x, "float32") for n, x in point.items()} for point in (attention_values(rng), long_values(rng, STABLE_LENGTH)))
+    ordinary, ordinary_long = ({n: exact(x, "float32") for n, x in point.items()} for point in (attention_values(rng), _long_values(rng, STABLE_LENGTH)))
     found.probes.append(f"{ATTENTION}: float32 logits of hundreds, and of ordinary size, at {T} and {STABLE_LENGTH} tokens")
     *outputs, plain, plain_long = probes.sweep(worker, attention_subject(True, "float32"), [*cases.values(), ordinary, ordinary_long])
     if half_precision_finding(worker, attention_subject(True, "float32"), ordinary, found, plain, truth(ordinary, True)):
         return True
     if not is_right(plain, truth(ordinary, True), FLOAT32_LIKE):
         return False  # (ordinary float32 logits wrong too, or raising: large ones tell nothing of stability)
-    lengths = {T} | ({STABLE_LENGTH} if is_right(plain_long, truth(ordinary_long, True), FLOAT32_LIKE) else set())  # likewise per length
-    wrong = {(kind, length): values for ((kind, length), values), out in zip(cases.items(), outputs)
-             if length in lengths and not is_right(out, truth(values, True), FLOAT32_LIKE)}  # fmt: skip
-    failing = list(dict.fromkeys(kinds[kind] + ("" if length == T else f" (at {length} tokens)") for kind, length in wrong))
+    judged = [T] + ([STABLE_LENGTH] if is_right(plain_long, truth(ordinary_long, True), FLOAT32_LIKE) else [])  # likewise per length
+    wrong, failing, bad = findings.large_logit_failures(kinds, cases, outputs, judged, T, lambda out, values: not is_right(out, truth(values, True), FLOAT32_LIKE))
     if not failing:
         return _falling_logits_probe(worker, rng.spawn(1)[0], found)
-    bad = "NaN or infinite" if any(out is not None and not np.isfinite(out).all() for key, out in zip(cases, outputs) if key in wrong) else "wrong"
-    if bad == "wrong" and _leaks_at_large_logits(worker, rng, [values for (_, length), values in wrong.items() if length == T]):
+    if bad == "wrong" and _leaks_at_large_logits(worker, rng, [cases[key] for key in wrong if key[1] == T]):
         found.add(ATTENTION, "mask", "forward", "Masked keys still get weight when the logits are large: the mask is a finite number",
                   f"With float32 logits of several hundred, your output is finite but wrong when {' / '.join(failing)}, and there the last "
                   "token's value changes the outputs of earlier queries; ordinary logits give the right output. A masked logit set to (or "

@@ -428,13 +428,10 @@ def stability_probe(worker: Worker, function: str, values: Values, rng: np.rando
         return True
     if not is_right(plain, truth(function, ordinary, True), FLOAT32_LIKE):
         return False  # (ordinary float32 logits wrong too, or raising: large ones tell nothing of stability)
-    lengths = {T} | ({STABLE_LENGTH} if is_right(plain_long, truth(function, ordinary_long, True), FLOAT32_LIKE) else set())  # likewise per length
-    wrong = [(kind, length, out) for ((kind, length), case), out in zip(cases.items(), outs)
-             if length in lengths and not is_right(out, truth(function, case, True), FLOAT32_LIKE)]  # fmt: skip
-    if not wrong:
+    judged = [T] + ([STABLE_LENGTH] if is_right(plain_long, truth(function, ordinary_long, True), FLOAT32_LIKE) else [])  # likewise per length
+    _, failing, bad = findings.large_logit_failures(kinds, cases, outs, judged, T, lambda out, case: not is_right(out, truth(function, case, True), FLOAT32_LIKE))
+    if not failing:
         return False
-    failing = list(dict.fromkeys(kinds[kind] + ("" if length == T else f" (at {length} tokens)") for kind, length, _ in wrong))
-    bad = "NaN or infinite" if any(out is not None and not np.isfinite(out).all() for _, _, out in wrong) else "wrong"
     found.add(function, "stability", "forward", "The softmax is not numerically stable in float32",
               f"With float32 logits of several hundred, your output is {bad} when {' / '.join(failing)}; ordinary logits give the right output.",
               "subtract each row's maximum over its visible keys (after the mask) before exp, or use torch.softmax")  # fmt: skip
@@ -732,7 +729,7 @@ def gate_range_probe(worker: Worker, values: Values, found: Found) -> bool:
     with np.errstate(invalid="ignore"):
         wrong = ~(np.abs(out - expected).max(axis=-1) <= RESOLVED * max(1.0, float(np.abs(expected).max())))
     logits, flags = SWEPT.ravel(), wrong.ravel()
-    bands = _bands(logits, flags) if flags.any() else None
+    bands = _bands(logits, flags)
     if not bands or flags[np.abs(logits) <= ORDINARY_GATES].any():
         return False
     said = " and ".join(f"from {low:.4g} to {high:.4g}" for low, high in bands)
