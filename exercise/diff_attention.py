@@ -122,9 +122,10 @@ def _check_coefficient(coefficient: object) -> None:
                 "'coefficient' must be a 0-dim tensor of shape [] "
                 f"(got shape {_shape(coefficient)})"
             )
-        if coefficient.dtype == torch.bool or coefficient.is_complex():
+        if coefficient.dtype == torch.bool or coefficient.is_complex() or not coefficient.is_signed():
             raise TypeError(
-                f"'coefficient' must have a real numeric dtype (got {coefficient.dtype})"
+                "'coefficient' must have a floating or signed integer dtype "
+                f"(got {coefficient.dtype})"
             )
         # Reading the value of a detached alias neither copies the graph nor
         # changes the tensor's version counter.
@@ -150,7 +151,8 @@ def check_attention_inputs(
     and ``value`` of shape [B, H, T, 2*D], all with one dtype and device and
     every size >= 1. Strided inputs and inputs that require grad are fine.
     ``coefficient`` must be a finite Python int/float or a finite 0-dim tensor
-    (which may require grad).
+    of a floating or signed integer dtype (which may require grad); unsigned
+    dtypes are refused, since -coefficient wraps around for them.
 
     Raises:
         TypeError: an argument has the wrong type or dtype.
@@ -226,9 +228,9 @@ def differential_attention(
         q1, k1, q2, k2: queries and keys of the two branches, each of shape
             [B, H, T, D] (batch, heads, sequence length, query/key width).
         value: shared values of shape [B, H, T, 2*D].
-        coefficient: lambda, as a finite Python int/float or a 0-dim tensor.
-            A tensor coefficient may require grad, and must then receive a
-            gradient.
+        coefficient: lambda, as a finite Python int/float or a 0-dim tensor
+            of a floating or signed integer dtype. A tensor coefficient may
+            require grad, and must then receive a gradient.
         causal: whether to apply the causal mask (default True).
 
     All tensors are float32 or float64 with one dtype and device, and may be

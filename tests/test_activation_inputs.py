@@ -1,4 +1,5 @@
-"""Inputs as a model gives them: activations that are not leaves, and a DIFF V2 gate shut or open everywhere."""
+"""Inputs as a model gives them: activations that are not leaves, leaves that already hold a .grad (gradient accumulation),
+and a DIFF V2 gate shut or open everywhere."""
 
 from __future__ import annotations
 
@@ -20,6 +21,21 @@ COLD = ROOT / "tests" / "corpus" / "v2_cold" / "wrong"
 LEAF_AWARE = """
 def doubled(x):
     return x * 2 if not x.is_leaf else (x * 2).detach()
+
+
+def tripled(x):
+    return x * 3
+
+
+def fresh_start(x):
+    x.grad = None  # "no stale gradients": erases what the caller accumulated
+    return x * 3
+
+
+def zeroed_first(x):
+    if x.grad is not None:
+        x.grad.zero_()
+    return x * 3
 """
 
 
@@ -27,7 +43,7 @@ def doubled(x):
 def worker() -> Worker:
     """A worker on LEAF_AWARE."""
     with ForkServer() as forks:
-        running = Worker(LEAF_AWARE, "leaf_aware.py", ["doubled"], WorkerLimits(call_timeout_s=10), forks)
+        running = Worker(LEAF_AWARE, "leaf_aware.py", ["doubled", "tripled", "fresh_start", "zeroed_first"], WorkerLimits(call_timeout_s=10), forks)
         yield running
         running.close()
 
@@ -44,13 +60,44 @@ def test_an_activation_is_a_non_leaf_whose_gradient_is_read_from_its_leaf(worker
     assert outcome.changed_inputs == []
 
 
+def _held(function: str, worker: Worker) -> tuple[bool, np.ndarray]:
+    """Whether ``function`` changed a leaf that held a .grad, and the gradient read after its backward pass (cotangent 1)."""
+    values = TensorInput(np.arange(6.0).reshape(2, 3), "float64", requires_grad=True, held_grad=True)
+    outcome = invoke(worker, Request((Call(function, (values,)),), backward_from=0, cotangent=np.ones((2, 3)), inputs=(values,)))
+    assert outcome.failure is None and outcome.backward_error is None
+    return outcome.changed_inputs == [0], outcome.grads[0]
+
+
+def test_a_held_grad_left_alone_is_no_change_and_the_gradient_read_is_the_calls_own(worker: Worker) -> None:
+    """A leaf holding a .grad before the call: a function that leaves it alone changes nothing, and the gradient read back is
+    this call's (3 everywhere), not the sum with what the leaf held."""
+    changed, grad = _held("tripled", worker)
+    assert not changed and np.array_equal(grad, np.full((2, 3), 3.0))
+
+
+@pytest.mark.parametrize("function", ["fresh_start", "zeroed_first"])
+def test_resetting_or_zeroing_a_held_grad_is_a_change(worker: Worker, function: str) -> None:
+    """`x.grad = None` and `x.grad.zero_()` on an input's held .grad both modify the caller's tensor."""
+    changed, grad = _held(function, worker)
+    assert changed and np.array_equal(grad, np.full((2, 3), 3.0))
+
+
+def test_without_a_held_grad_resetting_one_changes_nothing(worker: Worker) -> None:
+    """An input that held no .grad is left as it came by `x.grad = None`: only a grad the caller had can be lost."""
+    values = TensorInput(np.arange(6.0).reshape(2, 3), "float64", requires_grad=True)
+    outcome = invoke(worker, Request((Call("fresh_start", (values,)),), backward_from=0, cotangent=np.ones((2, 3)), inputs=(values,)))
+    assert outcome.changed_inputs == []
+
+
 @pytest.mark.parametrize("seed", [1, 2])
-def test_every_other_gradient_case_gives_activations(seed: int) -> None:
-    """Both exercises' gradient and frozen-subset sets alternate leaves and activations, and the label says which."""
+def test_gradient_cases_alternate_activations_and_leaves_with_and_without_a_held_grad(seed: int) -> None:
+    """Both exercises' gradient and frozen-subset sets alternate leaves and activations, every other leaf case holding a
+    .grad, and the label says which."""
     for found in (attention_suite.attention_gradients(seed), attention_suite.frozen_subsets(seed), attention_suite.lambda_frozen_subsets(seed),
                   v2_suite.gqa_gradients(seed), v2_suite.diff_gradients(seed)):  # fmt: skip
         assert [c.activations for c in found] == [i % 2 == 1 for i in range(len(found))]
-        assert all(("non-leaf" in c.label()) == c.activations for c in found)
+        assert [c.held_grads for c in found] == [i % 4 == 2 for i in range(len(found))]
+        assert all(("non-leaf" in c.label()) == c.activations and ("holding a .grad" in c.label()) == c.held_grads for c in found)
 
 
 def test_a_layer_that_keeps_a_graph_for_leaves_only_loses_points(tmp_path: Path) -> None:

@@ -474,3 +474,18 @@ def test_tile_normalisers_merged_without_logaddexp_are_unstable_at_long_lengths(
     first = first_root_cause("v2_acceptance/wrong/lse_merge_log_of_exp_sum.py", tmp_path, "T2", "--exercise", "diff_v2")
     assert (first["function"], first["component"], first["title"]) == (GQA, "stability", "The softmax is not numerically stable in float32")
     assert "(at 300 tokens)" in first["evidence"]
+
+
+def test_a_held_grad_reset_on_entry_is_a_mutation_of_the_grad_with_the_line_that_resets_it(tmp_path: Path) -> None:
+    """Inputs' .grad set to None on entry: only the calls whose leaves already held a .grad changed them, so the cause says
+    that the .grad was reset, not that values were written."""
+    first = first_root_cause("v2_harvest/wrong/stale_input_grads_reset_on_entry.py", tmp_path, "T1", "--exercise", "diff_v2")
+    assert (first["function"], first["component"], first["title"]) == (GQA, "mutation", f"{GQA} resets or changes the .grad of its inputs")
+    assert "already holding a .grad" in first["evidence"]
+
+
+def test_a_scale_taken_from_feature_slices_is_found_by_the_maps_of_wide_heads(tmp_path: Path) -> None:
+    """Scores summed over slices of 64 features, each scaled by its own slice's width: right at D = 34 and 40, wrong from
+    D = 72 with rows that still sum to 1, so the width probe names the scale."""
+    first = first_root_cause("v2_harvest/wrong/wide_heads_scale_from_feature_slice.py", tmp_path, "T2", "--exercise", "diff_v2")
+    assert (first["function"], first["component"], first["title"]) == (GQA, "scale", "Heads of width 72 get the wrong logits")

@@ -1,10 +1,12 @@
 """A corpus written after the checks by people who had not seen them: no wrong file earns full marks, every correct one does.
 
-tests/corpus/diagnosis_acceptance and diagnosis_stateful (differential attention), v2_acceptance and
-v2_stateful (DIFF V2) confirm their own labels with a float64 oracle of their own (their
+tests/corpus/diagnosis_acceptance, diagnosis_stateful and diagnosis_harvest (differential attention),
+v2_acceptance, v2_stateful and v2_harvest (DIFF V2) confirm their own labels with a float64 oracle of their own (their
 ``verify.py``); the acceptance ones hold bugs that show in part of the domain only (memory layouts,
 exponents and logits near the dtype's limits, tied values, layers differentiated together), the
-stateful ones bugs that live only in state kept between calls. Each exercise's are graded in one
+stateful ones bugs that live only in state kept between calls, the harvest ones bugs met only by calls that an
+earlier domain did not make (gradients past 512 tokens without the mask, tied branches, a length of 512n + 1, an
+integer coefficient, inputs that already hold a .grad). Each exercise's are graded in one
 ``diffgrade batch`` with one seed. The other independent corpora (``*_practice``, ``*_sealed``,
 ``*_holdout``, ``*_unseen``, ``*_blind``, ``*_fresh``) are graded on several seeds by
 ``benchmarks/corpus_grades.py``, which the suite's time budget leaves out."""
@@ -19,7 +21,8 @@ from conftest import grade_class
 
 CORPORA = Path(__file__).resolve().parent / "corpus"
 SEED = 20261201
-EXERCISES = {"diff_attention": ("diagnosis_acceptance", "diagnosis_stateful"), "diff_v2": ("v2_acceptance", "v2_stateful")}
+EXERCISES = {"diff_attention": ("diagnosis_acceptance", "diagnosis_stateful", "diagnosis_harvest"),
+             "diff_v2": ("v2_acceptance", "v2_stateful", "v2_harvest")}
 
 
 @pytest.fixture(scope="module", params=sorted(EXERCISES))

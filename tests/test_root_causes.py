@@ -764,3 +764,41 @@ def test_a_maximum_pass_that_skips_the_last_key_block_is_unstable_at_long_length
     first = first_root_cause("diagnosis_summer/wrong/att_two_pass_max_range_drops_tail.py", tmp_path, "T2")
     assert (first["function"], first["component"], first["title"]) == (A, "stability", "The softmax is not numerically stable in float32")
     assert "(at 300 tokens)" in first["evidence"]
+
+
+def test_a_fault_of_integer_coefficients_only_is_placed_by_the_calls_that_met_it(tmp_path: Any) -> None:
+    """An integer tensor coefficient taken as a percentage: the probes pass float coefficients and see nothing, so the value
+    checks' calls place it: wrong exactly when the coefficient is an int64 tensor."""
+    source = (ROOT / "tests" / "corpus" / "correct" / "einsum.py").read_text()
+    path = tmp_path / "integer_percent.py"
+    path.write_text(source.replace("coefficient * s2.softmax(-1)",
+                                   "(coefficient / 100 if isinstance(coefficient, torch.Tensor) and not coefficient.is_floating_point() "
+                                   "else coefficient) * s2.softmax(-1)"))
+    first = run_cli([str(path), "--seed", "3", "--no-preview", "--tiers", "T2"], tmp_path).report["diagnosis"]["root_causes"][0]
+    assert (first["function"], first["component"]) == (A, "coefficient")
+    assert first["title"] == f"{A} gives wrong values when the coefficient is 0-dim int64 tensor"
+
+
+def test_one_map_shared_by_tied_branches_is_found_by_the_gradients_of_tied_inputs(tmp_path: Any) -> None:
+    """q2 = q1 and k2 = k1 in value: a shortcut that reuses the first map gives q2 and k2 no gradient; the gradient probe's
+    tied run names them."""
+    first = first_root_cause("diagnosis_harvest/wrong/att_equal_branches_share_one_map.py", tmp_path, "T3")
+    assert (first["function"], first["component"], first["title"]) == (A, "graph", "No gradient reaches q2, k2")
+    assert "tied branches" in first["evidence"]
+
+
+def test_a_backward_recomputed_over_key_prefixes_is_wrong_past_512_tokens_without_the_mask(tmp_path: Any) -> None:
+    """A backward pass recomputing query chunks of 512 against the earlier keys only: the gradient probe's run at 513 tokens
+    with causal=False finds it."""
+    first = first_root_cause("diagnosis_harvest/wrong/att_backward_query_chunks_keys_prefix_unmasked.py", tmp_path, "T3")
+    assert (first["function"], first["component"]) == (A, "backward")
+    assert "at T = 513 with causal=False" in first["evidence"]
+
+
+def test_a_forward_wrong_only_past_512_tokens_is_no_backward_fault(tmp_path: Any) -> None:
+    """Long rows that keep only their top keys: the gradient probe's run at 513 tokens meets a wrong forward, so it blames
+    no gradient (the value checks report the forward)."""
+    run = run_cli([str(ROOT / "tests" / "corpus" / "diagnosis_harvest" / "wrong" / "att_long_rows_top_k_keys.py"), "--seed", "20261201",
+                   "--no-preview", "--tiers", "T3"], tmp_path)
+    assert run.report["score"] < 100.0
+    assert not any("T = 513" in cause["evidence"] for cause in run.report["diagnosis"]["root_causes"])

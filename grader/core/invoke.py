@@ -31,14 +31,18 @@ REPLY_FLOOR = 16_384
 
 @dataclass(frozen=True, eq=False)
 class TensorInput:
-    """An input tensor: float64 values (exact in ``dtype``), dtype, grad flag, memory layout, and whether one that requires
-    grad is an activation: a non-leaf view of the leaf its gradient is read from, as the outputs of a model's earlier layers are."""
+    """An input tensor: float64 values (exact in ``dtype``: float32, float64, or int64 for an input that never
+    requires grad), dtype, grad flag, memory layout, and how one that requires grad is given: as an activation (a
+    non-leaf view of the leaf its gradient is read from, as the outputs of a model's earlier layers are), or as a leaf that
+    already holds a ``.grad`` (``held_grad``: as after an earlier micro-batch of gradient accumulation), which the call must
+    leave as it was."""
 
     values: np.ndarray
     dtype: str
     requires_grad: bool = False
     layout: str = "contiguous"
     activation: bool = False
+    held_grad: bool = False
 
 
 @dataclass(frozen=True)
@@ -228,6 +232,7 @@ def _encode(requests: Sequence[Request], results: list[tuple[str, int]]) -> tupl
         "tensors": [
             {"array": i, "dtype": t.dtype, "requires_grad": t.requires_grad, "layout": t.layout}
             | ({"activation": True} if t.activation and t.requires_grad else {})
+            | ({"held_grad": True} if t.held_grad and t.requires_grad and not t.activation else {})
             for i, t in enumerate(tensors)
         ],
     }

@@ -56,6 +56,20 @@ WIDEST = 64  # the widest head (D)
 # tiles live: a sequence past a mask buffer of 1024 tokens (GPT-2's context) and key blocks of 512, and a problem with
 # heads of 65 to 128 features (128 is most large models' head width) and 24 (batch, head) pairs. See :func:`model_scale`.
 LONGEST_BUFFER = 1024
+# One past a multiple of every block size up to 512 (a large kernel's tile): a tiled loop meets a last tile of one key or
+# query, and a loop whose range stops one short (range(b, T - 1, b)) never visits it. The gradient sets call each function
+# once without the mask at this length: a backward pass recomputed in blocks of 512 queries must meet every key there.
+ONE_PAST_BLOCKS = 2 * max(BLOCK_SIZES) + 1
+TOKENS = "the number of tokens"
+"""The call attribute the diagnosis contrasts sequence lengths by (:func:`token_count`)."""
+
+
+def token_count(tokens: int) -> str:
+    """The value of the :data:`TOKENS` attribute: "1", "2 to 512" or "more than 512" (past a large kernel's tile, where
+    a loop over blocks of 512 keys or queries meets its second block)."""
+    if tokens == 1:
+        return "1"
+    return f"2 to {ONE_PAST_BLOCKS - 1}" if tokens < ONE_PAST_BLOCKS else f"more than {ONE_PAST_BLOCKS - 1}"
 MODEL_LENGTHS = (LONGEST_BUFFER + 1, 1040)
 # The long call is an evaluation under inference_mode: a buffer or mask that a function grows to the longest length seen is
 # then made by it as an inference tensor, which every later call with gradients meets (the evaluations before training of
@@ -201,13 +215,18 @@ def domain_shape(rng: np.random.Generator, shortest: int = 1, longest: int = LON
 
 ACTIVATIONS = "inputs that require grad given as activations (non-leaf views)"
 """How a case label says that its inputs are activations: the outputs of a model's earlier layers, never leaves."""
+HELD_GRADS = "inputs that require grad already holding a .grad (gradient accumulation)"
+"""How a case label says that its leaf inputs hold a ``.grad`` before the call, as after an earlier micro-batch."""
 
 
-def as_activations(found: list[_Drawn]) -> list[_Drawn]:
-    """The cases (dataclasses with an ``activations`` field) with every other one, from the second, given its inputs that
-    require grad as activations: in a model, queries, keys and values are outputs of projections, not leaves, so code
-    that tells parameters from activations (``is_leaf``) meets both."""
-    return [replace(case, activations=i % 2 == 1) for i, case in enumerate(found)]
+def as_training_inputs(found: list[_Drawn]) -> list[_Drawn]:
+    """The cases (dataclasses with ``activations`` and ``held_grads`` fields) with every other one, from the second, given
+    its inputs that require grad as activations: in a model, queries, keys and values are outputs of projections, not
+    leaves, so code that tells parameters from activations (``is_leaf``) meets both; and of the others every other one,
+    from the third, given them as leaves that already hold a ``.grad``, as gradient accumulation over micro-batches
+    leaves them: a call must leave that ``.grad`` as it was (code that resets it, ``x.grad = None``, erases what the
+    earlier micro-batches accumulated)."""
+    return [replace(case, activations=i % 2 == 1, held_grads=i % 4 == 2) for i, case in enumerate(found)]
 
 
 def padding_tokens(rng: np.random.Generator, length: int) -> tuple[int, ...]:

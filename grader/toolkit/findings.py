@@ -159,6 +159,28 @@ def _reordered_tokens(out: np.ndarray | None, expected: np.ndarray, axis: int) -
     return len(set(order.tolist())) == len(order) and bool(np.any(order != np.arange(len(order))))
 
 
+def width_probe(worker: Worker, function: str, subject: Subject, points: Sequence[Values], widths: Sequence[int],
+                truth: Callable[[Values], np.ndarray], tokens: int, how: str, found: Found) -> bool:  # fmt: skip
+    """``function``'s outputs at ``points``, one per head width of ``widths`` (the probes' own first, then past common slab
+    widths), each with one-hot values whose first ``tokens`` features give the map read out (``how`` says how it was called),
+    against ``truth``; whether wide heads alone are wrong while every row of the map is still a distribution: the logits,
+    not the normaliser, change with the width other than as q·k/√D (a scale taken from part of the head)."""
+    found.probes.append(f"{function}: the maps at head widths {', '.join(map(str, widths))}")
+    outs = probes.sweep(worker, subject, points)
+    wrong = [d for d, out, point in zip(widths, outs, points) if not is_right(out, truth(point))]
+    if not wrong or wrong[0] == widths[0]:
+        return False
+    read = [np.asarray(out)[..., :tokens] for d, out in zip(widths, outs) if d in wrong and out is not None]
+    if not read or not all(np.isfinite(m).all() and m.min() >= 0.0 and np.allclose(m.sum(axis=-1), 1.0, atol=1e-9) for m in read):
+        return False
+    found.add(function, "scale", "forward", f"Heads of width {wrong[0]} get the wrong logits",
+              f"With {how}, the map is right at head width D = {widths[0]} but wrong from D = {wrong[0]}, though each row still sums "
+              "to 1: the logits change with the head width other than as q·k/√D (a scale taken from part of the head, such as one "
+              "slab of a split dot product?).",
+              "compute the whole dot product q·k over all D features, then scale it once by 1/√D")  # fmt: skip
+    return True
+
+
 def length_probe(worker: Worker, function: str, subject: Callable[[bool], Subject], points: Sequence[Values], lengths: Sequence[int],
                  truth: Callable[[Values, bool], np.ndarray], found: Found, tokens: TokenAxes) -> bool:  # fmt: skip
     """``function``'s outputs at ``points``, one per sequence length of ``lengths`` (the probes' own first, then past common
@@ -509,7 +531,9 @@ class GradientRun:
     about it (e.g. " at coefficient 0"), the component a cut graph or wrong backward found first in this run points at
     (None: graph or backward) and, when that component's fault needs other words, its title and advice, and how
     the function is called and differentiated when not as in the probe's other runs (another causal flag, a longer
-    sequence: its own subject and cotangent)."""
+    sequence: its own subject and cotangent), and, for a run at inputs where the forward may be wrong when it is right at
+    the probe's own (a longer sequence), the oracle's output there (``truth``): a run whose forward is wrong at its inputs
+    says nothing of the backward pass (the value checks report that forward), so it finds nothing."""
 
     values: Values
     grads: tuple[str, ...]
@@ -518,6 +542,7 @@ class GradientRun:
     subject: Subject | None = None
     explanation: tuple[str, str] | None = None
     cotangent: np.ndarray | None = None
+    truth: Callable[[Values], np.ndarray] | None = None
 
 
 def replayed_runs(values: Values, replayed: Iterable[tuple[str, ...]], own: Iterable[tuple[str, ...]]) -> list[GradientRun]:
@@ -545,6 +570,8 @@ def gradients_probe(worker: Worker, subject: Subject, runs: Sequence[GradientRun
         condition = f" when {', '.join(frozen)} do{'es' if len(frozen) == 1 else ''} not require grad" if frozen else ""
         condition += run.where
         result = probes.consistency(worker, run.subject or subject, run.values, run.grads, cotangent if run.cotangent is None else run.cotangent, rng)
+        if run.truth is not None and result.output is not None and not is_right(result.output, run.truth(run.values)):
+            continue
         before = len(found.findings)
         if gradient_finding(found, subject.function, condition, result, source, parts) or (not condition and NO_GRAPH in (result.problem or "")):
             if run.component is not None and len(found.findings) > before and found.findings[-1].component in ("graph", "backward"):
@@ -869,3 +896,23 @@ def hint_findings(records: Sequence[Mapping[str, Any]], hints: Hints) -> list[Fi
                              f"the formula: {hint.get('maths', '')}", aspect=aspect, explains=explains, inputs=inputs, note=note,
                              public=record.get("visibility") == "public"))  # fmt: skip
     return found
+
+
+def wrong_only_when(found: Found, function: str, calls: Sequence[tuple[Mapping[str, str], bool]], components: Mapping[str, str]) -> bool:
+    """When the probes found nothing at ``function``'s forward: a finding when one way of calling it parts the value checks'
+    wrong calls from their right ones (``calls``: each call's attributes, in words, and whether its value was right), and the
+    exercise gives that attribute a component (``components``). A fault that the probes' own calls never meet (a kind of
+    argument they do not pass) is then placed by the checks' calls that met it; whether one was recorded."""
+    if any(f.function == function and f.stage == "forward" for f in found.findings):
+        return False
+    wrong, right = [a for a, ok in calls if not ok], [a for a, ok in calls if ok]
+    contrast = slips.separating(wrong, right)
+    if len(contrast) != 1 or contrast[0][0] not in components:
+        return False
+    key, value = contrast[0]
+    found.add(function, components[key], "forward", f"{function} gives wrong values when {key} is {value}",
+              f"It gave wrong values in {len(wrong)} of the value checks' calls, every one made when {key} is {value}; "
+              f"the other {len(right)} calls were right.",
+              f"make calls where {key} is {value} follow the contract's formula as the others do: the contract allows them, and "
+              "the answer may depend only on the values passed")
+    return True

@@ -253,6 +253,7 @@ class Consistency:
     agreements: tuple[Agreement, ...] = ()
     problem: str | None = None  # the backward pass raised, or no output came back
     in_backward: bool = False  # the problem is the backward pass's: the forward returned a finite output
+    output: np.ndarray | None = None  # the forward's finite output at the unmoved inputs
 
     def named(self, status: str) -> list[str]:
         """The inputs whose agreement has ``status``."""
@@ -305,7 +306,7 @@ def consistency(
     if base is None or not np.isfinite(base).all():
         return Consistency(problem=raised_text(found[0]) or "the call gave no finite output")
     if found[0].backward_error is not None:
-        return Consistency(problem=found[0].backward_error, in_backward=True)
+        return Consistency(problem=found[0].backward_error, in_backward=True, output=base)
     gradients = {}
     for name in inputs:
         got = found[0].grads.get(backward.positions[name])
@@ -326,14 +327,14 @@ def consistency(
         combined = sum(0.0 if g is None else float(np.sum(g * directions[name])) for name, g in gradients.items())
         overall = _judge("all", np.asarray([combined]), together, np.ones(1), max(abs(together), 1.0), ALL_AGREE)
         if overall.status == "agrees":
-            return Consistency(tuple(Agreement(name, "agrees", float("nan"), float("nan")) for name in inputs))
+            return Consistency(tuple(Agreement(name, "agrees", float("nan"), float("nan")) for name in inputs), output=base)
     moved_alone = [subject.request(replaced(values, name, values[name] + sign * STEP * directions[name]), inputs) for name in inputs for sign in (1.0, -1.0)]
     answers = ask(worker, moved_alone)
     alone = [difference(forth, back) for forth, back in zip(answers[0::2], answers[1::2])]
     if any(d is None for d in alone):
-        return Consistency(problem="a call with a slightly changed input gave no output of the same shape")
+        return Consistency(problem="a call with a slightly changed input gave no output of the same shape", output=base)
     scale = max([abs(d) for d in alone if d is not None] + [1.0])
-    return Consistency(tuple(_judge(name, gradients[name], d, directions[name], scale) for name, d in zip(inputs, alone) if d is not None))
+    return Consistency(tuple(_judge(name, gradients[name], d, directions[name], scale) for name, d in zip(inputs, alone) if d is not None), output=base)
 
 
 def raised_text(outcome: Outcome) -> str | None:

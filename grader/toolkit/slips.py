@@ -90,6 +90,7 @@ NUMBER_SLIPS = re.compile(rf"\.item\(\)|\bmath\.(exp|log|sqrt)\(|{_TO_FLOAT}|\.t
 GRAPH_SLIPS = re.compile(rf"\.detach\(\)|no_grad|\.numpy\(\)|torch\.tensor\(|\.data\b|\.item\(\)|{_TO_FLOAT}")
 MODE_SWITCHES = re.compile(r"set_grad_enabled\(|\.__enter__\(|_C\._set_grad_enabled")
 INPLACE = r"\b{name}\b\s*(\.\w+_\(|[-+*/]=|\[[^\]]*\]\s*=(?!=))"
+GRAD_WRITE = re.compile(r"\.grad\s*=(?!=)|\.grad\.\w+_\(|\bsetattr\(.*['\"]grad['\"]")  # code that sets or resets a .grad
 ASPECT_OF = {"type": "type", "shape": "type", "dtype": "dtype", "strided": "strided", "coefficient": "coefficient",
              "mutation": "mutation", "graph": "graph", "load": None}  # fmt: skip
 
@@ -190,12 +191,14 @@ def trained(names: Iterable[str]) -> str:
 
 
 ORIGIN = "the kind of inputs that require grad"
-"""The call attribute that says whether the inputs requiring grad were leaves or activations (:func:`origin`)."""
+"""The call attribute that says whether the inputs requiring grad were leaves (holding a .grad or not) or activations (:func:`origin`)."""
 
 
-def origin(activations: bool) -> str:
-    """The value of the :data:`ORIGIN` attribute: "activations (non-leaf views)" or "leaves"."""
-    return "activations (non-leaf views)" if activations else "leaves"
+def origin(activations: bool, held_grads: bool = False) -> str:
+    """The value of the :data:`ORIGIN` attribute: "activations (non-leaf views)", "leaves already holding a .grad" or "leaves"."""
+    if activations:
+        return "activations (non-leaf views)"
+    return "leaves already holding a .grad" if held_grads else "leaves"
 
 
 # ---- the submission's source ----------------------------------------------------------------------
@@ -268,29 +271,42 @@ HEAD_WIDTH = "the head width D"
 
 
 def _contrasting(failing: Sequence[Observed], working: Sequence[Observed], sizes: bool = False) -> tuple[tuple[str, str], ...]:
-    """The attribute values every failing call has and no working call has together: one alone if one will do, else two or
-    three, the rarest ways of calling first; or () when none do. ``sizes``: :data:`HEAD_WIDTH` may be one of them."""
+    """:func:`separating` of the calls' attributes (``sizes``: of exceptions, which may also be set apart by several values
+    of one attribute)."""
+    return separating([c.attributes for c in failing], [c.attributes for c in working], sizes, several=sizes)
+
+
+def separating(failing: Sequence[Mapping[str, str]], working: Sequence[Mapping[str, str]], sizes: bool = False,
+               several: bool = False) -> tuple[tuple[str, str], ...]:  # fmt: skip
+    """The attribute values every failing call has and no working call has together (calls given by their attributes): one
+    alone if one will do, else (``several``) one attribute whose values in the failing calls no working call has ("a, b
+    or c": a cast made for one dtype and not for the others), else two or three values, the rarest ways of calling first;
+    or () when none do. ``sizes``: :data:`HEAD_WIDTH` may be one of them."""
     if not failing or not working:
         return ()
-    shared = [(key, value) for key, value in failing[0].attributes.items()
-              if all(c.attributes.get(key) == value for c in failing) and (sizes or key != HEAD_WIDTH)]  # fmt: skip
+    shared = [(key, value) for key, value in failing[0].items()
+              if all(c.get(key) == value for c in failing) and (sizes or key != HEAD_WIDTH)]  # fmt: skip
     for key, value in shared:
-        if not any(c.attributes.get(key) == value for c in working):
+        if not any(c.get(key) == value for c in working):
             return ((key, value),)
     if sizes and (bound := _width_bound(failing, working)) is not None:
         return ((HEAD_WIDTH, bound),)
-    shared.sort(key=lambda kv: sum(c.attributes.get(kv[0]) == kv[1] for c in working))
+    for key in failing[0] if several else ():
+        values = sorted({c.get(key) or "" for c in failing})
+        if key != HEAD_WIDTH and all(key in c for c in failing) and not any(c.get(key) in values for c in working):
+            return ((key, f"{', '.join(values[:-1])} or {values[-1]}"),)
+    shared.sort(key=lambda kv: sum(c.get(kv[0]) == kv[1] for c in working))
     for size in (2, 3):
         for combined in itertools.combinations(shared, size):
-            if not any(all(c.attributes.get(key) == value for key, value in combined) for c in working):
+            if not any(all(c.get(key) == value for key, value in combined) for c in working):
                 return combined
     return ()
 
 
-def _width_bound(failing: Sequence[Observed], working: Sequence[Observed]) -> str | None:
+def _width_bound(failing: Sequence[Mapping[str, str]], working: Sequence[Mapping[str, str]]) -> str | None:
     """"N or more" (or "N or less") when every failing call has a head width of at least (at most) N and every working call
     a smaller (larger) one: a table or buffer sized for the widths below (above) N; None when the widths do not part so."""
-    widths = [[int(c.attributes[HEAD_WIDTH]) for c in calls if c.attributes.get(HEAD_WIDTH, "").isdigit()] for calls in (failing, working)]
+    widths = [[int(c[HEAD_WIDTH]) for c in calls if c.get(HEAD_WIDTH, "").isdigit()] for calls in (failing, working)]
     if len(widths[0]) < len(failing) or not widths[1]:
         return None
     if min(widths[0]) > max(widths[1]):
@@ -591,6 +607,13 @@ def _mutations(function: str, calls: Sequence[Observed], source: str | None) -> 
     pattern = re.compile("|".join(INPLACE.format(name=re.escape(n)) for n in names) or r"(?!)")
     line = first_line(source, function, pattern)
     when = f", only when {only[0]} is {only[1]}" if only else ""
+    if only == (ORIGIN, origin(False, held_grads=True)):  # then what changed is the .grad the caller's tensors held
+        line = first_line(source, function, GRAD_WRITE)
+        evidence = f"Calls reset or changed the .grad that its input(s) {', '.join(names)} already held{when}{line}."
+        return [_finding(function, "mutation", f"{function} resets or changes the .grad of its inputs", evidence,
+                         "leave an input's .grad to the caller: gradient accumulation keeps it across calls, and clearing it "
+                         "(`optimizer.zero_grad()`) is the training loop's job, never the function's",
+                         explains=frozenset({"mutation"}))]  # fmt: skip
     evidence = f"Calls changed its input(s) {', '.join(names)} (values, version counter or place in memory){when}{line}."
     return [_finding(function, "mutation", f"{function} modifies its inputs in place", evidence,
                      "compute on new tensors (`q = q / s`, not `q /= s` or `q.mul_(s)`); never write into an input",

@@ -35,7 +35,7 @@ PHRASES: dict[str, str] = {
     "shape": "expected shape {expected}, got {got}",
     "dtype": "expected dtype {expected} (the inputs' dtype), got {got}",
     "device": "expected device cpu (the inputs' device), got {got}",
-    "modified": "modified its input(s) {names} (values, version counter, place in memory, requires_grad or .grad changed); compute on new tensors and leave the inputs as they came",
+    "modified": "modified its input(s) {names} (values, version counter, place in memory, requires_grad, or .grad: one added, or the one the caller's tensor already held reset or changed); compute on new tensors and leave the inputs as they came",
     "made_anew": "the output requires grad but has no autograd history (grad_fn is None): it was made anew from values "
     "(torch.tensor(...), .detach().requires_grad_()), so no gradient reaches the inputs; keep every step in torch",
     "detached": "the output does not require grad although its inputs do: it was detached (.detach(), .numpy(), torch.no_grad()); "
@@ -49,7 +49,7 @@ def phrase(key: str, **fields: object) -> str:
 
 
 def modified_inputs(names: list[str]) -> str:
-    """The finding for a call that changed the named inputs (values, version counters or place in memory)."""
+    """The finding for a call that changed the named inputs (values, version counters, place in memory, requires_grad, .grad)."""
     return phrase("modified", names=", ".join(names))
 
 

@@ -47,6 +47,8 @@ PLACED_FD = 5  # while isolating: where the fork server says that it has moved t
 CONFIG_BYTES = 1 << 20
 PACKED_GAP = 3  # elements before and between the inputs that lie in one storage (layout "packed")
 ALIASED_OFFSET = 5  # elements before the address at which every input of layout "aliased" starts
+INPUT_DTYPES = ("float32", "float64", "int64")  # an integer input never requires grad (a 0-dim integer coefficient)
+HELD_GRAD = 0.25  # every element of the .grad an input that asks for one holds before the calls (gradient accumulation)
 
 
 def apply_limits(limits: dict[str, int | None]) -> None:
@@ -534,6 +536,7 @@ class Run:
         self.released: dict[int, bool] = {}  # input -> whether it had changed when it was released
         self.backings: dict[int, Any] = {}  # input -> the numpy array holding a contiguous input's memory
         self.leaves: dict[int, Any] = {}  # activation input -> the leaf it is a view of (its gradient is read there)
+        self.held: dict[int, Any] = {}  # input -> a copy of the .grad it held before the calls ("held_grad")
         self.freed: dict[tuple[str, tuple[int, ...]], list[Any]] = {}  # memory of released contiguous inputs
         self.results: list[Any] = []
         self.cpu_s = 0.0  # CPU time spent in the submission's calls and in the backward pass
@@ -548,16 +551,26 @@ class Run:
             if self.header["tensors"][index].get("activation") and self.server.facts.requires_grad(tensor):
                 with self.server.enable_grad():  # (a submission may turn gradients off globally)
                     self.leaves[index], tensor = tensor, tensor[...]  # a view of a leaf that requires grad is not a leaf
+            elif self.header["tensors"][index].get("held_grad") and self.server.facts.requires_grad(tensor):
+                self.hold_grad(index, tensor)
             self.tensors[index] = tensor
             self.snapshots[index] = self.snapshot(tensor)
             self.flags[index] = self.server.facts.requires_grad(tensor)
         return self.tensors[index]
 
+    def hold_grad(self, index: int, leaf: Any) -> None:
+        """Give leaf input ``index`` a ``.grad`` before any call, as an earlier micro-batch of gradient accumulation leaves
+        one: the caller's, which a call must neither reset nor change (:meth:`changed` compares it with a copy)."""
+        facts, np = self.server.facts, self.server.np
+        held = np.full(tuple(facts.shape(leaf)), HELD_GRAD, dtype=self.header["tensors"][index]["dtype"])
+        facts.set_grad(leaf, self.torch.from_numpy(held))
+        self.held[index] = held.copy()
+
     def make_tensor(self, index: int) -> Any:
         """Build input tensor ``index`` with the requested dtype and memory layout."""
         spec = self.header["tensors"][index]
         torch = self.torch
-        dtype = {"float32": torch.float32, "float64": torch.float64}[spec["dtype"]]
+        dtype = {name: getattr(torch, name) for name in INPUT_DTYPES}[spec["dtype"]]
         layout = spec.get("layout", "contiguous")
         if layout == "contiguous":
             memory = self.backings[index] = self.backing(spec)
@@ -697,6 +710,7 @@ class Run:
                         self.freed.setdefault((memory.dtype.str, memory.shape), []).append(memory)
                     self.tensors[index] = self.snapshots[index] = None
                     self.leaves.pop(index, None)
+                    self.held.pop(index, None)
                     del tensor, memory
             used = {a["result"] for a in arguments if "result" in a}
             self.results = [r if i in used else None for i, r in enumerate(self.results)]
@@ -849,8 +863,9 @@ class Run:
 
         Its values, its version counter (an in-place write that put the same
         values back), where its elements lie (``x.data`` replaced by a copy),
-        or the caller's own state of it: requires_grad switched, or a ``.grad``
-        left by a backward pass the submission ran.
+        or the caller's own state of it: requires_grad switched, a ``.grad``
+        left by a backward pass the submission ran, or the ``.grad`` it held
+        before the calls reset or changed.
         """
         if index in self.released:
             return self.released[index]
@@ -864,8 +879,13 @@ class Run:
             return True
         if (facts.data_ptr(tensor), facts.storage_offset(tensor), facts.stride(tensor)) != placement:
             return True
+        if facts.requires_grad(tensor) != self.flags[index]:
+            return True
         leaf = self.leaves.get(index, tensor)
-        return facts.requires_grad(tensor) != self.flags[index] or (facts.is_leaf(leaf) and facts.grad(leaf) is not None)
+        grad, held = facts.grad(leaf) if facts.is_leaf(leaf) else None, self.held.get(index)
+        if held is None:
+            return grad is not None
+        return grad is None or tuple(facts.shape(grad)) != held.shape or not bool((facts.numpy(facts.detach(grad)) == held).all())
 
     def backward(self, indices: list[int], cotangents: list[Any], layouts: list[str]) -> dict[str, Any]:
         """Gradients of the sum of <result[i], cotangent_i> with respect to the inputs that require them.

@@ -599,27 +599,14 @@ WIDTHS = (D, 40, 72)  # the probes' own head width, then past the common slab wi
 
 def width_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool:
     """The first map read out (coefficient 0, one-hot values, causal=False) at head widths :data:`WIDTHS`, against the
-    oracle; whether wide heads alone are wrong while each row is still a distribution (the logits, not the normaliser, change
-    with the width: a scale taken from part of the head)."""
+    oracle (:func:`~grader.toolkit.findings.width_probe`)."""
     points = []
     for d in WIDTHS:
         value = np.zeros((1, 1, T, 2 * d))
         value[..., np.arange(T), np.arange(T)] = 1.0
         points.append({**{n: rng.standard_normal((1, 1, T, d)) for n in INPUT_NAMES[:4]}, "value": value, "coefficient": np.asarray(0.0)})
-    found.probes.append(f"{ATTENTION}: the first map at head widths {', '.join(map(str, WIDTHS))}")
-    outs = probes.sweep(worker, attention_subject(False), points)
-    wrong = [d for d, out, point in zip(WIDTHS, outs, points) if not is_right(out, truth(point, False))]
-    if not wrong or wrong[0] == WIDTHS[0]:
-        return False
-    read = [np.asarray(out)[..., :T] for d, out in zip(WIDTHS, outs) if d in wrong and out is not None]
-    if not read or not all(np.isfinite(m).all() and m.min() >= 0.0 and np.allclose(m.sum(axis=-1), 1.0, atol=1e-9) for m in read):
-        return False
-    found.add(ATTENTION, "scale", "forward", f"Heads of width {wrong[0]} get the wrong logits",
-              f"With coefficient 0, one-hot values and causal=False, the map is right at head width D = {WIDTHS[0]} but wrong from "
-              f"D = {wrong[0]}, though each row still sums to 1: the logits change with the head width other than as q·k/√D (a "
-              "scale taken from part of the head, such as one slab of a split dot product?).",
-              "compute the whole dot product q·k over all D features, then scale it once by 1/√D")  # fmt: skip
-    return True
+    return findings.width_probe(worker, ATTENTION, attention_subject(False), points, WIDTHS, lambda point: truth(point, False), T,
+                                "coefficient 0, one-hot values and causal=False", found)
 
 
 def zero_rows_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool:
@@ -728,16 +715,20 @@ REARRANGED = ("return [B, H, T, 2D] as (A1 − λ·A2) @ value gives it: move ax
 """What to do when the output holds the right numbers in other places."""
 PERMUTED = " with inputs, and so the incoming gradient, stored heads and tokens swapped (an output read through transpose(1, 2))"
 LONG = findings.LONG_RUN_TOKENS
+TIED = " with q2 equal to q1 and k2 to k1 in value (tied branches, as from one initialisation)"
 
 
-def _long_run(rng: np.random.Generator) -> GradientRun:
-    """The gradients at :data:`LONG` tokens (one batch element and head): a backward pass computed in blocks of queries or
-    keys goes wrong only past its first block. Drawn from a generator spawned from ``rng``, which leaves ``rng``'s own
-    draws (the earlier runs' directions) as they were."""
+def _long_run(rng: np.random.Generator, tokens: int = LONG, causal: bool = True) -> GradientRun:
+    """The gradients at ``tokens`` tokens (one batch element and head): a backward pass computed in blocks of queries or
+    keys goes wrong only past its first block (without the mask, past :data:`domain.ONE_PAST_BLOCKS` tokens, one that
+    recomputes each block of queries against the keys before its end only). Drawn from a generator spawned from ``rng``,
+    which leaves ``rng``'s own draws (the earlier runs' directions) as they were."""
     rng = rng.spawn(1)[0]
-    values = {n: rng.standard_normal((1, 1, LONG, D)) for n in INPUT_NAMES[:4]}
-    values |= {"value": rng.standard_normal((1, 1, LONG, 2 * D)), "coefficient": np.asarray(0.6)}
-    return GradientRun(values, ATTENTION_GRADS, f" at T = {LONG}", cotangent=rng.standard_normal((1, 1, LONG, 2 * D)))
+    values = {n: rng.standard_normal((1, 1, tokens, D)) for n in INPUT_NAMES[:4]}
+    values |= {"value": rng.standard_normal((1, 1, tokens, 2 * D)), "coefficient": np.asarray(0.6)}
+    where = f" at T = {tokens}" + ("" if causal else " with causal=False")
+    return GradientRun(values, ATTENTION_GRADS, where, subject=None if causal else attention_subject(False),
+                       cotangent=rng.standard_normal((1, 1, tokens, 2 * D)), truth=lambda v: truth(v, causal))
 
 
 STALE_PARTS = {"coefficient": "coefficient", "value": "value"}
@@ -780,5 +771,7 @@ def run(worker: Worker, rng: np.random.Generator, found: Found, forward: bool, g
         runs += findings.replayed_runs(values, replayed, (grads for grads, _ in FROZEN_RUNS))
         runs.append(GradientRun(_far_future(rng), ATTENTION_GRADS, " when a future key's logit is about 900 above the visible ones", "stability"))
         runs += [GradientRun(values, ATTENTION_GRADS, " with causal=False", subject=attention_subject(False)), _long_run(rng),
-                 GradientRun(values, ATTENTION_GRADS, PERMUTED, subject=attention_subject(True, layout="heads_permuted"))]
+                 GradientRun(values, ATTENTION_GRADS, PERMUTED, subject=attention_subject(True, layout="heads_permuted")),
+                 GradientRun({**values, "q2": values["q1"], "k2": values["k1"]}, ATTENTION_GRADS, TIED),
+                 _long_run(rng, domain.ONE_PAST_BLOCKS, causal=False)]
         gradients_probe(worker, attention_subject(True), runs, rng.standard_normal((B, H, T, 2 * D)), rng, found, source, HANDLED_INPUTS)

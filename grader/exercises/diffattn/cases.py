@@ -36,7 +36,12 @@ COEFFICIENT_KINDS = {
     "int": "Python int",
     "tensor": "0-dim tensor",
     "float64 tensor": "0-dim float64 tensor",
+    "int64 tensor": "0-dim int64 tensor",
 }
+# The dtype of a tensor coefficient whose kind names one (the inputs' otherwise); an integer one never requires grad. The
+# contract allows floating and signed integer dtypes (unsigned ones it refuses: -coefficient wraps around for them).
+COEFFICIENT_DTYPES = {"float64 tensor": "float64", "int64 tensor": "int64"}
+INTEGER_DTYPES = ("int64",)
 
 
 _AnyCase = TypeVar("_AnyCase", "LambdaCase", "AttentionCase")
@@ -63,7 +68,8 @@ class LambdaCase:
     frozen: tuple[str, ...] = ()  # vectors that do not require grad in gradient checks
     keyword_order: tuple[str, ...] = ()  # with binding "names": the order of the keyword arguments
     grad_mode: str = "enabled"  # a member of domain.GRAD_MODES: the autograd mode of a call without gradients
-    activations: bool = False  # inputs that require grad are non-leaf views (domain.as_activations)
+    activations: bool = False  # inputs that require grad are non-leaf views (domain.as_training_inputs)
+    held_grads: bool = False  # leaf inputs that require grad hold a .grad before the call (domain.as_training_inputs)
 
     def __post_init__(self) -> None:
         """Vectors at one address hold the values they share (:func:`domain.hold_aliased`)."""
@@ -110,6 +116,8 @@ class LambdaCase:
             parts.append(f"{', '.join(self.frozen)} without requires_grad")
         if self.activations:
             parts.append(domain.ACTIVATIONS)
+        if self.held_grads:
+            parts.append(domain.HELD_GRADS)
         if self.grad_mode != "enabled":
             parts.append(f"called under torch.{self.grad_mode}()")
         return ", ".join(parts)
@@ -136,7 +144,8 @@ class AttentionCase:
     binding: str = "keyword"  # a member of domain.BINDINGS; causal None is omitted whatever the binding
     keyword_order: tuple[str, ...] = ()  # with binding "names": the order of the keyword arguments
     grad_mode: str = "enabled"  # a member of domain.GRAD_MODES: the autograd mode of a call without gradients
-    activations: bool = False  # inputs that require grad are non-leaf views (domain.as_activations)
+    activations: bool = False  # inputs that require grad are non-leaf views (domain.as_training_inputs)
+    held_grads: bool = False  # leaf inputs that require grad hold a .grad before the call (domain.as_training_inputs)
 
     def __post_init__(self) -> None:
         """An input expanded over the batch holds its first batch element's values in every batch element, and never
@@ -162,12 +171,13 @@ class AttentionCase:
 
     @property
     def coefficient_dtype(self) -> str:
-        """The dtype of a tensor coefficient: the inputs' unless stated."""
-        return "float64" if self.coefficient_kind == "float64 tensor" else self.dtype
+        """The dtype of a tensor coefficient: the inputs' unless its kind names one (:data:`COEFFICIENT_DTYPES`)."""
+        return COEFFICIENT_DTYPES.get(self.coefficient_kind, self.dtype)
 
     def requires_grad(self, name: str) -> bool:
-        """Whether the gradient with respect to ``name`` is requested in gradient checks."""
-        if name == "coefficient" and not self.coefficient_is_tensor:
+        """Whether the gradient with respect to ``name`` is requested in gradient checks (never of a Python number or of an
+        integer tensor coefficient)."""
+        if name == "coefficient" and (not self.coefficient_is_tensor or self.coefficient_dtype in INTEGER_DTYPES):
             return False
         return name not in self.frozen
 
@@ -196,6 +206,8 @@ class AttentionCase:
             parts.append(f"{', '.join(self.frozen)} without requires_grad")
         if self.activations:
             parts.append(domain.ACTIVATIONS)
+        if self.held_grads:
+            parts.append(domain.HELD_GRADS)
         if layouts := domain.layouts_label(INPUT_NAMES, self.layouts):
             parts.append(layouts)
         if self.grad_mode != "enabled":
@@ -282,7 +294,7 @@ def attention_case(
     value = rng.standard_normal((b, h, t, 2 * d))  # after the coefficient: the order of the draws fixes each seed's cases
     return AttentionCase(
         exact(q1, dtype), exact(k1, dtype), exact(q2, dtype), exact(k2, dtype), exact(value, dtype),
-        coefficient=float(exact(coefficient, "float64" if coefficient_kind == "float64 tensor" else dtype)),
+        coefficient=float(exact(coefficient, COEFFICIENT_DTYPES.get(coefficient_kind, dtype))),
         dtype=dtype,
         causal=causal,
         cotangent=exact(rng.standard_normal((b, h, t, 2 * d)), dtype),

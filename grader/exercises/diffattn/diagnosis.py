@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
 from grader.core.invoke import Outcome
 from grader.core.plugin import GradingContext
 from grader.exercises.diffattn import attention_probes, expected, lambda_probes, suite
@@ -104,6 +106,10 @@ DECLARATIONS = slips.Declarations(ATTRIBUTE_COMPONENTS, name_shape, LINE_COMPONE
                                   {LAMBDA: "lambda", ATTENTION: "value"}, slips.SCALE_MAKERS, (LAMBDA, ATTENTION))  # fmt: skip
 
 
+TIED = "the second branch's queries and keys"
+"""The call attribute that says whether q2 and k2 equal q1 and k1 in value (tied branches: one map serves both)."""
+
+
 def _attributes(case: LambdaCase | AttentionCase, grads: bool) -> dict[str, str]:
     """How a call of ``case`` was made, in words (the slip analysis contrasts calls that failed with those that did not)."""
     found = {"the inputs' dtype": case.dtype, "the argument binding": case.binding}
@@ -113,17 +119,18 @@ def _attributes(case: LambdaCase | AttentionCase, grads: bool) -> dict[str, str]
     trainable = {name: "trained" if case.requires_grad(name) else "frozen" for name in names} if grads else {}
     if grads:
         trainable[slips.TRAINED] = slips.trained(n for n in names if case.requires_grad(n))
-        trainable[slips.ORIGIN] = slips.origin(case.activations)
+        trainable[slips.ORIGIN] = slips.origin(case.activations, case.held_grads)
     if isinstance(case, LambdaCase):
         return found | {"the memory layout": "non-contiguous" if case.layout != "contiguous" else "contiguous",
                         domain.LAST_AXIS_STEPS: domain.last_axis_steps((case.layout,))} | trainable
     coefficient = f"computed by {LAMBDA}" if case.lambda_case is not None else COEFFICIENT_KINDS[case.coefficient_kind]
     causal = "left out" if case.causal is None else str(case.causal)
     layout = "non-contiguous" if any(layout != "contiguous" for layout in case.layouts) else "contiguous"
-    tokens = "1" if case.q1.shape[-2] == 1 else "more than 1"
+    tied = np.array_equal(case.q1, case.q2) and np.array_equal(case.k1, case.k2)
     return found | {"the coefficient": coefficient, "causal": causal, "the memory layout": layout,
                     domain.LAST_AXIS_STEPS: domain.last_axis_steps(case.layouts),
-                    EXPANDED_INPUTS: domain.expanded_inputs(case.layouts, EXPANSIONS), "the number of tokens": tokens,
+                    EXPANDED_INPUTS: domain.expanded_inputs(case.layouts, EXPANSIONS), domain.TOKENS: domain.token_count(case.q1.shape[-2]),
+                    TIED: "equal to the first's in value" if tied else "its own",
                     slips.HEAD_WIDTH: str(case.q1.shape[-1])} | trainable  # fmt: skip
 
 
@@ -182,14 +189,16 @@ def probe_mode(grading: GradingContext, function: str) -> str:
     return findings.failing_mode([(case.grad_mode, right) for case, right in value_calls(grading, function)])
 
 
-TENSOR_COEFFICIENTS = ("tensor", "float64 tensor")
+# The ways of calling that the probes never vary (they pass a Python float or a float tensor coefficient): the value checks'
+# calls alone can place a fault that only one of them brings out (findings.wrong_only_when).
+UNPROBED_KINDS = {"the coefficient": "coefficient"}
 
 
 def probe_coefficient(grading: GradingContext) -> str:
     """How the forward probes of differential_attention pass the coefficient: "tensor" when the value checks' wrong calls
-    all passed it as a tensor while calls with a Python number were right (a path taken for tensor coefficients only),
-    else "float"."""
-    kinds = [("tensor" if getattr(case, "coefficient_kind", "float") in TENSOR_COEFFICIENTS else "float", right)
+    all passed it as a tensor (of any dtype) while calls with a Python number were right (a path taken for tensor
+    coefficients only), else "float"."""
+    kinds = [("tensor" if isinstance(case, AttentionCase) and case.coefficient_is_tensor else "float", right)
              for case, right in value_calls(grading, ATTENTION)]  # fmt: skip
     return findings.failing_mode(kinds, usual="float")
 
@@ -220,6 +229,9 @@ def diagnose(grading: GradingContext, records: list[dict[str, Any]]) -> Evidence
         coefficient = probe_coefficient(grading) if function == ATTENTION and "values" in aspects else "float"
         with probes.calls_in(probe_mode(grading, function) if "values" in aspects else "enabled"), attention_subjects.coefficients_as(coefficient):
             run(grading.worker, rng, found, "values" in aspects, "gradients" in aspects, grading.source, slips.cut_subsets(calls, function))
+        if "values" in aspects and not any(f.function == function for f in evidence.findings + evidence.hints):  # (they may explain it)
+            findings.wrong_only_when(found, function, [(_attributes(case, False), right) for case, right in value_calls(grading, function)],
+                                     UNPROBED_KINDS)
     evidence.findings += found.findings
     evidence.probes, evidence.maps = found.probes, found.maps
     return evidence

@@ -148,7 +148,8 @@ def attention_noncausal(seed: int) -> list[AttentionCase]:
 
 @SETS.register
 def attention_coefficients(seed: int) -> list[AttentionCase]:
-    """Negative, zero, exactly one, greater-than-one, int and 0-dim tensor (also float64 with float32 inputs) coefficients."""
+    """Negative, zero, exactly one, greater-than-one, int and 0-dim tensor (also float64 with float32 inputs, and int64, a
+    signed integer dtype the contract allows) coefficients."""
     rng = domain.generator(seed, "attention_coefficients")
     shape = functools.partial(domain.domain_shape, rng, 2, 70)
     return domain.cycled_modes([
@@ -160,6 +161,7 @@ def attention_coefficients(seed: int) -> list[AttentionCase]:
         cases.attention_case(rng, shape(), "float64", None, 1.0),
         cases.attention_case(rng, shape(), "float32", False, float(rng.choice([-1, 2, 3])), coefficient_kind="int"),
         cases.attention_case(rng, shape(), "float32", True, coefficient_kind="float64 tensor"),
+        cases.attention_case(rng, shape(), "float32", True, float(rng.choice([-1, 2, 3])), coefficient_kind="int64 tensor"),
     ])
 
 
@@ -216,7 +218,8 @@ FROZEN_PATTERNS = ((), ("q1",), ("k1",), ("q2",), ("k2",), ("value",), ("coeffic
 
 @SETS.register
 def attention_gradients(seed: int) -> list[AttentionCase]:
-    """Gradient cases: every input frozen alone and in groups, tensor (also exactly 0 and 1), int and Python-float coefficients, T up to 320, logits up to 1000."""
+    """Gradient cases: every input frozen alone and in groups, tensor (also exactly 0 and 1, and int64), int and Python-float coefficients, T up to 320,
+    logits up to 1000; T past 512 without the mask (:data:`domain.ONE_PAST_BLOCKS`); both branches equal in value."""
     rng = domain.generator(seed, "attention_gradients")
     kinds = ("tensor", "tensor", "float", "tensor", "int", "float64 tensor", "tensor", "float", "tensor", "tensor")
     found = []
@@ -233,7 +236,15 @@ def attention_gradients(seed: int) -> list[AttentionCase]:
     # float32 logits of hundreds: masked future logits far above the visible ones overflow any exp taken before masking
     found.append(cases.attention_case(rng, domain.domain_shape(rng, 8, 70, 16), "float32", True, coefficient_kind="tensor",
                                       max_logit=float(rng.uniform(300, 1000))))  # fmt: skip
-    return domain.as_activations(found)
+    found += [
+        # without the mask at domain.ONE_PAST_BLOCKS tokens: a backward pass recomputed in blocks of queries meets every key
+        cases.attention_case(rng, (1, 1, domain.ONE_PAST_BLOCKS, domain.head_width(rng, 4)), "float64", False, coefficient_kind="tensor"),
+        # both branches equal in value (tied initialisations): a shortcut that shares one map loses q2's and k2's gradients
+        cases.identical_branches(cases.attention_case(rng, domain.domain_shape(rng, 2, 40, 16), "float32", True, coefficient_kind="tensor"),
+                                 float(rng.uniform(-1.0, 2.0))),
+        cases.attention_case(rng, domain.domain_shape(rng, 2, 40, 16), "float64", None, float(rng.choice([-1, 2, 3])), coefficient_kind="int64 tensor"),
+    ]  # fmt: skip
+    return domain.as_training_inputs(found)
 
 
 @SETS.register
@@ -245,7 +256,7 @@ def frozen_subsets(seed: int) -> list[AttentionCase]:
     bases = [cases.attention_case(rng, domain.domain_shape(rng, 2, 12, 4), dtype, causal, coefficient_kind="tensor")
              for dtype, causal in (("float64", True), ("float32", False))]  # fmt: skip
     subsets = [replace(bases[mask % 2], frozen=tuple(n for bit, n in enumerate(names) if not mask >> bit & 1)) for mask in range(1, 2 ** len(names))]
-    return domain.as_activations(subsets + [
+    return domain.as_training_inputs(subsets + [
         cases.attention_case(rng, (1, 1, 1, domain.head_width(rng, 4)), ("float64", "float32")[i % 2], (True, None)[i % 2],
                              coefficient_kind="tensor", frozen=frozen) for i, frozen in enumerate(domain.trainable_alone(names))
     ])  # fmt: skip
@@ -259,7 +270,7 @@ def lambda_frozen_subsets(seed: int) -> list[LambdaCase]:
     bases = [cases.lambda_case(rng, int(rng.integers(1, 9)), dtype, 0.2) for dtype in ("float64", "float32")]
     subsets = [replace(bases[mask % 2], frozen=tuple(n for bit, n in enumerate(cases.LAMBDA_NAMES) if not mask >> bit & 1))
                for mask in range(1, 2 ** len(cases.LAMBDA_NAMES))]  # fmt: skip
-    return domain.as_activations(subsets + [replace(cases.lambda_case(rng, 1, ("float64", "float32")[i % 2], 0.2), frozen=frozen)
+    return domain.as_training_inputs(subsets + [replace(cases.lambda_case(rng, 1, ("float64", "float32")[i % 2], 0.2), frozen=frozen)
                                             for i, frozen in enumerate(domain.trainable_alone(cases.LAMBDA_NAMES))])  # fmt: skip
 
 
@@ -324,7 +335,7 @@ VARIATIONS: Variations[Any] = Variations(cases.redrawn, cases.retyped, cases.ref
 def lambda_request(case: LambdaCase, requires_grad: bool = False) -> Request:
     """One differential_lambda call; with gradients, a backward pass with the case's upstream value."""
     vectors = tuple(
-        TensorInput(v, case.dtype, requires_grad and case.requires_grad(name), case.layout, case.activations)
+        TensorInput(v, case.dtype, requires_grad and case.requires_grad(name), case.layout, case.activations, case.held_grads)
         for v, name in zip(case.vectors, cases.LAMBDA_NAMES)
     )
     call = bound_call(LAMBDA, cases.LAMBDA_NAMES, vectors, "lambda_init", case.lambda_init, case.binding, case.keyword_order)
@@ -336,7 +347,7 @@ def lambda_request(case: LambdaCase, requires_grad: bool = False) -> Request:
 def attention_request(case: AttentionCase, requires_grad: bool = False) -> Request:
     """One differential_attention call (after differential_lambda for a composed case)."""
     inputs = tuple(
-        TensorInput(x, case.dtype, requires_grad and case.requires_grad(name), layout, case.activations)
+        TensorInput(x, case.dtype, requires_grad and case.requires_grad(name), layout, case.activations, case.held_grads)
         for x, layout, name in zip(case.inputs, case.layouts, cases.INPUT_NAMES)
     )
     calls: tuple[Call, ...] = ()
@@ -348,7 +359,8 @@ def attention_request(case: AttentionCase, requires_grad: bool = False) -> Reque
         coefficient = ResultOf(0)
     elif case.coefficient_is_tensor:
         grad = requires_grad and case.requires_grad("coefficient")
-        coefficient = TensorInput(domain.exact(case.coefficient, case.coefficient_dtype), case.coefficient_dtype, grad, activation=case.activations)
+        coefficient = TensorInput(domain.exact(case.coefficient, case.coefficient_dtype), case.coefficient_dtype, grad, activation=case.activations,
+                                  held_grad=case.held_grads)
         numbered += (coefficient,)
     elif case.coefficient_kind == "int":
         coefficient = int(case.coefficient)

@@ -60,7 +60,8 @@ class Case:
     binding: str = "keyword"  # a member of domain.BINDINGS; causal None is omitted whatever the binding
     keyword_order: tuple[str, ...] = ()  # with binding "names": the order of the keyword arguments
     grad_mode: str = "enabled"  # a member of domain.GRAD_MODES: the autograd mode of a call without gradients
-    activations: bool = False  # inputs that require grad are non-leaf views (domain.as_activations)
+    activations: bool = False  # inputs that require grad are non-leaf views (domain.as_training_inputs)
+    held_grads: bool = False  # leaf inputs that require grad hold a .grad before the call (domain.as_training_inputs)
     note: str = ""
 
     def __post_init__(self) -> None:
@@ -120,6 +121,8 @@ class Case:
             parts.append(f"{', '.join(self.frozen)} without requires_grad")
         if self.activations:
             parts.append(domain.ACTIVATIONS)
+        if self.held_grads:
+            parts.append(domain.HELD_GRADS)
         if layouts := domain.layouts_label(self.names, self.memory_layouts):
             parts.append(layouts)
         if self.grad_mode != "enabled":
@@ -258,6 +261,19 @@ def gate_everywhere_at(base: Case, rng: np.random.Generator, sign: float) -> Cas
     logits = sign * rng.uniform(*RESOLVED_BY_FLOAT64_ONLY, base.lambda_logits.shape)
     level = "closed" if sign < 0 else "open"
     return replace(base, lambda_logits=exact(logits, base.dtype), note=f"the gate {level} everywhere, as far as float64 still resolves")
+
+
+def tied_pairs(q: np.ndarray) -> np.ndarray:
+    """Queries [B, T, Hq, D] with the odd head of every pair equal in value to the even one (tied initialisations): both maps
+    of a pair are one, so a shortcut that computes it once for both loses the odd heads' gradients."""
+    tied = np.array(q, dtype=np.float64, copy=True)
+    tied[:, :, 1::2] = tied[:, :, 0::2]
+    return tied
+
+
+def equal_pairs(base: Case) -> Case:
+    """``base`` with the queries of every pair equal in value (:func:`tied_pairs`)."""
+    return replace(base, q=tied_pairs(base.q), note="query heads 2i and 2i + 1 equal in value")
 
 
 def shared_offset(base: Case, rng: np.random.Generator) -> Case:

@@ -190,6 +190,10 @@ def size_probe(function: str) -> sizes.SizeProbe:
     return sizes.SizeProbe(SIZE_BASE, SIZE_VARIANTS[function], build, shape)
 
 
+TIED = "the two query heads of a pair"
+"""The call attribute that says whether heads 2i and 2i + 1 of the queries are equal in value (one map serves both)."""
+
+
 def _attributes(case: Case, grads: bool) -> dict[str, str]:
     """How a call of ``case`` was made, in words (the slip analysis contrasts calls that failed with those that did not)."""
     found = {"the inputs' dtype": case.dtype, "the argument binding": case.binding,
@@ -197,7 +201,8 @@ def _attributes(case: Case, grads: bool) -> dict[str, str]:
              "the memory layout": "non-contiguous" if any(layout != "contiguous" for layout in case.memory_layouts) else "contiguous",
              domain.LAST_AXIS_STEPS: domain.last_axis_steps(case.memory_layouts),
              EXPANDED_INPUTS: domain.expanded_inputs(case.memory_layouts, EXPANSIONS),
-             KV_HEADS: str(case.k.shape[2]), "the number of tokens": "1" if case.q.shape[1] == 1 else "more than 1",
+             KV_HEADS: str(case.k.shape[2]), domain.TOKENS: domain.token_count(case.q.shape[1]),
+             TIED: "equal in value" if np.array_equal(case.q[:, :, 0::2], case.q[:, :, 1::2]) else "different",
              SHARING: "one (multi-query)" if case.k.shape[2] == 1 else "several",
              GROUP: str(group) if (group := case.q.shape[2] // case.k.shape[2]) <= 2 else "more than 2",
              slips.HEAD_WIDTH: str(case.q.shape[-1])}  # fmt: skip
@@ -206,7 +211,7 @@ def _attributes(case: Case, grads: bool) -> dict[str, str]:
     else:
         found |= {name: "trained" if case.requires_grad(name) else "frozen" for name in case.names}
         found[slips.TRAINED] = slips.trained(n for n in case.names if case.requires_grad(n))
-        found[slips.ORIGIN] = slips.origin(case.activations)
+        found[slips.ORIGIN] = slips.origin(case.activations, case.held_grads)
     return found
 
 

@@ -56,7 +56,7 @@ import numpy as np
 
 from grader.core.invoke import Call, Request, TensorInput
 from grader.exercises.diffv2 import oracle
-from grader.exercises.diffv2.cases import DIFF_V2, EXPANSIONS, GQA, TENSORS
+from grader.exercises.diffv2.cases import DIFF_V2, EXPANSIONS, GQA, TENSORS, tied_pairs
 from grader.toolkit import attention_maps, domain, findings, probes
 from grader.toolkit.attention_maps import MapModel
 from grader.toolkit.domain import exact
@@ -754,6 +754,24 @@ def _long_values(rng: np.random.Generator, tokens: int) -> dict[str, np.ndarray]
             "v": rng.standard_normal((1, tokens, 2, 4)), "lambda_logits": 1.5 * rng.standard_normal((1, tokens, 2))}  # fmt: skip
 
 
+WIDTHS = (D, 40, 72)  # the probes' own head width, then past the common slab widths 32 and 64, multiples of neither
+
+
+def width_probe(worker: Worker, function: str, rng: np.random.Generator, found: Found) -> bool:
+    """The maps of one pair of query heads on one key/value head read out (one-hot values, causal=False; for diff_v2_attention
+    the gate shut, so that the output is the even head's attention) at head widths :data:`WIDTHS`, against the oracle
+    (:func:`~grader.toolkit.findings.width_probe`)."""
+    points = []
+    for d in WIDTHS:
+        value = np.zeros((1, T, 1, d))
+        value[0, np.arange(T), 0, np.arange(T)] = 1.0
+        points.append({"q": rng.standard_normal((1, T, 2, d)), "k": rng.standard_normal((1, T, 1, d)), "v": value,
+                       "lambda_logits": np.full((1, T, 1), GATE_OFF)})  # fmt: skip
+    how = "one-hot values and causal=False" + ("" if function == GQA else ", the gate shut")
+    return findings.width_probe(worker, function, subject(function, False), points, WIDTHS, lambda point: truth(function, point, False), T,
+                                how, found)
+
+
 def length_probe(worker: Worker, function: str, rng: np.random.Generator, found: Found) -> bool:
     """float64 outputs of ``function`` at :data:`LENGTHS` (one batch element, Hq = 4, Hkv = 2, D = 4), causal and not, against
     the oracle; whether long sequences alone are wrong."""
@@ -788,17 +806,21 @@ REARRANGED = "build [B, T, H, D] by indexing and transposing, not by stacking on
 """What to do when the output holds the right numbers in other places."""
 PERMUTED = " with inputs, and so the incoming gradient, stored with tokens and heads swapped (an output read through a transpose)"
 LONG = findings.LONG_RUN_TOKENS
+TIED = " with query heads 2i and 2i + 1 equal in value (tied pairs, as from one initialisation)"
 
 
-def _long_run(function: str, grads: tuple[str, ...], rng: np.random.Generator) -> GradientRun:
-    """The gradients of ``function`` for ``grads`` at :data:`LONG` tokens (one batch element, Hq = 4, Hkv = 2, D = 4): a backward
-    pass computed in blocks of queries or keys goes wrong only past its first block. Drawn from a generator spawned from
-    ``rng``, which leaves ``rng``'s own draws (the earlier runs' directions) as they were."""
+def _long_run(function: str, grads: tuple[str, ...], rng: np.random.Generator, tokens: int = LONG, causal: bool = True) -> GradientRun:
+    """The gradients of ``function`` for ``grads`` at ``tokens`` tokens (one batch element, Hq = 4, Hkv = 2, D = 4): a backward
+    pass computed in blocks of queries or keys goes wrong only past its first block (without the mask, past
+    :data:`domain.ONE_PAST_BLOCKS` tokens, one that recomputes each block of queries against the keys before its end only).
+    Drawn from a generator spawned from ``rng``, which leaves ``rng``'s own draws (the earlier runs' directions) as they were."""
     rng = rng.spawn(1)[0]
-    values = {"q": rng.standard_normal((1, LONG, 4, 4)), "k": rng.standard_normal((1, LONG, 2, 4)), "v": rng.standard_normal((1, LONG, 2, 4)),
-              "lambda_logits": 1.5 * rng.standard_normal((1, LONG, 2))}  # fmt: skip
-    cotangent = rng.standard_normal((1, LONG, 4 if function == GQA else 2, 4))
-    return GradientRun(values, grads, f" at T = {LONG}", cotangent=cotangent)
+    values = {"q": rng.standard_normal((1, tokens, 4, 4)), "k": rng.standard_normal((1, tokens, 2, 4)), "v": rng.standard_normal((1, tokens, 2, 4)),
+              "lambda_logits": 1.5 * rng.standard_normal((1, tokens, 2))}  # fmt: skip
+    cotangent = rng.standard_normal((1, tokens, 4 if function == GQA else 2, 4))
+    where = f" at T = {tokens}" + ("" if causal else " with causal=False")
+    return GradientRun(values, grads, where, subject=None if causal else subject(function, False), cotangent=cotangent,
+                       truth=lambda v: truth(function, v, causal))
 
 
 def padding_probe(worker: Worker, function: str, values: Values, found: Found) -> bool:
@@ -844,7 +866,8 @@ def run(worker: Worker, function: str, rng: np.random.Generator, found: Found, f
         if right and not localised and function == DIFF_V2:
             localised = saturated_probe(worker, values, found, gradients, source) or gate_range_probe(worker, values, found)
         if right and not localised:
-            length_probe(worker, function, rng, found) or stability_probe(worker, function, values, rng, found) or \
+            length_probe(worker, function, rng, found) or width_probe(worker, function, rng.spawn(1)[0], found) or \
+                stability_probe(worker, function, values, rng, found) or \
                 padding_probe(worker, function, values, found) or layout_probe(worker, lambda **kw: subject(function, **kw), values, found, EXPANSIONS)  # fmt: skip
         elif not localised:
             precision_finding(found, function, base, truth(function, values, True))
@@ -859,4 +882,7 @@ def run(worker: Worker, function: str, rng: np.random.Generator, found: Found, f
         cotangent = rng.standard_normal((B, T, HQ if function == GQA else H, D))
         runs += [GradientRun(values, frozen[0], " with causal=False", subject=subject(function, False)), _long_run(function, frozen[0], rng),
                  GradientRun(values, frozen[0], PERMUTED, subject=subject(function, layout="heads_permuted"))]
+        if function == DIFF_V2:
+            runs.append(GradientRun({**values, "q": tied_pairs(values["q"])}, frozen[0], TIED))
+        runs.append(_long_run(function, frozen[0], rng, domain.ONE_PAST_BLOCKS, causal=False))
         gradients_probe(worker, subject(function), runs, cotangent, rng, found, source, INPUT_PARTS.get(function))

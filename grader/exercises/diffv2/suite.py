@@ -220,7 +220,7 @@ DIFF_V2_FROZEN = ((), ("lambda_logits",), ("q",), ("k", "v"), ("v",), ("q", "k",
 @SETS.register
 def gqa_gradients(seed: int) -> list[Case]:
     """gqa_attention with gradients: G from 1 to 8, Hkv = 1 and Hkv = Hq, both dtypes, causal True, False and omitted, inputs frozen alone and in groups, T up to 320;
-    then at one token, one batch element and one head, each input alone requiring grad."""
+    T past 512 without the mask (:data:`domain.ONE_PAST_BLOCKS`); then at one token, one batch element and one head, each input alone requiring grad."""
     rng = domain.generator(seed, "gqa_gradients")
     found = []
     for i, frozen in enumerate(GQA_FROZEN):
@@ -228,7 +228,14 @@ def gqa_gradients(seed: int) -> list[Case]:
         dims = cases.shape(rng, GQA, 2, 140 if i < 5 else domain.LONGEST, 32, head_counts=counts)
         found.append(cases.case(rng, GQA, dims, ("float64", "float32")[i % 2], (True, False, None)[i % 3], frozen=frozen,
                                 binding=("keyword", "positional")[i % 2], max_logit=150.0 if i == 3 else None))  # fmt: skip
-    return domain.as_activations(found + _trainable_alone(rng, GQA, (1, 1, 1, 1)))
+    found.append(_one_past_blocks(rng, GQA, "float64"))
+    return domain.as_training_inputs(found + _trainable_alone(rng, GQA, (1, 1, 1, 1)))
+
+
+def _one_past_blocks(rng: np.random.Generator, function: str, dtype: str) -> Case:
+    """One pair of query heads on one key/value head, without the mask, at :data:`domain.ONE_PAST_BLOCKS` tokens: a backward
+    pass recomputed in blocks of queries must meet every key there."""
+    return cases.case(rng, function, (1, domain.ONE_PAST_BLOCKS, 2, 1, domain.head_width(rng, 4)), dtype, False)
 
 
 def _trainable_alone(rng: np.random.Generator, function: str, counts: tuple[int, int, int, int]) -> list[Case]:
@@ -240,7 +247,8 @@ def _trainable_alone(rng: np.random.Generator, function: str, counts: tuple[int,
 @SETS.register
 def diff_gradients(seed: int) -> list[Case]:
     """diff_v2_attention with gradients: G = 2, 4, 6 and 8, Hkv = 1, both dtypes, causal True, False and omitted, inputs frozen alone and in groups, gates moderate, saturated and exactly 0, T up to 320;
-    then at one token, one batch element and one pair, each input alone requiring grad."""
+    T past 512 without the mask (:data:`domain.ONE_PAST_BLOCKS`); the two query heads of every pair equal in value; then at one token, one batch element and
+    one pair, each input alone requiring grad."""
     rng = domain.generator(seed, "diff_gradients")
     found = []
     for i, frozen in enumerate(DIFF_V2_FROZEN):
@@ -249,7 +257,9 @@ def diff_gradients(seed: int) -> list[Case]:
         found.append(cases.case(rng, DIFF_V2, dims, ("float64", "float32")[i % 2], (True, False, None)[i % 3], frozen=frozen,
                                 binding=("keyword", "positional")[i % 2], saturated=0.3 if i in (2, 5) else 0.0,
                                 zeros=0.25 if i in (0, 3, 4) else 0.0, max_logit=150.0 if i == 4 else None))  # fmt: skip
-    return domain.as_activations(found + _trainable_alone(rng, DIFF_V2, (1, 1, 2, 1)))
+    found += [_one_past_blocks(rng, DIFF_V2, "float32"),
+              cases.equal_pairs(cases.case(rng, DIFF_V2, cases.shape(rng, DIFF_V2, 2, 40, 16), "float64", True))]
+    return domain.as_training_inputs(found + _trainable_alone(rng, DIFF_V2, (1, 1, 2, 1)))
 
 
 @SETS.register
@@ -298,7 +308,7 @@ def sequences(seed: int) -> list[CallSequence[Case]]:
 def request(case: Case, grads: bool = False) -> Request:
     """The call of ``case`` (its inputs numbered in the contract's order); with ``grads``, a backward pass with its cotangent."""
     tensors = tuple(
-        TensorInput(array, case.dtype, grads and case.requires_grad(name), layout, case.activations)
+        TensorInput(array, case.dtype, grads and case.requires_grad(name), layout, case.activations, case.held_grads)
         for array, name, layout in zip(case.inputs, case.names, case.memory_layouts)
     )
     call = bound_call(case.function, case.names, tensors, "causal", case.causal, case.binding, case.keyword_order)
