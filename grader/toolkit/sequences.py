@@ -129,8 +129,7 @@ def draw_sequences(rng: np.random.Generator, functions: tuple[str, ...], first_c
     for kind in domain.SEQUENCE_KINDS:
         for mode in domain.KIND_MODES.get(kind, domain.SEQUENCE_MODES):
             for function in functions:
-                # one length per such sequence, past every drawn length and the gradient sets' calls without the mask
-                fresh = domain.ONE_PAST_BLOCKS + 1 + sum(s.kind == "retrained" for s in found)
+                fresh = domain.LONGEST + 1 + sum(s.kind == "retrained" for s in found)  # one length per such sequence
                 first = first_case(rng, function, first_call(rng, kind, mode, fresh))
                 found.append(CallSequence(first, variations.second(first, kind, mode, rng), kind, mode == "grads" or kind == "retrained"))
     return found
