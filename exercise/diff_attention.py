@@ -122,7 +122,7 @@ def _check_coefficient(coefficient: object) -> None:
                 "'coefficient' must be a 0-dim tensor of shape [] "
                 f"(got shape {_shape(coefficient)})"
             )
-        if coefficient.dtype == torch.bool or coefficient.is_complex() or not coefficient.is_signed():
+        if coefficient.is_complex() or not coefficient.is_signed():  # (bool is not signed)
             raise TypeError(
                 "'coefficient' must have a floating or signed integer dtype "
                 f"(got {coefficient.dtype})"

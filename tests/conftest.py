@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import ast
+import importlib.util
 import json
 import os
 import subprocess
 import sys
+import types
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -130,6 +132,15 @@ def attention_arguments(call: dict[str, Any], tensors: list[Any]) -> tuple[list[
     coefficient = value(bound["coefficient"])
     causal = value(bound["causal"]) if "causal" in bound else True
     return [value(bound[n]) for n in ATTENTION_PARAMETERS[:5]], float(coefficient), causal
+
+
+def load_module(path: Path, name: str | None = None) -> types.ModuleType:
+    """The Python file ``path`` imported as a module of its own (``name``: its module name, the file's stem by default)."""
+    spec = importlib.util.spec_from_file_location(name or path.stem, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def imported_modules(path: Path) -> set[str]:

@@ -4,13 +4,10 @@ diagnosis gives them."""
 
 from __future__ import annotations
 
-import importlib.util
-import types
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
+from conftest import ROOT, load_module
 
 from grader.exercises.diffattn import cases as attention_cases
 from grader.exercises.diffattn import suite as attention_suite
@@ -18,7 +15,6 @@ from grader.exercises.diffv2 import suite as v2_suite
 from grader.toolkit import domain, findings, slips
 
 SEEDS = [1, 2, 3]
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -56,22 +52,13 @@ def test_integer_tensor_coefficients_are_called_with_their_values_and_never_diff
 
 def test_the_stub_refuses_unsigned_coefficients_and_accepts_signed_ones() -> None:
     """The contract's tensor coefficients are floating or signed integer: -coefficient wraps around for unsigned dtypes."""
-    stub = _load(ROOT / "exercise" / "diff_attention.py")
+    stub = load_module(ROOT / "exercise" / "diff_attention.py")
     q = torch.zeros(1, 1, 2, 2, dtype=torch.float64)
     v = torch.zeros(1, 1, 2, 4, dtype=torch.float64)
     for dtype in (torch.int64, torch.int8, torch.float32):
         stub.check_attention_inputs(q, q, q, q, v, torch.tensor(1, dtype=dtype))
     with pytest.raises(TypeError, match="floating or signed integer dtype"):
         stub.check_attention_inputs(q, q, q, q, v, torch.tensor(1, dtype=torch.uint8))
-
-
-def _load(path: Path) -> types.ModuleType:
-    """The module in ``path``."""
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_token_counts_part_at_the_largest_block() -> None:

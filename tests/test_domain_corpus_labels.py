@@ -8,12 +8,12 @@ every correct file must stay within tolerance (score <= 1) on a varied battery.
 from __future__ import annotations
 
 import ast
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 import torch
+from conftest import load_module
 
 DOMAIN = Path(__file__).resolve().parent / "corpus" / "domain"
 WRONG = sorted((DOMAIN / "wrong").glob("*.py"))
@@ -23,11 +23,7 @@ WITNESS_MIN = 10.0
 
 
 def _load(path: Path, tag: str = ""):
-    name = f"_domain_{path.parent.name}_{path.stem}{tag}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_module(path, f"_domain_{path.parent.name}_{path.stem}{tag}")
 
 
 WITNESS_MODULE = _load(DOMAIN / "witnesses.py")

@@ -545,6 +545,15 @@ class GradientRun:
     truth: Callable[[Values], np.ndarray] | None = None
 
 
+def long_run(values: Values, grads: tuple[str, ...], cotangent: np.ndarray, tokens: int, causal: bool, unmasked: Subject,
+             truth: Callable[[Values, bool], np.ndarray]) -> GradientRun:  # fmt: skip
+    """A run on ``values``, a sequence of ``tokens`` tokens (longer than the probe's own), with the mask or without it
+    (``unmasked``: the subject with causal=False), that finds nothing where its forward is not ``truth(values, causal)``: a
+    backward pass computed in blocks goes wrong only past its first block."""
+    where = f" at T = {tokens}" + ("" if causal else " with causal=False")
+    return GradientRun(values, grads, where, subject=None if causal else unmasked, cotangent=cotangent, truth=lambda v: truth(v, causal))
+
+
 def replayed_runs(values: Values, replayed: Iterable[tuple[str, ...]], own: Iterable[tuple[str, ...]]) -> list[GradientRun]:
     """A run on ``values`` for each set of inputs requiring grad of ``replayed`` (the checks' calls whose output came back cut
     off from autograd: :func:`grader.toolkit.slips.cut_subsets`) that the probe's ``own`` sets do not already hold."""

@@ -536,7 +536,7 @@ class Run:
         self.released: dict[int, bool] = {}  # input -> whether it had changed when it was released
         self.backings: dict[int, Any] = {}  # input -> the numpy array holding a contiguous input's memory
         self.leaves: dict[int, Any] = {}  # activation input -> the leaf it is a view of (its gradient is read there)
-        self.held: dict[int, Any] = {}  # input -> a copy of the .grad it held before the calls ("held_grad")
+        self.held: dict[int, Any] = {}  # input -> a copy of the .grad it was given before the calls ("held_grad")
         self.freed: dict[tuple[str, tuple[int, ...]], list[Any]] = {}  # memory of released contiguous inputs
         self.results: list[Any] = []
         self.cpu_s = 0.0  # CPU time spent in the submission's calls and in the backward pass
@@ -561,10 +561,10 @@ class Run:
     def hold_grad(self, index: int, leaf: Any) -> None:
         """Give leaf input ``index`` a ``.grad`` before any call, as an earlier micro-batch of gradient accumulation leaves
         one: the caller's, which a call must neither reset nor change (:meth:`changed` compares it with a copy)."""
-        facts, np = self.server.facts, self.server.np
-        held = np.full(tuple(facts.shape(leaf)), HELD_GRAD, dtype=self.header["tensors"][index]["dtype"])
-        facts.set_grad(leaf, self.torch.from_numpy(held))
-        self.held[index] = held.copy()
+        facts = self.server.facts
+        held = self.torch.from_numpy(self.server.np.full(tuple(facts.shape(leaf)), HELD_GRAD, dtype=self.header["tensors"][index]["dtype"]))
+        facts.set_grad(leaf, held)
+        self.held[index] = facts.clone(held)
 
     def make_tensor(self, index: int) -> Any:
         """Build input tensor ``index`` with the requested dtype and memory layout."""
@@ -875,7 +875,7 @@ class Run:
         before, version, placement = snapshot
         facts = self.server.facts
         current = facts.detach(tensor)
-        if facts.version(tensor) != version or facts.shape(current) != facts.shape(before) or not bool(facts.equal(current, before)):
+        if facts.version(tensor) != version or not self.same(current, before):
             return True
         if (facts.data_ptr(tensor), facts.storage_offset(tensor), facts.stride(tensor)) != placement:
             return True
@@ -885,7 +885,12 @@ class Run:
         grad, held = facts.grad(leaf) if facts.is_leaf(leaf) else None, self.held.get(index)
         if held is None:
             return grad is not None
-        return grad is None or tuple(facts.shape(grad)) != held.shape or not bool((facts.numpy(facts.detach(grad)) == held).all())
+        return grad is None or not self.same(facts.detach(grad), held)
+
+    def same(self, current: Any, before: Any) -> bool:
+        """Whether tensor ``current`` has the shape and values of the copy ``before``."""
+        facts = self.server.facts
+        return bool(facts.shape(current) == facts.shape(before) and facts.equal(current, before))
 
     def backward(self, indices: list[int], cotangents: list[Any], layouts: list[str]) -> dict[str, Any]:
         """Gradients of the sum of <result[i], cotangent_i> with respect to the inputs that require them.

@@ -726,9 +726,7 @@ def _long_run(rng: np.random.Generator, tokens: int = LONG, causal: bool = True)
     rng = rng.spawn(1)[0]
     values = {n: rng.standard_normal((1, 1, tokens, D)) for n in INPUT_NAMES[:4]}
     values |= {"value": rng.standard_normal((1, 1, tokens, 2 * D)), "coefficient": np.asarray(0.6)}
-    where = f" at T = {tokens}" + ("" if causal else " with causal=False")
-    return GradientRun(values, ATTENTION_GRADS, where, subject=None if causal else attention_subject(False),
-                       cotangent=rng.standard_normal((1, 1, tokens, 2 * D)), truth=lambda v: truth(v, causal))
+    return findings.long_run(values, ATTENTION_GRADS, rng.standard_normal((1, 1, tokens, 2 * D)), tokens, causal, attention_subject(False), truth)
 
 
 STALE_PARTS = {"coefficient": "coefficient", "value": "value"}

@@ -818,9 +818,7 @@ def _long_run(function: str, grads: tuple[str, ...], rng: np.random.Generator, t
     values = {"q": rng.standard_normal((1, tokens, 4, 4)), "k": rng.standard_normal((1, tokens, 2, 4)), "v": rng.standard_normal((1, tokens, 2, 4)),
               "lambda_logits": 1.5 * rng.standard_normal((1, tokens, 2))}  # fmt: skip
     cotangent = rng.standard_normal((1, tokens, 4 if function == GQA else 2, 4))
-    where = f" at T = {tokens}" + ("" if causal else " with causal=False")
-    return GradientRun(values, grads, where, subject=None if causal else subject(function, False), cotangent=cotangent,
-                       truth=lambda v: truth(function, v, causal))
+    return findings.long_run(values, grads, cotangent, tokens, causal, subject(function, False), functools.partial(truth, function))
 
 
 def padding_probe(worker: Worker, function: str, values: Values, found: Found) -> bool:
