@@ -1,4 +1,4 @@
-"""Shared helpers: grade a file with the real CLI in a subprocess, read its report."""
+"""Shared helpers: grade a file with the real CLI (in a fresh process, or in a warm one that grades file after file), read its report."""
 
 from __future__ import annotations
 
@@ -6,8 +6,12 @@ import ast
 import importlib.util
 import json
 import os
+import queue
+import select
 import subprocess
 import sys
+import tempfile
+import threading
 import types
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -45,35 +49,112 @@ class Graded:
         return next(t for t in self.report["tiers"] if t["name"] == name)
 
 
-def run_cli(args: list[str], workdir: Path, reports: Path | None = None, timeout: float = 300) -> Graded:
-    """Run ``python -m grader ARGS`` in ``workdir``, reports written to ``reports`` (default: workdir)."""
-    reports = reports or workdir
-    json_path, html_path = reports / "report.json", reports / "report.html"
-    command = [sys.executable, "-m", "grader", *args]
+def cli_command(args: list[str], reports: Path) -> tuple[list[str], Path, Path]:
+    """The arguments of a ``diffgrade`` run of ``args`` for a test, and where its JSON and HTML reports go."""
+    command = list(args)
     if "--audience" not in args:
         command += ["--audience", "instructor"]  # the tests read every check's message
     if "--json" in args:
-        json_path, html_path = Path(args[args.index("--json") + 1]), Path(args[args.index("--html") + 1])
-    else:
-        command += ["--json", str(json_path), "--html", str(html_path)]
-    env = {**os.environ, "NO_COLOR": "1"}
-    done = subprocess.run(command, cwd=workdir, capture_output=True, text=True, timeout=timeout, env=env)
+        return command, Path(args[args.index("--json") + 1]), Path(args[args.index("--html") + 1])
+    json_path, html_path = reports / "report.json", reports / "report.html"
+    return [*command, "--json", str(json_path), "--html", str(html_path)], json_path, html_path
+
+
+def graded_run(code: int, stdout: str, stderr: str, json_path: Path, html_path: Path) -> Graded:
+    """A finished run, with the reports it wrote."""
     report = json.loads(json_path.read_text()) if json_path.exists() else None
     html = html_path.read_text() if html_path.exists() else None
-    return Graded(done.returncode, done.stdout, done.stderr, report, html)
+    return Graded(code, stdout, stderr, report, html)
+
+
+def run_cli(args: list[str], workdir: Path, reports: Path | None = None, timeout: float = 300) -> Graded:
+    """Run ``python -m grader ARGS`` in a fresh process in ``workdir``, reports written to ``reports`` (default: workdir)."""
+    command, json_path, html_path = cli_command(args, reports or workdir)
+    env = {**os.environ, "NO_COLOR": "1"}
+    done = subprocess.run([sys.executable, "-m", "grader", *command], cwd=workdir, capture_output=True, text=True, timeout=timeout, env=env)
+    return graded_run(done.returncode, done.stdout, done.stderr, json_path, html_path)
+
+
+class WarmGraders:
+    """Up to two processes of tests/grading_server.py (the machine has two cores), each taken by one run at a time."""
+
+    def __init__(self, size: int = 2) -> None:
+        self.size, self.started = size, 0
+        self.idle: queue.Queue[subprocess.Popen[str]] = queue.Queue()
+        self.lock = threading.Lock()
+        self.processes: list[subprocess.Popen[str]] = []
+
+    def take(self) -> subprocess.Popen[str]:
+        """An idle server, started when none is idle and fewer than ``size`` run."""
+        with self.lock:
+            if self.idle.empty() and self.started < self.size:
+                self.started += 1
+                process = subprocess.Popen([sys.executable, str(ROOT / "tests" / "grading_server.py")], stdin=subprocess.PIPE,
+                                           stdout=subprocess.PIPE, text=True, cwd=tempfile.gettempdir())  # fmt: skip
+                self.processes.append(process)
+                return process
+        return self.idle.get()
+
+    def run(self, command: list[str], workdir: Path, timeout: float) -> dict[str, Any]:
+        """The reply to one request; a server that does not answer within ``timeout`` is killed and replaced."""
+        process = self.take()
+        assert process.stdin is not None and process.stdout is not None
+        process.stdin.write(json.dumps({"argv": command, "cwd": str(workdir)}) + "\n")
+        process.stdin.flush()
+        if not select.select([process.stdout], [], [], timeout)[0]:
+            process.kill()
+            with self.lock:
+                self.started -= 1
+            raise subprocess.TimeoutExpired(command, timeout)
+        line = process.stdout.readline()
+        if not line:
+            with self.lock:
+                self.started -= 1
+            raise RuntimeError(f"the grading server ended with code {process.wait()}")
+        self.idle.put(process)
+        return dict(json.loads(line))
+
+    def close(self) -> None:
+        """Let every server finish (end of input) and wait for it."""
+        for process in self.processes:
+            if process.poll() is None:
+                assert process.stdin is not None
+                process.stdin.close()
+                try:
+                    process.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+
+
+WARM = WarmGraders()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Stop the warm graders."""
+    WARM.close()
+
+
+def run_warm(args: list[str], workdir: Path, timeout: float = 300) -> Graded:
+    """Run ``diffgrade ARGS`` in ``workdir`` in a warm grading process (tests/grading_server.py), as :func:`run_cli` would.
+
+    For tests that read a file's report: the run is the one a fresh process makes, without its torch import.
+    """
+    command, json_path, html_path = cli_command(args, workdir)
+    reply = WARM.run(command, workdir, timeout)
+    return graded_run(reply["code"], reply["stdout"], reply["stderr"], json_path, html_path)
 
 
 def first_root_cause(corpus_file: str, workdir: Path, tiers: str = "T2", *args: str) -> dict[str, Any]:
     """The first root cause of tests/corpus/``corpus_file`` graded on seed 20261201 with ``tiers`` alone (``args``: more options)."""
     path = ROOT / "tests" / "corpus" / corpus_file
-    return run_cli([str(path), *args, "--seed", "20261201", "--no-preview", "--tiers", tiers], workdir).report["diagnosis"]["root_causes"][0]
+    return run_warm([str(path), *args, "--seed", "20261201", "--no-preview", "--tiers", tiers], workdir).report["diagnosis"]["root_causes"][0]
 
 
 def grade(path: Path, workdir: Path, seed: int = 1234, *extra: str) -> Graded:
     """Grade ``path`` with ``seed`` (no preview curve unless asked for, to save time)."""
     workdir.mkdir(parents=True, exist_ok=True)
     options = list(extra) if "--reference" in extra else ["--no-preview", *extra]
-    return run_cli([str(path), "--seed", str(seed), *options], workdir)
+    return run_warm([str(path), "--seed", str(seed), *options], workdir)
 
 
 def grade_many(jobs: dict[str, tuple[Path, int]], workdir: Path) -> dict[str, Graded]:

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import ROOT, first_root_cause, grade, run_cli
+from conftest import ROOT, first_root_cause, grade, run_cli, run_warm
 from test_ci_outputs import sample_report
 
 from grader.core import diagnosis, registry
@@ -222,7 +222,7 @@ def test_a_coefficient_left_out_is_named_by_the_offset_that_vanishes(tmp_path: A
     source = (ROOT / "tests" / "corpus" / "correct" / "einsum.py").read_text()
     path = tmp_path / "unweighted.py"
     path.write_text(source.replace("coefficient * s2.softmax(-1)", "s2.softmax(-1)"))
-    run = run_cli([str(path), "--seed", "3", "--no-preview", "--tiers", "T2"], tmp_path)
+    run = run_warm([str(path), "--seed", "3", "--no-preview", "--tiers", "T2"], tmp_path)
     first = run.report["diagnosis"]["root_causes"][0]
     assert (first["function"], first["component"]) == ("differential_attention", "coefficient"), first
 
@@ -234,7 +234,7 @@ def test_a_fault_of_tensor_coefficients_only_is_probed_with_tensor_coefficients(
     path = tmp_path / "added_for_tensors.py"
     path.write_text(source.replace("coefficient * s2.softmax(-1)",
                                    "(-coefficient if isinstance(coefficient, torch.Tensor) else coefficient) * s2.softmax(-1)"))
-    run = run_cli([str(path), "--seed", "3", "--no-preview", "--tiers", "T2"], tmp_path)
+    run = run_warm([str(path), "--seed", "3", "--no-preview", "--tiers", "T2"], tmp_path)
     first = run.report["diagnosis"]["root_causes"][0]
     assert (first["function"], first["component"]) == ("differential_attention", "sign"), first
 
@@ -731,7 +731,7 @@ def test_a_mean_taken_out_of_value_and_put_back_is_named_by_the_shared_offset_it
     )
     path = tmp_path / "centred.py"
     path.write_text(source)
-    run = run_cli([str(path), "--seed", "3", "--no-preview", "--tiers", "T2"], tmp_path)
+    run = run_warm([str(path), "--seed", "3", "--no-preview", "--tiers", "T2"], tmp_path)
     first = run.report["diagnosis"]["root_causes"][0]
     assert (first["function"], first["component"]) == ("differential_attention", "value"), first
     assert first["title"] == "A value offset shared by every token comes out scaled by 1, not 1 − λ" and "must move by 1.5" in first["evidence"]
@@ -774,7 +774,7 @@ def test_a_fault_of_integer_coefficients_only_is_placed_by_the_calls_that_met_it
     path.write_text(source.replace("coefficient * s2.softmax(-1)",
                                    "(coefficient / 100 if isinstance(coefficient, torch.Tensor) and not coefficient.is_floating_point() "
                                    "else coefficient) * s2.softmax(-1)"))
-    first = run_cli([str(path), "--seed", "3", "--no-preview", "--tiers", "T2"], tmp_path).report["diagnosis"]["root_causes"][0]
+    first = run_warm([str(path), "--seed", "3", "--no-preview", "--tiers", "T2"], tmp_path).report["diagnosis"]["root_causes"][0]
     assert (first["function"], first["component"]) == (A, "coefficient")
     assert first["title"] == f"{A} gives wrong values when the coefficient is 0-dim int64 tensor"
 
@@ -798,7 +798,7 @@ def test_a_backward_recomputed_over_key_prefixes_is_wrong_past_512_tokens_withou
 def test_a_forward_wrong_only_past_512_tokens_is_no_backward_fault(tmp_path: Any) -> None:
     """Long rows that keep only their top keys: the gradient probe's run at 513 tokens meets a wrong forward, so it blames
     no gradient (the value checks report the forward)."""
-    run = run_cli([str(ROOT / "tests" / "corpus" / "diagnosis_harvest" / "wrong" / "att_long_rows_top_k_keys.py"), "--seed", "20261201",
+    run = run_warm([str(ROOT / "tests" / "corpus" / "diagnosis_harvest" / "wrong" / "att_long_rows_top_k_keys.py"), "--seed", "20261201",
                    "--no-preview", "--tiers", "T3"], tmp_path)
     assert run.report["score"] < 100.0
     assert not any("T = 513" in cause["evidence"] for cause in run.report["diagnosis"]["root_causes"])
