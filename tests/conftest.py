@@ -79,51 +79,52 @@ class WarmGraders:
     """Up to two processes of tests/grading_server.py (the machine has two cores), each taken by one run at a time."""
 
     def __init__(self, size: int = 2) -> None:
-        self.size, self.started = size, 0
+        self.size = size
         self.idle: queue.Queue[subprocess.Popen[str]] = queue.Queue()
         self.lock = threading.Lock()
-        self.processes: list[subprocess.Popen[str]] = []
+        self.processes: list[subprocess.Popen[str]] = []  # the servers alive, idle or busy
 
     def take(self) -> subprocess.Popen[str]:
-        """An idle server, started when none is idle and fewer than ``size`` run."""
+        """An idle server, started when none is idle and fewer than ``size`` are alive."""
         with self.lock:
-            if self.idle.empty() and self.started < self.size:
-                self.started += 1
+            if self.idle.empty() and len(self.processes) < self.size:
                 process = subprocess.Popen([sys.executable, str(ROOT / "tests" / "grading_server.py")], stdin=subprocess.PIPE,
                                            stdout=subprocess.PIPE, text=True, cwd=tempfile.gettempdir())  # fmt: skip
                 self.processes.append(process)
                 return process
         return self.idle.get()
 
+    def retire(self, process: subprocess.Popen[str]) -> None:
+        """Kill a server that failed a request; the next request starts another."""
+        process.kill()
+        process.wait()
+        with self.lock:
+            self.processes.remove(process)
+
     def run(self, command: list[str], workdir: Path, timeout: float) -> dict[str, Any]:
-        """The reply to one request; a server that does not answer within ``timeout`` is killed and replaced."""
+        """The reply to one request; a server that does not answer within ``timeout``, or ends, is retired."""
         process = self.take()
         assert process.stdin is not None and process.stdout is not None
         process.stdin.write(json.dumps({"argv": command, "cwd": str(workdir)}) + "\n")
         process.stdin.flush()
-        if not select.select([process.stdout], [], [], timeout)[0]:
-            process.kill()
-            with self.lock:
-                self.started -= 1
-            raise subprocess.TimeoutExpired(command, timeout)
-        line = process.stdout.readline()
+        line = process.stdout.readline() if select.select([process.stdout], [], [], timeout)[0] else None
         if not line:
-            with self.lock:
-                self.started -= 1
-            raise RuntimeError(f"the grading server ended with code {process.wait()}")
+            self.retire(process)
+            if line is None:
+                raise subprocess.TimeoutExpired(command, timeout)
+            raise RuntimeError(f"the grading server ended with code {process.returncode}")
         self.idle.put(process)
         return dict(json.loads(line))
 
     def close(self) -> None:
         """Let every server finish (end of input) and wait for it."""
         for process in self.processes:
-            if process.poll() is None:
-                assert process.stdin is not None
-                process.stdin.close()
-                try:
-                    process.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    process.kill()
+            assert process.stdin is not None
+            process.stdin.close()
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
 
 
 WARM = WarmGraders()

@@ -20,6 +20,7 @@ import contextlib
 import io
 import json
 import os
+import sys
 import traceback
 
 
@@ -27,7 +28,7 @@ def exit_code(exc: SystemExit) -> int:
     """The exit code a process ending with ``exc`` would have."""
     if exc.code is None or isinstance(exc.code, int):
         return exc.code or 0
-    print(exc.code)  # sys.exit("message"): Python prints it to stderr
+    print(exc.code, file=sys.stderr)  # sys.exit("message"): Python prints the message
     return 1
 
 
@@ -52,8 +53,7 @@ def main() -> None:
                 try:
                     code = run(request["argv"], forks)
                 except SystemExit as exc:
-                    with contextlib.redirect_stdout(err):
-                        code = exit_code(exc)
+                    code = exit_code(exc)
                 except BaseException:  # what an uncaught exception does to a process: its traceback, exit 1
                     traceback.print_exc()
                     code = 1
