@@ -28,6 +28,23 @@ def test_mismatch_message_names_worst_element_and_counts() -> None:
     assert verdict.worst_ratio == 5000.0
 
 
+def test_mismatches_confined_to_part_of_the_array_are_located_as_a_slice() -> None:
+    """Wrong elements only in the last batch element's last heads are placed as [5, 2:6, :, :]; wrong everywhere, or one
+    wrong element, adds no such line."""
+    expected = np.zeros((6, 6, 6, 6))
+    tail = expected.copy()
+    tail[5, 2:] = 1.0
+    lines = compare("output", tail, expected, 1e-9).message.splitlines()
+    assert lines[1] == "Every mismatched element lies within [5, 2:6, :, :] of shape [6, 6, 6, 6]; the elements outside are within tolerance."
+    rows = expected.copy()
+    rows[:, :, 3:, 1] = 1.0
+    assert "lies within [:, :, 3:6, 1] of shape" in compare("output", rows, expected, 1e-9).message
+    single = expected.copy()
+    single[1, 2, 3, 4] = 1.0
+    for everywhere_or_one in (expected + 1.0, single):
+        assert "lies within" not in compare("output", everywhere_or_one, expected, 1e-9).message
+
+
 def test_nan_and_inf_never_pass() -> None:
     """Non-finite values fail however large the allowance, and are counted."""
     verdict = compare("output", np.array([np.nan, np.inf, 1.0]), np.array([1.0, 1.0, 1.0]), 1e9)

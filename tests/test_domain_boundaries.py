@@ -1,13 +1,16 @@
 """Calls at boundaries of the domain that blind corpora found unvisited: gradients past 512 tokens without the mask, tied
-branches, signed integer tensor coefficients (and the stub's refusal of unsigned ones), and the words and findings the
-diagnosis gives them."""
+branches, signed integer tensor coefficients (and the stub's refusal of unsigned ones), axes of equal sizes, (batch, head)
+pairs past every block size, coefficients near 0 in every autograd mode, and the words and findings the diagnosis gives
+them."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from conftest import ROOT, load_module
+from conftest import ROOT, grade, grade_class, load_module
 
 from grader.exercises.diffattn import cases as attention_cases
 from grader.exercises.diffattn import suite as attention_suite
@@ -95,3 +98,59 @@ def test_wrong_only_when_places_a_fault_by_a_declared_attribute_and_nothing_else
     assert "1 of the value checks' calls" in found.findings[0].evidence and "the other 2 calls were right" in found.findings[0].evidence
     assert not findings.wrong_only_when(found, "f", calls, {"the coefficient": "coefficient"})  # the forward already has a cause
     assert not findings.wrong_only_when(findings.Found(), "f", calls, {"the inputs' dtype": "dtype"})
+
+
+FROST = ROOT / "tests" / "corpus" / "diagnosis_frost" / "wrong"
+# A DIFF V2 gate that also accepts [B, H, T] logits and tells them apart by size: right unless T == H.
+GATE_LAYOUT_GUESSED = (
+    "    attended = gqa_attention(q, k, v, causal)\n",
+    "    if lambda_logits.shape[1] == lambda_logits.shape[2]:\n        lambda_logits = lambda_logits.transpose(1, 2)\n"
+    "    attended = gqa_attention(q, k, v, causal)\n",
+)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_output_sets_meet_coinciding_axes_and_pairs_past_every_block(seed: int) -> None:
+    """Both exercises' output sets call on a value as long as it is wide (B = H = T = 2D), on every axis equally long, and on
+    (batch, head) pairs past the largest block size and no multiple of the smallest."""
+    shapes = [c.q1.shape for c in attention_suite.attention_causal(seed) + attention_suite.attention_noncausal(seed)]
+    assert any(b == h == t == 2 * d for b, h, t, d in shapes) and any(b == h == t == d > 1 for b, h, t, d in shapes)
+    assert any(b * h > max(domain.BLOCK_SIZES) and b * h % min(domain.BLOCK_SIZES) for b, h, _, _ in shapes)
+    for output_set in (v2_suite.gqa_causal, v2_suite.gqa_noncausal, v2_suite.diff_causal, v2_suite.diff_noncausal):
+        found = output_set(seed)
+        assert any(c.q.shape[0] == c.q.shape[1] == c.q.shape[2] == 2 * c.q.shape[3] == 2 * c.k.shape[2] for c in found)
+        assert any(len(set(c.output_shape) | {c.k.shape[2]}) == 1 for c in found)
+        pairs = [c.output_shape[0] * c.output_shape[2] for c in found]
+        assert any(n > max(domain.BLOCK_SIZES) and n % min(domain.BLOCK_SIZES) for n in pairs)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_coefficients_near_zero_are_called_in_every_autograd_mode(seed: int) -> None:
+    """Three float64 calls with 1e-8 <= |coefficient| <= 1e-3, one per autograd mode (a shortcut under no_grad meets one)."""
+    small = [c for c in attention_suite.attention_coefficients(seed) if 0 < abs(c.coefficient) <= 1e-3]
+    assert all(c.dtype == "float64" and abs(c.coefficient) >= 1e-8 for c in small)
+    assert sorted(c.grad_mode for c in small) == sorted(domain.GRAD_MODES)
+
+
+def test_faults_at_those_calls_lose_their_checks(tmp_path: Path) -> None:
+    """Value taken as feature-major when T == 2D, batch-head blocks whose tail is never computed, the second branch skipped
+    under no_grad for a small coefficient, an inference tensor from a no_grad call, λ resetting its vectors' .grad, and a
+    DIFF V2 gate transposed when T == H each fail the check that covers them, on a seed no corpus measurement used."""
+    expected = {
+        "att_value_major_layout_guessed_from_shape": "causal_values",
+        "att_head_groups_range_drops_tail": "causal_values",
+        "att_eval_skips_branch_for_tiny_coefficient": "coefficient_values",
+        "att_no_grad_path_inference_tensor_output": "attention_returns_one_tensor",
+        "lam_param_grads_reset": "inputs_not_modified",
+    }
+    runs = grade_class({name: FROST / f"{name}.py" for name in expected}, 9, tmp_path / "attention")
+    assert {name: runs[name].check(check)["status"] for name, check in expected.items()} == dict.fromkeys(expected, "failed")
+    first = runs["att_no_grad_path_inference_tensor_output"].report["diagnosis"]["root_causes"][0]
+    assert (first["component"], first["title"]) == ("type", "differential_attention returns inference tensors to callers outside inference mode")
+    assert "`with torch.inference_mode():`" in first["evidence"]
+    assert "lies within [" in runs["att_head_groups_range_drops_tail"].check("causal_values")["message"]
+    source = (ROOT / "reference" / "diff_v2_attention.py").read_text()
+    assert source.count(GATE_LAYOUT_GUESSED[0]) == 1
+    (tmp_path / "gate.py").write_text(source.replace(*GATE_LAYOUT_GUESSED))
+    gate = grade(tmp_path / "gate.py", tmp_path / "v2", 9, "--exercise", "diff_v2")
+    assert gate.report["score"] < 100 and gate.check("diff_v2_noncausal_values")["status"] == "failed"

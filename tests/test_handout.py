@@ -146,6 +146,24 @@ def test_runner_fails_a_solution_without_the_causal_mask(bundle: Path, tmp_path:
     assert "Traceback" not in done.stdout + done.stderr
 
 
+RESETS_HELD_GRADS = ("    dots = ", "    for vector in (q1, k1, q2, k2):\n        vector.grad = None\n    dots = ")
+INFERENCE_OUTPUT = ("    n, d = ", "    if not torch.is_grad_enabled() and not torch.is_inference_mode_enabled():\n"
+                    "        with torch.inference_mode():\n            return differential_attention(q1, k1, q2, k2, value, coefficient, causal)\n"
+                    "    n, d = ")
+
+
+@pytest.mark.parametrize("edit, failed", [(RESETS_HELD_GRADS, "inputs_not_modified"), (INFERENCE_OUTPUT, "attention_returns_one_tensor")])
+def test_runner_replays_held_grads_and_the_callers_autograd_mode(bundle: Path, tmp_path: Path, edit: tuple[str, str], failed: str) -> None:
+    """A λ that resets the .grad its vectors held, and an attention that returns an inference tensor from a no_grad call,
+    each fail their check in the runner as in the grader, and only it."""
+    source = EINSUM.read_text()
+    assert source.count(edit[0]) == 1
+    done = run_checks(student_copy(bundle, tmp_path, source.replace(*edit)))
+    assert done.returncode == 1
+    assert [line.split(":")[0] for line in done.stdout.splitlines() if line.startswith("  FAIL  ")] == [f"  FAIL  {failed}"]
+    assert "Traceback" not in done.stdout + done.stderr
+
+
 def test_runner_on_the_stub_says_not_implemented(bundle: Path, tmp_path: Path) -> None:
     """The untouched stub fails every check with "not implemented yet"; exit 1, no traceback."""
     done = run_checks(student_copy(bundle, tmp_path, None))

@@ -27,6 +27,7 @@ SKIPPED = {"type": "Skipped", "message": "not called, because a call it depends 
 # (a wrong but honest shape, such as T×T attention maps instead of T×D outputs, is still read and judged).
 REPLY_FACTOR = 4
 REPLY_FLOOR = 16_384
+HELD_GRAD = 0.25  # every element of the .grad that an input given as a "held_grad" leaf holds before the calls
 
 
 @dataclass(frozen=True, eq=False)
@@ -114,6 +115,7 @@ class Returned:
     value: np.ndarray | None = None
     overwritten: bool = False  # a later call of the same request wrote into this result
     grad_mode_left: bool | None = None  # whether grad mode was on when the call returned, if it was not as the call found it
+    inference_outside: bool = False  # an inference tensor returned by a call made outside torch.inference_mode
 
 
 @dataclass
@@ -232,7 +234,7 @@ def _encode(requests: Sequence[Request], results: list[tuple[str, int]]) -> tupl
         "tensors": [
             {"array": i, "dtype": t.dtype, "requires_grad": t.requires_grad, "layout": t.layout}
             | ({"activation": True} if t.activation and t.requires_grad else {})
-            | ({"held_grad": True} if t.held_grad and t.requires_grad and not t.activation else {})
+            | ({"held_grad": HELD_GRAD} if t.held_grad and t.requires_grad and not t.activation else {})
             for i, t in enumerate(tensors)
         ],
     }
@@ -471,6 +473,7 @@ def _decode(reply: dict[str, Any], arrays: list[np.ndarray]) -> Outcome:
             repr=_field(call, "repr", str),
             length=_field(call, "length", int, None),
             grad_mode_left=_field(call, "grad_mode_left", bool, None),
+            inference_outside=_field(call, "inference_outside", bool, False),
         )
         if returned.exact_tensor:
             returned.shape = tuple(int(n) for n in _field(call, "shape", list))

@@ -41,6 +41,7 @@ def compare(what: str, got: np.ndarray | None, expected: np.ndarray, allowed: np
         return Comparison(True, f"all {expected.size} elements within tolerance", worst_ratio, what)
     lines = [
         f"Mismatched elements: {int(bad.sum())} / {expected.size} ({100.0 * bad.mean():.1f}%).",
+        *_confined(bad),
         "Worst element at index "
         + f"{worst}: got {_number(got64[worst])}, expected {_number(expected[worst])}, "
         + f"absolute error {_number(error[worst])}, relative error {_relative(error[worst], expected[worst])}, "
@@ -96,6 +97,21 @@ def _located(message: str, contexts: list[str]) -> str:
     else:
         return message
     return f"{first}\n({where})" + (f"\n{rest}" if rest else "")
+
+
+def _confined(bad: np.ndarray) -> list[str]:
+    """A line saying the smallest box of indices, as a slice, that holds every mismatched element, when it leaves some
+    index of some axis out (the last batch element's last heads, the tokens past a block): where the fault lives."""
+    if bad.sum() < 2:  # the worst element's index says it
+        return []
+    spans = []
+    for axis in range(bad.ndim):
+        hit = np.flatnonzero(bad.any(axis=tuple(a for a in range(bad.ndim) if a != axis)))
+        first, last = int(hit[0]), int(hit[-1])
+        spans.append(":" if (first, last) == (0, bad.shape[axis] - 1) else str(first) if first == last else f"{first}:{last + 1}")
+    if all(span == ":" for span in spans):
+        return []
+    return [f"Every mismatched element lies within [{', '.join(spans)}] of shape {list(bad.shape)}; the elements outside are within tolerance."]
 
 
 def _index(flat: np.intp, shape: tuple[int, ...]) -> tuple[int, ...]:

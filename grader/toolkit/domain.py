@@ -352,13 +352,12 @@ def expanded_inputs(layouts: Sequence[str], dims: Mapping[int, str]) -> str:
     return f"every input {words}" if len(axes) == 1 and all(expansion_axis(layout) is not None for layout in layouts) else words
 
 
-def expanded_layouts(rng: np.random.Generator, count: int = 5, axes: Sequence[int] = (0,)) -> list[tuple[str, ...]]:
-    """Layouts for ``count`` (at least two) inputs in two calls per dim of ``axes``: a drawn half of them expanded along
-    it (:func:`expanded_on`) in the first, the others in the second, the rest contiguous. Each input is expanded once
-    along each dim, as when one input is a sequence shared by the batch (or keys shared by the heads) and the others are
-    not, and every call keeps inputs that can require grad."""
-    chosen = set(rng.permutation(count)[: count // 2].tolist())
-    return [tuple(expanded_on(axis) if (i in chosen) == first else "contiguous" for i in range(count)) for axis in axes for first in (True, False)]
+def expanded_layouts(count: int = 5, axes: Sequence[int] = (0,)) -> list[tuple[str, ...]]:
+    """Layouts for ``count`` (at least two) inputs, per dim of ``axes``: each input in turn left contiguous and the others
+    expanded along it (:func:`expanded_on`). So for every two inputs some call expands the one and not the other, as when
+    one input is a sequence shared by the batch (or a value shared by the heads) and another is not, whichever inputs a
+    path tests; and every call keeps an input that can require grad."""
+    return [tuple("contiguous" if i == kept else expanded_on(axis) for i in range(count)) for axis in axes for kept in range(count)]
 
 
 def expanded_together(count: int = 5, axes: Sequence[int] = (0,), kept: Sequence[int] = ()) -> list[tuple[str, ...]]:
@@ -373,6 +372,24 @@ def past_every_block(rng: np.random.Generator) -> int:
     :data:`BLOCK_SIZES` meets a last, shorter block (the keys a loop that stops one block early never visits)."""
     smallest, largest = min(BLOCK_SIZES), max(BLOCK_SIZES)
     return int(rng.choice([t for t in range(largest + 1, LONGEST + 1) if t % smallest]))
+
+
+def past_every_block_of_problems(rng: np.random.Generator) -> tuple[int, int]:
+    """(B, H): one to three batch elements whose (batch, head) pairs number past the largest block size and no multiple of
+    the smallest. Code that flattens the pairs and processes them in blocks meets a last, shorter block there (the pairs
+    a loop that stops one block early never computes); the drawn shapes have a few pairs each."""
+    smallest, largest = min(BLOCK_SIZES), max(BLOCK_SIZES)
+    batch = int(rng.integers(1, 4))
+    heads = [h for h in range(largest // batch + 1, LONGEST // batch + 1) if batch * h % smallest]
+    return batch, int(rng.choice(heads))
+
+
+def coinciding_sizes(rng: np.random.Generator) -> tuple[int, int]:
+    """Two sizes for shapes whose axes coincide: an even one, n, for shapes where one axis is twice another (T = 2D: a
+    value of n tokens has n features), and one, m, for shapes where every axis is m long. Code that tells an axis by its
+    size (a transpose when ``shape[-2] == 2 * D``, heads taken for tokens when they agree) guesses wrong there, and a
+    drawn shape has such sizes only by chance."""
+    return 2 * int(rng.integers(2, 5)), int(rng.integers(2, 6))
 
 
 def model_scale(rng: np.random.Generator, long: bool) -> tuple[int, int, int, int]:

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from grader.core.invoke import Request, ResultOf, TensorInput
+from grader.core.invoke import HELD_GRAD, Request, ResultOf, TensorInput
 from grader.core.plugin import declared_checks
 from grader.toolkit.casesets import CaseSet
 from grader.toolkit.domain import CallSequence
@@ -90,7 +90,8 @@ def request_json(request: Request, names: list[str]) -> dict[str, Any]:
             if id(value) not in numbered:
                 numbered[id(value)] = len(tensors)
                 tensors.append({"name": name_of.get(id(value), f"input {len(tensors)}"), "values": array_json(value.values),
-                                "dtype": value.dtype, "requires_grad": value.requires_grad})  # fmt: skip
+                                "dtype": value.dtype, "requires_grad": value.requires_grad}
+                               | ({"held_grad": HELD_GRAD} if value.held_grad and value.requires_grad and not value.activation else {}))  # fmt: skip
             return {"tensor": numbered[id(value)]}
         if isinstance(value, ResultOf):
             return {"result": value.call}

@@ -83,7 +83,10 @@ def raised(who: str, exc: BaseException, path: Path) -> str:
 def make_tensor(spec: Dict[str, Any]) -> torch.Tensor:
     """An input tensor: the float64 values cast to its dtype, a leaf that requires grad when asked."""
     values = torch.from_numpy(np.asarray(spec["values"], dtype=np.float64))
-    return values.to(getattr(torch, spec["dtype"])).requires_grad_(spec["requires_grad"])
+    made = values.to(getattr(torch, spec["dtype"])).requires_grad_(spec["requires_grad"])
+    if "held_grad" in spec:  # the .grad an earlier micro-batch of gradient accumulation left, which a call must keep
+        made.grad = torch.full_like(made, spec["held_grad"])
+    return made
 
 
 def run(entry: Dict[str, Any], module: Any, path: Path) -> Outcome:
@@ -159,16 +162,23 @@ def run(entry: Dict[str, Any], module: Any, path: Path) -> Outcome:
 
 
 def noted(t: torch.Tensor) -> Any:
-    """What :func:`changed` compares an input with: its values, version counter, requires_grad and where its elements lie."""
-    return t.detach().clone(), t._version, t.requires_grad, (t.data_ptr(), t.storage_offset(), t.stride())
+    """What :func:`changed` compares an input with: its values, version counter, requires_grad, where its elements lie and
+    the .grad it holds."""
+    return t.detach().clone(), t._version, t.requires_grad, (t.data_ptr(), t.storage_offset(), t.stride()), \
+        None if t.grad is None else t.grad.clone()
 
 
 def changed(tensors: List[Optional[torch.Tensor]], names: List[str], before: List[Any]) -> List[str]:
-    """The inputs whose values, version counters, requires_grad or place in memory (``x.data`` replaced) are no longer what
-    they were (since built or refilled), or that hold a .grad (the submission ran a backward pass of its own)."""
+    """The inputs whose values, version counters, requires_grad, place in memory (``x.data`` replaced) or .grad are no longer
+    what they were (since built or refilled): a .grad added (the submission ran a backward pass of its own), or the one
+    the caller's tensor held reset or changed."""
     return [n for n, t, b in zip(names, tensors, before)
-            if t is not None and (t._version != b[1] or t.requires_grad != b[2] or (t.is_leaf and t.grad is not None)
+            if t is not None and (t._version != b[1] or t.requires_grad != b[2] or not _same_grad(t.grad if t.is_leaf else None, b[4])
                                   or (t.data_ptr(), t.storage_offset(), t.stride()) != b[3] or not torch.equal(t.detach(), b[0]))]
+
+
+def _same_grad(grad: Optional[torch.Tensor], held: Optional[torch.Tensor]) -> bool:
+    return grad is None if held is None else grad is not None and torch.equal(grad, held)
 
 
 def plain_tensor(entry: Dict[str, Any], outcome: Outcome) -> Any:
@@ -204,6 +214,8 @@ def kind_problem(entry: Dict[str, Any], outcome: Outcome, check: Dict[str, Any])
         return result
     if result.layout != torch.strided or result.dtype not in FLOATING:
         return f"expected a dense floating-point tensor, got layout {result.layout}, dtype {result.dtype}"
+    if result.is_inference() and entry["request"]["calls"][-1].get("grad_mode") != "inference_mode":
+        return say("inference_outside")
     return None
 
 

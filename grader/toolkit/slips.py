@@ -89,6 +89,7 @@ CANNOT_RUN = ("NameError", "UnboundLocalError", "ImportError", "ModuleNotFoundEr
 NUMBER_SLIPS = re.compile(rf"\.item\(\)|\bmath\.(exp|log|sqrt)\(|{_TO_FLOAT}|\.tolist\(\)")
 GRAPH_SLIPS = re.compile(rf"\.detach\(\)|no_grad|\.numpy\(\)|torch\.tensor\(|\.data\b|\.item\(\)|{_TO_FLOAT}")
 MODE_SWITCHES = re.compile(r"set_grad_enabled\(|\.__enter__\(|_C\._set_grad_enabled")
+INFERENCE_MODE = re.compile(r"\binference_mode\b")
 INPLACE = r"\b{name}\b\s*(\.\w+_\(|[-+*/]=|\[[^\]]*\]\s*=(?!=))"
 GRAD_WRITE = re.compile(r"\.grad\s*=(?!=)|\.grad\.\w+_\(|\bsetattr\(.*['\"]grad['\"]")  # code that sets or resets a .grad
 ASPECT_OF = {"type": "type", "shape": "type", "dtype": "dtype", "strided": "strided", "coefficient": "coefficient",
@@ -700,6 +701,20 @@ def _grad_mode_left(function: str, calls: Sequence[Observed], source: str | None
                      explains=frozenset({"graph", "gradients"}), note="grad mode left switched by an earlier call")]  # fmt: skip
 
 
+def _inference_outside(function: str, calls: Sequence[Observed], source: str | None) -> list[Finding]:
+    """A type finding when calls made outside inference mode returned inference tensors: the function switched the mode on
+    for itself, and its caller can use the answer neither in autograd nor in place."""
+    made = [c for c in calls if c.result is not None and c.result.inference_outside]
+    if not made:
+        return []
+    return [_finding(function, "type", f"{function} returns inference tensors to callers outside inference mode",
+                     f"{len(made)} of {len(calls)} calls, made with autograd on or under torch.no_grad(), returned a tensor made under "
+                     f"torch.inference_mode(){first_line(source, function, INFERENCE_MODE)}: the caller, outside that mode, can "
+                     "neither modify it in place nor use it in a computation autograd records.",
+                     "leave the autograd mode to the caller: compute in the mode the function is called in (torch.no_grad() "
+                     "inside it is harmless; torch.inference_mode() is the caller's choice)", explains=frozenset({"type"}))]  # fmt: skip
+
+
 def _overwritten(function: str, calls: Sequence[Observed], declared: Declarations) -> list[Finding]:
     """A finding when a tensor the function returned was written into by a later call of the same request: a buffer kept
     between calls and returned to every caller."""
@@ -722,7 +737,7 @@ def findings(calls: Sequence[Observed], source: str | None, declared: Declaratio
     for function, made in mine.items():
         found += _raised(function, made, source, declared, own, place) + _not_tensors(function, made, source)
         found += [place(f) if f.component == UNPLACED else f for f in _placed_shapes(_shapes(function, made, declared), made, declared)]
-        found += _mutations(function, made, source) + _grad_mode_left(function, made, source)
+        found += _mutations(function, made, source) + _grad_mode_left(function, made, source) + _inference_outside(function, made, source)
         found += _detached(function, made, source, declared) + _overwritten(function, made, declared)
     # a callee's fault seen through its caller's calls too: keep the callee's own finding
     kept: dict[tuple[str | None, str, str], Finding] = {}

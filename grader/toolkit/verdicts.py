@@ -36,6 +36,8 @@ PHRASES: dict[str, str] = {
     "dtype": "expected dtype {expected} (the inputs' dtype), got {got}",
     "device": "expected device cpu (the inputs' device), got {got}",
     "modified": "modified its input(s) {names} (values, version counter, place in memory, requires_grad, or .grad: one added, or the one the caller's tensor already held reset or changed); compute on new tensors and leave the inputs as they came",
+    "inference_outside": "expected an ordinary tensor, got an inference tensor (one made under torch.inference_mode) from a call made "
+    "outside inference mode: its caller can neither modify it in place nor use it where autograd records; leave the mode to the caller",
     "made_anew": "the output requires grad but has no autograd history (grad_fn is None): it was made anew from values "
     "(torch.tensor(...), .detach().requires_grad_()), so no gradient reaches the inputs; keep every step in torch",
     "detached": "the output does not require grad although its inputs do: it was detached (.detach(), .numpy(), torch.no_grad()); "
@@ -131,7 +133,8 @@ def shape_dtype_problem(result: Returned, shape: tuple[int, ...], dtype: str) ->
 
 
 def kind_problem(result: Returned, shape: tuple[int, ...], floating: tuple[str, ...] = FLOATING, like: str = "") -> str | None:
-    """The problem with a tensor's shape, layout or (non-floating) dtype, or None.
+    """The problem with a tensor's shape, layout or (non-floating) dtype, or its being an inference tensor that a call made
+    outside inference mode returned; or None.
 
     ``like`` names the input whose shape the result must have, for the
     message ("the shape of value").
@@ -143,6 +146,8 @@ def kind_problem(result: Returned, shape: tuple[int, ...], floating: tuple[str, 
         return f"expected a dense tensor (layout torch.strided), got layout {result.layout}"
     if result.dtype not in floating:
         return f"expected a floating-point tensor, got dtype {result.dtype}"
+    if result.inference_outside:
+        return phrase("inference_outside")
     return None
 
 

@@ -48,7 +48,6 @@ CONFIG_BYTES = 1 << 20
 PACKED_GAP = 3  # elements before and between the inputs that lie in one storage (layout "packed")
 ALIASED_OFFSET = 5  # elements before the address at which every input of layout "aliased" starts
 INPUT_DTYPES = ("float32", "float64", "int64")  # an integer input never requires grad (a 0-dim integer coefficient)
-HELD_GRAD = 0.25  # every element of the .grad an input that asks for one holds before the calls (gradient accumulation)
 
 
 def apply_limits(limits: dict[str, int | None]) -> None:
@@ -562,7 +561,8 @@ class Run:
         """Give leaf input ``index`` a ``.grad`` before any call, as an earlier micro-batch of gradient accumulation leaves
         one: the caller's, which a call must neither reset nor change (:meth:`changed` compares it with a copy)."""
         facts = self.server.facts
-        held = self.torch.from_numpy(self.server.np.full(tuple(facts.shape(leaf)), HELD_GRAD, dtype=self.header["tensors"][index]["dtype"]))
+        spec = self.header["tensors"][index]
+        held = self.torch.from_numpy(self.server.np.full(tuple(facts.shape(leaf)), float(spec["held_grad"]), dtype=spec["dtype"]))
         facts.set_grad(leaf, held)
         self.held[index] = facts.clone(held)
 
@@ -755,6 +755,8 @@ class Run:
                 del args, kwargs
             self.results.append(result)
             facts = self.observe(result, call.get("max_elements"))
+            if facts["exact_tensor"] and call.get("grad_mode") != "inference_mode" and self.server.facts.is_inference(result):
+                facts["inference_outside"] = True  # its caller, outside inference mode, can neither write into it nor differentiate it
             calls.append({"status": "returned", "seconds": time.perf_counter() - started, **facts}
                          | ({} if left == called_in else {"grad_mode_left": bool(left)}))
             del result  # a later call may release it, and with it the inputs its graph holds

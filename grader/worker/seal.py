@@ -32,7 +32,7 @@ from typing import Any
 ATTRIBUTES = ("dtype", "shape", "_version", "requires_grad", "grad_fn", "is_leaf", "grad", "device", "layout")
 """Tensor attributes the worker reads, each through the C base class's descriptor."""
 METHODS = ("detach", "clone", "numel", "cpu", "contiguous", "resolve_conj", "resolve_neg", "numpy", "to", "is_complex", "is_floating_point",
-           "data_ptr", "storage_offset", "stride")
+           "data_ptr", "storage_offset", "stride", "is_inference")
 """Tensor methods the worker calls on results and inputs, each the C base class's own."""
 _ABSENT = object()
 CODE = operator.attrgetter("__code__")

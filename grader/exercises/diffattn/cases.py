@@ -47,6 +47,25 @@ INTEGER_DTYPES = ("int64",)
 _AnyCase = TypeVar("_AnyCase", "LambdaCase", "AttentionCase")
 
 
+def small_coefficient(rng: np.random.Generator) -> float:
+    """A coefficient of magnitude 1e-8 to 1e-3, either sign: λ near zero is not λ = 0 (a shortcut that drops the second
+    branch below some threshold loses coefficient·A2·V, which float64 resolves down to these magnitudes)."""
+    return float(rng.choice((-1.0, 1.0)) * 10.0 ** rng.uniform(-8.0, -3.0))
+
+
+def coinciding_shapes(rng: np.random.Generator) -> tuple[tuple[int, int, int, int], tuple[int, int, int, int]]:
+    """(B, H, T, D) shapes whose axes coincide (:func:`domain.coinciding_sizes`): B = H = T = 2D, where value is as long as
+    it is wide, and B = H = T = D, where a query is."""
+    even, side = domain.coinciding_sizes(rng)
+    return (even, even, even, even // 2), (side, side, side, side)
+
+
+def many_problems(rng: np.random.Generator) -> tuple[int, int, int, int]:
+    """(B, H, T, D) with (batch, head) pairs past every block size (:func:`domain.past_every_block_of_problems`), each of
+    2 to 6 tokens and 1 to 4 features."""
+    return (*domain.past_every_block_of_problems(rng), int(rng.integers(2, 7)), int(rng.integers(1, 5)))
+
+
 def paper_lambda_init(layer: int) -> float:
     """The paper's schedule: lambda_init = 0.8 - 0.6 exp(-0.3 (layer - 1)), layers from 1."""
     return 0.8 - 0.6 * math.exp(-0.3 * (layer - 1))

@@ -8,6 +8,7 @@ made once per run, through :meth:`GradingContext.memo`.
 from __future__ import annotations
 
 import functools
+import itertools
 from dataclasses import replace
 from typing import Any, Callable
 
@@ -116,7 +117,9 @@ def lambda_strided(seed: int) -> list[LambdaCase]:
 @SETS.register
 def attention_causal(seed: int) -> list[AttentionCase]:
     """Causal cases: T from 1 to 320 (next to block sizes half the time, once past 256), D from 1 to 64, both dtypes, causal omitted, by name and by
-    position, padding-like rows of zeros; and once T from 1025 to 1040 under inference_mode (:func:`domain.model_scale`)."""
+    position, padding-like rows of zeros; once T from 1025 to 1040 under inference_mode (:func:`domain.model_scale`); then
+    B = H = T = 2D (:func:`cases.coinciding_shapes`) and (batch, head) pairs past every block size
+    (:func:`cases.many_problems`)."""
     rng = domain.generator(seed, "attention_causal")
     return domain.cycled_modes([
         cases.attention_case(rng, (2, 2, 5, 4), "float32", True),
@@ -127,13 +130,18 @@ def attention_causal(seed: int) -> list[AttentionCase]:
         cases.attention_case(rng, domain.domain_shape(rng, 120), "float32", True, binding="positional"),
         cases.attention_case(rng, (1, 1, int(rng.integers(257, domain.LONGEST + 1)), int(rng.integers(1, 9))), "float64", True),
         cases.with_padding(cases.attention_case(rng, domain.domain_shape(rng, 3, 24), str(rng.choice(["float32", "float64"])), True), rng),
-    ]) + [replace(cases.attention_case(rng, domain.model_scale(rng, long=True), "float64", True), grad_mode=domain.LONG_CALL_MODE)]
+    ]) + [replace(cases.attention_case(rng, domain.model_scale(rng, long=True), "float64", True), grad_mode=domain.LONG_CALL_MODE)] + \
+        domain.cycled_modes([
+            cases.attention_case(rng, cases.coinciding_shapes(rng)[0], "float64", True),
+            cases.attention_case(rng, cases.many_problems(rng), "float32", True),
+        ])  # fmt: skip
 
 
 @SETS.register
 def attention_noncausal(seed: int) -> list[AttentionCase]:
-    """causal=False cases: T from 1 to 320 (once past 256), D from 1 to 64, both dtypes, by name and by position; and once 24
-    (batch, head) pairs with D from 65 to 128 (:func:`domain.model_scale`)."""
+    """causal=False cases: T from 1 to 320 (once past 256), D from 1 to 64, both dtypes, by name and by position; once 24
+    (batch, head) pairs with D from 65 to 128 (:func:`domain.model_scale`); then B = H = T = D and B = H = T = 2D
+    (:func:`cases.coinciding_shapes`), and (batch, head) pairs past every block size."""
     rng = domain.generator(seed, "attention_noncausal")
     return domain.cycled_modes([
         cases.attention_case(rng, (2, 2, 6, 4), "float32", False),
@@ -143,13 +151,16 @@ def attention_noncausal(seed: int) -> list[AttentionCase]:
         cases.attention_case(rng, domain.domain_shape(rng, 100), "float32", False),
         cases.attention_case(rng, (1, 1, int(rng.integers(257, domain.LONGEST + 1)), int(rng.integers(1, 9))), "float32", False),
         cases.attention_case(rng, domain.model_scale(rng, long=False), "float32", False),
+        *(cases.attention_case(rng, shape, "float64", False) for shape in reversed(cases.coinciding_shapes(rng))),
+        cases.attention_case(rng, cases.many_problems(rng), "float64", False),
     ])
 
 
 @SETS.register
 def attention_coefficients(seed: int) -> list[AttentionCase]:
     """Negative, zero, exactly one, greater-than-one, int and 0-dim tensor (also float64 with float32 inputs, and int64, a
-    signed integer dtype the contract allows) coefficients."""
+    signed integer dtype the contract allows) coefficients; then coefficients of magnitude 1e-8 to 1e-3
+    (:func:`cases.small_coefficient`), a Python float and a tensor, in float64, in each autograd mode."""
     rng = domain.generator(seed, "attention_coefficients")
     shape = functools.partial(domain.domain_shape, rng, 2, 70)
     return domain.cycled_modes([
@@ -162,7 +173,9 @@ def attention_coefficients(seed: int) -> list[AttentionCase]:
         cases.attention_case(rng, shape(), "float32", False, float(rng.choice([-1, 2, 3])), coefficient_kind="int"),
         cases.attention_case(rng, shape(), "float32", True, coefficient_kind="float64 tensor"),
         cases.attention_case(rng, shape(), "float32", True, float(rng.choice([-1, 2, 3])), coefficient_kind="int64 tensor"),
-    ])
+        *(cases.attention_case(rng, shape(), "float64", causal, cases.small_coefficient(rng), coefficient_kind=kind)
+          for causal, kind in ((True, "float"), (False, "tensor"), (None, "float"))),
+    ])  # fmt: skip
 
 
 @SETS.register(hidden=True)
@@ -193,8 +206,8 @@ def attention_large_logits(seed: int) -> list[AttentionCase]:
 @SETS.register(hidden=True)
 def attention_strided(seed: int) -> list[AttentionCase]:
     """Transposed, head-permuted, sliced, fused-projection and offset views as inputs (each input in each of them once, with
-    B and H above 1), all inputs in one storage, all at one address of one storage, inputs expanded over the batch and over the heads (some, then the others,
-    then all together), both dtypes, tensor coefficient."""
+    B and H above 1), all inputs in one storage, all at one address of one storage, inputs expanded over the batch and over the heads (each input in
+    turn left out, then all together), both dtypes, tensor coefficient."""
     rng = domain.generator(seed, "attention_strided")
     return domain.cycled_modes([
         *(cases.attention_case(rng, (2, 3, domain.sequence_length(rng, 2, 40), domain.head_width(rng, 16)), dtype, True,
@@ -203,9 +216,10 @@ def attention_strided(seed: int) -> list[AttentionCase]:
         cases.attention_case(rng, domain.domain_shape(rng, 2, 40), "float64", False, layouts=domain.strided_layouts(rng), binding="positional"),
         cases.attention_case(rng, domain.domain_shape(rng, 60, 140), "float32", None, coefficient_kind="tensor",
                              layouts=domain.strided_layouts(rng, choices=domain.OFFSET_LAYOUTS)),  # fmt: skip
-        *(cases.attention_case(rng, (int(rng.integers(2, 4)), 2, domain.sequence_length(rng, 2, 40), domain.head_width(rng, 16)), dtype,
+        # three batch elements and two heads: code that mixes up the two axes of an expansion meets sizes that differ
+        *(cases.attention_case(rng, (3, 2, domain.sequence_length(rng, 2, 40), domain.head_width(rng, 16)), dtype,
                                True, coefficient_kind="tensor", layouts=layouts)
-          for layouts, dtype in zip(domain.expanded_layouts(rng, axes=(0, 1)), ("float32", "float64") * 2)),  # fmt: skip
+          for layouts, dtype in zip(domain.expanded_layouts(axes=(0, 1)), itertools.cycle(("float32", "float64")))),  # fmt: skip
         *(cases.attention_case(rng, (int(rng.integers(2, 4)), 2, domain.sequence_length(rng, 2, 40), domain.head_width(rng, 16)), dtype,
                                True, coefficient_kind="tensor", layouts=layouts)
           for layouts, dtype in zip(domain.expanded_together(axes=(0, 1)), ("float64", "float32"))),  # fmt: skip

@@ -164,6 +164,21 @@ def batched(dims: tuple[int, int, int, int, int]) -> tuple[int, int, int, int, i
     return (max(2, dims[0]), *dims[1:])
 
 
+def coinciding_dims(rng: np.random.Generator, function: str) -> tuple[tuple[int, int, int, int, int], ...]:
+    """(B, T, Hq, Hkv, D) whose axes coincide (:func:`domain.coinciding_sizes`): B = T = Hq = 2D = 2Hkv, and every axis of
+    the output (B, T, heads, D) and of the keys equally long (one group for gqa_attention, pairs for diff_v2_attention).
+    Code that tells an axis by its size (heads taken for tokens when they agree) guesses wrong there."""
+    even, side = domain.coinciding_sizes(rng)
+    return (even, even, even, even // 2, even // 2), (side, side, side if function == GQA else 2 * side, side, side)
+
+
+def many_problems(rng: np.random.Generator, function: str) -> tuple[int, int, int, int, int]:
+    """(B, T, Hq, Hkv, D) whose (batch, output head) pairs number past every block size
+    (:func:`domain.past_every_block_of_problems`), as many key/value heads as output heads, 2 to 6 tokens of 1 to 4 features."""
+    batch, heads = domain.past_every_block_of_problems(rng)
+    return batch, int(rng.integers(2, 7)), heads if function == GQA else 2 * heads, heads, int(rng.integers(1, 5))
+
+
 def gate_logits(rng: np.random.Generator, size: tuple[int, ...], saturated: float = 0.0, zeros: float = 0.0) -> np.ndarray:
     """lambda_logits of ``size``: about N(0, 2²) with a TRANSITION_SHARE at ±TRANSITION (log-uniform magnitudes), a ``saturated``
     share at ±[100, 1000] (signs drawn) and a ``zeros`` share exactly 0.

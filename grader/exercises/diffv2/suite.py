@@ -10,6 +10,7 @@ is made once per run.
 from __future__ import annotations
 
 import functools
+import itertools
 from dataclasses import replace
 
 from collections.abc import Callable
@@ -40,8 +41,9 @@ def _output_set(seed: int, name: str, function: str, causal: bool) -> list[Case]
     """Outputs of ``function``, causal (the argument also left out) or not: a small fixed case, T = 1, D = 1, Hkv = 1, Hkv = Hq
     (gqa_attention) or four key/value heads (diff_v2_attention), a grouped case up to T = 80, a domain draw, T past 256,
     padding tokens (all their inputs zeros) and a call at the sizes of large models (:func:`domain.model_scale`: causal, T
-    past 1024 under inference_mode; else 16 query and 8 key/value heads of 65 to 128 features); both dtypes, by name and by position, the
-    autograd modes cycled."""
+    past 1024 under inference_mode; else 16 query and 8 key/value heads of 65 to 128 features); then shapes whose axes
+    coincide (:func:`cases.coinciding_dims`) and (batch, head) pairs past every block size (:func:`cases.many_problems`);
+    both dtypes, by name and by position, the autograd modes cycled."""
     rng = domain.generator(seed, name)
     draw = functools.partial(cases.shape, rng, function)
     omitted = None if causal else False
@@ -61,7 +63,9 @@ def _output_set(seed: int, name: str, function: str, causal: bool) -> list[Case]
     batch, _, length, width = domain.model_scale(rng, long=causal)
     large = cases.case(rng, function, (batch, length, *MODEL_HEADS[causal], width), LARGE_DTYPE[function, causal], causal)
     found = domain.cycled_modes([*drawn, padding, large])
-    return [*found[:-1], replace(large, grad_mode=domain.LONG_CALL_MODE)] if causal else found
+    found = [*found[:-1], replace(large, grad_mode=domain.LONG_CALL_MODE)] if causal else found
+    odd_shapes = [*cases.coinciding_dims(rng, function), cases.many_problems(rng, function)]
+    return found + domain.cycled_modes([cases.case(rng, function, dims, "float64", causal) for dims in odd_shapes])
 
 
 @SETS.register
@@ -153,8 +157,8 @@ def diff_saturated(seed: int) -> list[Case]:
 @SETS.register(hidden=True)
 def gqa_strided(seed: int) -> list[Case]:
     """gqa_attention on transposed, head-permuted, sliced, fused-projection and offset views, all inputs in one storage, all
-    at one address of one storage, and inputs expanded over the batch and over the heads (some, then the others, then
-    every input but the queries), both dtypes."""
+    at one address of one storage, and inputs expanded over the batch and over the heads (each input in turn
+    left out, then every input but the queries), both dtypes."""
     rng = domain.generator(seed, "gqa_strided")
     return domain.cycled_modes([
         *(cases.case(rng, GQA, cases.shape(rng, GQA, 2, 40, 16), dtype, True, layouts=layouts)
@@ -162,7 +166,7 @@ def gqa_strided(seed: int) -> list[Case]:
         cases.case(rng, GQA, cases.shape(rng, GQA, 2, 40), "float64", False, layouts=domain.strided_layouts(rng, 3), binding="positional"),
         cases.case(rng, GQA, cases.shape(rng, GQA, 60, 140), "float32", None, layouts=domain.strided_layouts(rng, 3, domain.OFFSET_LAYOUTS)),
         *(cases.case(rng, GQA, cases.batched(cases.shape(rng, GQA, 2, 40, 16)), dtype, True, layouts=layouts)
-          for layouts, dtype in zip(domain.expanded_layouts(rng, 3, axes=(0, 2)), ("float32", "float64") * 2)),
+          for layouts, dtype in zip(domain.expanded_layouts(3, axes=(0, 2)), itertools.cycle(("float32", "float64")))),
         *(cases.case(rng, GQA, cases.batched(cases.shape(rng, GQA, 2, 40, 16)), dtype, True, layouts=layouts)
           for layouts, dtype in zip(domain.expanded_together(3, axes=(0, 2), kept=(0,)), ("float64", "float32"))),
     ])  # fmt: skip
@@ -171,8 +175,8 @@ def gqa_strided(seed: int) -> list[Case]:
 @SETS.register(hidden=True)
 def diff_strided(seed: int) -> list[Case]:
     """diff_v2_attention on strided views of all four inputs (lambda_logits included), all of them in one storage and all
-    at one address of one storage, and on inputs expanded over the batch and over the heads (some, then the others, then
-    every input but the queries), both dtypes."""
+    at one address of one storage, and on inputs expanded over the batch and over the heads (each input in turn
+    left out, then every input but the queries), both dtypes."""
     rng = domain.generator(seed, "diff_strided")
     return domain.cycled_modes([
         *(cases.case(rng, DIFF_V2, cases.shape(rng, DIFF_V2, 2, 40, 16), dtype, True, layouts=layouts)
@@ -180,7 +184,7 @@ def diff_strided(seed: int) -> list[Case]:
         cases.case(rng, DIFF_V2, cases.shape(rng, DIFF_V2, 2, 40), "float64", False, layouts=domain.strided_layouts(rng, 4), binding="positional"),
         cases.case(rng, DIFF_V2, cases.shape(rng, DIFF_V2, 60, 140), "float32", None, layouts=domain.strided_layouts(rng, 4, domain.OFFSET_LAYOUTS)),
         *(cases.case(rng, DIFF_V2, cases.batched(cases.shape(rng, DIFF_V2, 2, 40, 16)), dtype, True, layouts=layouts)
-          for layouts, dtype in zip(domain.expanded_layouts(rng, 4, axes=(0, 2)), ("float32", "float64") * 2)),
+          for layouts, dtype in zip(domain.expanded_layouts(4, axes=(0, 2)), itertools.cycle(("float32", "float64")))),
         *(cases.case(rng, DIFF_V2, cases.batched(cases.shape(rng, DIFF_V2, 2, 40, 16)), dtype, True, layouts=layouts)
           for layouts, dtype in zip(domain.expanded_together(4, axes=(0, 2), kept=(0,)), ("float64", "float32"))),
     ])  # fmt: skip

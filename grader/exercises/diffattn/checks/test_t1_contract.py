@@ -127,14 +127,17 @@ def test_coefficient_kinds_accepted(grading: GradingContext) -> None:
 
 
 @check("T1", 3, "Inputs are never modified (values, version counters, place in memory, requires_grad, .grad)",
-       judges=of_both("mutation"), replay=Recipe("unchanged", ((suite.attention_coefficients, False), *GRADIENT_CALLS, *LAMBDA_CALLS, *LAMBDA_GRAD_CALLS)))  # fmt: skip
+       judges=of_both("mutation"),
+       replay=Recipe("unchanged", ((suite.attention_coefficients, False), *GRADIENT_CALLS, *LAMBDA_CALLS, *LAMBDA_GRAD_CALLS, *SUBSET_CALLS)))  # fmt: skip
 def test_inputs_not_modified(grading: GradingContext) -> None:
     observed = (
         _attentions(grading, suite.attention_coefficients)
         + _attentions(grading, suite.attention_strided)
         + _attentions(grading, suite.attention_gradients, grads=True)
+        + _attentions(grading, suite.frozen_subsets, grads=True)
         + _lambdas(grading, suite.lambda_values)
         + _lambdas(grading, suite.lambda_values, grads=True)
+        + _lambdas(grading, suite.lambda_frozen_subsets, grads=True)
     )
     findings = []
     for item in observed:
