@@ -129,6 +129,21 @@ def test_named_misconceptions_are_kept_only_where_the_probes_agree() -> None:
     assert found[0].evidence == "The map has no mask. It matches a known mistake: no mask."
 
 
+def test_a_misconception_of_the_values_places_a_shape_fault_nothing_placed() -> None:
+    """Sizes that clash in some calls, and a known mistake in the values of the others: one cause, of the mistake's part."""
+    clash = Finding(A, rootcause.UNPLACED, "contract", "raises RuntimeError", "It raised RuntimeError at line 9.", "check the shapes",
+                    aspect="type", blocks=True)  # fmt: skip
+    gate = Finding(A, "gate", "forward", "The gate is applied along the wrong axis", "It matches a known mistake: …", "…")
+    backward = Finding(A, "backward", "gradients", "no exp in the backward", "It matches a known mistake: …", "…")
+    found = rootcause.with_hints([clash], [backward, gate])
+    assert [(f.component, f.stage, f.title) for f in found] == [("gate", "contract", "raises RuntimeError"),
+                                                                  ("backward", "gradients", "no exp in the backward")]
+    assert found[0].advice == "check the shapes; …" and found[0].evidence == ("It raised RuntimeError at line 9. The calls that ran match a known mistake: "
+                                 "The gate is applied along the wrong axis")
+    placed = replace(clash, component="heads")  # a probe placed it already: the mistake of another part stays apart
+    assert [f.component for f in rootcause.with_hints([placed], [gate])] == ["heads", "gate"]
+
+
 def test_root_causes_json_validates() -> None:
     """The report's diagnosis section: every key, a component of the vocabulary, a visibility."""
     found = rootcause.assemble([_record("values")], ROLES, [MASK])

@@ -13,7 +13,7 @@ import pytest
 
 from grader.exercises.diffv2.cases import DIFF_V2, GQA
 from grader.exercises.diffv2.diagnosis import size_probe
-from grader.toolkit import sizes, slips
+from grader.toolkit import rootcause, sizes
 from grader.toolkit.rootcause import Finding
 from grader.worker.client import ForkServer, Worker, WorkerLimits
 
@@ -36,7 +36,7 @@ def diff_v2_attention(q, k, v, lambda_logits, causal=True):
     a = gqa_attention(q, k, v, causal)
     return a[:, :, 0::2] - torch.sigmoid(lambda_logits).unsqueeze(2) * a[:, :, 1::2]
 """
-UNPLACED = Finding(GQA, slips.UNPLACED, "contract", "gqa_attention raises RuntimeError", "It raised RuntimeError.", "check the shapes")
+UNPLACED = Finding(GQA, rootcause.UNPLACED, "contract", "gqa_attention raises RuntimeError", "It raised RuntimeError.", "check the shapes")
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +74,7 @@ def test_a_function_that_works_only_for_as_many_tokens_as_heads_is_the_layout(fo
 
 def test_sizes_that_point_at_two_components_place_nothing(forks: ForkServer) -> None:
     """A gate unsqueezed on the heads axis runs when D equals the output heads (layout) and with one pair (heads): unchanged."""
-    finding = Finding(DIFF_V2, slips.UNPLACED, "contract", "diff_v2_attention returns the wrong shape", "It returned [2, 3].", "check")
+    finding = Finding(DIFF_V2, rootcause.UNPLACED, "contract", "diff_v2_attention returns the wrong shape", "It returned [2, 3].", "check")
     assert placed(forks, GATE_ON_HEADS_AXIS, finding) == finding
 
 

@@ -29,6 +29,8 @@ COMPONENTS = (
     "load", "type", "shape", "dtype", "mutation", "graph", "mask", "scale", "softmax", "branch", "sign",
     "coefficient", "value", "lambda", "backward", "randomness", "state", "stability", "strided", "heads", "gate", "layout", "output",
 )  # fmt: skip
+UNPLACED = "shape"
+"""The component of a finding of sizes that do not fit that nothing has placed in a part of the function yet."""
 STAGES = ("load", "contract", "forward", "gradients")
 ASPECTS = ("type", "dtype", "strided", "coefficient", "mutation", "graph", "binding", "values", "gradients")
 """What a check judges: the result's type and shape, its dtype, strided inputs accepted, coefficient kinds
@@ -130,15 +132,26 @@ def with_hints(findings: Sequence[Finding], hints: Sequence[Finding]) -> list[Fi
 
     A misconception that the probes contradict (they localised another
     component of its function at the same stage) is dropped; one about which
-    they found nothing at its stage is kept as a finding of its own.
+    they found nothing at its stage is kept as a finding of its own. A
+    misconception of the forward values of a function whose sizes do not fit
+    in some calls, with nothing placing that fault (:data:`UNPLACED`), places
+    it: the calls that did run computed that mistake, and a mistake of one
+    part of the function that runs for some sizes only (a gate or a mask
+    broadcast along the wrong axis, heads paired or grouped by the wrong
+    sizes) makes the sizes clash for the others.
     """
     found = list(findings)
     for hint in hints:
         same = [i for i, f in enumerate(found) if (f.function, f.component) == (hint.function, hint.component)]
+        unplaced = [i for i, f in enumerate(found) if f.function == hint.function and f.component == UNPLACED and f.stage == "contract"]
         if same:
             first = found[same[0]]
             if hint.evidence not in first.evidence:
                 found[same[0]] = replace(first, evidence=f"{first.evidence} {hint.evidence}")
+        elif unplaced and hint.stage == "forward":
+            shape = found[unplaced[0]]
+            found[unplaced[0]] = replace(shape, component=hint.component, evidence=f"{shape.evidence} The calls that ran match a known mistake: {hint.title}",
+                                       advice=f"{shape.advice}; {hint.advice}")
         elif not any(f.function == hint.function and f.stage == hint.stage for f in findings):
             found.append(hint)
     return found

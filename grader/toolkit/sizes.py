@@ -23,8 +23,7 @@ from dataclasses import dataclass, replace
 
 from grader.toolkit import probes
 from grader.toolkit.probes import Built
-from grader.toolkit.rootcause import Finding
-from grader.toolkit.slips import UNPLACED
+from grader.toolkit.rootcause import UNPLACED, Finding
 from grader.worker.client import Worker
 
 Sizes = Mapping[str, int]
@@ -72,7 +71,7 @@ def working(worker: Worker, probe: SizeProbe) -> tuple[SizeVariant, ...] | None:
 
 
 def placed(finding: Finding, probe: SizeProbe, works: Sequence[SizeVariant] | None) -> Finding:
-    """``finding`` (a contract finding of sizes that do not fit that nothing placed yet, :data:`~grader.toolkit.slips.UNPLACED`)
+    """``finding`` (a contract finding of sizes that do not fit that nothing placed yet, :data:`~grader.toolkit.rootcause.UNPLACED`)
     placed by the variants its function works for (``works``, :func:`working`), or unchanged when they do not tell (see the
     module's docstring)."""
     if finding.component != UNPLACED or works is None:

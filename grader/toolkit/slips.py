@@ -29,7 +29,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from grader.core.invoke import SKIPPED, Outcome, Returned
-from grader.toolkit.rootcause import ASPECTS, Finding
+from grader.toolkit.rootcause import ASPECTS, UNPLACED, Finding
 from grader.toolkit.verdicts import OVERWRITTEN
 
 SHARED_MEMORY_WRITE = "more than one element of the written-to tensor refers to a single memory location"
@@ -170,8 +170,6 @@ def tokens_lost(got: list[int], expected: list[int], axes: str) -> tuple[str, st
             "with torch.cat along the token axis")  # fmt: skip
 
 
-UNPLACED = "shape"
-"""The component of a finding of sizes that do not fit that nothing has placed in a part of the function yet."""
 Placement = Callable[[Finding], Finding]
 """How an exercise places an :data:`UNPLACED` finding (the finding unchanged when it cannot tell)."""
 
