@@ -451,10 +451,21 @@ def diff_v2_attention(q, k, v, lambda_logits, causal=True):
 """
 
 
-@pytest.mark.parametrize("text, title", [(REFERENCE, None), (REFERENCE + SOFTPLUS_GATE, "The gate is wrong for logits from 20.")])
-def test_a_gate_wrong_over_a_band_of_large_logits_alone_is_named_by_that_band(text: str, title: str | None) -> None:
-    """exp(ℓ − softplus(ℓ)) is σ(ℓ) up to softplus's threshold of 20 and 1 past it: the sweep of logits from −60 to 60 names
-    the band where float64 resolves the difference; the reference's outputs are right at every logit."""
+EXPONENTIAL_TAIL_GATE = """
+
+def diff_v2_attention(q, k, v, lambda_logits, causal=True):
+    a = gqa_attention(q, k, v, causal)
+    gate = torch.where(lambda_logits < -3, torch.exp(lambda_logits), torch.sigmoid(lambda_logits))  # BUG: σ's tail taken as exp
+    return a[:, :, 0::2] - gate[..., None] * a[:, :, 1::2]
+"""
+
+
+@pytest.mark.parametrize("text, title", [(REFERENCE, None), (REFERENCE + SOFTPLUS_GATE, "The gate is wrong for logits from 20."),
+                                         (REFERENCE + EXPONENTIAL_TAIL_GATE, "The gate is wrong for logits from -1")])  # fmt: skip
+def test_a_gate_wrong_over_a_band_of_logits_away_from_zero_is_named_by_that_band(text: str, title: str | None) -> None:
+    """exp(ℓ − softplus(ℓ)) is σ(ℓ) up to softplus's threshold of 20 and 1 past it; exp(ℓ) for ℓ below −3 is σ's tail, off
+    by ordinary amounts down to −13: the sweep of logits from −60 to 60 names the band where float64 resolves the difference
+    (the output right within ±1); the reference's outputs are right at every logit."""
     found = Found()
     with ForkServer() as forks:
         worker = Worker(text, "submission.py", [GQA, DIFF_V2], WorkerLimits(call_timeout_s=20), forks)
@@ -489,3 +500,15 @@ def test_a_scale_taken_from_feature_slices_is_found_by_the_maps_of_wide_heads(tm
     D = 72 with rows that still sum to 1, so the width probe names the scale."""
     first = first_root_cause("v2_harvest/wrong/wide_heads_scale_from_feature_slice.py", tmp_path, "T2", "--exercise", "diff_v2")
     assert (first["function"], first["component"], first["title"]) == (GQA, "scale", "Heads of width 72 get the wrong logits")
+
+
+@pytest.mark.parametrize(("name", "function", "component", "evidence"), [
+    ("key_halves_log_normalisers_added", GQA, "softmax", "right up to T = 300 and wrong from T = 513"),
+    ("cached_mask_tiled_past_block_size", GQA, "mask", "right up to T = 513 and wrong from T = 1025"),
+])  # fmt: skip
+def test_faults_past_512_and_1024_tokens_are_found_by_the_length_probe(name: str, function: str, component: str, evidence: str,
+                                                                      tmp_path: Path) -> None:  # fmt: skip
+    """Key halves normalised apart past 512 tokens, and a 1024-token mask buffer tiled past it: the length probe reads the
+    lengths of the checks' longest calls, and names the length each fault starts at."""
+    first = first_root_cause(f"v2_frost/wrong/{name}.py", tmp_path, "T2", "--exercise", "diff_v2")
+    assert (first["function"], first["component"]) == (function, component) and evidence in first["evidence"]

@@ -21,12 +21,13 @@ SEEDS = [1, 2, 3]
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-def test_every_gradient_set_differentiates_without_the_mask_one_past_every_block(seed: int) -> None:
-    """Each function's gradient set holds a causal=False call at 513 tokens: one past a multiple of every block size up to 512."""
+def test_every_gradient_set_differentiates_without_the_mask_and_with_it_one_past_every_block(seed: int) -> None:
+    """Each function's gradient set holds a causal=False call and a causal one at 513 tokens: one past a multiple of every block
+    size up to 512."""
     assert domain.ONE_PAST_BLOCKS == 513 and all(domain.ONE_PAST_BLOCKS % b == 1 for b in (*domain.BLOCK_SIZES, 512))
     for found, tokens in ((attention_suite.attention_gradients(seed), lambda c: c.q1.shape[-2]),
                           (v2_suite.gqa_gradients(seed), lambda c: c.q.shape[1]), (v2_suite.diff_gradients(seed), lambda c: c.q.shape[1])):  # fmt: skip
-        assert [c.is_causal for c in found if tokens(c) == domain.ONE_PAST_BLOCKS] == [False]
+        assert [c.is_causal for c in found if tokens(c) == domain.ONE_PAST_BLOCKS] == [False, True]
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -154,3 +155,15 @@ def test_faults_at_those_calls_lose_their_checks(tmp_path: Path) -> None:
     (tmp_path / "gate.py").write_text(source.replace(*GATE_LAYOUT_GUESSED))
     gate = grade(tmp_path / "gate.py", tmp_path / "v2", 9, "--exercise", "diff_v2")
     assert gate.report["score"] < 100 and gate.check("diff_v2_noncausal_values")["status"] == "failed"
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_every_diff_v2_output_set_has_many_problems_in_aligned_and_unaligned_groups(seed: int) -> None:
+    """Each DIFF V2 output set has two calls whose (batch, output head) pairs number past 256 and no multiple of 16: one in
+    groups of the function's smallest size, one in groups of a size that divides no block size (3 for gqa_attention, 6 for
+    diff_v2_attention), where a block of flattened rows starts inside a group."""
+    for name, smallest, unaligned in (("gqa_causal", 1, 3), ("gqa_noncausal", 1, 3), ("diff_causal", 2, 6), ("diff_noncausal", 2, 6)):
+        many = [c for c in getattr(v2_suite, name)(seed) if c.q.shape[0] * c.output_shape[2] > max(domain.BLOCK_SIZES)]
+        assert sorted(c.group for c in many) == [smallest, unaligned], name
+        assert all(c.q.shape[0] * c.output_shape[2] % min(domain.BLOCK_SIZES) for c in many)
+        assert all(min(domain.BLOCK_SIZES) % c.group for c in many if c.group == unaligned)

@@ -11,7 +11,8 @@ from conftest import grade
 
 from grader.exercises.diffattn import suite as attention_suite
 from grader.exercises.diffv2 import suite as v2_suite
-from grader.toolkit import domain
+from grader.toolkit import domain, probes
+from grader.toolkit.tolerance import Truth
 
 ROOT = Path(__file__).resolve().parents[1]
 # The output buffer allocated with the strides of value: an expanded value makes its elements share memory
@@ -64,10 +65,11 @@ def test_broadcast_along_repeats_the_first_element_of_its_dim_and_leaves_vectors
 
 
 @pytest.mark.parametrize("seed", [1, 2])
-def test_expanded_cases_are_constant_along_their_dim_and_frozen_in_both_exercises(seed: int) -> None:
+def test_expanded_cases_are_constant_along_their_dim_and_require_grad_in_both_exercises(seed: int) -> None:
     """Each strided set holds calls expanded over the batch (B >= 2) and over the heads (each input in turn left contiguous,
-    the others expanded: 10, 6 and 8 calls for 5, 3 and 4 inputs), then one of each with the inputs expanded together; an expanded input repeats its first element along that
-    dim and does not require grad, also in a case rebuilt from it (as the shrinker rebuilds cases)."""
+    the others expanded: 10, 6 and 8 calls for 5, 3 and 4 inputs), then one of each with the inputs expanded together; an
+    expanded input repeats its first element along that dim and requires grad like any other, also in a case rebuilt from
+    it (as the shrinker rebuilds cases)."""
     def expanded(layouts: tuple[str, ...]) -> bool:
         return any(domain.expansion_axis(layout) is not None for layout in layouts)
 
@@ -83,9 +85,31 @@ def test_expanded_cases_are_constant_along_their_dim_and_frozen_in_both_exercise
             if axis is not None and values.ndim > axis:
                 first = np.take(values, [0], axis=axis)
                 assert values.shape[0] >= 2 and np.array_equal(values, np.broadcast_to(first, values.shape))
-                assert not case.requires_grad(name) and not rebuilt.requires_grad(name)
-            elif axis is None:
-                assert case.requires_grad(name)
+            assert case.requires_grad(name) and rebuilt.requires_grad(name)
+
+
+def test_an_expanded_inputs_gradient_is_read_summed_along_its_dim() -> None:
+    """The truth of an expanded input's gradient (and its allowance) is summed along the expanded dim, which stays, of size 1;
+    inputs of other layouts, and one with too few dims for its expansion, keep theirs."""
+    truth = Truth(np.arange(24.0).reshape(2, 3, 4), np.full((2, 3, 4), 0.5))
+    vector = Truth(np.arange(3.0), np.ones(3))
+    read = domain.read_where_expanded({"q": truth, "k": truth, "v": truth, "g": vector}, ("q", "k", "v", "g"),
+                                      ("expanded", "expanded@1", "sliced", "expanded"))  # fmt: skip
+    assert np.array_equal(read["q"].values, truth.values.sum(axis=0, keepdims=True)) and read["q"].values.shape == (1, 3, 4)
+    assert np.array_equal(read["q"].allowed, np.full((1, 3, 4), 1.0))
+    assert np.array_equal(read["k"].values, truth.values.sum(axis=1, keepdims=True)) and read["k"].allowed.shape == (2, 1, 4)
+    assert read["v"] is truth and read["g"] is vector
+
+# Inputs with a stride-0 dim detached (taken for broadcast settings, not trained): their gradients are lost
+DETACH_EXPANDED_VALUE = (
+    "    signed_map = _attention_map(q1, k1, causal)",
+    "    value = value.detach() if 0 in value.stride() else value\n    signed_map = _attention_map(q1, k1, causal)",
+)
+DETACH_EXPANDED_GATES = (
+    "    gate = torch.sigmoid(lambda_logits)",
+    "    lambda_logits = lambda_logits.detach() if 0 in lambda_logits.stride() else lambda_logits\n"
+    "    gate = torch.sigmoid(lambda_logits)",
+)
 
 
 def _variant(source: Path, change: tuple[str, str], target: Path) -> Path:
@@ -124,3 +148,31 @@ def test_a_shortcut_for_expanded_inputs_is_localised_to_that_expansion(path: str
     first = run.report["diagnosis"]["root_causes"][0]
     assert (first["function"], first["component"]) == (function, "strided")
     assert evidence in first["evidence"]
+
+
+@pytest.mark.parametrize(("reference", "change", "function", "name"), [
+    ("diff_attention.py", DETACH_EXPANDED_VALUE, "differential_attention", "value"),
+    ("diff_v2_attention.py", DETACH_EXPANDED_GATES, "diff_v2_attention", "lambda_logits"),
+])  # fmt: skip
+def test_an_expanded_input_whose_gradient_is_dropped_fails_and_is_named(reference: str, change: tuple[str, str], function: str,
+                                                                       name: str, tmp_path: Path) -> None:  # fmt: skip
+    """An input detached when it has a stride-0 dim (a broadcast view of a tensor that requires grad): the strided gradient
+    check fails, saying that no gradient reached that input, and the first root cause is that input's cut graph with the
+    inputs expanded, at the detaching line."""
+    run = grade(_variant(ROOT / "reference" / reference, change, tmp_path / "detached.py"), tmp_path, 3, "--no-preview")
+    check = run.check("strided_gradients")
+    assert check["status"] == "failed" and run.report["score"] < 100.0
+    assert f"no gradient reached {name}" in check["message"] and "expanded" in check["message"]
+    first = run.report["diagnosis"]["root_causes"][0]
+    assert (first["function"], first["component"], first["title"]) == (function, "graph", f"No gradient reaches {name}")
+    assert "expanded over the batch (stride 0)" in first["evidence"] and ".detach() if 0 in" in first["evidence"]
+
+
+def test_a_direction_moves_an_expanded_input_by_its_first_element() -> None:
+    """A gradient of the input's own shape is read against the whole direction; one of size 1 along a dim (read at the tensor
+    an expanded input expands) against the direction's first element there; a shape that fits neither way gets none."""
+    direction = np.arange(12.0).reshape(2, 3, 2)
+    assert probes.read_like(direction, (2, 3, 2)) is direction
+    assert np.array_equal(probes.read_like(direction, (1, 3, 2)), direction[:1])
+    assert np.array_equal(probes.read_like(direction, (2, 1, 2)), direction[:, :1])
+    assert probes.read_like(direction, (3, 2)) is None and probes.read_like(direction, (2, 2, 2)) is None

@@ -23,6 +23,8 @@ from typing import Any, Callable, Generic, Mapping, Protocol, Sequence, TypeVar
 
 import numpy as np
 
+from grader.toolkit.tolerance import Truth
+
 # Memory layouts the worker can give an input: views of a transposed or head-permuted buffer,
 # every other column of a wider buffer, the middle third of a fused [..., 3·width] projection (a
 # non-zero storage offset), and a contiguous tensor that starts at a non-zero storage offset.
@@ -75,6 +77,9 @@ MODEL_LENGTHS = (LONGEST_BUFFER + 1, 1040)
 # then made by it as an inference tensor, which every later call with gradients meets (the evaluations before training of
 # the call sequences stay past every other length without reaching 1040 tokens, whose oracle costs a second a run).
 LONG_CALL_MODE = "inference_mode"
+# The longest sequences the length probes of the diagnosis read: past every block size up to 512, and past a mask buffer of
+# 1024 tokens (the lengths of the checks' longest calls, where a fault of long sequences first shows)
+PROBED_PAST_BUFFERS = (ONE_PAST_BLOCKS, MODEL_LENGTHS[0])
 MODEL_WIDTHS = (WIDEST + 1, 128)
 MODEL_PROBLEMS = (2, 12)  # B and H (or query heads) of the wide call
 # Every scaled logit of a float64 call about −2e6 to −1e7: below the finite numbers code writes for −∞ in a mask (−1e4,
@@ -374,13 +379,14 @@ def past_every_block(rng: np.random.Generator) -> int:
     return int(rng.choice([t for t in range(largest + 1, LONGEST + 1) if t % smallest]))
 
 
-def past_every_block_of_problems(rng: np.random.Generator) -> tuple[int, int]:
+def past_every_block_of_problems(rng: np.random.Generator, multiple: int = 1) -> tuple[int, int]:
     """(B, H): one to three batch elements whose (batch, head) pairs number past the largest block size and no multiple of
-    the smallest. Code that flattens the pairs and processes them in blocks meets a last, shorter block there (the pairs
-    a loop that stops one block early never computes); the drawn shapes have a few pairs each."""
+    the smallest, H a multiple of ``multiple``. Code that flattens the pairs and processes them in blocks meets a last,
+    shorter block there (the pairs a loop that stops one block early never computes); the drawn shapes have a few pairs
+    each."""
     smallest, largest = min(BLOCK_SIZES), max(BLOCK_SIZES)
     batch = int(rng.integers(1, 4))
-    heads = [h for h in range(largest // batch + 1, LONGEST // batch + 1) if batch * h % smallest]
+    heads = [h for h in range(largest // batch + 1, LONGEST // batch + 1) if batch * h % smallest and h % multiple == 0]
     return batch, int(rng.choice(heads))
 
 
@@ -420,19 +426,29 @@ def broadcast_along(values: np.ndarray, axis: int = 0) -> np.ndarray:
 
 def hold_expanded(case: Any, names: Sequence[str]) -> None:
     """Make each input of ``names`` (fields of a frozen case dataclass, one layout each in its ``layouts``) that is expanded
-    along a dim (:func:`expansion_axis`) constant along it (:func:`broadcast_along`), and add it to the case's ``frozen``
-    inputs.
+    along a dim (:func:`expansion_axis`) constant along it (:func:`broadcast_along`)."""
+    for name, layout in zip(names, case.layouts):
+        axis = expansion_axis(layout)
+        if axis is not None:
+            object.__setattr__(case, name, broadcast_along(getattr(case, name), axis))
 
-    Such an input never requires grad: the gradient of each element of a tensor whose elements share memory is not
-    defined alike by every operation (``as_strided`` spreads it evenly over the elements that share an address; most
-    operations give each element its own), and a model's gradient reaches the tensor it expanded, as their sum over the
-    batch, either way."""
-    axes = {name: expansion_axis(layout) for name, layout in zip(names, case.layouts)}
-    expanded = tuple(name for name, axis in axes.items() if axis is not None)
-    for name in expanded:
-        object.__setattr__(case, name, broadcast_along(getattr(case, name), axes[name] or 0))
-    if expanded:
-        object.__setattr__(case, "frozen", tuple(dict.fromkeys(case.frozen + expanded)))
+
+def read_where_expanded(truths: Mapping[str, Truth], names: Sequence[str], layouts: Sequence[str]) -> dict[str, Truth]:
+    """``truths`` of the gradients with respect to the inputs ``names`` (one layout each), with the gradient of each input
+    expanded along a dim summed along it (the dim kept, of size 1), the allowance too.
+
+    An expanded input that requires grad is a view of the tensor it expands (the worker makes that tensor the leaf), and
+    its gradient is read there: a model's gradient reaches the tensor it broadcast as the sum over the dim. The gradient
+    of each element of the view itself is not defined alike by every operation (``as_strided`` spreads it evenly over
+    the elements that share an address; most operations give each element its own); their sum is."""
+    found = dict(truths)
+    for name, layout in zip(names, layouts):
+        axis = expansion_axis(layout)
+        truth = found.get(name)
+        if axis is None or truth is None or truth.values.ndim < 2 or truth.values.ndim <= axis:
+            continue
+        found[name] = Truth(truth.values.sum(axis=axis, keepdims=True), truth.allowed.sum(axis=axis, keepdims=True))
+    return found
 
 
 @dataclass(frozen=True)

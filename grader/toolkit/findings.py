@@ -545,6 +545,18 @@ class GradientRun:
     truth: Callable[[Values], np.ndarray] | None = None
 
 
+def expanded_runs(values: Values, grads: tuple[str, ...], laid_out: Callable[[str], Subject], expansions: Mapping[int, str]) -> list[GradientRun]:
+    """Runs with every input expanded along each dim of ``expansions`` (which names them: 0 "over the batch"), in turn: stride 0
+    there, its values the first element's (:func:`domain.broadcast_along`), each gradient read at the tensor the input
+    expands. ``laid_out(layout)`` is the function with its inputs in memory ``layout``. Code that takes a stride-0 input for
+    a setting, not a trained tensor, and cuts it from the graph shows there."""
+    runs = []
+    for axis, along in expansions.items():
+        spread = {name: domain.broadcast_along(np.asarray(v), axis) for name, v in values.items() if np.ndim(v) > max(axis, 1)}
+        runs.append(GradientRun({**values, **spread}, grads, f" with the inputs expanded {along} (stride 0)", subject=laid_out(domain.expanded_on(axis))))
+    return runs
+
+
 def long_run(values: Values, grads: tuple[str, ...], cotangent: np.ndarray, tokens: int, causal: bool, unmasked: Subject,
              truth: Callable[[Values, bool], np.ndarray]) -> GradientRun:  # fmt: skip
     """A run on ``values``, a sequence of ``tokens`` tokens (longer than the probe's own), with the mask or without it

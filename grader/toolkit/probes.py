@@ -264,12 +264,13 @@ def _judge(name: str, gradient: np.ndarray | None, difference: float, direction:
            share: float = AGREEMENT) -> Agreement:  # fmt: skip
     """Compare one gradient along ``direction`` with the finite difference (``scale``: the size of the others, for a floor;
     ``share``: the relative difference allowed)."""
+    moved = None if gradient is None else read_like(direction, gradient.shape)
     if gradient is None:
         along = 0.0
-    elif gradient.shape != direction.shape:
+    elif moved is None:
         return Agreement(name, "differs", float("nan"), difference)
     else:
-        along = float(np.sum(gradient * direction))
+        along = float(np.sum(gradient * moved))
     if not np.isfinite(along):
         return Agreement(name, "not_finite", along, difference)
     tolerance = share * max(abs(along), abs(difference)) + 1e-6 * scale
@@ -277,6 +278,17 @@ def _judge(name: str, gradient: np.ndarray | None, difference: float, direction:
         return Agreement(name, "agrees", along, difference)
     missing = gradient is None or not np.any(gradient)
     return Agreement(name, "missing" if missing else "differs", along, difference)
+
+
+def read_like(direction: np.ndarray, shape: tuple[int, ...]) -> np.ndarray | None:
+    """``direction`` as it moves an input whose gradient has ``shape``: itself when the shapes agree; its first element along
+    every dim where ``shape`` has 1 and it has more (an expanded input's gradient is read at the tensor it expands, which the
+    worker makes of the first element along the dim, so that element's move is the input's); None when they do not fit so."""
+    if direction.shape == shape:
+        return direction
+    if direction.ndim != len(shape) or any(n not in (1, m) for n, m in zip(shape, direction.shape)):
+        return None
+    return direction[tuple(slice(0, n) for n in shape)]
 
 
 def consistency(
@@ -322,9 +334,9 @@ def consistency(
         return float(np.sum(cotangent * (ahead - behind)) / (2.0 * STEP))
 
     together = difference(found[1], found[2])
-    shaped = all(g is None or g.shape == directions[name].shape for name, g in gradients.items())
-    if together is not None and shaped:
-        combined = sum(0.0 if g is None else float(np.sum(g * directions[name])) for name, g in gradients.items())
+    pairs = [(g, read_like(directions[name], g.shape)) for name, g in gradients.items() if g is not None]
+    if together is not None and all(moved is not None for _, moved in pairs):
+        combined = sum(float(np.sum(g * moved)) for g, moved in pairs if moved is not None)
         overall = _judge("all", np.asarray([combined]), together, np.ones(1), max(abs(together), 1.0), ALL_AGREE)
         if overall.status == "agrees":
             return Consistency(tuple(Agreement(name, "agrees", float("nan"), float("nan")) for name in inputs), output=base)

@@ -112,6 +112,6 @@ class Runner:
         found = []
         for i, case in enumerate(case_set(grading.seed)):
             outcome = self.outcome(grading, case_set, i, case, grads)
-            what = f"{case.function}({case.label()})" + (" with inputs that require grad" if grads else "")
+            what = f"{case.function}({case.label(grads)})" + (" with inputs that require grad" if grads else "")
             found.append(verdicts.values_verdict(outcome, len(outcome.functions) - 1, what, truth(case)))
         return found

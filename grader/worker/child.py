@@ -534,7 +534,7 @@ class Run:
         self.flags: list[bool] = [False] * len(header["tensors"])  # requires_grad as the caller made each input
         self.released: dict[int, bool] = {}  # input -> whether it had changed when it was released
         self.backings: dict[int, Any] = {}  # input -> the numpy array holding a contiguous input's memory
-        self.leaves: dict[int, Any] = {}  # activation input -> the leaf it is a view of (its gradient is read there)
+        self.leaves: dict[int, Any] = {}  # activation or expanded input -> the leaf it is a view of (its gradient is read there)
         self.held: dict[int, Any] = {}  # input -> a copy of the .grad it was given before the calls ("held_grad")
         self.freed: dict[tuple[str, tuple[int, ...]], list[Any]] = {}  # memory of released contiguous inputs
         self.results: list[Any] = []
@@ -547,7 +547,10 @@ class Run:
             if index in self.released:
                 raise ValueError(f"input {index} was released before this call")
             tensor = self.make_tensor(index)
-            if self.header["tensors"][index].get("activation") and self.server.facts.requires_grad(tensor):
+            if index in self.leaves:  # already a view of its leaf (an expanded input)
+                if self.header["tensors"][index].get("held_grad"):
+                    self.hold_grad(index, self.leaves[index])
+            elif self.header["tensors"][index].get("activation") and self.server.facts.requires_grad(tensor):
                 with self.server.enable_grad():  # (a submission may turn gradients off globally)
                     self.leaves[index], tensor = tensor, tensor[...]  # a view of a leaf that requires grad is not a leaf
             elif self.header["tensors"][index].get("held_grad") and self.server.facts.requires_grad(tensor):
@@ -580,7 +583,14 @@ class Run:
         elif layout == "aliased":
             tensor = self.aliased_slot(index, dtype)
         else:
-            tensor = self.laid_out(torch.from_numpy(self.arrays[spec["array"]].copy()).to(dtype), layout)
+            data = torch.from_numpy(self.arrays[spec["array"]].copy()).to(dtype)
+            if spec.get("requires_grad") and (base := self.expanded_from(data, layout)) is not None:
+                # The tensor an input expands is the leaf, and its gradient is read there (the sum over the dim), as a model's
+                # gradient reaches the tensor it broadcast.
+                self.leaves[index] = base.requires_grad_(True)
+                with self.server.enable_grad():  # (a submission may turn gradients off globally)
+                    return base.expand(data.shape)
+            tensor = self.laid_out(data, layout)
         return tensor.requires_grad_(bool(spec.get("requires_grad", False)))
 
     def laid_out(self, data: Any, layout: str) -> Any:
@@ -599,13 +609,20 @@ class Run:
             tensor = storage[7:].view(data.shape)
             tensor.copy_(data)
             return tensor
-        if layout.startswith("expanded") and data.dim() >= 2:  # the grader sends values that repeat the first element along the dim
-            axis = int(layout.split("@", 1)[1]) if "@" in layout else 0
-            if axis < data.dim():
-                return data[(slice(None),) * axis + (slice(0, 1),)].expand(data.shape)
+        if (base := self.expanded_from(data, layout)) is not None:
+            return base.expand(data.shape)
         if layout == "heads_permuted" and data.dim() >= 3:
             return data.transpose(1, 2).contiguous().transpose(1, 2)
         return data
+
+    def expanded_from(self, data: Any, layout: str) -> Any:
+        """For an "expanded" layout, the tensor that ``data`` expands along the layout's dim (its first element there, in
+        memory of its own); None for another layout or a tensor without that dim (it stays as it is). The grader sends
+        values that repeat the first element along the dim."""
+        if not layout.startswith("expanded") or data.dim() < 2:
+            return None
+        axis = int(layout.split("@", 1)[1]) if "@" in layout else 0
+        return data[(slice(None),) * axis + (slice(0, 1),)].clone() if axis < data.dim() else None
 
     def packed_slot(self, index: int, dtype: Any) -> Any:
         """Input ``index`` in the one storage that every "packed" input of its dtype lies in, as the parts of one fused

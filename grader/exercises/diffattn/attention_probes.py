@@ -579,7 +579,8 @@ def dependence_probe(worker: Worker, rng: np.random.Generator, found: Found) -> 
 
 
 STABLE_LENGTH = 300  # the stability probe's long calls: past key tiles of 32, 64, 128 and 256, a multiple of none
-LENGTHS = (T, 17, 33, 65, 100, 300)  # the probes' own length, then past the block sizes 16, 32 and 64, a length no power of two is near, past 256
+# the probes' own length, then past the block sizes 16, 32 and 64, a length no power of two is near, past 256, 512 and 1024
+LENGTHS = (T, 17, 33, 65, 100, 300, *domain.PROBED_PAST_BUFFERS)
 
 
 def _long_values(rng: np.random.Generator, tokens: int) -> dict[str, np.ndarray]:
@@ -772,4 +773,5 @@ def run(worker: Worker, rng: np.random.Generator, found: Found, forward: bool, g
                  GradientRun(values, ATTENTION_GRADS, PERMUTED, subject=attention_subject(True, layout="heads_permuted")),
                  GradientRun({**values, "q2": values["q1"], "k2": values["k1"]}, ATTENTION_GRADS, TIED),
                  _long_run(rng, domain.ONE_PAST_BLOCKS, causal=False)]
+        runs += findings.expanded_runs(values, ATTENTION_GRADS, lambda layout: attention_subject(True, layout=layout), EXPANSIONS)
         gradients_probe(worker, attention_subject(True), runs, rng.standard_normal((B, H, T, 2 * D)), rng, found, source, HANDLED_INPUTS)

@@ -118,8 +118,8 @@ class LambdaCase:
         """q1, k1, q2, k2."""
         return self.q1, self.k1, self.q2, self.k2
 
-    def label(self) -> str:
-        """A short description of the inputs for messages."""
+    def label(self, grads: bool = False) -> str:
+        """A short description of the inputs for messages (of a call with gradients: made with autograd enabled)."""
         init = "lambda_init omitted (default 0.2)" if self.lambda_init is None else f"lambda_init={self.lambda_init:.6g}"
         if self.lambda_init is not None and self.binding != "keyword":
             init += " (by position)" if self.binding == "positional" else " (every argument by name)"
@@ -137,7 +137,7 @@ class LambdaCase:
             parts.append(domain.ACTIVATIONS)
         if self.held_grads:
             parts.append(domain.HELD_GRADS)
-        if self.grad_mode != "enabled":
+        if self.grad_mode != "enabled" and not grads:
             parts.append(f"called under torch.{self.grad_mode}()")
         return ", ".join(parts)
 
@@ -167,9 +167,8 @@ class AttentionCase:
     held_grads: bool = False  # leaf inputs that require grad hold a .grad before the call (domain.as_training_inputs)
 
     def __post_init__(self) -> None:
-        """An input expanded over the batch holds its first batch element's values in every batch element, and never
-        requires grad (:func:`domain.hold_expanded`); inputs at one address hold the values they share
-        (:func:`domain.hold_aliased`)."""
+        """An input expanded along a dim holds its first element's values there (:func:`domain.hold_expanded`); inputs at
+        one address hold the values they share (:func:`domain.hold_aliased`)."""
         domain.hold_expanded(self, INPUT_NAMES)
         domain.hold_aliased(self, INPUT_NAMES, self.layouts)
 
@@ -210,8 +209,8 @@ class AttentionCase:
         """q1, k1, q2, k2, value."""
         return self.q1, self.k1, self.q2, self.k2, self.value
 
-    def label(self) -> str:
-        """A short description of the inputs for messages."""
+    def label(self, grads: bool = False) -> str:
+        """A short description of the inputs for messages (of a call with gradients: made with autograd enabled)."""
         b, h, t, d = self.q1.shape
         causal = "causal omitted (default True)" if self.causal is None else f"causal={self.causal}"
         if self.causal is not None and self.binding != "keyword":
@@ -229,7 +228,7 @@ class AttentionCase:
             parts.append(domain.HELD_GRADS)
         if layouts := domain.layouts_label(INPUT_NAMES, self.layouts):
             parts.append(layouts)
-        if self.grad_mode != "enabled":
+        if self.grad_mode != "enabled" and not grads:
             parts.append(f"called under torch.{self.grad_mode}()")
         if self.note:
             parts.append(self.note)

@@ -18,7 +18,7 @@ import numpy as np
 
 from grader.exercises.diffattn import oracle
 from grader.exercises.diffattn.cases import AttentionCase, LambdaCase
-from grader.toolkit import tolerance
+from grader.toolkit import domain, tolerance
 from grader.toolkit.tolerance import Truth
 
 ATTENTION_INPUTS = ("q1", "k1", "q2", "k2", "value")
@@ -124,9 +124,15 @@ def attention_output(case: AttentionCase) -> Truth:
     return Truth(values, tolerance.allowance(case.dtype, operations, bound))
 
 
-@_per_case
 def attention_grads(case: AttentionCase) -> dict[str, Truth]:
-    """Gradients of <cotangent, O> for every input; for a tensor or computed coefficient too.
+    """Gradients of <cotangent, O> for every input (an expanded input's read at the tensor it expands:
+    :func:`domain.read_where_expanded`); for a tensor or computed coefficient too (see :func:`_attention_grads`)."""
+    return domain.read_where_expanded(_attention_grads(case), ATTENTION_INPUTS, case.layouts)
+
+
+@_per_case
+def _attention_grads(case: AttentionCase) -> dict[str, Truth]:
+    """Gradients of <cotangent, O> for every input as laid out contiguously; for a tensor or computed coefficient too.
 
     Keys: q1, k1, q2, k2, value, and "coefficient" when the coefficient is a
     tensor, or "lambda_q1" ... "lambda_k2" when it comes from differential_lambda.

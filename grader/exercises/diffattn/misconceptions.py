@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from grader.exercises.diffattn import expected, oracle, suite
-from grader.exercises.diffattn.cases import ATTENTION, LAMBDA, AttentionCase, LambdaCase
+from grader.exercises.diffattn.cases import ATTENTION, INPUT_NAMES, LAMBDA, AttentionCase, LambdaCase
 from grader.toolkit import domain
 from grader.toolkit.misconceptions import (
     FLOAT32_INSIDE,
@@ -537,7 +537,7 @@ def _no_rowsum(case: Case, truth: Prediction) -> Prediction:
         for name, grad in (("q", np.einsum("bhij,bhjd->bhid", d_s, k)), ("k", np.einsum("bhij,bhid->bhjd", d_s, q))):
             if name + suffix in truth:
                 found[name + suffix] = replace(truth[name + suffix], values=grad / root)
-    return found
+    return domain.read_where_expanded(found, INPUT_NAMES, case.layouts)
 
 
 GRADIENT_VARIANTS = (

@@ -233,7 +233,7 @@ FROZEN_PATTERNS = ((), ("q1",), ("k1",), ("q2",), ("k2",), ("value",), ("coeffic
 @SETS.register
 def attention_gradients(seed: int) -> list[AttentionCase]:
     """Gradient cases: every input frozen alone and in groups, tensor (also exactly 0 and 1, and int64), int and Python-float coefficients, T up to 320,
-    logits up to 1000; T past 512 without the mask (:data:`domain.ONE_PAST_BLOCKS`); both branches equal in value."""
+    logits up to 1000; T past 512 without the mask and with it (:data:`domain.ONE_PAST_BLOCKS`); both branches equal in value."""
     rng = domain.generator(seed, "attention_gradients")
     kinds = ("tensor", "tensor", "float", "tensor", "int", "float64 tensor", "tensor", "float", "tensor", "tensor")
     found = []
@@ -257,6 +257,9 @@ def attention_gradients(seed: int) -> list[AttentionCase]:
         cases.identical_branches(cases.attention_case(rng, domain.domain_shape(rng, 2, 40, 16), "float32", True, coefficient_kind="tensor"),
                                  float(rng.uniform(-1.0, 2.0))),
         cases.attention_case(rng, domain.domain_shape(rng, 2, 40, 16), "float64", None, float(rng.choice([-1, 2, 3])), coefficient_kind="int64 tensor"),
+        # with the mask at domain.ONE_PAST_BLOCKS tokens: a backward pass recomputed in blocks of queries, each against the keys up
+        # to its end, must place the mask at the block's own rows
+        cases.attention_case(rng, (1, 1, domain.ONE_PAST_BLOCKS, domain.head_width(rng, 4)), "float32", True, coefficient_kind="tensor"),
     ]  # fmt: skip
     return domain.as_training_inputs(found)
 
@@ -483,7 +486,7 @@ def value_verdicts(grading: GradingContext, case_set: CaseSet[LambdaCase | Atten
             function, last, outcome = LAMBDA, 0, lambda_outcome(grading, case_set, i, case, grads)
         else:
             function, last, outcome = ATTENTION, int(case.lambda_case is not None), attention_outcome(grading, case_set, i, case, grads)
-        what = f"{function}({case.label()})" + (" with inputs that require grad" if grads else "")
+        what = f"{function}({case.label(grads)})" + (" with inputs that require grad" if grads else "")
         found.append(verdicts.values_verdict(outcome, last, what, (truth or expected.case_value)(case)))
     return found
 

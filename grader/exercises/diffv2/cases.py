@@ -41,6 +41,8 @@ TRANSITION_SHARE = 0.125
 # |ℓ| of a gate shut or open everywhere: 1 − σ(|ℓ|) (7e-13 to 3e-10) is far below float32's resolution and well above float64's,
 # and every logit is past a threshold of 20 that a shortcut for a closed or open gate may test
 RESOLVED_BY_FLOAT64_ONLY = (22.0, 28.0)
+ALIGNED_GROUPS = {GQA: 1, DIFF_V2: 2}  # the smallest group size of each function: every block boundary falls between groups
+UNALIGNED_GROUPS = {GQA: 3, DIFF_V2: 6}  # a group size of each function that divides no block size (domain.BLOCK_SIZES)
 
 
 @dataclass(frozen=True)
@@ -65,9 +67,8 @@ class Case:
     note: str = ""
 
     def __post_init__(self) -> None:
-        """An input expanded over the batch holds its first batch element's values in every batch element, and never
-        requires grad (:func:`domain.hold_expanded`); inputs at one address hold the values they share
-        (:func:`domain.hold_aliased`)."""
+        """An input expanded along a dim holds its first element's values there (:func:`domain.hold_expanded`); inputs at
+        one address hold the values they share (:func:`domain.hold_aliased`)."""
         domain.hold_expanded(self, self.names)
         domain.hold_aliased(self, self.names, self.memory_layouts)
 
@@ -107,8 +108,8 @@ class Case:
         """Whether the gradient with respect to input ``name`` is requested in gradient checks."""
         return name not in self.frozen
 
-    def label(self) -> str:
-        """A short description of the call for messages."""
+    def label(self, grads: bool = False) -> str:
+        """A short description of the call for messages (of a call with gradients: made with autograd enabled)."""
         b, t, hq, d = self.q.shape
         causal = "causal omitted (default True)" if self.causal is None else f"causal={self.causal}"
         if self.causal is not None and self.binding != "keyword":
@@ -125,7 +126,7 @@ class Case:
             parts.append(domain.HELD_GRADS)
         if layouts := domain.layouts_label(self.names, self.memory_layouts):
             parts.append(layouts)
-        if self.grad_mode != "enabled":
+        if self.grad_mode != "enabled" and not grads:
             parts.append(f"called under torch.{self.grad_mode}()")
         if self.note:
             parts.append(self.note)
@@ -172,11 +173,16 @@ def coinciding_dims(rng: np.random.Generator, function: str) -> tuple[tuple[int,
     return (even, even, even, even // 2, even // 2), (side, side, side if function == GQA else 2 * side, side, side)
 
 
-def many_problems(rng: np.random.Generator, function: str) -> tuple[int, int, int, int, int]:
+def many_problems(rng: np.random.Generator, function: str, group: int) -> tuple[int, int, int, int, int]:
     """(B, T, Hq, Hkv, D) whose (batch, output head) pairs number past every block size
-    (:func:`domain.past_every_block_of_problems`), as many key/value heads as output heads, 2 to 6 tokens of 1 to 4 features."""
-    batch, heads = domain.past_every_block_of_problems(rng)
-    return batch, int(rng.integers(2, 7)), heads if function == GQA else 2 * heads, heads, int(rng.integers(1, 5))
+    (:func:`domain.past_every_block_of_problems`), query heads in groups of ``group`` (G, a multiple of 2 for
+    diff_v2_attention), 2 to 6 tokens of 1 to 4 features. With a G that divides no block size (:data:`UNALIGNED_GROUPS`),
+    a block of flattened (batch, query head) rows starts inside a group: code that finds a block's key/value head from
+    its rows' local index, not their global one, takes the wrong one there."""
+    per_output = 1 if function == GQA else 2  # query heads per output head
+    batch, heads = domain.past_every_block_of_problems(rng, multiple=group // per_output)
+    hq = per_output * heads
+    return batch, int(rng.integers(2, 7)), hq, hq // group, int(rng.integers(1, 5))
 
 
 def gate_logits(rng: np.random.Generator, size: tuple[int, ...], saturated: float = 0.0, zeros: float = 0.0) -> np.ndarray:

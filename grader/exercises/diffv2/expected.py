@@ -32,6 +32,7 @@ import numpy as np
 
 from grader.exercises.diffv2 import oracle
 from grader.exercises.diffv2.cases import DIFF_V2, GQA, Case
+from grader.toolkit import domain
 from grader.toolkit.tolerance import SAFETY, Truth, allowance, per_case
 
 GATE = 4.0  # the sigmoid's exp, addition and division, and the gated subtraction
@@ -79,9 +80,15 @@ def output(case: Case) -> Truth:
     return Truth(values, _gated(case.dtype, operations(case), magnitude, odd))
 
 
-@per_case(_memo_key)
 def gradients(case: Case) -> dict[str, Truth]:
-    """The gradients of <cotangent, output> with respect to every input of ``case``, with allowances."""
+    """The gradients of <cotangent, output> with respect to every input of ``case``, with allowances; an expanded input's
+    read at the tensor it expands (:func:`domain.read_where_expanded`)."""
+    return domain.read_where_expanded(_gradients(case), case.names, case.memory_layouts)
+
+
+@per_case(_memo_key)
+def _gradients(case: Case) -> dict[str, Truth]:
+    """The gradients of <cotangent, output> with respect to every input of ``case`` as laid out contiguously."""
     q, k, v, causal, cotangent = case.q, case.k, case.v, case.is_causal, case.cotangent
     n = operations(case, gradients=True)
     if case.function == GQA:

@@ -434,7 +434,7 @@ def _gate_gradient(slope: Callable[[np.ndarray], np.ndarray], slope_size: Callab
         upstream = -np.sum(case.cotangent * odd, axis=-1)
         size = np.sum(np.abs(case.cotangent) * odd_size, axis=-1)
         gradient = Truth(slope(case.lambda_logits) * upstream, allowance(case.dtype, expected.operations(case), slope_size(case.lambda_logits) * size))
-        return {**truth, "lambda_logits": gradient}
+        return domain.read_where_expanded({**truth, "lambda_logits": gradient}, case.names, case.memory_layouts)
 
     return form
 

@@ -698,7 +698,9 @@ def saturated_probe(worker: Worker, values: Values, found: Found, gradients: boo
 
 
 SWEPT = np.linspace(-60.0, 60.0, B * T * H).reshape(B, T, H)  # one gate logit per (batch, token, pair), none twice
-ORDINARY_GATES = 10.0  # logits within ±10: σ(ℓ) far from 0 and 1, where every gate formula is tried
+# logits within ±1: σ(ℓ) near 1/2, where every gate formula is tried; an output right there and wrong for other logits is
+# wrong in the gate alone (what else it computes weighs the odd head by σ(ℓ) at every logit)
+CORE_GATES = 1.0
 RESOLVED = 1e-12  # a float64 output of the sweep is wrong past this share of the largest true magnitude: σ(ℓ) to ℓ ≈ 27
 
 
@@ -719,7 +721,8 @@ def _bands(logits: np.ndarray, wrong: np.ndarray) -> list[tuple[float, float]] |
 
 def gate_range_probe(worker: Worker, values: Values, found: Found) -> bool:
     """float64 gate logits from −60 to 60, one per (batch, token, pair), against the oracle: whether the output is wrong over
-    a band of logits past ±:data:`ORDINARY_GATES` alone (a clamp, a threshold of softplus, a branch of the formula)."""
+    bands of logits past ±:data:`CORE_GATES` alone (a clamp, a threshold of softplus, a branch of the formula, a tail
+    approximation)."""
     found.probes.append(f"{DIFF_V2}: gate logits from −60 to 60, one per token and pair")
     point = {**values, "lambda_logits": SWEPT}
     out = _shaped(probes.sweep(worker, subject(DIFF_V2), [point])[0], DIFF_V2)
@@ -730,7 +733,7 @@ def gate_range_probe(worker: Worker, values: Values, found: Found) -> bool:
         wrong = ~(np.abs(out - expected).max(axis=-1) <= RESOLVED * max(1.0, float(np.abs(expected).max())))
     logits, flags = SWEPT.ravel(), wrong.ravel()
     bands = _bands(logits, flags)
-    if not bands or flags[np.abs(logits) <= ORDINARY_GATES].any():
+    if not bands or flags[np.abs(logits) <= CORE_GATES].any():
         return False
     said = " and ".join(f"from {low:.4g} to {high:.4g}" for low, high in bands)
     broken = not np.isfinite(out).all()
@@ -745,7 +748,8 @@ def gate_range_probe(worker: Worker, values: Values, found: Found) -> bool:
 
 
 STABLE_LENGTH = 300  # the stability probe's long calls: past key tiles of 32, 64, 128 and 256, a multiple of none
-LENGTHS = (T, 33, 65, 100, 300)  # the probes' own length, then past the block sizes 32 and 64, a length no power of two is near, past 256
+# the probes' own length, then past the block sizes 32 and 64, a length no power of two is near, past 256, 512 and 1024
+LENGTHS = (T, 33, 65, 100, 300, *domain.PROBED_PAST_BUFFERS)
 
 
 def _long_values(rng: np.random.Generator, tokens: int) -> dict[str, np.ndarray]:
@@ -861,8 +865,8 @@ def run(worker: Worker, function: str, rng: np.random.Generator, found: Found, f
             # maps whose causal readout is not finite (0 · −∞ where the mask meets a wrong softmax) are read without the mask
             localised = causal_flag_probe(worker, DIFF_V2, values, found) or pairs_probe(worker, values, found, bool(np.isfinite(base).all())) or \
                 (np.isfinite(base).all() and gate_dependence_probe(worker, values, rng, found))  # fmt: skip
-        if right and not localised and function == DIFF_V2:
-            localised = saturated_probe(worker, values, found, gradients, source) or gate_range_probe(worker, values, found)
+        if not localised and function == DIFF_V2:  # (the sweep needs no right base: it is right over the ordinary logits or finds nothing)
+            localised = (right and saturated_probe(worker, values, found, gradients, source)) or gate_range_probe(worker, values, found)
         if right and not localised:
             length_probe(worker, function, rng, found) or width_probe(worker, function, rng.spawn(1)[0], found) or \
                 stability_probe(worker, function, values, rng, found) or \
@@ -883,4 +887,5 @@ def run(worker: Worker, function: str, rng: np.random.Generator, found: Found, f
         if function == DIFF_V2:
             runs.append(GradientRun({**values, "q": tied_pairs(values["q"])}, frozen[0], TIED))
         runs.append(_long_run(function, frozen[0], rng, domain.ONE_PAST_BLOCKS, causal=False))
+        runs += findings.expanded_runs(values, frozen[0], lambda layout: subject(function, layout=layout), EXPANSIONS)
         gradients_probe(worker, subject(function), runs, cotangent, rng, found, source, INPUT_PARTS.get(function))

@@ -42,7 +42,8 @@ def _output_set(seed: int, name: str, function: str, causal: bool) -> list[Case]
     (gqa_attention) or four key/value heads (diff_v2_attention), a grouped case up to T = 80, a domain draw, T past 256,
     padding tokens (all their inputs zeros) and a call at the sizes of large models (:func:`domain.model_scale`: causal, T
     past 1024 under inference_mode; else 16 query and 8 key/value heads of 65 to 128 features); then shapes whose axes
-    coincide (:func:`cases.coinciding_dims`) and (batch, head) pairs past every block size (:func:`cases.many_problems`);
+    coincide (:func:`cases.coinciding_dims`) and (batch, head) pairs past every block size (:func:`cases.many_problems`, in
+    groups of the smallest size and of one that divides no block size);
     both dtypes, by name and by position, the autograd modes cycled."""
     rng = domain.generator(seed, name)
     draw = functools.partial(cases.shape, rng, function)
@@ -64,7 +65,8 @@ def _output_set(seed: int, name: str, function: str, causal: bool) -> list[Case]
     large = cases.case(rng, function, (batch, length, *MODEL_HEADS[causal], width), LARGE_DTYPE[function, causal], causal)
     found = domain.cycled_modes([*drawn, padding, large])
     found = [*found[:-1], replace(large, grad_mode=domain.LONG_CALL_MODE)] if causal else found
-    odd_shapes = [*cases.coinciding_dims(rng, function), cases.many_problems(rng, function)]
+    odd_shapes = [*cases.coinciding_dims(rng, function),
+                  *(cases.many_problems(rng, function, groups[function]) for groups in (cases.ALIGNED_GROUPS, cases.UNALIGNED_GROUPS))]
     return found + domain.cycled_modes([cases.case(rng, function, dims, "float64", causal) for dims in odd_shapes])
 
 
@@ -224,7 +226,8 @@ DIFF_V2_FROZEN = ((), ("lambda_logits",), ("q",), ("k", "v"), ("v",), ("q", "k",
 @SETS.register
 def gqa_gradients(seed: int) -> list[Case]:
     """gqa_attention with gradients: G from 1 to 8, Hkv = 1 and Hkv = Hq, both dtypes, causal True, False and omitted, inputs frozen alone and in groups, T up to 320;
-    T past 512 without the mask (:data:`domain.ONE_PAST_BLOCKS`); then at one token, one batch element and one head, each input alone requiring grad."""
+    T past 512 without the mask and with it (:data:`domain.ONE_PAST_BLOCKS`); then at one token, one batch element and one head, each input alone
+    requiring grad."""
     rng = domain.generator(seed, "gqa_gradients")
     found = []
     for i, frozen in enumerate(GQA_FROZEN):
@@ -233,13 +236,15 @@ def gqa_gradients(seed: int) -> list[Case]:
         found.append(cases.case(rng, GQA, dims, ("float64", "float32")[i % 2], (True, False, None)[i % 3], frozen=frozen,
                                 binding=("keyword", "positional")[i % 2], max_logit=150.0 if i == 3 else None))  # fmt: skip
     found.append(_one_past_blocks(rng, GQA, "float64"))
-    return domain.as_training_inputs(found + _trainable_alone(rng, GQA, (1, 1, 1, 1)))
+    alone = _trainable_alone(rng, GQA, (1, 1, 1, 1))
+    return domain.as_training_inputs([*found, *alone, _one_past_blocks(rng, GQA, "float32", causal=True)])
 
 
-def _one_past_blocks(rng: np.random.Generator, function: str, dtype: str) -> Case:
-    """One pair of query heads on one key/value head, without the mask, at :data:`domain.ONE_PAST_BLOCKS` tokens: a backward
-    pass recomputed in blocks of queries must meet every key there."""
-    return cases.case(rng, function, (1, domain.ONE_PAST_BLOCKS, 2, 1, domain.head_width(rng, 4)), dtype, False)
+def _one_past_blocks(rng: np.random.Generator, function: str, dtype: str, causal: bool = False) -> Case:
+    """One pair of query heads on one key/value head, without the mask (or with it), at :data:`domain.ONE_PAST_BLOCKS` tokens:
+    a backward pass recomputed in blocks of queries must meet every key there (or, with the mask, place it at the block's own
+    rows)."""
+    return cases.case(rng, function, (1, domain.ONE_PAST_BLOCKS, 2, 1, domain.head_width(rng, 4)), dtype, causal)
 
 
 def _trainable_alone(rng: np.random.Generator, function: str, counts: tuple[int, int, int, int]) -> list[Case]:
@@ -251,8 +256,8 @@ def _trainable_alone(rng: np.random.Generator, function: str, counts: tuple[int,
 @SETS.register
 def diff_gradients(seed: int) -> list[Case]:
     """diff_v2_attention with gradients: G = 2, 4, 6 and 8, Hkv = 1, both dtypes, causal True, False and omitted, inputs frozen alone and in groups, gates moderate, saturated and exactly 0, T up to 320;
-    T past 512 without the mask (:data:`domain.ONE_PAST_BLOCKS`); the two query heads of every pair equal in value; then at one token, one batch element and
-    one pair, each input alone requiring grad."""
+    T past 512 without the mask and with it (:data:`domain.ONE_PAST_BLOCKS`); the two query heads of every pair equal in value; then at one token, one
+    batch element and one pair, each input alone requiring grad."""
     rng = domain.generator(seed, "diff_gradients")
     found = []
     for i, frozen in enumerate(DIFF_V2_FROZEN):
@@ -263,7 +268,8 @@ def diff_gradients(seed: int) -> list[Case]:
                                 zeros=0.25 if i in (0, 3, 4) else 0.0, max_logit=150.0 if i == 4 else None))  # fmt: skip
     found += [_one_past_blocks(rng, DIFF_V2, "float32"),
               cases.equal_pairs(cases.case(rng, DIFF_V2, cases.shape(rng, DIFF_V2, 2, 40, 16), "float64", True))]
-    return domain.as_training_inputs(found + _trainable_alone(rng, DIFF_V2, (1, 1, 2, 1)))
+    alone = _trainable_alone(rng, DIFF_V2, (1, 1, 2, 1))
+    return domain.as_training_inputs([*found, *alone, _one_past_blocks(rng, DIFF_V2, "float64", causal=True)])
 
 
 @SETS.register
@@ -350,7 +356,7 @@ def result_of(found: Outcome) -> tuple[Returned | None, str | None]:
 
 def described(case: Case, grads: bool = False) -> str:
     """The call of ``case`` for messages."""
-    return f"{case.function}({case.label()})" + (" with inputs that require grad" if grads else "")
+    return f"{case.function}({case.label(grads)})" + (" with inputs that require grad" if grads else "")
 
 
 SEQUENCES = SequenceSuite(sequences, request, gradient_positions, expected.output, expected.gradients,

@@ -50,7 +50,7 @@ class Observed:
 
 def _lambdas(grading: GradingContext, case_set: CaseSet[LambdaCase], grads: bool = False) -> list[Observed]:
     return [
-        Observed(f"{LAMBDA}({case.label()})", suite.lambda_outcome(grading, case_set, i, case, grads), LAMBDA, (), case.dtype)
+        Observed(f"{LAMBDA}({case.label(grads)})", suite.lambda_outcome(grading, case_set, i, case, grads), LAMBDA, (), case.dtype)
         for i, case in enumerate(case_set(grading.seed))
     ]
 
@@ -60,7 +60,7 @@ def _attentions(grading: GradingContext, case_set: CaseSet[AttentionCase], grads
     for i, case in enumerate(case_set(grading.seed)):
         b, h, t, d = case.q1.shape
         outcome = suite.attention_outcome(grading, case_set, i, case, grads)
-        observed.append(Observed(f"{ATTENTION}({case.label()})", outcome, ATTENTION, (b, h, t, 2 * d), case.dtype))
+        observed.append(Observed(f"{ATTENTION}({case.label(grads)})", outcome, ATTENTION, (b, h, t, 2 * d), case.dtype))
     return observed
 
 

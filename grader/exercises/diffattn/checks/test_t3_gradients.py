@@ -26,7 +26,7 @@ def _attention_grads(grading: GradingContext, case_sets: tuple[CaseSet[Attention
         for i, case in enumerate(case_set(grading.seed)):
             wanted = {name: position for name, position in suite.gradient_positions(case).items() if name in keys}
             outcome = suite.attention_outcome(grading, case_set, i, case, grads=True)
-            what = f"{ATTENTION}({case.label()}) with cotangent G"
+            what = f"{ATTENTION}({case.label(grads=True)}) with cotangent G"
             verdicts.setdefault(case_set.name, []).append(grads_verdict(outcome, len(outcome.results) - 1, what, expected.attention_grads(case), wanted))
     verdict = combine([v for found in verdicts.values() for v in found])
     misconceptions.CATALOGUE.attach_hint(grading, verdict, case_sets[0], grads=True, keys=keys)
@@ -71,7 +71,7 @@ def test_lambda_gradients(grading: GradingContext) -> None:
     for case_set in (suite.lambda_values, suite.lambda_frozen_subsets):
         for i, case in enumerate(case_set(grading.seed)):
             outcome = suite.lambda_outcome(grading, case_set, i, case, grads=True)
-            what = f"{LAMBDA}({case.label()}) with upstream gradient {case.upstream:.6g}"
+            what = f"{LAMBDA}({case.label(grads=True)}) with upstream gradient {case.upstream:.6g}"
             verdicts.append(grads_verdict(outcome, 0, what, expected.lambda_grads(case), suite.gradient_positions(case)))
     verdict = combine(verdicts)
     misconceptions.CATALOGUE.attach_hint(grading, verdict, suite.lambda_values, grads=True)
