@@ -817,3 +817,15 @@ def test_a_forward_wrong_only_past_512_tokens_is_no_backward_fault(tmp_path: Any
                    "--no-preview", "--tiers", "T3"], tmp_path)
     assert run.report["score"] < 100.0
     assert not any("T = 513" in cause["evidence"] for cause in run.report["diagnosis"]["root_causes"])
+
+
+@pytest.mark.parametrize(("path", "args", "function"), [
+    ("diagnosis_cold/wrong/att_max_indices_as_shift.py", (), "differential_attention"),
+    ("v2_solstice/wrong/row_shift_takes_max_indices.py", ("--exercise", "diff_v2"), "gqa_attention"),
+])  # fmt: skip
+def test_long_sequences_whose_outputs_turn_nan_are_a_stability_fault(path: str, args: tuple[str, ...], function: str, tmp_path: Any) -> None:
+    """Rows shifted by the index of their largest logit, not its value: right up to 513 tokens in float64 and NaN past 1024,
+    with and without the mask, which the length probe names as a stability fault, not a blocked computation."""
+    first = first_root_cause(path, tmp_path, "T2", *args)
+    assert (first["function"], first["component"], first["title"]) == (function, "stability", "Long sequences give NaN or infinite outputs")
+    assert "wrong from T = 1025" in first["evidence"]

@@ -215,6 +215,13 @@ def length_probe(worker: Worker, function: str, subject: Callable[[bool], Subjec
                   "the two modes (the mask, or the keys each query block reads) breaks past a block or buffer size.",
                   "without the causal mask every query reads every key: a block of queries needs all keys, not those up to its end")  # fmt: skip
         return True
+    if all(out is not None and not np.isfinite(out).all() for out, _ in failed):
+        found.add(function, "stability", "forward", "Long sequences give NaN or infinite outputs",
+                  f"Your float64 output is {span}, where it is NaN or infinite, with and without the mask: something grows with "
+                  "the sequence length until exp overflows or every weight of a row underflows (a shift other than the row's "
+                  "largest logit, a sum of exponentials taken unshifted).",
+                  "subtract each row's largest logit (its value) before exp: every exponent is then at most 0, the largest 0")  # fmt: skip
+        return True
     if all(_reordered_tokens(out, expected, tokens.output_axis) for out, expected in failed):
         found.add(function, tokens.assembly, "forward", "On long sequences the output's tokens come back in another order",
                   f"Your output is {span}, and then every token's output is right but in another token's place: the blocks or "
