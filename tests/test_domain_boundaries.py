@@ -167,3 +167,35 @@ def test_every_diff_v2_output_set_has_many_problems_in_aligned_and_unaligned_gro
         assert sorted(c.group for c in many) == [smallest, unaligned], name
         assert all(c.q.shape[0] * c.output_shape[2] % min(domain.BLOCK_SIZES) for c in many)
         assert all(min(domain.BLOCK_SIZES) % c.group for c in many if c.group == unaligned)
+
+
+LOG_DOMAIN_GATE = """
+def diff_v2_attention(q, k, v, lambda_logits, causal=True):
+    a = gqa_attention(q, k, v, causal)
+    odd = a[:, :, 1::2]
+    gated = torch.sign(odd) * torch.exp(torch.nn.functional.logsigmoid(lambda_logits).unsqueeze(-1) + torch.log(odd.abs()))
+    return a[:, :, 0::2] - gated
+"""
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_every_gradient_set_has_a_value_feature_zero_at_every_token(seed: int) -> None:
+    """Each gradient set has one call, in heads wider than one feature, whose values have their middle feature exactly zero at
+    every token (a ReLU'd or pruned projection), and says so in its label."""
+    for found, values in ((attention_suite.attention_gradients(seed), lambda c: c.value), (v2_suite.gqa_gradients(seed), lambda c: c.v),
+                          (v2_suite.diff_gradients(seed), lambda c: c.v)):  # fmt: skip
+        dead = [c for c in found if "zero at every token" in c.label()]
+        assert len(dead) == 1 and values(dead[0]).shape[-1] > 1
+        feature = values(dead[0]).shape[-1] // 2
+        assert not values(dead[0])[..., feature].any() and values(dead[0]).any()
+
+
+def test_a_gated_product_in_the_log_domain_loses_its_gradient_points(tmp_path: Path) -> None:
+    """sign(A) · exp(log σ(ℓ) + log |A|) is right in value and NaN in the backward pass where an odd head's output is exactly
+    0: the call with a value feature zero at every token fails the gradient checks of q, k and v, on every seed."""
+    source = (ROOT / "reference" / "diff_v2_attention.py").read_text()
+    start = source.index("def diff_v2_attention(")
+    (tmp_path / "log_gate.py").write_text(source[:start] + LOG_DOMAIN_GATE.lstrip())
+    for seed in SEEDS:
+        run = grade(tmp_path / "log_gate.py", tmp_path / str(seed), seed, "--exercise", "diff_v2", "--tiers", "T3")
+        assert run.check("diff_v2_query_key_gradients")["status"] == "failed" and "NaN" in run.check("diff_v2_query_key_gradients")["message"]

@@ -255,6 +255,23 @@ def padded(values: np.ndarray, tokens: Sequence[int], axis: int) -> np.ndarray:
     return values
 
 
+def dead_feature(found: Sequence[_Drawn], values: Callable[[_Drawn], np.ndarray],
+                 rebuilt: Callable[[_Drawn, np.ndarray, str], _Drawn]) -> list[_Drawn]:  # fmt: skip
+    """``found`` with the middle feature of the first case's values (``values(case)``, along the last axis) whose heads have
+    two features or more made exactly zero at every token, as a ReLU'd or pruned projection gives (``rebuilt(case, values,
+    note)`` makes the case, the note saying so). The outputs' feature is then exactly zero: a log-domain product or a
+    division by an output meets log 0 or 0 / 0 there. A single feature is left alone: every gradient of the logits would
+    vanish with it."""
+    found = list(found)
+    for i, case in enumerate(found):
+        if values(case).shape[-1] > 1:
+            zeroed, feature = values(case).copy(), values(case).shape[-1] // 2
+            zeroed[..., feature] = 0.0
+            found[i] = rebuilt(case, zeroed, f"value feature {feature} zero at every token")
+            break
+    return found
+
+
 def token_ramp(length: int, rising: bool = False) -> np.ndarray:
     """Factors from 1 down to 1/20 along ``length`` tokens, geometric (from 1/20 up to 1, ``rising``). Keys scaled by them
     give rows whose early and late key blocks have maxima far apart (past exp's range, at large logits), as a start token

@@ -431,12 +431,16 @@ OWN_BACKWARD = re.compile(r"\bdef\s+backward\b")
 """An autograd.Function's backward pass, written by hand."""
 GRADIENT_HOOKS = re.compile(r"\bregister_(?:hook|(?:full_)?backward_hook|multi_grad_hook)\s*\(")
 """A hook that rewrites the gradient flowing through a tensor or a module: a gradient written by hand too."""
+SAVED_TENSOR_HOOKS = re.compile(r"\bsaved_tensors_hooks\s*\(")
+"""Hooks that rewrite what the backward pass reads of the tensors the forward saved (compressed, offloaded): part of the
+backward pass written by hand."""
 
 
 def uses_custom_backward(source: str | None) -> bool:
-    """Whether the submission writes part of its backward pass itself (:data:`OWN_BACKWARD`, :data:`GRADIENT_HOOKS`)."""
+    """Whether the submission writes part of its backward pass itself (:data:`OWN_BACKWARD`, :data:`GRADIENT_HOOKS`,
+    :data:`SAVED_TENSOR_HOOKS`)."""
     code = code_of(source or "")
-    return OWN_BACKWARD.search(code) is not None or GRADIENT_HOOKS.search(code) is not None
+    return any(pattern.search(code) is not None for pattern in (OWN_BACKWARD, GRADIENT_HOOKS, SAVED_TENSOR_HOOKS))
 
 
 def _cutting_line(source: str | None, function: str, name: str) -> tuple[int, str, str] | None:
@@ -514,7 +518,8 @@ def gradient_finding(found: Found, function: str, condition: str, result: Consis
         # disagree with that forward where part of the computation was hidden from it
         evidence = f"Your gradient for {', '.join(differs)} disagrees with finite differences of your own forward{condition}{rest}."
         if custom:  # a hook on one part's tensor, with no backward of its own, rewrites that part's gradient alone
-            hooked = len(differs) == 1 and OWN_BACKWARD.search(code_of(source or "")) is None
+            code = code_of(source or "")
+            hooked = len(differs) == 1 and OWN_BACKWARD.search(code) is None and GRADIENT_HOOKS.search(code) is not None
             found.add(function, (parts or {}).get(differs[0], "backward") if hooked else "backward", "gradients",
                       f"The gradient for {', '.join(differs)} is wrong", evidence, "fix the backward pass for those inputs", inputs=tuple(differs))  # fmt: skip
         else:

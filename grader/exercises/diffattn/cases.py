@@ -455,6 +455,11 @@ def shared_offset(case: AttentionCase, rng: np.random.Generator) -> AttentionCas
     return replace(case, value=exact(case.value + row, case.dtype), note="every token's value shifted by one shared vector c")
 
 
+def with_values(case: AttentionCase, value: np.ndarray, note: str) -> AttentionCase:
+    """``case`` with values ``value``, its label adding ``note``."""
+    return replace(case, value=value, note=", ".join(n for n in (case.note, note) if n))
+
+
 def identical_branches(case: AttentionCase, coefficient: float) -> AttentionCase:
     """The same case with q2 = q1, k2 = k1 and ``coefficient``: the maps cancel at 1, scale A1·V by 1 - c otherwise."""
     return replace(case, q2=case.q1.copy(), k2=case.k1.copy(), coefficient=float(exact(coefficient, case.dtype)), note="q2 = q1 and k2 = k1")

@@ -23,7 +23,7 @@ from grader.exercises.diffattn import probes as attention_subjects
 from grader.exercises.diffattn.cases import ATTENTION, COEFFICIENT_KINDS, EXPANSIONS, INPUT_NAMES, LAMBDA, LAMBDA_NAMES, AttentionCase, LambdaCase
 from grader.exercises.diffattn.signatures import CONTRACT
 from grader.toolkit.verdicts import function_problem, values_verdict
-from grader.toolkit import domain, findings, probes, signatures, slips
+from grader.toolkit import backward_calls, domain, findings, probes, signatures, slips
 from grader.toolkit.rootcause import Evidence, Finding
 from grader.toolkit.slips import Observed
 
@@ -183,6 +183,21 @@ def value_calls(grading: GradingContext, function: str) -> list[tuple[AttentionC
     return found
 
 
+def gradient_calls(grading: GradingContext, function: str) -> list[backward_calls.GradientCall]:
+    """Each call of ``function`` alone the gradient checks made (read from the run's memo), judged against the oracle (the
+    end-to-end calls, of both functions in one, are left out)."""
+    calls = []
+    for set_name, grads in SETS:
+        for i, case in enumerate(getattr(suite, set_name)(grading.seed) if grads else ()):
+            outcome: Outcome | None = grading.cache.get((set_name, i, True))
+            if outcome is None or case.function != function or getattr(case, "lambda_case", None) is not None:
+                continue
+            call = backward_calls.judged(outcome, 0, expected.case_value(case), expected.case_grads(case), suite.gradient_positions(case),
+                                         case.dtype, _attributes(case, True), set_name not in HIDDEN_SETS)  # fmt: skip
+            calls += [call] if call is not None else []
+    return calls
+
+
 def probe_mode(grading: GradingContext, function: str) -> str:
     """The autograd mode the forward probes of ``function`` call it in (:func:`findings.failing_mode` of the value checks'
     calls of it)."""
@@ -232,6 +247,10 @@ def diagnose(grading: GradingContext, records: list[dict[str, Any]]) -> Evidence
         if "values" in aspects and not any(f.function == function for f in evidence.findings + evidence.hints):  # (they may explain it)
             findings.wrong_only_when(found, function, [(_attributes(case, False), right) for case, right in value_calls(grading, function)],
                                      UNPROBED_KINDS)
+        if "gradients" in aspects and not any(f.function == function for f in evidence.findings + evidence.hints + found.findings):
+            parts = attention_subjects.HANDLED_INPUTS if function == ATTENTION else None
+            backward = backward_calls.finding(function, gradient_calls(grading, function), grading.source, parts)
+            found.findings += [backward] if backward is not None else []
     evidence.findings += found.findings
     evidence.probes, evidence.maps = found.probes, found.maps
     return evidence

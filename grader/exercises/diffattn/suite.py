@@ -233,7 +233,7 @@ FROZEN_PATTERNS = ((), ("q1",), ("k1",), ("q2",), ("k2",), ("value",), ("coeffic
 @SETS.register
 def attention_gradients(seed: int) -> list[AttentionCase]:
     """Gradient cases: every input frozen alone and in groups, tensor (also exactly 0 and 1, and int64), int and Python-float coefficients, T up to 320,
-    logits up to 1000; T past 512 without the mask and with it (:data:`domain.ONE_PAST_BLOCKS`); both branches equal in value."""
+    a value feature zero at every token (the first call of heads wider than one), logits up to 1000; T past 512 without the mask and with it (:data:`domain.ONE_PAST_BLOCKS`); both branches equal in value."""
     rng = domain.generator(seed, "attention_gradients")
     kinds = ("tensor", "tensor", "float", "tensor", "int", "float64 tensor", "tensor", "float", "tensor", "tensor")
     found = []
@@ -247,6 +247,7 @@ def attention_gradients(seed: int) -> list[AttentionCase]:
             rng, shape, dtype, causal, coefficient, coefficient_kind=kind, frozen=frozen,
             max_logit=120.0 if i == 5 else None, binding=("keyword", "positional")[i % 2],
         ))  # fmt: skip
+    found = domain.dead_feature(found, lambda case: case.value, cases.with_values)
     # float32 logits of hundreds: masked future logits far above the visible ones overflow any exp taken before masking
     found.append(cases.attention_case(rng, domain.domain_shape(rng, 8, 70, 16), "float32", True, coefficient_kind="tensor",
                                       max_logit=float(rng.uniform(300, 1000))))  # fmt: skip

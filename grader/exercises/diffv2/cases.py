@@ -274,6 +274,11 @@ def with_padding(base: Case, rng: np.random.Generator) -> Case:
                    note=domain.padding_note(tokens))  # fmt: skip
 
 
+def with_values(base: Case, v: np.ndarray, note: str) -> Case:
+    """``base`` with values ``v``, its label adding ``note``."""
+    return replace(base, v=v, note=", ".join(n for n in (base.note, note) if n))
+
+
 def gate_everywhere_at(base: Case, rng: np.random.Generator, sign: float) -> Case:
     """``base`` with every gate logit of one sign (−1: a closed gate, +1: an open one) and of a magnitude float64 resolves and
     float32 does not (:data:`RESOLVED_BY_FLOAT64_ONLY`): a shortcut taken when the gate is shut or open everywhere (the odd

@@ -30,7 +30,7 @@ from grader.core.invoke import Outcome
 from grader.core.plugin import GradingContext
 from grader.exercises.diffv2 import expected, probes, suite
 from grader.exercises.diffv2.cases import DIFF_V2, EXPANSIONS, GQA, TENSORS, Case
-from grader.toolkit import domain, findings, signatures, sizes, slips
+from grader.toolkit import backward_calls, domain, findings, signatures, sizes, slips
 from grader.toolkit import probes as toolkit_probes
 from grader.toolkit.rootcause import Evidence, Finding, Role
 from grader.toolkit.slips import Observed
@@ -246,6 +246,20 @@ def value_calls(grading: GradingContext, function: str) -> list[tuple[Case, bool
     return found
 
 
+def gradient_calls(grading: GradingContext, function: str) -> list[backward_calls.GradientCall]:
+    """Each call of ``function`` the gradient checks made (read from the run's memo), judged against the oracle."""
+    calls = []
+    for case_set in suite.SETS:
+        for i, case in enumerate(case_set(grading.seed)):
+            outcome: Outcome | None = grading.cache.get((case_set.name, i, True))
+            if outcome is None or case.function != function:
+                continue
+            call = backward_calls.judged(outcome, 0, expected.output(case), expected.gradients(case), suite.gradient_positions(case),
+                                         case.dtype, _attributes(case, True), not case_set.hidden)  # fmt: skip
+            calls += [call] if call is not None else []
+    return calls
+
+
 def calls_gqa(source: str | None) -> bool:
     """Whether the submission's diff_v2_attention calls its gqa_attention (in its code: its docstring and comments, which
     may name the call, as the stub's does, left out)."""
@@ -350,6 +364,10 @@ def diagnose(grading: GradingContext, records: list[dict[str, Any]]) -> Evidence
         with toolkit_probes.calls_in(mode):  # the autograd mode where its values went wrong (a path taken only without autograd)
             probes.run(grading.worker, function, rng, found, "values" in aspects, "gradients" in aspects, grading.source,
                        slips.cut_subsets(calls, function))
+        owners = (function, GQA) if nested else (function,)  # a fault placed in the gqa_attention it calls is diff_v2_attention's too
+        if "gradients" in aspects and not any(f.function in owners for f in evidence.findings + evidence.hints + found.findings):
+            backward = backward_calls.finding(function, gradient_calls(grading, function), grading.source, probes.INPUT_PARTS.get(function))
+            found.findings += [backward] if backward is not None else []
     if nested:
         found.findings = given_to_callee(grading, found.findings, rng)
     evidence.findings += found.findings

@@ -225,7 +225,8 @@ DIFF_V2_FROZEN = ((), ("lambda_logits",), ("q",), ("k", "v"), ("v",), ("q", "k",
 
 @SETS.register
 def gqa_gradients(seed: int) -> list[Case]:
-    """gqa_attention with gradients: G from 1 to 8, Hkv = 1 and Hkv = Hq, both dtypes, causal True, False and omitted, inputs frozen alone and in groups, T up to 320;
+    """gqa_attention with gradients: G from 1 to 8, Hkv = 1 and Hkv = Hq, both dtypes, causal True, False and omitted, inputs frozen alone and in groups, T up to 320,
+    a value feature zero at every token (the first call of heads wider than one);
     T past 512 without the mask and with it (:data:`domain.ONE_PAST_BLOCKS`); then at one token, one batch element and one head, each input alone
     requiring grad."""
     rng = domain.generator(seed, "gqa_gradients")
@@ -235,6 +236,7 @@ def gqa_gradients(seed: int) -> list[Case]:
         dims = cases.shape(rng, GQA, 2, 140 if i < 5 else domain.LONGEST, 32, head_counts=counts)
         found.append(cases.case(rng, GQA, dims, ("float64", "float32")[i % 2], (True, False, None)[i % 3], frozen=frozen,
                                 binding=("keyword", "positional")[i % 2], max_logit=150.0 if i == 3 else None))  # fmt: skip
+    found = domain.dead_feature(found, lambda case: case.v, cases.with_values)
     found.append(_one_past_blocks(rng, GQA, "float64"))
     alone = _trainable_alone(rng, GQA, (1, 1, 1, 1))
     return domain.as_training_inputs([*found, *alone, _one_past_blocks(rng, GQA, "float32", causal=True)])
@@ -255,7 +257,8 @@ def _trainable_alone(rng: np.random.Generator, function: str, counts: tuple[int,
 
 @SETS.register
 def diff_gradients(seed: int) -> list[Case]:
-    """diff_v2_attention with gradients: G = 2, 4, 6 and 8, Hkv = 1, both dtypes, causal True, False and omitted, inputs frozen alone and in groups, gates moderate, saturated and exactly 0, T up to 320;
+    """diff_v2_attention with gradients: G = 2, 4, 6 and 8, Hkv = 1, both dtypes, causal True, False and omitted, inputs frozen alone and in groups, gates moderate, saturated and exactly 0, T up to 320,
+    a value feature zero at every token (the first call of heads wider than one);
     T past 512 without the mask and with it (:data:`domain.ONE_PAST_BLOCKS`); the two query heads of every pair equal in value; then at one token, one
     batch element and one pair, each input alone requiring grad."""
     rng = domain.generator(seed, "diff_gradients")
@@ -266,6 +269,7 @@ def diff_gradients(seed: int) -> list[Case]:
         found.append(cases.case(rng, DIFF_V2, dims, ("float64", "float32")[i % 2], (True, False, None)[i % 3], frozen=frozen,
                                 binding=("keyword", "positional")[i % 2], saturated=0.3 if i in (2, 5) else 0.0,
                                 zeros=0.25 if i in (0, 3, 4) else 0.0, max_logit=150.0 if i == 4 else None))  # fmt: skip
+    found = domain.dead_feature(found, lambda case: case.v, cases.with_values)
     found += [_one_past_blocks(rng, DIFF_V2, "float32"),
               cases.equal_pairs(cases.case(rng, DIFF_V2, cases.shape(rng, DIFF_V2, 2, 40, 16), "float64", True))]
     alone = _trainable_alone(rng, DIFF_V2, (1, 1, 2, 1))
