@@ -25,9 +25,9 @@ CUSTOM = "class F(torch.autograd.Function):\n    @staticmethod\n    def backward
 LONG, SHORT = {"the number of tokens": "more than 512"}, {"the number of tokens": "2 to 512"}
 
 
-def _call(attributes: dict[str, str], right: bool, wrong: tuple[str, ...] = (), *, dtype: str = "float32", missing: tuple[str, ...] = (),
-          not_finite: tuple[str, ...] = (), coarse: tuple[str, ...] = (), public: bool = True) -> GradientCall:  # fmt: skip
-    return GradientCall(attributes, dtype, right, wrong, missing, not_finite, coarse, public)
+def _call(attributes: dict[str, str], right: bool, wrong: tuple[str, ...] = (), *, missing: tuple[str, ...] = (), not_finite: tuple[str, ...] = (),
+          coarse: tuple[str, ...] = (), public: bool = True) -> GradientCall:  # fmt: skip
+    return GradientCall(attributes, right, wrong, missing, not_finite, coarse, public)
 
 
 class TestFinding:
@@ -70,10 +70,10 @@ class TestFinding:
     def test_float64_gradients_off_by_float32_rounding_are_dtype(self) -> None:
         """Every wrong gradient of a right output off by float32's rounding in a float64 call: ``dtype``, even when other float64
         calls were right (a float32 accumulator of the later key blocks); another input wrong beyond that makes it the backward."""
-        coarse = _call(LONG, True, ("v",), dtype="float64", coarse=("v",))
-        found = backward_calls.finding(GQA, [coarse, coarse, _call(SHORT, True, dtype="float64")], CUSTOM)
+        coarse = _call(LONG, True, ("v",), coarse=("v",))
+        found = backward_calls.finding(GQA, [coarse, coarse, _call(SHORT, True)], CUSTOM)
         assert found is not None and found.component == "dtype" and "right only to float32's accuracy in float64" in found.evidence
-        mixed = backward_calls.finding(GQA, [_call(SHORT, True, ("q", "v"), dtype="float64", coarse=("v",))], CUSTOM)
+        mixed = backward_calls.finding(GQA, [_call(SHORT, True, ("q", "v"), coarse=("v",))], CUSTOM)
         assert mixed is not None and mixed.component == "backward"
 
     def test_a_gradient_wrong_for_an_input_a_part_handles_alone_is_that_parts(self) -> None:
@@ -112,7 +112,7 @@ class TestJudged:
 
     @staticmethod
     def _outcome(out: np.ndarray, grad: np.ndarray, backward_error: str | None = None) -> Outcome:
-        returned = Returned(type_name="Tensor", is_tensor=True, exact_tensor=True, shape=out.shape, dtype="float64", device="cpu",
+        returned = Returned(type_name="Tensor", is_tensor=True, exact_tensor=True, shape=out.shape, device="cpu",
                             layout="torch.strided", value=out)  # fmt: skip
         return Outcome(functions=[GQA], results=[returned], grads={0: grad}, backward_error=backward_error)
 
@@ -121,7 +121,7 @@ class TestJudged:
         truth = Truth(np.ones(3), np.full(3, 1e-12))
         outcome = self._outcome(np.ones(3), np.array([1.0, np.nan, 1.0]))
         call = backward_calls.judged(outcome, 0, truth, {"q": truth}, {"q": 0}, "float64", SHORT, True)
-        assert call == GradientCall(SHORT, "float64", True, ("q",), not_finite=("q",))
+        assert call == GradientCall(SHORT, True, ("q",), not_finite=("q",))
 
     def test_a_float64_gradient_off_by_float32_rounding(self) -> None:
         """Every element off by about 1e-7 of itself in a float64 call: marked; the same in a float32 call is not, nor in a float64
@@ -129,16 +129,16 @@ class TestJudged:
         truth = Truth(np.array([0.1, -2.3, 3.7]), np.full(3, 1e-12))
         rounded = truth.values.astype(np.float32).astype(np.float64)
         coarse = backward_calls.judged(self._outcome(truth.values, rounded), 0, truth, {"q": truth}, {"q": 0}, "float64", SHORT, True)
-        assert coarse == GradientCall(SHORT, "float64", True, ("q",), float32_like=("q",))
+        assert coarse == GradientCall(SHORT, True, ("q",), float32_like=("q",))
         plain = backward_calls.judged(self._outcome(truth.values, rounded), 0, truth, {"q": truth}, {"q": 0}, "float32", SHORT, True)
-        assert plain == GradientCall(SHORT, "float32", True, ("q",))
+        assert plain == GradientCall(SHORT, True, ("q",))
         cut = np.array([1.0, 0.0, 0.0])  # two small elements lost: within 1e-4 of the largest, yet wholly wrong where they are
         small = Truth(np.array([1.0, 1e-6, -1e-6]), np.full(3, 1e-12))
         lost = backward_calls.judged(self._outcome(small.values, cut), 0, small, {"q": small}, {"q": 0}, "float64", SHORT, True)
-        assert lost == GradientCall(SHORT, "float64", True, ("q",))
+        assert lost == GradientCall(SHORT, True, ("q",))
         few = np.array([1.0, 1e-6, -1e-6 * (1 + 1e-3)])  # one element of three off, the rest exact: no rounding of every element
         once = backward_calls.judged(self._outcome(small.values, few), 0, small, {"q": small}, {"q": 0}, "float64", SHORT, True)
-        assert once == GradientCall(SHORT, "float64", True, ("q",))
+        assert once == GradientCall(SHORT, True, ("q",))
 
     def test_a_float64_gradient_past_float32s_range_overflowed(self) -> None:
         """Infinite exactly where the VJP is past float32's largest number, rounded to float32 elsewhere: kept in float32 too."""
@@ -146,7 +146,7 @@ class TestJudged:
         got = np.array([np.inf, *np.float32([-2.0, 3.0]).astype(np.float64) * (1 + 1e-8)])
         call = backward_calls.judged(self._outcome(np.ones(3), got), 0, Truth(np.ones(3), np.full(3, 1e-12)), {"q": truth}, {"q": 0}, "float64",
                                      SHORT, True)  # fmt: skip
-        assert call == GradientCall(SHORT, "float64", True, ("q",), float32_like=("q",))
+        assert call == GradientCall(SHORT, True, ("q",), float32_like=("q",))
 
     def test_a_backward_pass_that_raised_is_left_to_the_contract_slips(self) -> None:
         """An exception in the backward pass is not judged here."""

@@ -29,13 +29,12 @@ from grader.toolkit.verdicts import grads_verdict, values_verdict
 
 @dataclass(frozen=True)
 class GradientCall:
-    """One call of the gradient checks, judged: how it was made (its attributes, in words), its dtype, whether its output
-    was right, the inputs whose gradients were wrong; of these, the ones that got
-    no gradient at all, those whose gradient holds NaN or infinity where the VJP is finite and, in a float64 call, those
-    as float32 holds them (:func:`_in_float32`); and whether its check is public."""
+    """One call of the gradient checks, judged: how it was made (its attributes, in words), whether its output was right,
+    the inputs whose gradients were wrong; of these, the ones that got no gradient at all, those whose gradient holds NaN
+    or infinity where the VJP is finite and, in a float64 call, those as float32 holds them (:func:`_in_float32`); and
+    whether its check is public."""
 
     attributes: Mapping[str, str]
-    dtype: str
     output_right: bool
     wrong: tuple[str, ...] = ()
     missing: tuple[str, ...] = ()
@@ -52,8 +51,9 @@ def judged(outcome: Outcome, index: int, output: Truth, gradients: Mapping[str, 
     if outcome.backward_error is not None:
         return None
     wrong, missing, not_finite, coarse = [], [], [], []
+    truths = dict(gradients)
     for name, position in positions.items():
-        if grads_verdict(outcome, index, "", dict(gradients), {name: position}).ok:
+        if grads_verdict(outcome, index, "", truths, {name: position}).ok:
             continue
         wrong.append(name)
         got, truth = outcome.grads.get(position), gradients[name].values
@@ -64,7 +64,7 @@ def judged(outcome: Outcome, index: int, output: Truth, gradients: Mapping[str, 
         elif not np.isfinite(got).all() and np.isfinite(truth).all():
             not_finite.append(name)
     right = values_verdict(outcome, index, "", output).ok
-    return GradientCall(attributes, dtype, right, tuple(wrong), tuple(missing), tuple(not_finite), tuple(coarse), public)
+    return GradientCall(attributes, right, tuple(wrong), tuple(missing), tuple(not_finite), tuple(coarse), public)
 
 
 ROUNDED = (1e-10, 1e-5)
@@ -95,13 +95,12 @@ def _listed(names: Sequence[str]) -> str:
 
 def _kind(shown: Sequence[GradientCall]) -> str:
     """What the wrong gradients of right outputs (``shown``) have in common: "missing" (no gradient at all), "not finite",
-    "float32" (float64 calls' gradients right to float32's accuracy, every element off by a rounding's share), else
-    "wrong"."""
+    "float32" (float64 calls' gradients as float32 holds them: only float64 calls mark any), else "wrong"."""
     if all(set(c.wrong) <= set(c.missing) for c in shown):
         return "missing"
     if all(c.not_finite for c in shown):
         return "not finite"
-    if all(c.dtype == "float64" and set(c.wrong) <= set(c.float32_like) for c in shown):
+    if all(set(c.wrong) <= set(c.float32_like) for c in shown):
         return "float32"
     return "wrong"
 
