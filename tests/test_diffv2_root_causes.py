@@ -503,12 +503,13 @@ def test_a_scale_taken_from_feature_slices_is_found_by_the_maps_of_wide_heads(tm
 
 
 @pytest.mark.parametrize(("name", "function", "component", "evidence"), [
-    ("key_halves_log_normalisers_added", GQA, "softmax", "right up to T = 300 and wrong from T = 513"),
-    ("cached_mask_tiled_past_block_size", GQA, "mask", "right up to T = 513 and wrong from T = 1025"),
+    ("v2_frost/wrong/key_halves_log_normalisers_added", GQA, "softmax", "right up to T = 300 and wrong from T = 513"),
+    ("v2_frost/wrong/cached_mask_tiled_past_block_size", GQA, "mask", "right up to T = 513 and wrong from T = 1025"),
+    ("v2_ember/wrong/sliding_window_default_2048", GQA, "mask", "right up to T = 1025 and wrong from T = 2049"),
 ])  # fmt: skip
-def test_faults_past_512_and_1024_tokens_are_found_by_the_length_probe(name: str, function: str, component: str, evidence: str,
-                                                                      tmp_path: Path) -> None:  # fmt: skip
-    """Key halves normalised apart past 512 tokens, and a 1024-token mask buffer tiled past it: the length probe reads the
-    lengths of the checks' longest calls, and names the length each fault starts at."""
-    first = first_root_cause(f"v2_frost/wrong/{name}.py", tmp_path, "T2", "--exercise", "diff_v2")
+def test_faults_past_512_1024_and_2048_tokens_are_found_by_the_length_probe(name: str, function: str, component: str, evidence: str,
+                                                                           tmp_path: Path) -> None:  # fmt: skip
+    """Key halves normalised apart past 512 tokens, a 1024-token mask buffer tiled past it, and a sliding window of 2048 keys:
+    the length probe reads the lengths of the checks' longest calls, and names the length each fault starts at."""
+    first = first_root_cause(f"{name}.py", tmp_path, "T2", "--exercise", "diff_v2")
     assert (first["function"], first["component"]) == (function, component) and evidence in first["evidence"]

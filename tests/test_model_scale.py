@@ -1,4 +1,5 @@
-"""Calls at the sizes of large models: lengths past a 1024-token buffer, wide heads, logits below a finite mask value."""
+"""Calls at the sizes of large models: lengths past a 1024-token buffer and a 2048-token window, wide heads, logits below a
+finite mask value."""
 
 from __future__ import annotations
 
@@ -53,6 +54,11 @@ WRONG = {
         "causal_values",
     ),
     "finite_mask_of_minus_1e4": ((("float(\"-inf\")", "-1e4"),), "large_logit_values"),
+    "sliding_window_of_2048_tokens": (
+        (("torch.ones(t, t, dtype=torch.bool).triu(1)",
+          "torch.ones(t, t, dtype=torch.bool).triu(1) | torch.ones(t, t, dtype=torch.bool).tril(-2048)"),),
+        "causal_values",
+    ),
 }
 SEED = 5
 
@@ -72,10 +78,13 @@ def _deepest_logit(q: np.ndarray, k: np.ndarray) -> float:
 
 @pytest.mark.parametrize("seed", [1, 2, 3, 4, 5])
 def test_every_run_reaches_model_sizes_in_both_exercises(seed: int) -> None:
-    """Each seed's causal sets have a call past 1024 tokens, the non-causal ones wide heads, the large-logit sets a finite-mask probe."""
+    """Each seed's causal sets end with a float32 call past 2048 tokens under inference_mode, the non-causal ones have wide
+    heads, the large-logit sets a finite-mask probe."""
     long = [max(c.q1.shape[2] for c in attention_suite.attention_causal(seed))]
     long += [max(c.q.shape[1] for c in s(seed)) for s in (v2_suite.gqa_causal, v2_suite.diff_causal)]
-    assert min(long) > domain.LONGEST_BUFFER
+    assert min(long) > domain.LONGEST_CONTEXT
+    last = [attention_suite.attention_causal(seed)[-1], *(s(seed)[-1] for s in (v2_suite.gqa_causal, v2_suite.diff_causal))]
+    assert {(c.dtype, c.grad_mode) for c in last} == {("float32", domain.LONG_CALL_MODE)}
     wide = [max(c.q1.shape[3] for c in attention_suite.attention_noncausal(seed))]
     wide += [max(c.q.shape[3] for c in s(seed)) for s in (v2_suite.gqa_noncausal, v2_suite.diff_noncausal)]
     assert min(wide) > domain.WIDEST
@@ -84,6 +93,21 @@ def test_every_run_reaches_model_sizes_in_both_exercises(seed: int) -> None:
         deep += [_deepest_logit(np.swapaxes(c.q, 1, 2), np.swapaxes(c.k, 1, 2)[:, :1])
                  for c in large_logits(seed) if c.dtype == "float64" and c.causal]  # fmt: skip
     assert sum(logit < -1e6 for logit in deep) == 3
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_call_past_2048_tokens_has_an_attention_sink_in_both_exercises(seed: int) -> None:
+    """The first key of the call past the context window takes most of every late row's weight (so a window that drops it
+    changes the output, not one key's 1/T share of it) in both branches and in every query head."""
+    from grader.exercises.diffattn import oracle as attention_oracle
+    from grader.exercises.diffv2 import oracle as v2_oracle
+
+    first = attention_suite.attention_causal(seed)[-1]
+    weights = [attention_oracle.attention_maps(q, k, True)[..., -16:, 0] for q, k in ((first.q1, first.k1), (first.q2, first.k2))]
+    for s in (v2_suite.gqa_causal, v2_suite.diff_causal):
+        case = s(seed)[-1]
+        weights.append(v2_oracle.attention_maps(case.q, case.k, True)[..., -16:, 0])
+    assert min(float(w.min()) for w in weights) > 0.5
 
 
 @pytest.fixture(scope="module")
@@ -100,14 +124,14 @@ def graded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]
 
 
 def test_the_plain_implementation_earns_full_marks_at_model_sizes(graded: dict[str, dict[str, Any]]) -> None:
-    """matmul, masked_fill(-inf) and softmax pass the calls past 1024 tokens, with wide heads and at logits of −1e6."""
+    """matmul, masked_fill(-inf) and softmax pass the calls past 1024 and 2048 tokens, with wide heads and at logits of −1e6."""
     assert graded["correct"]["score"] == 100.0
 
 
 @pytest.mark.parametrize("name", sorted(WRONG))
 def test_a_buffer_or_block_of_model_size_or_a_finite_mask_costs_points(name: str, graded: dict[str, dict[str, Any]]) -> None:
-    """A 1024-token mask buffer, key blocks of 512 never rescaled, and a −1e4 mask each lose points, in the check that calls
-    at that size."""
+    """A 1024-token mask buffer, key blocks of 512 never rescaled, a −1e4 mask and a sliding window of 2048 keys each lose
+    points, in the check that calls at that size."""
     report = graded[name]
     statuses = {check["id"]: check["status"] for tier in report["tiers"] for check in tier["checks"]}
     assert report["score"] < 100.0 and statuses[WRONG[name][1]] == "failed"

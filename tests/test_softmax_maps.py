@@ -62,3 +62,28 @@ def test_imports_only_numpy_and_the_standard_library() -> None:
     code = "import sys, grader.toolkit.softmax; print('torch' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
+
+
+def test_float32_calls_get_float64_arithmetic_within_the_block_only() -> None:
+    """Inside arithmetic_for("float32") the maps are computed in float64 and agree with the extended-precision ones to
+    float64's rounding over a long row, far below float32's unit roundoff; the extended arithmetic comes back after."""
+    rng = np.random.default_rng(3)
+    queries, keys = rng.normal(0, 1, (1, 600, 4)), rng.normal(0, 1, (1, 600, 4))
+    extended = softmax.softmax_maps(queries, keys, True)
+    with softmax.arithmetic_for("float32"):
+        assert softmax.arithmetic() is np.float64
+        plain = softmax.softmax_maps(queries, keys, True)
+    assert softmax.arithmetic() is np.longdouble
+    assert not np.array_equal(plain, extended)  # computed differently ...
+    np.testing.assert_allclose(plain, extended, rtol=600 * 2**-52, atol=1e-300)  # ... to float64's accuracy
+    assert np.array_equal(plain == 0, extended == 0)
+
+
+def test_kept_maps_are_those_of_the_arithmetic_asked_for() -> None:
+    """recent_maps keeps the maps per arithmetic: a float32 call's maps are not served to a float64 call of the same arrays."""
+    queries = np.ones((1, 3, 2))
+    with softmax.arithmetic_for("float32"):
+        first = softmax.recent_maps(queries, queries, True, lambda: np.zeros(1))
+    second = softmax.recent_maps(queries, queries, True, lambda: np.ones(1))
+    assert first.tolist() == [0.0] and second.tolist() == [1.0] and not second.flags.writeable
+    assert softmax.recent_maps(queries, queries, True, lambda: np.full(1, 2.0)) is second

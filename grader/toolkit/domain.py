@@ -77,9 +77,16 @@ MODEL_LENGTHS = (LONGEST_BUFFER + 1, 1040)
 # then made by it as an inference tensor, which every later call with gradients meets (the evaluations before training of
 # the call sequences stay past every other length without reaching 1040 tokens, whose oracle costs a second a run).
 LONG_CALL_MODE = "inference_mode"
-# The longest sequences the length probes of the diagnosis read: past every block size up to 512, and past a mask buffer of
-# 1024 tokens (the lengths of the checks' longest calls, where a fault of long sequences first shows)
-PROBED_PAST_BUFFERS = (ONE_PAST_BLOCKS, MODEL_LENGTHS[0])
+# The context window of many trained models (GPT-3's, OPT's) and the size a sliding-window mask is most often given: a mask
+# that keeps only the last 2048 keys of each query, or a buffer of 2048 positions, is right at every shorter length. Each
+# causal output set ends with one float32 call past it (:func:`past_context`), whose truth costs 0.1 s in float64
+# arithmetic (grader.toolkit.softmax); windows of 4096 and more stay beyond the checks (each doubling costs four times).
+LONGEST_CONTEXT = 2048
+CONTEXT_LENGTHS = (LONGEST_CONTEXT + 1, LONGEST_CONTEXT + 16)
+# The longest sequences the length probes of the diagnosis read: past every block size up to 512, past a mask buffer of
+# 1024 tokens and past a context window of 2048 (the lengths of the checks' longest calls, where a fault of long sequences
+# first shows)
+PROBED_PAST_BUFFERS = (ONE_PAST_BLOCKS, MODEL_LENGTHS[0], CONTEXT_LENGTHS[0])
 MODEL_WIDTHS = (WIDEST + 1, 128)
 MODEL_PROBLEMS = (2, 12)  # B and H (or query heads) of the wide call
 # Every scaled logit of a float64 call about −2e6 to −1e7: below the finite numbers code writes for −∞ in a mask (−1e4,
@@ -132,6 +139,14 @@ _Drawn = TypeVar("_Drawn", bound=Any)  # a case dataclass of any exercise
 def generator(seed: int, name: str) -> np.random.Generator:
     """The generator of one case set: a function of the run's seed and the set's name."""
     return np.random.default_rng([seed, zlib.crc32(name.encode())])
+
+
+def offshoot(rng: np.random.Generator, name: str) -> np.random.Generator:
+    """A generator that depends on the seed ``rng`` was made from and on ``name``, not on how much of ``rng`` was drawn:
+    probes that run after others which may or may not have drawn still get the same inputs for every submission."""
+    seeds = rng.bit_generator.seed_seq
+    assert isinstance(seeds, np.random.SeedSequence)
+    return np.random.default_rng(np.random.SeedSequence(seeds.entropy, spawn_key=(*seeds.spawn_key, zlib.crc32(name.encode()))))
 
 
 def exact(values: Any, dtype: str) -> np.ndarray:
@@ -280,6 +295,22 @@ def token_ramp(length: int, rising: bool = False) -> np.ndarray:
     return ramp[::-1] if rising else ramp
 
 
+SINK_LOGIT = 12.0  # the first key's scaled logit in an attention sink: most of each row's weight past 2,048 keys (e¹² ≈ 80·2,064)
+
+
+def attention_sink(q: np.ndarray, k: np.ndarray, logit: float, tokens: int) -> tuple[np.ndarray, np.ndarray]:
+    """Queries and keys (head width on the last axis, tokens on axis ``tokens``) remade from a tenth of ``q`` and ``k`` so
+    that the first key is an attention sink: every query's scaled logit for it is about ``logit`` (within 10 % for most
+    queries), for every other key about 0, as the start token of a trained model draws most of each row's weight. A query
+    that no longer reads the first key (a sliding window, a buffer that drops old keys) then gets an output far from the
+    right one, not one key's 1/T share of it."""
+    width = q.shape[-1]
+    unit = np.full(width, 1.0 / math.sqrt(width))
+    q, k = unit + 0.1 * q, np.moveaxis(0.1 * k, tokens, 0)
+    k[0] = logit * math.sqrt(width) * unit
+    return q, np.moveaxis(k, 0, tokens)
+
+
 def far_below(q: np.ndarray, k: np.ndarray, logit: float, direction: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Queries and keys (head width on the last axis) remade from a tenth of ``q`` and ``k`` around opposite multiples of
     the unit vector ``direction`` (None: all its elements equal), so that every scaled logit q·k/√D is about −``logit``:
@@ -421,9 +452,20 @@ def model_scale(rng: np.random.Generator, long: bool) -> tuple[int, int, int, in
     :data:`MODEL_PROBLEMS` (batch, head) pairs of up to 24 tokens with a head width in :data:`MODEL_WIDTHS` (128 or
     96 half the time)."""
     if long:
-        return 1, 1, int(rng.choice([t for t in range(MODEL_LENGTHS[0], MODEL_LENGTHS[1] + 1) if t % 16])), int(rng.integers(1, 5))
+        return _one_long_head(rng, MODEL_LENGTHS)
     width = int(rng.choice([128, 96])) if rng.random() < 0.5 else int(rng.integers(MODEL_WIDTHS[0], MODEL_WIDTHS[1] + 1))
     return (*MODEL_PROBLEMS, int(rng.integers(2, 25)), width)
+
+
+def past_context(rng: np.random.Generator) -> tuple[int, int, int, int]:
+    """(B, H, T, D) of the call past :data:`LONGEST_CONTEXT`: one head of 1 to 4 features over a length in
+    :data:`CONTEXT_LENGTHS` (no multiple of 16)."""
+    return _one_long_head(rng, CONTEXT_LENGTHS)
+
+
+def _one_long_head(rng: np.random.Generator, lengths: tuple[int, int]) -> tuple[int, int, int, int]:
+    """(1, 1, T, D): T within ``lengths`` and no multiple of 16, D from 1 to 4."""
+    return 1, 1, int(rng.choice([t for t in range(lengths[0], lengths[1] + 1) if t % 16])), int(rng.integers(1, 5))
 
 
 def below_model_length(tokens: int) -> bool:

@@ -27,6 +27,8 @@ from typing import Any, Callable, TypeVar
 
 import numpy as np
 
+from grader.toolkit import softmax
+
 SAFETY = 16.0
 """Multiplies every allowance: the constants the rounding model leaves out."""
 UNIT_ROUNDOFF = {"float32": 2.0**-24, "float64": 2.0**-53}
@@ -130,21 +132,30 @@ _COMPUTING: dict[tuple[int, tuple[Any, ...]], tuple[int, threading.Event]] = {}
 _COMPUTING_LOCK = threading.Lock()
 
 
-def per_case(identify: Identify) -> Callable[[Callable[[_Case], _Result]], Callable[[_Case], _Result]]:
+def per_case(identify: Identify, dtype: Callable[[Any], str] | None = None) -> Callable[[Callable[[_Case], _Result]], Callable[[_Case], _Result]]:
     """A decorator that computes a function of a case once per set of input arrays and numbers that decide it.
 
     ``identify(case)`` gives the arrays the result depends on (compared by
     identity) and the numbers that decide it (by value). Cases that differ
     only in what the result does not depend on (which inputs require grad,
     how arguments are bound, the autograd mode, the layout) and share their
-    arrays, as ``dataclasses.replace`` makes them, share one result.
+    arrays, as ``dataclasses.replace`` makes them, share one result. With
+    ``dtype``, the function runs in the oracles' arithmetic for a call in
+    ``dtype(case)`` (grader.toolkit.softmax.arithmetic_for); that dtype must be
+    among the numbers ``identify`` gives.
     """
 
     def decorate(function: Callable[[_Case], _Result]) -> Callable[[_Case], _Result]:
+        def computed(case: _Case) -> _Result:
+            if dtype is None:
+                return function(case)
+            with softmax.arithmetic_for(dtype(case)):
+                return function(case)
+
         @functools.wraps(function)
         def cached(case: _Case) -> _Result:
             objects, values = identify(case)
-            return remember(_PER_CASE, (function, *objects), lambda: function(case), values)
+            return remember(_PER_CASE, (function, *objects), lambda: computed(case), values)
 
         return cached
 

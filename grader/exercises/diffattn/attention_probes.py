@@ -579,7 +579,8 @@ def dependence_probe(worker: Worker, rng: np.random.Generator, found: Found) -> 
 
 
 STABLE_LENGTH = 300  # the stability probe's long calls: past key tiles of 32, 64, 128 and 256, a multiple of none
-# the probes' own length, then past the block sizes 16, 32 and 64, a length no power of two is near, past 256, 512 and 1024
+# the probes' own length, then past the block sizes 16, 32 and 64, a length no power of two is near, past 256, 512, 1024
+# and 2048
 LENGTHS = (T, 17, 33, 65, 100, 300, *domain.PROBED_PAST_BUFFERS)
 
 
@@ -591,7 +592,8 @@ def _long_values(rng: np.random.Generator, tokens: int) -> dict[str, np.ndarray]
 
 def length_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool:
     """float64 outputs at :data:`LENGTHS`, causal and not, against the oracle; whether long sequences alone are wrong."""
-    points = [_long_values(rng, t) for t in LENGTHS]
+    lengths = domain.offshoot(rng, "long sequences")
+    points = [_long_values(lengths, t) for t in LENGTHS]
     return findings.length_probe(worker, ATTENTION, attention_subject, points, LENGTHS, truth, found, findings.TokenAxes("value", 2, 2, "value"))
 
 

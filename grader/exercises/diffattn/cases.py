@@ -283,6 +283,7 @@ def attention_case(
     max_logit: float | None = None,
     ramp: bool | None = None,
     below: float | None = None,
+    sink: float | None = None,
     layouts: tuple[str, ...] = ("contiguous",) * 5,
     frozen: tuple[str, ...] = (),
     binding: str = "keyword",
@@ -295,7 +296,8 @@ def attention_case(
     queries so that the largest scaled logit |q·k|/√D of either branch equals it.
     ``ramp`` (False: falling, True: rising) scales the keys along the tokens
     first (:func:`domain.token_ramp`). ``below`` makes every scaled logit of
-    both branches about −below (:func:`domain.far_below`).
+    both branches about −below (:func:`domain.far_below`). ``sink`` makes the
+    first key of both branches an attention sink (:func:`domain.attention_sink`).
     """
     b, h, t, d = shape
     q1, k1, q2, k2 = (rng.standard_normal(shape) for _ in range(4))
@@ -306,6 +308,8 @@ def attention_case(
         q2 = q2 * max_logit / _largest_logit(q2, k2)
     if below is not None:
         (q1, k1), (q2, k2) = domain.far_below(q1, k1, below), domain.far_below(q2, k2, below)
+    if sink is not None:
+        (q1, k1), (q2, k2) = domain.attention_sink(q1, k1, sink, tokens=2), domain.attention_sink(q2, k2, sink, tokens=2)
     if coefficient is None:
         coefficient = float(rng.uniform(0.2, 0.9))
     names = INPUT_NAMES + ("coefficient", "causal")

@@ -32,7 +32,7 @@ def _identify(case: AttentionCase | LambdaCase) -> tuple[tuple[Any, ...], tuple[
     return (*case.inputs, case.cotangent, case.lambda_case), (case.dtype, case.coefficient, case.is_causal, case.coefficient_kind)
 
 
-_per_case = tolerance.per_case(_identify)
+_per_case = tolerance.per_case(_identify, dtype=lambda case: case.dtype)
 
 
 def _lambda_operations(case: LambdaCase) -> float:

@@ -7,7 +7,8 @@ a submission cannot hide behind agreement between the two. The forward values
 of small problems are evaluated in plain Python floats with ``math.fsum`` (a
 correctly rounded sum); problems too large for that (long sequences, wide
 heads) use the same formulas vectorised with numpy in extended precision
-(``numpy.longdouble``), whose error is just as far below any tolerance the
+(``numpy.longdouble``; float64 for the truth of a float32 call, see
+grader.toolkit.softmax), whose error is just as far below any tolerance the
 grader uses. The project's tests hold the two against each other. The
 gradients follow hand-derived formulas and are vectorised with numpy.
 
@@ -29,7 +30,7 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
-from grader.toolkit.softmax import softmax_maps
+from grader.toolkit.softmax import arithmetic, recent_maps, softmax_maps
 
 
 def _dot(a: Iterable[float], b: Iterable[float]) -> float:
@@ -91,29 +92,17 @@ def lambda_magnitude(
 SCALAR_LIMIT = 40_000  # B·H·T²·D up to which the maps are computed in Python floats (about 0.1 s)
 
 
-_recent_maps: dict[tuple[int, int, bool], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
-
-
 def attention_maps(q: np.ndarray, k: np.ndarray, causal: bool) -> np.ndarray:
     """Return the [B, H, T, T] softmax maps softmax(q kᵀ / sqrt(D) + mask).
 
     Row by row in Python floats (:func:`scalar_attention_maps`) while the
     problem is small, vectorised in extended precision
-    (:func:`vectorised_attention_maps`) beyond :data:`SCALAR_LIMIT`. The
-    value, its bound and both gradient passes of one case ask for the same
-    maps, so the last few are kept, by the identity of ``q`` and ``k``.
+    (:func:`vectorised_attention_maps`) beyond :data:`SCALAR_LIMIT`; the last
+    few kept (grader.toolkit.softmax.recent_maps).
     """
-    key = (id(q), id(k), causal)
-    found = _recent_maps.get(key)
-    if found is not None and found[0] is q and found[1] is k:
-        return found[2]
     b, h, t, d = np.shape(q)
-    maps = scalar_attention_maps(q, k, causal) if b * h * t * t * d <= SCALAR_LIMIT else vectorised_attention_maps(q, k, causal)
-    maps.flags.writeable = False
-    if len(_recent_maps) >= 16:
-        _recent_maps.clear()
-    _recent_maps[key] = (q, k, maps)
-    return maps
+    small = b * h * t * t * d <= SCALAR_LIMIT
+    return recent_maps(q, k, causal, lambda: scalar_attention_maps(q, k, causal) if small else vectorised_attention_maps(q, k, causal))
 
 
 def scalar_attention_maps(q: np.ndarray, k: np.ndarray, causal: bool) -> np.ndarray:
@@ -141,7 +130,8 @@ def differential_attention(
     mixed = attention_maps(q1, k1, causal) - coefficient * attention_maps(q2, k2, causal)
     b, h, t, d = np.shape(q1)
     if b * h * t * t * d > SCALAR_LIMIT:
-        return np.einsum("bhij,bhjc->bhic", mixed.astype(np.longdouble), np.asarray(value, dtype=np.longdouble)).astype(np.float64)
+        work = arithmetic()
+        return np.einsum("bhij,bhjc->bhic", mixed.astype(work), np.asarray(value, dtype=work)).astype(np.float64)
     return _per_head(
         lambda p, v: [[_dot(p_row, column) for column in zip(*v)] for p_row in p], mixed, value
     )

@@ -119,7 +119,8 @@ def attention_causal(seed: int) -> list[AttentionCase]:
     """Causal cases: T from 1 to 320 (next to block sizes half the time, once past 256), D from 1 to 64, both dtypes, causal omitted, by name and by
     position, padding-like rows of zeros; once T from 1025 to 1040 under inference_mode (:func:`domain.model_scale`); then
     B = H = T = 2D (:func:`cases.coinciding_shapes`) and (batch, head) pairs past every block size
-    (:func:`cases.many_problems`)."""
+    (:func:`cases.many_problems`); last, a float32 call under inference_mode past a context window of 2048 tokens
+    (:func:`domain.past_context`) whose first key is an attention sink (:func:`domain.attention_sink`)."""
     rng = domain.generator(seed, "attention_causal")
     return domain.cycled_modes([
         cases.attention_case(rng, (2, 2, 5, 4), "float32", True),
@@ -134,7 +135,8 @@ def attention_causal(seed: int) -> list[AttentionCase]:
         domain.cycled_modes([
             cases.attention_case(rng, cases.coinciding_shapes(rng)[0], "float64", True),
             cases.attention_case(rng, cases.many_problems(rng), "float32", True),
-        ])  # fmt: skip
+        ]) + [replace(cases.attention_case(rng, domain.past_context(rng), "float32", True, sink=domain.SINK_LOGIT),
+                                    grad_mode=domain.LONG_CALL_MODE)]  # fmt: skip
 
 
 @SETS.register

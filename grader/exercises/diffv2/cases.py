@@ -220,6 +220,7 @@ def case(
     max_logit: float | None = None,
     ramp: bool | None = None,
     below: float | None = None,
+    sink: float | None = None,
     saturated: float = 0.0,
     zeros: float = 0.0,
     layouts: tuple[str, ...] = (),
@@ -234,7 +235,8 @@ def case(
     scaled logit |q·k|/√D equals it; ``ramp`` (False: falling, True: rising)
     scales the keys along the tokens first (:func:`domain.token_ramp`);
     ``below`` makes every scaled logit about −below (:func:`domain.far_below`);
-    ``saturated`` is the share of gate logits drawn at ±[100, 1000],
+    ``sink`` makes the first key an attention sink, its scaled logit about ``sink`` for every query
+    (:func:`domain.attention_sink`); ``saturated`` is the share of gate logits drawn at ±[100, 1000],
     ``zeros`` the share set to exactly 0.
     """
     b, t, hq, hkv, d = dims
@@ -245,6 +247,8 @@ def case(
         q = q * (max_logit / _largest_logits(q, k))[:, None]
     if below is not None:
         q, k = domain.far_below(q, k, below)
+    if sink is not None:
+        q, k = domain.attention_sink(q, k, sink, tokens=1)
     gates = gate_logits(rng, (b, t, hq // 2), saturated, zeros) if function == DIFF_V2 else None
     out = (b, t, hq if function == GQA else hq // 2, d)
     return Case(

@@ -67,7 +67,7 @@ def _gated(dtype: str, operations: float, magnitude: np.ndarray, underflow: np.n
     return allowance(dtype, operations, magnitude) + SAFETY * TINY[dtype] * underflow
 
 
-@per_case(_memo_key)
+@per_case(_memo_key, dtype=lambda case: case.dtype)
 def output(case: Case) -> Truth:
     """The output of ``case``'s call and its allowance."""
     q, k, v = case.q, case.k, case.v
@@ -86,7 +86,7 @@ def gradients(case: Case) -> dict[str, Truth]:
     return domain.read_where_expanded(_gradients(case), case.names, case.memory_layouts)
 
 
-@per_case(_memo_key)
+@per_case(_memo_key, dtype=lambda case: case.dtype)
 def _gradients(case: Case) -> dict[str, Truth]:
     """The gradients of <cotangent, output> with respect to every input of ``case`` as laid out contiguously."""
     q, k, v, causal, cotangent = case.q, case.k, case.v, case.is_causal, case.cotangent

@@ -6,7 +6,8 @@ submission cannot influence it by patching torch, and it does not use the
 reference. Small problems are evaluated in plain Python floats (the row
 maximum subtracted before ``math.exp``, every sum taken with ``math.fsum``,
 which is correctly rounded); larger ones use the same formulas vectorised with
-numpy in extended precision (``numpy.longdouble``). The project's tests hold
+numpy in extended precision (``numpy.longdouble``; float64 for the truth of
+a float32 call, see grader.toolkit.softmax). The project's tests hold
 the two paths against each other. The gradients follow the hand-derived
 vector-Jacobian products of docs/diffv2.md, vectorised with numpy.
 
@@ -37,7 +38,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from grader.toolkit.softmax import softmax_maps
+from grader.toolkit.softmax import arithmetic, recent_maps, softmax_maps
 
 SCALAR_LIMIT = 10_000  # B·Hq·T²·D up to which the maps and outputs are computed in Python floats (its 2H heads cost twice V1's)
 
@@ -127,27 +128,15 @@ def _is_small(q: np.ndarray, k: np.ndarray) -> bool:
     return b * hq * t * t * d <= SCALAR_LIMIT
 
 
-_recent_maps: dict[tuple[int, int, bool], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
-
-
 def attention_maps(q: np.ndarray, k: np.ndarray, causal: bool) -> np.ndarray:
     """The [B, Hq, T, T] maps softmax_s(q[b,t,h]·k[b,s,h//G]/√D + M[t,s]).
 
     In Python floats while the problem is small (:func:`scalar_maps`), in
-    extended precision beyond :data:`SCALAR_LIMIT` (:func:`vectorised_maps`).
-    A case's value, its bound and its gradients ask for the same maps, so the
-    last few are kept, by the identity of ``q`` and ``k``.
+    extended precision beyond :data:`SCALAR_LIMIT` (:func:`vectorised_maps`);
+    the last few kept (grader.toolkit.softmax.recent_maps).
     """
-    key = (id(q), id(k), causal)
-    found = _recent_maps.get(key)
-    if found is not None and found[0] is q and found[1] is k:
-        return found[2]
-    maps = scalar_maps(q, k, causal) if _is_small(q, k) else vectorised_maps(q, k, causal)
-    maps.flags.writeable = False
-    if len(_recent_maps) >= 16:
-        _recent_maps.clear()
-    _recent_maps[key] = (q, k, maps)
-    return maps
+    small = _is_small(q, k)
+    return recent_maps(q, k, causal, lambda: scalar_maps(q, k, causal) if small else vectorised_maps(q, k, causal))
 
 
 def apply_maps(maps: np.ndarray, v: np.ndarray, group: int) -> np.ndarray:
@@ -155,8 +144,9 @@ def apply_maps(maps: np.ndarray, v: np.ndarray, group: int) -> np.ndarray:
     b, hq, t, _ = maps.shape
     d = np.shape(v)[-1]
     if b * hq * t * t * d > SCALAR_LIMIT:
-        values = per_query_head(np.asarray(v, dtype=np.longdouble), group)
-        return np.swapaxes(np.einsum("bhts,bhsd->bhtd", np.asarray(maps, dtype=np.longdouble), values), 1, 2).astype(np.float64)
+        work = arithmetic()
+        values = per_query_head(np.asarray(v, dtype=work), group)
+        return np.swapaxes(np.einsum("bhts,bhsd->bhtd", np.asarray(maps, dtype=work), values), 1, 2).astype(np.float64)
     columns = [[list(zip(*rows)) for rows in heads] for heads in heads_first(np.asarray(v, dtype=np.float64)).tolist()]
     out = [
         [[[_dot(row, column) for column in columns[bb][h // group]] for row in maps[bb, h].tolist()] for h in range(hq)]

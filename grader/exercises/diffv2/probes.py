@@ -748,7 +748,8 @@ def gate_range_probe(worker: Worker, values: Values, found: Found) -> bool:
 
 
 STABLE_LENGTH = 300  # the stability probe's long calls: past key tiles of 32, 64, 128 and 256, a multiple of none
-# the probes' own length, then past the block sizes 32 and 64, a length no power of two is near, past 256, 512 and 1024
+# the probes' own length, then past the block sizes 32 and 64, a length no power of two is near, past 256, 512, 1024 and
+# 2048
 LENGTHS = (T, 33, 65, 100, 300, *domain.PROBED_PAST_BUFFERS)
 
 
@@ -779,8 +780,9 @@ def width_probe(worker: Worker, function: str, rng: np.random.Generator, found: 
 def length_probe(worker: Worker, function: str, rng: np.random.Generator, found: Found) -> bool:
     """float64 outputs of ``function`` at :data:`LENGTHS` (one batch element, Hq = 4, Hkv = 2, D = 4), causal and not, against
     the oracle; whether long sequences alone are wrong."""
-    points = [_long_values(rng, t) for t in LENGTHS]
-    if function == DIFF_V2 and _long_gates_probe(worker, points[-1], found):
+    lengths = domain.offshoot(rng, "long sequences")
+    points = [_long_values(lengths, t) for t in LENGTHS]
+    if function == DIFF_V2 and _long_gates_probe(worker, points[LENGTHS.index(domain.MODEL_LENGTHS[0])], found):
         return True
     return findings.length_probe(worker, function, functools.partial(subject, function), points, LENGTHS,
                                  lambda values, causal: truth(function, values, causal), found, findings.TokenAxes("v", 1, 1, "output"))  # fmt: skip

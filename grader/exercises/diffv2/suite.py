@@ -34,6 +34,8 @@ SETS = CaseSets()
 MODEL_HEADS = {True: (2, 1), False: (16, 8)}  # (Hq, Hkv) of the call at a large model's sizes: long (causal), wide (not)
 # The dtype of that call: float64 for one long call (a path taken past 1024 tokens that computes in float32 shows only on
 # float64 inputs), float32 for the others
+# (Hq, Hkv) of the call past a context window: as few heads as each function takes (its cost grows with T² per query head)
+CONTEXT_HEADS = {GQA: (1, 1), DIFF_V2: (2, 1)}
 LARGE_DTYPE = {(GQA, True): "float64", (DIFF_V2, True): "float32", (GQA, False): "float32", (DIFF_V2, False): "float32"}
 
 
@@ -44,7 +46,8 @@ def _output_set(seed: int, name: str, function: str, causal: bool) -> list[Case]
     past 1024 under inference_mode; else 16 query and 8 key/value heads of 65 to 128 features); then shapes whose axes
     coincide (:func:`cases.coinciding_dims`) and (batch, head) pairs past every block size (:func:`cases.many_problems`, in
     groups of the smallest size and of one that divides no block size);
-    both dtypes, by name and by position, the autograd modes cycled."""
+    both dtypes, by name and by position, the autograd modes cycled; causal, last, a float32 call under inference_mode past a
+    context window of 2048 tokens (:func:`domain.past_context`) whose first key is an attention sink."""
     rng = domain.generator(seed, name)
     draw = functools.partial(cases.shape, rng, function)
     omitted = None if causal else False
@@ -67,7 +70,12 @@ def _output_set(seed: int, name: str, function: str, causal: bool) -> list[Case]
     found = [*found[:-1], replace(large, grad_mode=domain.LONG_CALL_MODE)] if causal else found
     odd_shapes = [*cases.coinciding_dims(rng, function),
                   *(cases.many_problems(rng, function, groups[function]) for groups in (cases.ALIGNED_GROUPS, cases.UNALIGNED_GROUPS))]
-    return found + domain.cycled_modes([cases.case(rng, function, dims, "float64", causal) for dims in odd_shapes])
+    found += domain.cycled_modes([cases.case(rng, function, dims, "float64", causal) for dims in odd_shapes])
+    if not causal:
+        return found
+    batch, _, length, width = domain.past_context(rng)
+    context = cases.case(rng, function, (batch, length, *CONTEXT_HEADS[function], width), "float32", True, sink=domain.SINK_LOGIT)
+    return [*found, replace(context, grad_mode=domain.LONG_CALL_MODE)]
 
 
 @SETS.register

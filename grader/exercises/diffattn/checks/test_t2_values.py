@@ -36,7 +36,7 @@ def test_lambda_values(grading: GradingContext) -> None:
     grading.conclude(verdict)
 
 
-@check("T2", 5, "Causal outputs match the softmax oracle (T from 1 to 1040, D from 1 to 64, the default causal=True)",
+@check("T2", 5, "Causal outputs match the softmax oracle (T from 1 to 2064, D from 1 to 64, the default causal=True)",
        judges=attention("values"), replay=Recipe("values", ((suite.attention_causal, False),)))  # fmt: skip
 def test_causal_values(grading: GradingContext) -> None:
     _attention_values(grading, suite.attention_causal)

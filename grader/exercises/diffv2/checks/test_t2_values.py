@@ -25,7 +25,7 @@ def _values(grading: GradingContext, *case_sets: CaseSet[Case], truth: Callable[
     grading.conclude(verdict)
 
 
-@check("T2", 5, "gqa_attention, causal: matches the oracle (T = 1 to 1040, Hkv = 1, Hkv = Hq, G = 2, 3 and 4, the default causal=True)",
+@check("T2", 5, "gqa_attention, causal: matches the oracle (T = 1 to 2064, Hkv = 1, Hkv = Hq, G = 2, 3 and 4, the default causal=True)",
        judges=of(GQA, "values"), replay=Recipe("values", ((suite.gqa_causal, False),)))  # fmt: skip
 def test_gqa_causal_values(grading: GradingContext) -> None:
     _values(grading, suite.gqa_causal)
@@ -37,7 +37,7 @@ def test_gqa_noncausal_values(grading: GradingContext) -> None:
     _values(grading, suite.gqa_noncausal)
 
 
-@check("T2", 5, "diff_v2_attention, causal: matches A[:, :, 0::2] − σ(ℓ)·A[:, :, 1::2] (T = 1 to 1040, Hkv = 1, G = 2 and 4)",
+@check("T2", 5, "diff_v2_attention, causal: matches A[:, :, 0::2] − σ(ℓ)·A[:, :, 1::2] (T = 1 to 2064, Hkv = 1, G = 2 and 4)",
        judges=of(DIFF_V2, "values"), replay=Recipe("values", ((suite.diff_causal, False),)))  # fmt: skip
 def test_diff_v2_causal_values(grading: GradingContext) -> None:
     _values(grading, suite.diff_causal)
