@@ -148,11 +148,35 @@ class TestJudged:
                                      SHORT, True)  # fmt: skip
         assert call == GradientCall(SHORT, True, ("q",), float32_like=("q",))
 
-    def test_a_backward_pass_that_raised_is_left_to_the_contract_slips(self) -> None:
-        """An exception in the backward pass is not judged here."""
+    def test_a_backward_pass_that_raised_is_noted_with_its_exception(self) -> None:
+        """An exception in the backward pass is kept, with whether the output was right."""
         truth = Truth(np.ones(3), np.full(3, 1e-12))
-        outcome = self._outcome(np.ones(3), np.ones(3), "boom")
-        assert backward_calls.judged(outcome, 0, truth, {"q": truth}, {"q": 0}, "float64", SHORT, True) is None
+        outcome = self._outcome(np.ones(3), np.ones(3), "RuntimeError: boom")
+        call = backward_calls.judged(outcome, 0, truth, {"q": truth}, {"q": 0}, "float64", SHORT, True)
+        assert call == GradientCall(SHORT, True, raised="RuntimeError: boom")
+
+
+class TestRaised:
+    """A backward pass that raised after a right output."""
+
+    def test_a_hand_written_backward_that_raised_is_the_backward_and_comes_first(self) -> None:
+        """With a hand-written backward the raise is that backward's, before any wrong gradient of other calls."""
+        calls = [GradientCall(SHORT, True, raised="RuntimeError: unsupported operation: more than one element"),
+                 _call(LONG, True, ("q",)), _call(SHORT, True)]  # fmt: skip
+        found = backward_calls.finding(GQA, calls, CUSTOM)
+        assert found is not None and (found.component, found.title) == ("backward", "The backward pass raises")
+        assert "raised RuntimeError: unsupported operation: more than one element." in found.evidence
+        assert "output.sum()" in found.advice
+
+    def test_without_one_an_in_place_write_is_the_graph(self) -> None:
+        """Without a hand-written backward, a raise torch's wording does not place is a saved tensor changed: ``graph``."""
+        calls = [GradientCall(SHORT, True, raised="RuntimeError: something went wrong")]
+        found = backward_calls.finding(GQA, calls, "def gqa_attention(q, k, v):\n    return q\n")
+        assert found is not None and found.component == "graph" and "graph" in found.explains
+
+    def test_a_raise_after_a_wrong_output_is_not_this_rules(self) -> None:
+        """A call whose output was already wrong says nothing about the backward pass."""
+        assert backward_calls.finding(GQA, [GradientCall(SHORT, False, raised="RuntimeError: boom")], CUSTOM) is None
 
 
 @pytest.mark.parametrize(("name", "function", "component", "says"), [
@@ -167,3 +191,12 @@ def test_faults_of_the_backward_pass_at_the_checks_inputs_are_placed(name: str, 
     first = first_root_cause(f"v2_frost/wrong/{name}.py", tmp_path, "T3", "--exercise", "diff_v2")
     assert (first["function"], first["component"]) == (function, component)
     assert says in first["evidence"] or says in first["title"]
+
+
+def test_a_backward_that_writes_into_its_incoming_gradient_fails_at_output_sum(tmp_path: Path) -> None:
+    """A hand-written backward scaling its incoming gradient in place is right for a weighted sum of the output, and raises
+    when the output is differentiated as output.sum() (the gradient arrives as one element expanded): the gradient sets'
+    summed call meets it, and the root cause quotes the exception."""
+    first = first_root_cause("diagnosis_dusk/wrong/att_fn_backward_scales_incoming_gradient_in_place.py", tmp_path, "T3")
+    assert (first["function"], first["component"], first["title"]) == ("differential_attention", "backward", "The backward pass raises")
+    assert "refers to a single memory location" in first["evidence"]

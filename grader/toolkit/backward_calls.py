@@ -32,7 +32,7 @@ class GradientCall:
     """One call of the gradient checks, judged: how it was made (its attributes, in words), whether its output was right,
     the inputs whose gradients were wrong; of these, the ones that got no gradient at all, those whose gradient holds NaN
     or infinity where the VJP is finite and, in a float64 call, those as float32 holds them (:func:`_in_float32`); and
-    whether its check is public."""
+    whether its check is public; ``raised``: what its backward pass raised instead ("Type: message"), if it did."""
 
     attributes: Mapping[str, str]
     output_right: bool
@@ -41,15 +41,15 @@ class GradientCall:
     not_finite: tuple[str, ...] = ()
     float32_like: tuple[str, ...] = ()
     public: bool = True
+    raised: str | None = None
 
 
 def judged(outcome: Outcome, index: int, output: Truth, gradients: Mapping[str, Truth], positions: Mapping[str, int], dtype: str,
-           attributes: Mapping[str, str], public: bool) -> GradientCall | None:  # fmt: skip
+           attributes: Mapping[str, str], public: bool) -> GradientCall:  # fmt: skip
     """Call ``index`` of ``outcome`` (a check's call in ``dtype`` with inputs that require grad, at input ``positions``: name ->
-    tensor number) against the oracle's ``output`` and ``gradients``; None when its backward pass raised (the exception is
-    the contract slips' to explain)."""
+    tensor number) against the oracle's ``output`` and ``gradients``; a backward pass that raised is noted as such."""
     if outcome.backward_error is not None:
-        return None
+        return GradientCall(attributes, values_verdict(outcome, index, "", output).ok, public=public, raised=outcome.backward_error)
     wrong, missing, not_finite, coarse = [], [], [], []
     truths = dict(gradients)
     for name, position in positions.items():
@@ -110,6 +110,35 @@ HOW = {"missing": "got none", "not finite": "held NaN or infinity", "float32": "
 """What the gradient of a call with a right output did, by :func:`_kind`."""
 
 
+def _raised_finding(function: str, calls: Sequence[GradientCall], source: str | None) -> Finding | None:
+    """The backward pass raised on a call whose output was right: ``backward`` when the file has a hand-written one (it must
+    take any incoming gradient: of any strides, one element expanded as ``output.sum()`` gives it, never written into),
+    else the part torch's wording of the exception names, else ``graph`` (a tensor autograd saved, changed in place)."""
+    shown = [c for c in calls if c.output_right and c.raised]
+    if not shown:
+        return None
+    public = any(c.public for c in shown)
+    first = next(c for c in shown if c.public or not public)
+    assert first.raised is not None
+    said = first.raised.strip().splitlines()[0] if first.raised.strip() else first.raised
+    calls_said = f"{len(shown)} of the gradient checks' calls" if len(shown) > 1 else "one of the gradient checks' calls"
+    evidence = f"In {calls_said}, your output matched the expected one, yet the backward pass raised {said}"
+    evidence += "" if evidence.endswith(".") else "."
+    told = slips.exception_kind(first.raised)
+    if uses_custom_backward(source):
+        component, advice = "backward", ("your own backward pass must take any incoming gradient: one of any strides, or one element "
+                                         "expanded as output.sum() gives it (stride 0); never write into it in place (clone it, or "
+                                         "use out-of-place operations) and reshape rather than view it")  # fmt: skip
+    elif told is not None:
+        component, advice = told[0], told[2]
+    else:
+        component, advice = "graph", ("keep every tensor that autograd saved unchanged until the backward pass: write into new "
+                                      "tensors, not in place into one the forward used")  # fmt: skip
+    explains = frozenset({"gradients", "graph"} if component == "graph" else {"gradients"})
+    return Finding(function, component, "gradients", "The backward pass raises", evidence, advice, aspect="gradients",
+                   explains=explains, public=public)
+
+
 def finding(function: str, calls: Sequence[GradientCall], source: str | None, parts: Mapping[str, str] | None = None) -> Finding | None:
     """The fault of ``function``'s backward pass that its gradient checks' ``calls`` show, or None: some call's output was
     right and a gradient of it was wrong. By what those gradients have in common (:func:`_kind`): none at all is ``graph``
@@ -120,7 +149,11 @@ def finding(function: str, calls: Sequence[GradientCall], source: str | None, pa
     ``graph``. The way
     of calling that alone parts two or more such calls from the calls whose gradients were right, if one does, says
     where. ``parts``: an input -> the component that handles it (a gate, a coefficient); a gradient wrong for that input
-    alone is that component's. Public when a public check's call shows it; it then counts those calls alone."""
+    alone is that component's. Public when a public check's call shows it; it then counts those calls alone. A backward pass
+    that raised after a right output comes first (:func:`_raised_finding`)."""
+    raised = _raised_finding(function, calls, source)
+    if raised is not None:
+        return raised
     shown = [c for c in calls if c.output_right and c.wrong]
     if not shown:
         return None

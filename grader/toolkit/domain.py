@@ -287,6 +287,18 @@ def dead_feature(found: Sequence[_Drawn], values: Callable[[_Drawn], np.ndarray]
     return found
 
 
+SUMMED = "differentiated as output.sum()"
+
+
+def summed(case: _Drawn) -> _Drawn:
+    """``case`` differentiated as a caller's ``loss = output.sum()`` is: a cotangent of ones, which the worker takes as the
+    result's plain sum, so that the gradient reaching a hand-written backward pass is one element expanded (stride 0), as
+    autograd's sum gives it. A backward pass that writes into its incoming gradient in place (the caller's tensor, which
+    autograd may hand to others too) or views it as contiguous raises there."""
+    note = f"{case.note}, {SUMMED}" if case.note else SUMMED
+    return replace(case, cotangent=np.ones_like(case.cotangent), note=note)
+
+
 def token_ramp(length: int, rising: bool = False) -> np.ndarray:
     """Factors from 1 down to 1/20 along ``length`` tokens, geometric (from 1/20 up to 1, ``rising``). Keys scaled by them
     give rows whose early and late key blocks have maxima far apart (past exp's range, at large logits), as a start token

@@ -916,7 +916,7 @@ class Run:
 
         One pass for all: calls on separate inputs get their own gradients. Each cotangent is laid out in memory as
         ``layouts`` says, and so is the gradient that reaches the submission's backward pass (as when a model reads
-        the output through a transpose).
+        the output through a transpose); a cotangent of ones is the result's plain sum instead (stride 0).
         """
         torch, server, facts = self.torch, self.server, self.server.facts
         outputs = [self.results[i] for i in indices]
@@ -946,10 +946,14 @@ class Run:
             # its symbolic-shape machinery (sympy: 0.4 s and 34 MB) in the fork server or any worker.
             # It is built with gradients on (a submission may turn them off globally) and with
             # functions bound before the submission was loaded.
+            # A cotangent of ones is taken as the caller's output.sum(), whose gradient reaches the submission's backward
+            # pass as one element expanded (stride 0), as it does for every `loss = out.sum()`.
             with server.enable_grad():
-                total = server.total(server.multiply(outputs[0], seeds[0]))
-                for output, seed in zip(outputs[1:], seeds[1:]):
-                    total = server.add(total, server.total(server.multiply(output, seed)))
+                terms = [server.total(output) if bool((cotangent == 1.0).all()) else server.total(server.multiply(output, seed))
+                         for output, seed, cotangent in zip(outputs, seeds, cotangents)]  # fmt: skip
+                total = terms[0]
+                for term in terms[1:]:
+                    total = server.add(total, term)
             grads = self.accumulated(total, [self.leaves.get(i, self.tensors[i]) for i in wanted])
         except BaseException as exc:
             return {"status": "raised", "error": server.describe_exception(exc)}

@@ -192,9 +192,8 @@ def gradient_calls(grading: GradingContext, function: str) -> list[backward_call
             outcome: Outcome | None = grading.cache.get((set_name, i, True))
             if outcome is None or case.function != function or getattr(case, "lambda_case", None) is not None:
                 continue
-            call = backward_calls.judged(outcome, 0, expected.case_value(case), expected.case_grads(case), suite.gradient_positions(case),
-                                         case.dtype, _attributes(case, True), set_name not in HIDDEN_SETS)  # fmt: skip
-            calls += [call] if call is not None else []
+            calls.append(backward_calls.judged(outcome, 0, expected.case_value(case), expected.case_grads(case), suite.gradient_positions(case),
+                                               case.dtype, _attributes(case, True), set_name not in HIDDEN_SETS))  # fmt: skip
     return calls
 
 

@@ -235,7 +235,8 @@ FROZEN_PATTERNS = ((), ("q1",), ("k1",), ("q2",), ("k2",), ("value",), ("coeffic
 @SETS.register
 def attention_gradients(seed: int) -> list[AttentionCase]:
     """Gradient cases: every input frozen alone and in groups, tensor (also exactly 0 and 1, and int64), int and Python-float coefficients, T up to 320,
-    a value feature zero at every token (the first call of heads wider than one), logits up to 1000; T past 512 without the mask and with it (:data:`domain.ONE_PAST_BLOCKS`); both branches equal in value."""
+    a value feature zero at every token (the first call of heads wider than one), logits up to 1000; T past 512 without the mask and with it (:data:`domain.ONE_PAST_BLOCKS`); both branches equal in value;
+    last, the first call again differentiated as output.sum() (:func:`domain.summed`)."""
     rng = domain.generator(seed, "attention_gradients")
     kinds = ("tensor", "tensor", "float", "tensor", "int", "float64 tensor", "tensor", "float", "tensor", "tensor")
     found = []
@@ -264,7 +265,7 @@ def attention_gradients(seed: int) -> list[AttentionCase]:
         # to its end, must place the mask at the block's own rows
         cases.attention_case(rng, (1, 1, domain.ONE_PAST_BLOCKS, domain.head_width(rng, 4)), "float32", True, coefficient_kind="tensor"),
     ]  # fmt: skip
-    return domain.as_training_inputs(found)
+    return domain.as_training_inputs([*found, domain.summed(found[0])])
 
 
 @SETS.register

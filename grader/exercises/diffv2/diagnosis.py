@@ -254,9 +254,8 @@ def gradient_calls(grading: GradingContext, function: str) -> list[backward_call
             outcome: Outcome | None = grading.cache.get((case_set.name, i, True))
             if outcome is None or case.function != function:
                 continue
-            call = backward_calls.judged(outcome, 0, expected.output(case), expected.gradients(case), suite.gradient_positions(case),
-                                         case.dtype, _attributes(case, True), not case_set.hidden)  # fmt: skip
-            calls += [call] if call is not None else []
+            calls.append(backward_calls.judged(outcome, 0, expected.output(case), expected.gradients(case), suite.gradient_positions(case),
+                                               case.dtype, _attributes(case, True), not case_set.hidden))  # fmt: skip
     return calls
 
 

@@ -46,7 +46,8 @@ def _output_set(seed: int, name: str, function: str, causal: bool) -> list[Case]
     past 1024 under inference_mode; else 16 query and 8 key/value heads of 65 to 128 features); then shapes whose axes
     coincide (:func:`cases.coinciding_dims`) and (batch, head) pairs past every block size (:func:`cases.many_problems`, in
     groups of the smallest size and of one that divides no block size);
-    both dtypes, by name and by position, the autograd modes cycled; causal, last, a float32 call under inference_mode past a
+    both dtypes, by name and by position, the autograd modes cycled; a batch's decoding step and a float64 call of many batch
+    elements and wide heads laid out heads-major (:func:`_batched_calls`); causal, last, a float32 call under inference_mode past a
     context window of 2048 tokens (:func:`domain.past_context`) whose first key is an attention sink."""
     rng = domain.generator(seed, name)
     draw = functools.partial(cases.shape, rng, function)
@@ -72,10 +73,23 @@ def _output_set(seed: int, name: str, function: str, causal: bool) -> list[Case]
                   *(cases.many_problems(rng, function, groups[function]) for groups in (cases.ALIGNED_GROUPS, cases.UNALIGNED_GROUPS))]
     found += domain.cycled_modes([cases.case(rng, function, dims, "float64", causal) for dims in odd_shapes])
     if not causal:
-        return found
+        return found + _batched_calls(rng, function, causal)
     batch, _, length, width = domain.past_context(rng)
     context = cases.case(rng, function, (batch, length, *CONTEXT_HEADS[function], width), "float32", True, sink=domain.SINK_LOGIT)
-    return [*found, replace(context, grad_mode=domain.LONG_CALL_MODE)]
+    return [*found, *_batched_calls(rng, function, causal), replace(context, grad_mode=domain.LONG_CALL_MODE)]
+
+
+def _batched_calls(rng: np.random.Generator, function: str, causal: bool) -> list[Case]:
+    """A decoding step of a batch: 2 to 4 batch elements of one token, one query head (gqa_attention) or one pair
+    (diff_v2_attention) on one key/value head, where a squeeze() without a dim takes the batch for a head; and a float64 call
+    of 5 to 7 batch elements (no multiple of 4), 65 to 140 tokens, 4 query heads on 2 key/value heads and heads of 64 to 96
+    features, every input's heads permuted in memory: a path chosen by the output's size, by D ≥ 64 or by the batch (groups
+    of batch elements, a last shorter group) meets float64 and dense inputs that are not contiguous there."""
+    heads = (1, 1) if function == GQA else (2, 1)
+    step = cases.case(rng, function, (int(rng.integers(2, 5)), 1, *heads, domain.head_width(rng)), "float64", causal)
+    dims = (int(rng.choice([5, 6, 7])), int(rng.integers(65, 141)), 4, 2, int(rng.integers(64, 97)))
+    wide = cases.case(rng, function, dims, "float64", causal, layouts=("heads_permuted",) * len(TENSORS[function]))
+    return domain.cycled_modes([step, wide])
 
 
 @SETS.register
@@ -236,7 +250,7 @@ def gqa_gradients(seed: int) -> list[Case]:
     """gqa_attention with gradients: G from 1 to 8, Hkv = 1 and Hkv = Hq, both dtypes, causal True, False and omitted, inputs frozen alone and in groups, T up to 320,
     a value feature zero at every token (the first call of heads wider than one);
     T past 512 without the mask and with it (:data:`domain.ONE_PAST_BLOCKS`); then at one token, one batch element and one head, each input alone
-    requiring grad."""
+    requiring grad; last, the first call again differentiated as output.sum() (:func:`domain.summed`)."""
     rng = domain.generator(seed, "gqa_gradients")
     found = []
     for i, frozen in enumerate(GQA_FROZEN):
@@ -247,7 +261,7 @@ def gqa_gradients(seed: int) -> list[Case]:
     found = domain.dead_feature(found, lambda case: case.v, cases.with_values)
     found.append(_one_past_blocks(rng, GQA, "float64"))
     alone = _trainable_alone(rng, GQA, (1, 1, 1, 1))
-    return domain.as_training_inputs([*found, *alone, _one_past_blocks(rng, GQA, "float32", causal=True)])
+    return domain.as_training_inputs([*found, *alone, _one_past_blocks(rng, GQA, "float32", causal=True), domain.summed(found[0])])
 
 
 def _one_past_blocks(rng: np.random.Generator, function: str, dtype: str, causal: bool = False) -> Case:
@@ -268,7 +282,7 @@ def diff_gradients(seed: int) -> list[Case]:
     """diff_v2_attention with gradients: G = 2, 4, 6 and 8, Hkv = 1, both dtypes, causal True, False and omitted, inputs frozen alone and in groups, gates moderate, saturated and exactly 0, T up to 320,
     a value feature zero at every token (the first call of heads wider than one);
     T past 512 without the mask and with it (:data:`domain.ONE_PAST_BLOCKS`); the two query heads of every pair equal in value; then at one token, one
-    batch element and one pair, each input alone requiring grad."""
+    batch element and one pair, each input alone requiring grad; last, the first call again differentiated as output.sum()."""
     rng = domain.generator(seed, "diff_gradients")
     found = []
     for i, frozen in enumerate(DIFF_V2_FROZEN):
@@ -281,7 +295,7 @@ def diff_gradients(seed: int) -> list[Case]:
     found += [_one_past_blocks(rng, DIFF_V2, "float32"),
               cases.equal_pairs(cases.case(rng, DIFF_V2, cases.shape(rng, DIFF_V2, 2, 40, 16), "float64", True))]
     alone = _trainable_alone(rng, DIFF_V2, (1, 1, 2, 1))
-    return domain.as_training_inputs([*found, *alone, _one_past_blocks(rng, DIFF_V2, "float64", causal=True)])
+    return domain.as_training_inputs([*found, *alone, _one_past_blocks(rng, DIFF_V2, "float64", causal=True), domain.summed(found[0])])
 
 
 @SETS.register
