@@ -612,7 +612,8 @@ def grader_attacks(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[
 
 
 def test_huge_replies_are_refused_and_the_grader_stays_small(grader_attacks) -> None:
-    """64 MB results on every call: each check fails saying expected versus got, and the grader peaks under 300 MiB (was 2.5 GB)."""
+    """64 MB results on every call: each check fails saying expected versus got, and the grader peaks under 400 MiB (was 2.5 GB;
+    the truths of the calls past 2048 tokens took it from under 300 to 312 MiB in the other attack)."""
     run, peak_mib, _ = grader_attacks["huge_replies"]
     assert run.code == 1 and run.report["score"] == 0.0
     assert run.check("lambda_values")["message"].startswith(
@@ -620,11 +621,12 @@ def test_huge_replies_are_refused_and_the_grader_stays_small(grader_attacks) -> 
     )
     assert "differential_attention returned 16,000,000 elements where 160 were expected; the reply was refused" in run.check("causal_values")["message"]
     assert run.report["worker"]["restarts"] <= 2
-    assert peak_mib < 300, peak_mib
+    assert peak_mib < 400, peak_mib
 
 
 def test_a_long_exception_name_gives_small_clean_reports(grader_attacks) -> None:
-    """A 7.9-million-character class name: the name is cut to 200 characters, the reports stay under 200 kB (were 213 and 221 MB)."""
+    """A 7.9-million-character class name: the name is cut to 200 characters, the reports stay under 200 kB (were 213 and 221 MB),
+    the grader under 400 MiB (312 measured once the truths of the calls past 2048 tokens were added)."""
     run, peak_mib, folder = grader_attacks["long_type_name"]
     load_error = run.report["submission"]["load_error"]
     name = load_error.removeprefix("importing the submission raised ").split(": ")[0]
@@ -633,4 +635,4 @@ def test_a_long_exception_name_gives_small_clean_reports(grader_attacks) -> None
     assert (folder / "report.json").stat().st_size < 200_000
     assert (folder / "report.html").stat().st_size < 200_000
     assert all(c["message"] == load_error for t in run.report["tiers"] for c in t["checks"])
-    assert peak_mib < 300, peak_mib
+    assert peak_mib < 400, peak_mib
