@@ -110,6 +110,19 @@ HOW = {"missing": "got none", "not finite": "held NaN or infinity", "float32": "
 """What the gradient of a call with a right output did, by :func:`_kind`."""
 
 
+def _calls_said(count: int) -> str:
+    """How many of the gradient checks' calls, in words."""
+    return f"{count} of the gradient checks' calls" if count > 1 else "one of the gradient checks' calls"
+
+
+def _gradients_finding(function: str, component: str, title: str, evidence: str, advice: str, public: bool,
+                       inputs: tuple[str, ...] = ()) -> Finding:  # fmt: skip
+    """A finding of the gradients stage; a ``graph`` one explains the graph checks' failures too."""
+    explains = frozenset({"gradients", "graph"} if component == "graph" else {"gradients"})
+    return Finding(function, component, "gradients", title, evidence, advice, aspect="gradients", explains=explains, inputs=inputs,
+                   public=public)  # fmt: skip
+
+
 def _raised_finding(function: str, calls: Sequence[GradientCall], source: str | None) -> Finding | None:
     """The backward pass raised on a call whose output was right: ``backward`` when the file has a hand-written one (it must
     take any incoming gradient: of any strides, one element expanded as ``output.sum()`` gives it, never written into),
@@ -121,8 +134,7 @@ def _raised_finding(function: str, calls: Sequence[GradientCall], source: str | 
     first = next(c for c in shown if c.public or not public)
     assert first.raised is not None
     said = first.raised.strip().splitlines()[0] if first.raised.strip() else first.raised
-    calls_said = f"{len(shown)} of the gradient checks' calls" if len(shown) > 1 else "one of the gradient checks' calls"
-    evidence = f"In {calls_said}, your output matched the expected one, yet the backward pass raised {said}"
+    evidence = f"In {_calls_said(len(shown))}, your output matched the expected one, yet the backward pass raised {said}"
     evidence += "" if evidence.endswith(".") else "."
     told = slips.exception_kind(first.raised)
     if uses_custom_backward(source):
@@ -134,9 +146,7 @@ def _raised_finding(function: str, calls: Sequence[GradientCall], source: str | 
     else:
         component, advice = "graph", ("keep every tensor that autograd saved unchanged until the backward pass: write into new "
                                       "tensors, not in place into one the forward used")  # fmt: skip
-    explains = frozenset({"gradients", "graph"} if component == "graph" else {"gradients"})
-    return Finding(function, component, "gradients", "The backward pass raises", evidence, advice, aspect="gradients",
-                   explains=explains, public=public)
+    return _gradients_finding(function, component, "The backward pass raises", evidence, advice, public)
 
 
 def finding(function: str, calls: Sequence[GradientCall], source: str | None, parts: Mapping[str, str] | None = None) -> Finding | None:
@@ -164,15 +174,13 @@ def finding(function: str, calls: Sequence[GradientCall], source: str | None, pa
     inputs = list(dict.fromkeys(n for c in shown for n in c.wrong))
     contrast = slips.separating([c.attributes for c in shown], [c.attributes for c in right])
     when = f", every one made when {contrast[0][0]} is {contrast[0][1]}" if len(contrast) == 1 and len(shown) > 1 else ""
-    calls_said = f"{len(shown)} of the gradient checks' calls" if len(shown) > 1 else "one of the gradient checks' calls"
+    calls_said = _calls_said(len(shown))
     listed, kind = _listed(inputs), _kind(shown)
     others = f"; the other {len(right)} calls whose output was right had right gradients" if right else ""
     evidence = f"In {calls_said}{when}, your output matched the expected one, yet the gradient for {listed} {HOW[kind]}{others}."
 
     def made(component: str, title: str, advice: str, said: str = evidence) -> Finding:
-        explains = frozenset({"gradients", "graph"} if component == "graph" else {"gradients"})
-        return Finding(function, component, "gradients", title, said, advice, aspect="gradients", explains=explains, inputs=tuple(inputs),
-                       public=public)  # fmt: skip
+        return _gradients_finding(function, component, title, said, advice, public, tuple(inputs))
 
     part = (parts or {}).get(inputs[0]) if len(inputs) == 1 else None
     custom = uses_custom_backward(source)
