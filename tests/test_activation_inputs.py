@@ -1,5 +1,5 @@
 """Inputs as a model gives them: activations that are not leaves, leaves that already hold a .grad (gradient accumulation),
-and a DIFF V2 gate shut or open everywhere."""
+leaves that are torch.nn.Parameter (a model's weights), and a DIFF V2 gate shut or open everywhere."""
 
 from __future__ import annotations
 
@@ -19,6 +19,9 @@ ROOT = Path(__file__).resolve().parents[1]
 COLD = ROOT / "tests" / "corpus" / "v2_cold" / "wrong"
 # Differentiable only for inputs that are not leaves: a layer that keeps a graph for activations alone.
 LEAF_AWARE = """
+import torch
+
+
 def doubled(x):
     return x * 2 if not x.is_leaf else (x * 2).detach()
 
@@ -36,6 +39,10 @@ def zeroed_first(x):
     if x.grad is not None:
         x.grad.zero_()
     return x * 3
+
+
+def kind(x):
+    return torch.tensor(float(type(x) is torch.nn.Parameter), dtype=x.dtype) + x.sum() * 0
 """
 
 
@@ -43,7 +50,7 @@ def zeroed_first(x):
 def worker() -> Worker:
     """A worker on LEAF_AWARE."""
     with ForkServer() as forks:
-        running = Worker(LEAF_AWARE, "leaf_aware.py", ["doubled", "tripled", "fresh_start", "zeroed_first"], WorkerLimits(call_timeout_s=10), forks)
+        running = Worker(LEAF_AWARE, "leaf_aware.py", ["doubled", "tripled", "fresh_start", "zeroed_first", "kind"], WorkerLimits(call_timeout_s=10), forks)
         yield running
         running.close()
 
@@ -89,15 +96,37 @@ def test_without_a_held_grad_resetting_one_changes_nothing(worker: Worker) -> No
     assert outcome.changed_inputs == []
 
 
+@pytest.mark.parametrize("parameter", [True, False])
+def test_a_parameter_input_is_an_nn_parameter_leaf_whose_gradient_is_read(worker: Worker, parameter: bool) -> None:
+    """Given as a parameter, an input that requires grad arrives as a torch.nn.Parameter, and its gradient comes back; as a plain
+    leaf, as a torch.Tensor."""
+    values = TensorInput(np.arange(6.0).reshape(2, 3), "float64", requires_grad=True, parameter=parameter)
+    outcome = invoke(worker, Request((Call("kind", (values,)),), backward_from=0, cotangent=np.ones(()), inputs=(values,)))
+    assert float(outcome.results[0].value) == float(parameter) and np.array_equal(outcome.grads[0], np.zeros((2, 3)))
+    assert outcome.changed_inputs == []
+
+
 @pytest.mark.parametrize("seed", [1, 2])
 def test_gradient_cases_alternate_activations_and_leaves_with_and_without_a_held_grad(seed: int) -> None:
     """Both exercises' gradient and frozen-subset sets alternate leaves and activations, every other leaf case holding a
-    .grad, and the label says which."""
+    .grad and every other of the rest given as torch.nn.Parameter, and the label says which."""
     for found in (attention_suite.attention_gradients(seed), attention_suite.frozen_subsets(seed), attention_suite.lambda_frozen_subsets(seed),
                   v2_suite.gqa_gradients(seed), v2_suite.diff_gradients(seed)):  # fmt: skip
         assert [c.activations for c in found] == [i % 2 == 1 for i in range(len(found))]
         assert [c.held_grads for c in found] == [i % 4 == 2 for i in range(len(found))]
-        assert all(("non-leaf" in c.label()) == c.activations and ("holding a .grad" in c.label()) == c.held_grads for c in found)
+        assert [c.parameters for c in found] == [i % 8 == 4 for i in range(len(found))] and any(c.parameters for c in found)
+        assert all(("non-leaf" in c.label()) == c.activations and ("holding a .grad" in c.label()) == c.held_grads
+                   and ("nn.Parameter" in c.label()) == c.parameters for c in found)  # fmt: skip
+
+
+def test_a_parameter_read_through_data_loses_points_and_is_named_with_that_attribute(tmp_path: Path) -> None:
+    """A blind corpus's λ that reads nn.Parameter vectors through .data (a detached output for a model's weights): the graph
+    check fails and the first root cause is λ's cut graph, when the inputs are leaves given as torch.nn.Parameter."""
+    run = grade(ROOT / "tests/corpus/diagnosis_tide/wrong/lam_parameter_vectors_read_as_values.py", tmp_path, 2, "--no-preview")
+    assert run.report["score"] < 100.0
+    first = run.report["diagnosis"]["root_causes"][0]
+    assert (first["function"], first["component"]) == ("differential_lambda", "graph")
+    assert "leaves given as torch.nn.Parameter" in first["title"]
 
 
 def test_a_layer_that_keeps_a_graph_for_leaves_only_loses_points(tmp_path: Path) -> None:

@@ -216,3 +216,25 @@ def test_an_input_kept_between_calls_by_its_address_is_named_from_the_checks_cal
     first = report["diagnosis"]["root_causes"][0]
     assert report["score"] < 100 and (first["function"], first["component"]) == ("differential_attention", "value")
     assert first["title"] == "The answer uses the value of an earlier call" and "overwritten in place" in first["evidence"]
+
+
+@pytest.mark.parametrize(("exercise", "tokens_axis"), [("diffattn", -2), ("diffv2", -3)])
+def test_first_calls_of_sequences_are_drawn_past_the_largest_query_chunk(exercise: str, tokens_axis: int) -> None:
+    """The first calls of the sequences other than the evaluations before training take lengths from the whole domain: some
+    of each attention function's are past 128 tokens, made without autograd and causal."""
+    suite = importlib.import_module(f"grader.exercises.{exercise}.suite")
+    for function in {s.second.function for s in suite.sequences(SEED) if hasattr(s.second, "causal")}:
+        long = [s.first for s in suite.sequences(SEED) if s.kind != "retrained" and s.first.function == function
+                and s.first.output_shape[tokens_axis] > 128]  # fmt: skip
+        assert any(c.grad_mode in ("no_grad", "inference_mode") and c.causal is not False for c in long), function
+
+
+def test_a_workspace_reused_by_later_calls_is_named_from_the_checks_call_sequences(tmp_path: Path) -> None:
+    """A blind corpus's graph-free path past 128 tokens that reuses a module-level workspace whose stale columns a later call
+    of the same shape reads: the repeated calls fail and the first root cause is state kept between calls."""
+    path = ROOT / "tests" / "corpus" / "v2_dusk" / "wrong" / "graph_free_row_chunks_reuse_weights_workspace.py"
+    run = grade(path, tmp_path, 2, "--no-preview")
+    assert run.check("repeated_calls")["status"] == "failed" and run.report["score"] < 100.0
+    first = run.report["diagnosis"]["root_causes"][0]
+    assert (first["function"], first["component"]) == ("gqa_attention", "state")
+    assert first["title"] == "What gqa_attention keeps between calls makes a later call wrong" and "the first call was right" in first["evidence"]

@@ -1,4 +1,5 @@
-"""Calls at boundaries of the domain that blind corpora found unvisited: gradients past 512 tokens without the mask, tied
+"""Calls at boundaries of the domain that blind corpora found unvisited: gradients past 512 tokens without the mask and of
+faint keys, tied
 branches, signed integer tensor coefficients (and the stub's refusal of unsigned ones), axes of equal sizes, (batch, head)
 pairs past every block size, coefficients near 0 in every autograd mode, and the words and findings the diagnosis gives
 them."""
@@ -27,7 +28,37 @@ def test_every_gradient_set_differentiates_without_the_mask_and_with_it_one_past
     assert domain.ONE_PAST_BLOCKS == 513 and all(domain.ONE_PAST_BLOCKS % b == 1 for b in (*domain.BLOCK_SIZES, 512))
     for found, tokens in ((attention_suite.attention_gradients(seed), lambda c: c.q1.shape[-2]),
                           (v2_suite.gqa_gradients(seed), lambda c: c.q.shape[1]), (v2_suite.diff_gradients(seed), lambda c: c.q.shape[1])):  # fmt: skip
-        assert [c.is_causal for c in found if tokens(c) == domain.ONE_PAST_BLOCKS] == [False, True]
+        assert [c.is_causal for c in found if tokens(c) == domain.ONE_PAST_BLOCKS and not c.note] == [False, True]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_every_gradient_set_differentiates_keys_too_faint_for_float32_in_float64(seed: int) -> None:
+    """Each gradient set has one float64 call at 513 tokens whose keys from 128 on weigh below 1e-6 and above 1e-18 for every
+    query that sees them (a whole aligned block of every block size, up to 256), the first 128 at least 1e-3 in those rows."""
+    heads = ((attention_suite.attention_gradients(seed), lambda c: (c.q1[0, 0], c.k1[0, 0])),
+             (v2_suite.gqa_gradients(seed), lambda c: (c.q[0, :, 0], c.k[0, :, 0])),
+             (v2_suite.diff_gradients(seed), lambda c: (c.q[0, :, 0], c.k[0, :, 0])))  # fmt: skip
+    for found, head in heads:
+        faint = [c for c in found if "faint" in c.note]
+        assert len(faint) == 1 and faint[0].dtype == "float64"
+        q, k = head(faint[0])
+        tokens = q.shape[0]
+        logits = np.where(np.tri(tokens, dtype=bool) | (not faint[0].is_causal), q @ k.T / np.sqrt(q.shape[-1]), -np.inf)
+        weights = np.exp(logits - logits.max(axis=1, keepdims=True))
+        weights /= weights.sum(axis=1, keepdims=True)
+        seen = weights[domain.FIRST_FAINT:, domain.FIRST_FAINT:]
+        seen = seen[np.tri(tokens - domain.FIRST_FAINT, dtype=bool) | (not faint[0].is_causal)]
+        assert tokens == domain.ONE_PAST_BLOCKS and domain.FIRST_FAINT == 128
+        assert 1e-18 < seen.min() and seen.max() < 1e-6 and weights[domain.FIRST_FAINT :, : domain.FIRST_FAINT].min() > 1e-3
+
+
+def test_a_backward_that_skips_blocks_of_tiny_weights_loses_gradient_points(tmp_path: Path) -> None:
+    """A blind corpus's block-sparse backward (a block of 64 keys skipped when its weights all fall below 1e-8): the gradient
+    check fails and the first root cause is gqa_attention's backward pass."""
+    run = grade(ROOT / "tests/corpus/v2_dusk/wrong/block_sparse_backward_skips_small_key_blocks.py", tmp_path, 2, "--no-preview")
+    assert run.check("gqa_gradients")["status"] == "failed" and run.report["score"] < 100.0
+    first = run.report["diagnosis"]["root_causes"][0]
+    assert (first["function"], first["component"]) == ("gqa_attention", "backward")
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -38,6 +69,23 @@ def test_tied_branches_and_tied_pairs_are_differentiated(seed: int) -> None:
     assert len(tied) == 1 and tied[0].q2 is not tied[0].q1 and tied[0].requires_grad("coefficient")
     pairs = [c for c in v2_suite.diff_gradients(seed) if c.q.shape[2] > 1 and np.array_equal(c.q[:, :, 0::2], c.q[:, :, 1::2])]
     assert len(pairs) == 1 and "equal in value" in pairs[0].label()
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_the_coefficient_set_ends_with_one_pair_of_branch_inputs_tied_at_coefficient_one(seed: int) -> None:
+    """attention_coefficients ends with q2 = q1 (keys that differ) and k2 = k1 (queries that differ), each at coefficient 1."""
+    tied_queries, tied_keys = attention_suite.attention_coefficients(seed)[-2:]
+    assert (tied_queries.note, tied_keys.note) == ("q2 = q1", "k2 = k1") and tied_queries.coefficient == tied_keys.coefficient == 1.0
+    assert np.array_equal(tied_queries.q1, tied_queries.q2) and not np.array_equal(tied_queries.k1, tied_queries.k2)
+    assert np.array_equal(tied_keys.k1, tied_keys.k2) and not np.array_equal(tied_keys.q1, tied_keys.q2)
+
+
+def test_a_shortcut_for_equal_branches_that_compares_one_pair_loses_points(tmp_path: Path) -> None:
+    """A blind corpus's zero output when q1 equals q2 and the coefficient is 1 (the keys compared with themselves): the
+    coefficient check fails at the call with q2 = q1."""
+    run = grade(ROOT / "tests/corpus/diagnosis_tide/wrong/att_identical_branches_cancel_check_typo.py", tmp_path, 2, "--no-preview")
+    check = run.check("coefficient_values")
+    assert check["status"] == "failed" and "q2 = q1" in check["message"] and run.report["score"] < 100.0
 
 
 @pytest.mark.parametrize("seed", SEEDS)

@@ -1,4 +1,4 @@
-"""Inputs expanded over the batch or the heads (stride 0): how they are drawn, what the worker builds, and what they catch."""
+"""Inputs expanded over the batch, the heads or the tokens (stride 0): how they are drawn, what the worker builds, and what they catch."""
 
 from __future__ import annotations
 
@@ -66,8 +66,8 @@ def test_broadcast_along_repeats_the_first_element_of_its_dim_and_leaves_vectors
 
 @pytest.mark.parametrize("seed", [1, 2])
 def test_expanded_cases_are_constant_along_their_dim_and_require_grad_in_both_exercises(seed: int) -> None:
-    """Each strided set holds calls expanded over the batch (B >= 2) and over the heads (each input in turn left contiguous,
-    the others expanded: 10, 6 and 8 calls for 5, 3 and 4 inputs), then one of each with the inputs expanded together; an
+    """Each strided set holds calls expanded over the batch (B >= 2), the heads and the tokens (each input in turn left
+    contiguous, the others expanded: 15, 9 and 12 calls for 5, 3 and 4 inputs), then one per dim with the inputs expanded together; an
     expanded input repeats its first element along that dim and requires grad like any other, also in a case rebuilt from
     it (as the shrinker rebuilds cases)."""
     def expanded(layouts: tuple[str, ...]) -> bool:
@@ -76,7 +76,8 @@ def test_expanded_cases_are_constant_along_their_dim_and_require_grad_in_both_ex
     drawn = [(c, c.inputs, c.layouts) for c in attention_suite.attention_strided(seed) if expanded(c.layouts)]
     drawn += [(c, c.inputs, c.memory_layouts) for name in ("gqa_strided", "diff_strided") for c in getattr(v2_suite, name)(seed)
               if expanded(c.layouts)]  # fmt: skip
-    assert len(drawn) == 12 + 8 + 10
+    assert len(drawn) == 18 + 12 + 15
+    assert {domain.expansion_axis(layout) for _, _, layouts in drawn for layout in layouts} == {None, 0, 1, 2}
     for case, inputs, layouts in drawn:
         rebuilt = replace(case, note="rebuilt")
         names = attention_suite.cases.INPUT_NAMES if len(layouts) == 5 else case.names
@@ -138,12 +139,14 @@ def test_a_transpose_by_the_inputs_own_strides_earns_full_marks(tmp_path: Path) 
 
 
 @pytest.mark.parametrize(("path", "function", "evidence"), [
-    ("diagnosis_winter/wrong/att_shared_head_keys_broadcast_batch.py", "differential_attention", "only when the inputs' expansion is over the heads"),
+    ("diagnosis_winter/wrong/att_shared_head_keys_broadcast_batch.py", "differential_attention", "only when the inputs' expansion is every input over the heads or over the heads."),
     ("v2_winter/wrong/batch_broadcast_shortcut_checks_queries_only.py", "gqa_attention", "only q expanded over the batch"),
+    ("v2_dusk/wrong/token_broadcast_keys_uniform_weights_shortcut.py", "gqa_attention", "only k expanded over the tokens"),
 ])  # fmt: skip
 def test_a_shortcut_for_expanded_inputs_is_localised_to_that_expansion(path: str, function: str, evidence: str, tmp_path: Path) -> None:
-    """Keys shared by the heads read as k[:, 0] (their batch axis then meets the heads), and a batch shortcut taken when the
-    queries alone are expanded: the first root cause names the expansion (over the heads, or one input's) that shows it."""
+    """Keys shared by the heads read as k[:, 0] (their batch axis then meets the heads), a batch shortcut taken when the
+    queries alone are expanded, and uniform weights taken when the keys are expanded over the tokens: the first root cause
+    names the expansion (over the heads, or one input's) that shows it."""
     run = grade(ROOT / "tests/corpus" / path, tmp_path, 20261201, "--no-preview")
     first = run.report["diagnosis"]["root_causes"][0]
     assert (first["function"], first["component"]) == (function, "strided")

@@ -36,7 +36,7 @@ class TensorInput:
     requires grad), dtype, grad flag, memory layout, and how one that requires grad is given: as an activation (a
     non-leaf view of the leaf its gradient is read from, as the outputs of a model's earlier layers are), or as a leaf that
     already holds a ``.grad`` (``held_grad``: as after an earlier micro-batch of gradient accumulation), which the call must
-    leave as it was."""
+    leave as it was, or as a leaf ``torch.nn.Parameter`` (``parameter``: as a model's weights are)."""
 
     values: np.ndarray
     dtype: str
@@ -44,6 +44,7 @@ class TensorInput:
     layout: str = "contiguous"
     activation: bool = False
     held_grad: bool = False
+    parameter: bool = False
 
 
 @dataclass(frozen=True)
@@ -235,6 +236,7 @@ def _encode(requests: Sequence[Request], results: list[tuple[str, int]]) -> tupl
             {"array": i, "dtype": t.dtype, "requires_grad": t.requires_grad, "layout": t.layout}
             | ({"activation": True} if t.activation and t.requires_grad else {})
             | ({"held_grad": HELD_GRAD} if t.held_grad and t.requires_grad and not t.activation else {})
+            | ({"parameter": True} if t.parameter and t.requires_grad and not (t.activation or t.held_grad) else {})
             for i, t in enumerate(tensors)
         ],
     }

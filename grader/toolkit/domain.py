@@ -237,16 +237,26 @@ ACTIVATIONS = "inputs that require grad given as activations (non-leaf views)"
 """How a case label says that its inputs are activations: the outputs of a model's earlier layers, never leaves."""
 HELD_GRADS = "inputs that require grad already holding a .grad (gradient accumulation)"
 """How a case label says that its leaf inputs hold a ``.grad`` before the call, as after an earlier micro-batch."""
+PARAMETERS = "inputs that require grad given as torch.nn.Parameter (a model's weights)"
+"""How a case label says that its leaf inputs are ``torch.nn.Parameter``, as a model's weights (DIFF V1's λ vectors) are."""
+
+
+def origin_labels(case: Any) -> list[str]:
+    """How a case (a dataclass with ``activations``, ``held_grads`` and ``parameters`` fields) gives its inputs that require
+    grad, for its label: :data:`ACTIVATIONS`, :data:`HELD_GRADS` or :data:`PARAMETERS`; none for plain leaves."""
+    return [label for given, label in ((case.activations, ACTIVATIONS), (case.held_grads, HELD_GRADS), (case.parameters, PARAMETERS)) if given]
 
 
 def as_training_inputs(found: list[_Drawn]) -> list[_Drawn]:
-    """The cases (dataclasses with ``activations`` and ``held_grads`` fields) with every other one, from the second, given
-    its inputs that require grad as activations: in a model, queries, keys and values are outputs of projections, not
-    leaves, so code that tells parameters from activations (``is_leaf``) meets both; and of the others every other one,
-    from the third, given them as leaves that already hold a ``.grad``, as gradient accumulation over micro-batches
-    leaves them: a call must leave that ``.grad`` as it was (code that resets it, ``x.grad = None``, erases what the
-    earlier micro-batches accumulated)."""
-    return [replace(case, activations=i % 2 == 1, held_grads=i % 4 == 2) for i, case in enumerate(found)]
+    """The cases (dataclasses with ``activations``, ``held_grads`` and ``parameters`` fields) with every other one, from the
+    second, given its inputs that require grad as activations: in a model, queries, keys and values are outputs of
+    projections, not leaves, so code that tells parameters from activations (``is_leaf``) meets both; of the others every
+    other one, from the third, given them as leaves that already hold a ``.grad``, as gradient accumulation over
+    micro-batches leaves them: a call must leave that ``.grad`` as it was (code that resets it, ``x.grad = None``, erases
+    what the earlier micro-batches accumulated); and of the rest every other one, from the fifth, given them as
+    ``torch.nn.Parameter``, as a model's weights are (DIFF V1's λ vectors always): a tensor subclass, which code that
+    tests ``type(x) is torch.Tensor`` or reads ``x.data`` of a parameter meets."""
+    return [replace(case, activations=i % 2 == 1, held_grads=i % 4 == 2, parameters=i % 8 == 4) for i, case in enumerate(found)]
 
 
 def padding_tokens(rng: np.random.Generator, length: int) -> tuple[int, ...]:
@@ -320,6 +330,34 @@ def attention_sink(q: np.ndarray, k: np.ndarray, logit: float, tokens: int) -> t
     unit = np.full(width, 1.0 / math.sqrt(width))
     q, k = unit + 0.1 * q, np.moveaxis(0.1 * k, tokens, 0)
     k[0] = logit * math.sqrt(width) * unit
+    return q, np.moveaxis(k, 0, tokens)
+
+
+# The scaled logits of faint keys below the others: from 16 at the first faint key to 26 at the last (each query's within
+# about a fifth of that), so that their weights run from about 1e-7 down to 1e-16 in a row of a few hundred keys. Far below
+# what a float32 output resolves, and exactly what the gradients of those keys are made of; float64 resolves them.
+FAINT_GAPS = (16.0, 26.0)
+# The first faint key of a faint call: past half the largest block size, so that its faint keys fill whole aligned blocks of
+# every size of BLOCK_SIZES (up to 256 at ONE_PAST_BLOCKS tokens) and its visible keys a block of each but the largest.
+FIRST_FAINT = max(BLOCK_SIZES) // 2
+
+
+def faint_note(first: int) -> str:
+    """How a case label says that its keys from ``first`` on are faint (:func:`faint_keys`)."""
+    return f"every key from token {first} on faint (weights of about 1e-7 down to 1e-16)"
+
+
+def faint_keys(q: np.ndarray, k: np.ndarray, first: int, tokens: int) -> tuple[np.ndarray, np.ndarray]:
+    """Queries and keys (head width on the last axis, tokens on axis ``tokens``) remade from a tenth of ``q`` and ``k`` so that
+    every key from ``first`` on is faint for every query: its scaled logit lies :data:`FAINT_GAPS` below the others' (about
+    0), further for later keys. Their weights are tiny but not zero, and the gradients of those keys are made of them: a
+    backward pass that skips a block of keys whose weights all fall below a threshold (a block-sparse shortcut) returns
+    zeros where float64 resolves the exact values."""
+    width = q.shape[-1]
+    unit = np.full(width, 1.0 / math.sqrt(width))
+    q, k = unit + 0.1 * q, np.moveaxis(0.1 * k, tokens, 0)
+    gaps = np.linspace(*FAINT_GAPS, max(k.shape[0] - first, 0)).reshape((-1,) + (1,) * (k.ndim - 1))
+    k[first:] -= gaps * math.sqrt(width) * unit
     return q, np.moveaxis(k, 0, tokens)
 
 

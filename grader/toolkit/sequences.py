@@ -14,7 +14,7 @@ ignores a change of the option or of the dtype.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any, Generic, TypeVar
@@ -343,7 +343,30 @@ class SequenceSuite:
                                  f"call (a mask, a constant, a cached tensor) is reused although {what} changed.",
                                  f"build it in every call, or key what you keep by everything it depends on ({what} included)",
                                  aspect="values", explains=frozenset({"values", "gradients"})))  # fmt: skip
+        for function in failing:
+            if function in alone and not any(f.function == function for f in found):
+                found += self._carried_over(function, failing[function], made)
         return found
+
+    def _carried_over(self, function: str, kinds: Collection[str], made: Sequence[tuple[CallSequence[Any], Outcome]]) -> list[Finding]:
+        """A finding when ``function``, right in every single call of the checks, answered a sequence's first call right and its
+        second wrong (the same tensors again first, when that sequence shows it): what a call leaves behind changes the next."""
+        shown = [(sequence, outcome) for sequence, outcome in made if sequence.second.function == function and self._later_wrong(outcome, sequence)]
+        if not shown:
+            return []
+        sequence, _ = min(shown, key=lambda pair: pair[0].kind != "repeat")
+        return [Finding(function, "state", "forward", f"What {function} keeps between calls makes a later call wrong",
+                        f"When {function} was {SEQUENCE_KINDS[sequence.kind]}, the first call was right and the second wrong, and every "
+                        f"single call of the checks is right (the sequences that fail: {', '.join(sorted(kinds))}): something kept from "
+                        "call to call (a workspace or buffer reused without being reset, a cache, a running statistic) carries an earlier "
+                        "call into a later one.", "start every call from fresh buffers: keep nothing that one call writes and a later call reads",
+                        aspect="values", explains=frozenset({"values", "gradients"}))]  # fmt: skip
+
+    def _later_wrong(self, outcome: Outcome, sequence: CallSequence[Any]) -> bool:
+        """Whether the first call of ``sequence`` returned a right output and the second a wrong one (each for its own inputs)."""
+        first, second = self.ends(sequence)
+        return (verdicts.values_verdict(outcome, first, "", self.value(sequence.first)).ok
+                and not verdicts.values_verdict(outcome, second, "", self.value(sequence.second)).ok)  # fmt: skip
 
     def _crossed_backward(self, function: str, outcome: Outcome, sequence: CallSequence[Any]) -> list[Finding]:
         """A finding when, of two calls differentiated together, the second call's gradients are right and the first call's

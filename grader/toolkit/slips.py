@@ -193,11 +193,14 @@ ORIGIN = "the kind of inputs that require grad"
 """The call attribute that says whether the inputs requiring grad were leaves (holding a .grad or not) or activations (:func:`origin`)."""
 
 
-def origin(activations: bool, held_grads: bool = False) -> str:
-    """The value of the :data:`ORIGIN` attribute: "activations (non-leaf views)", "leaves already holding a .grad" or "leaves"."""
+def origin(activations: bool, held_grads: bool = False, parameters: bool = False) -> str:
+    """The value of the :data:`ORIGIN` attribute: "activations (non-leaf views)", "leaves already holding a .grad",
+    "leaves given as torch.nn.Parameter" or "leaves"."""
     if activations:
         return "activations (non-leaf views)"
-    return "leaves already holding a .grad" if held_grads else "leaves"
+    if held_grads:
+        return "leaves already holding a .grad"
+    return "leaves given as torch.nn.Parameter" if parameters else "leaves"
 
 
 # ---- the submission's source ----------------------------------------------------------------------

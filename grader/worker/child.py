@@ -16,6 +16,7 @@ they are worth.
 from __future__ import annotations
 
 import fcntl
+import functools
 import gc
 import json
 import math
@@ -381,6 +382,7 @@ class Server:
         self.autograd_backward = torch.autograd.backward
         self.enable_grad = torch.enable_grad
         self.grad_enabled = torch.is_grad_enabled
+        self.parameter = functools.partial(torch._C.TensorBase._make_subclass, torch.nn.Parameter)  # nn.Parameter(t), past its __new__
         self.sealing = _load_sibling("seal")
         self.facts = self.sealing.TensorFacts(torch)  # a tensor's facts, whatever the submission does to torch.Tensor
         self.multiply, self.add, self.total = torch.mul, torch.add, torch.sum
@@ -555,6 +557,8 @@ class Run:
                     self.leaves[index], tensor = tensor, tensor[...]  # a view of a leaf that requires grad is not a leaf
             elif self.header["tensors"][index].get("held_grad") and self.server.facts.requires_grad(tensor):
                 self.hold_grad(index, tensor)
+            elif self.header["tensors"][index].get("parameter") and self.server.facts.requires_grad(tensor):
+                tensor = self.server.parameter(tensor, True)  # a model's weight: the same memory, as a leaf nn.Parameter
             self.tensors[index] = tensor
             self.snapshots[index] = self.snapshot(tensor)
             self.flags[index] = self.server.facts.requires_grad(tensor)

@@ -27,7 +27,7 @@ from grader.toolkit.domain import Renew, exact
 LAMBDA = "differential_lambda"
 ATTENTION = "differential_attention"
 INPUT_NAMES = ("q1", "k1", "q2", "k2", "value")
-EXPANSIONS = {0: "over the batch", 1: "over the heads"}  # the dims of [B, H, T, D] an input can be expanded along
+EXPANSIONS = {0: "over the batch", 1: "over the heads", 2: "over the tokens"}  # the dims of [B, H, T, D] an input can be expanded along
 LAMBDA_NAMES = ("q1", "k1", "q2", "k2")
 LARGEST_EXPONENT = {"float32": 80.0, "float64": 600.0}  # exp stays finite, with room for the gradients' factors
 EXP_LIMIT = {"float32": math.log(3.4028234663852886e38), "float64": math.log(1.7976931348623157e308)}  # where exp overflows
@@ -89,6 +89,7 @@ class LambdaCase:
     grad_mode: str = "enabled"  # a member of domain.GRAD_MODES: the autograd mode of a call without gradients
     activations: bool = False  # inputs that require grad are non-leaf views (domain.as_training_inputs)
     held_grads: bool = False  # leaf inputs that require grad hold a .grad before the call (domain.as_training_inputs)
+    parameters: bool = False  # leaf inputs that require grad are torch.nn.Parameter (domain.as_training_inputs)
 
     def __post_init__(self) -> None:
         """Vectors at one address hold the values they share (:func:`domain.hold_aliased`)."""
@@ -133,10 +134,7 @@ class LambdaCase:
             parts.append(f"{self.layout} vectors")
         if self.frozen:
             parts.append(f"{', '.join(self.frozen)} without requires_grad")
-        if self.activations:
-            parts.append(domain.ACTIVATIONS)
-        if self.held_grads:
-            parts.append(domain.HELD_GRADS)
+        parts += domain.origin_labels(self)
         if self.grad_mode != "enabled" and not grads:
             parts.append(f"called under torch.{self.grad_mode}()")
         return ", ".join(parts)
@@ -165,6 +163,7 @@ class AttentionCase:
     grad_mode: str = "enabled"  # a member of domain.GRAD_MODES: the autograd mode of a call without gradients
     activations: bool = False  # inputs that require grad are non-leaf views (domain.as_training_inputs)
     held_grads: bool = False  # leaf inputs that require grad hold a .grad before the call (domain.as_training_inputs)
+    parameters: bool = False  # leaf inputs that require grad are torch.nn.Parameter (domain.as_training_inputs)
 
     def __post_init__(self) -> None:
         """An input expanded along a dim holds its first element's values there (:func:`domain.hold_expanded`); inputs at
@@ -222,10 +221,7 @@ class AttentionCase:
         parts = [f"B={b} H={h} T={t} D={d}", self.dtype, causal, coefficient]
         if self.frozen:
             parts.append(f"{', '.join(self.frozen)} without requires_grad")
-        if self.activations:
-            parts.append(domain.ACTIVATIONS)
-        if self.held_grads:
-            parts.append(domain.HELD_GRADS)
+        parts += domain.origin_labels(self)
         if layouts := domain.layouts_label(INPUT_NAMES, self.layouts):
             parts.append(layouts)
         if self.grad_mode != "enabled" and not grads:
@@ -284,6 +280,7 @@ def attention_case(
     ramp: bool | None = None,
     below: float | None = None,
     sink: float | None = None,
+    faint: int | None = None,
     layouts: tuple[str, ...] = ("contiguous",) * 5,
     frozen: tuple[str, ...] = (),
     binding: str = "keyword",
@@ -297,7 +294,8 @@ def attention_case(
     ``ramp`` (False: falling, True: rising) scales the keys along the tokens
     first (:func:`domain.token_ramp`). ``below`` makes every scaled logit of
     both branches about −below (:func:`domain.far_below`). ``sink`` makes the
-    first key of both branches an attention sink (:func:`domain.attention_sink`).
+    first key of both branches an attention sink (:func:`domain.attention_sink`);
+    ``faint`` makes every key of both branches from that one on faint (:func:`domain.faint_keys`).
     """
     b, h, t, d = shape
     q1, k1, q2, k2 = (rng.standard_normal(shape) for _ in range(4))
@@ -310,6 +308,8 @@ def attention_case(
         (q1, k1), (q2, k2) = domain.far_below(q1, k1, below), domain.far_below(q2, k2, below)
     if sink is not None:
         (q1, k1), (q2, k2) = domain.attention_sink(q1, k1, sink, tokens=2), domain.attention_sink(q2, k2, sink, tokens=2)
+    if faint is not None:
+        (q1, k1), (q2, k2) = domain.faint_keys(q1, k1, faint, tokens=2), domain.faint_keys(q2, k2, faint, tokens=2)
     if coefficient is None:
         coefficient = float(rng.uniform(0.2, 0.9))
     names = INPUT_NAMES + ("coefficient", "causal")
@@ -326,7 +326,7 @@ def attention_case(
         binding=binding,
         keyword_order=domain.keyword_order(rng, names, binding),
         grad_mode=grad_mode,
-        note=note,
+        note=", ".join(n for n in (note, None if faint is None else domain.faint_note(faint)) if n),
     )
 
 
@@ -464,9 +464,13 @@ def with_values(case: AttentionCase, value: np.ndarray, note: str) -> AttentionC
     return replace(case, value=value, note=", ".join(n for n in (case.note, note) if n))
 
 
-def identical_branches(case: AttentionCase, coefficient: float) -> AttentionCase:
-    """The same case with q2 = q1, k2 = k1 and ``coefficient``: the maps cancel at 1, scale A1·V by 1 - c otherwise."""
-    return replace(case, q2=case.q1.copy(), k2=case.k1.copy(), coefficient=float(exact(coefficient, case.dtype)), note="q2 = q1 and k2 = k1")
+def identical_branches(case: AttentionCase, coefficient: float, tied: tuple[str, ...] = ("q", "k")) -> AttentionCase:
+    """The same case with ``coefficient`` and the second branch's inputs of ``tied`` equal in value to the first's ("q":
+    q2 = q1, "k": k2 = k1): with both, the maps cancel at 1 and scale A1·V by 1 - c otherwise; with one, the maps differ
+    (a shortcut for equal branches that compares one pair of inputs only meets them there)."""
+    same = {f"{name}2": getattr(case, f"{name}1").copy() for name in tied}
+    note = " and ".join(f"{name}2 = {name}1" for name in tied)
+    return replace(case, **same, coefficient=float(exact(coefficient, case.dtype)), note=note)
 
 
 def with_lambda(case: AttentionCase, lam: LambdaCase) -> AttentionCase:

@@ -119,7 +119,7 @@ def _attributes(case: LambdaCase | AttentionCase, grads: bool) -> dict[str, str]
     trainable = {name: "trained" if case.requires_grad(name) else "frozen" for name in names} if grads else {}
     if grads:
         trainable[slips.TRAINED] = slips.trained(n for n in names if case.requires_grad(n))
-        trainable[slips.ORIGIN] = slips.origin(case.activations, case.held_grads)
+        trainable[slips.ORIGIN] = slips.origin(case.activations, case.held_grads, case.parameters)
     if isinstance(case, LambdaCase):
         return found | {"the memory layout": "non-contiguous" if case.layout != "contiguous" else "contiguous",
                         domain.LAST_AXIS_STEPS: domain.last_axis_steps((case.layout,))} | trainable

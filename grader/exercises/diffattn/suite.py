@@ -162,7 +162,8 @@ def attention_noncausal(seed: int) -> list[AttentionCase]:
 def attention_coefficients(seed: int) -> list[AttentionCase]:
     """Negative, zero, exactly one, greater-than-one, int and 0-dim tensor (also float64 with float32 inputs, and int64, a
     signed integer dtype the contract allows) coefficients; then coefficients of magnitude 1e-8 to 1e-3
-    (:func:`cases.small_coefficient`), a Python float and a tensor, in float64, in each autograd mode."""
+    (:func:`cases.small_coefficient`), a Python float and a tensor, in float64, in each autograd mode; last, exactly one with
+    q2 = q1 (keys that differ) and with k2 = k1 (queries that differ)."""
     rng = domain.generator(seed, "attention_coefficients")
     shape = functools.partial(domain.domain_shape, rng, 2, 70)
     return domain.cycled_modes([
@@ -177,6 +178,8 @@ def attention_coefficients(seed: int) -> list[AttentionCase]:
         cases.attention_case(rng, shape(), "float32", True, float(rng.choice([-1, 2, 3])), coefficient_kind="int64 tensor"),
         *(cases.attention_case(rng, shape(), "float64", causal, cases.small_coefficient(rng), coefficient_kind=kind)
           for causal, kind in ((True, "float"), (False, "tensor"), (None, "float"))),
+        *(cases.identical_branches(cases.attention_case(rng, shape(), dtype, True), 1.0, tied=(tied,))
+          for tied, dtype in (("q", "float64"), ("k", "float32"))),
     ])  # fmt: skip
 
 
@@ -208,7 +211,7 @@ def attention_large_logits(seed: int) -> list[AttentionCase]:
 @SETS.register(hidden=True)
 def attention_strided(seed: int) -> list[AttentionCase]:
     """Transposed, head-permuted, sliced, fused-projection and offset views as inputs (each input in each of them once, with
-    B and H above 1), all inputs in one storage, all at one address of one storage, inputs expanded over the batch and over the heads (each input in
+    B and H above 1), all inputs in one storage, all at one address of one storage, inputs expanded over the batch, the heads and the tokens (each input in
     turn left out, then all together), both dtypes, tensor coefficient."""
     rng = domain.generator(seed, "attention_strided")
     return domain.cycled_modes([
@@ -221,10 +224,10 @@ def attention_strided(seed: int) -> list[AttentionCase]:
         # three batch elements and two heads: code that mixes up the two axes of an expansion meets sizes that differ
         *(cases.attention_case(rng, (3, 2, domain.sequence_length(rng, 2, 40), domain.head_width(rng, 16)), dtype,
                                True, coefficient_kind="tensor", layouts=layouts)
-          for layouts, dtype in zip(domain.expanded_layouts(axes=(0, 1)), itertools.cycle(("float32", "float64")))),  # fmt: skip
+          for layouts, dtype in zip(domain.expanded_layouts(axes=tuple(cases.EXPANSIONS)), itertools.cycle(("float32", "float64")))),  # fmt: skip
         *(cases.attention_case(rng, (int(rng.integers(2, 4)), 2, domain.sequence_length(rng, 2, 40), domain.head_width(rng, 16)), dtype,
                                True, coefficient_kind="tensor", layouts=layouts)
-          for layouts, dtype in zip(domain.expanded_together(axes=(0, 1)), ("float64", "float32"))),  # fmt: skip
+          for layouts, dtype in zip(domain.expanded_together(axes=tuple(cases.EXPANSIONS)), itertools.cycle(("float64", "float32")))),  # fmt: skip
     ])
 
 
@@ -236,7 +239,7 @@ FROZEN_PATTERNS = ((), ("q1",), ("k1",), ("q2",), ("k2",), ("value",), ("coeffic
 def attention_gradients(seed: int) -> list[AttentionCase]:
     """Gradient cases: every input frozen alone and in groups, tensor (also exactly 0 and 1, and int64), int and Python-float coefficients, T up to 320,
     a value feature zero at every token (the first call of heads wider than one), logits up to 1000; T past 512 without the mask and with it (:data:`domain.ONE_PAST_BLOCKS`); both branches equal in value;
-    last, the first call again differentiated as output.sum() (:func:`domain.summed`)."""
+    keys past the first 128 faint (:func:`domain.faint_keys`); last, the first call again differentiated as output.sum() (:func:`domain.summed`)."""
     rng = domain.generator(seed, "attention_gradients")
     kinds = ("tensor", "tensor", "float", "tensor", "int", "float64 tensor", "tensor", "float", "tensor", "tensor")
     found = []
@@ -264,6 +267,9 @@ def attention_gradients(seed: int) -> list[AttentionCase]:
         # with the mask at domain.ONE_PAST_BLOCKS tokens: a backward pass recomputed in blocks of queries, each against the keys up
         # to its end, must place the mask at the block's own rows
         cases.attention_case(rng, (1, 1, domain.ONE_PAST_BLOCKS, domain.head_width(rng, 4)), "float32", True, coefficient_kind="tensor"),
+        # the keys past the first 128 faint: a backward pass that skips a block of tiny weights zeroes those keys' gradients
+        cases.attention_case(rng, (1, 1, domain.ONE_PAST_BLOCKS, domain.head_width(rng, 4)), "float64", True, coefficient_kind="tensor",
+                             faint=domain.FIRST_FAINT),
     ]  # fmt: skip
     return domain.as_training_inputs([*found, domain.summed(found[0])])
 
@@ -329,14 +335,15 @@ def attention_bindings(seed: int) -> list[AttentionCase]:
 
 
 def _first_call(rng: np.random.Generator, function: str, how: FirstCall) -> LambdaCase | AttentionCase:
-    """The first call of a sequence (see :func:`sequences`): λ vectors of 1 to 16; up to 24 tokens and D up to 8 (at the fresh
-    length it is given: one batch element, one head, D up to 4), a Python or a tensor coefficient."""
+    """The first call of a sequence (see :func:`sequences`): λ vectors of 1 to 16; a length of the whole domain (what a
+    function keeps between calls of one shape, such as a workspace, may depend on it) and D up to 8 (at the fresh length it is
+    given: one batch element, one head, D up to 4), a Python or a tensor coefficient."""
     if function == LAMBDA:
         return cases.lambda_case(rng, int(rng.integers(1, 17)), how.dtype, float(rng.uniform(0.1, 0.9)), grad_mode=how.grad_mode)
     if how.fresh_length:
         shape = (1, 1, how.fresh_length, domain.head_width(rng, 4))
     else:
-        shape = domain.domain_shape(rng, 1, 1, 8) if how.decoding else domain.domain_shape(rng, 2, 24, 8)
+        shape = domain.domain_shape(rng, 1, 1, 8) if how.decoding else domain.domain_shape(rng, 2, domain.LONGEST, 8)
     coefficient = str(rng.choice(["float", "tensor"]))
     return cases.attention_case(rng, shape, how.dtype, how.causal, coefficient_kind=coefficient, grad_mode=how.grad_mode)
 
@@ -356,7 +363,7 @@ VARIATIONS: Variations[Any] = Variations(cases.redrawn, cases.retyped, cases.ref
 def lambda_request(case: LambdaCase, requires_grad: bool = False) -> Request:
     """One differential_lambda call; with gradients, a backward pass with the case's upstream value."""
     vectors = tuple(
-        TensorInput(v, case.dtype, requires_grad and case.requires_grad(name), case.layout, case.activations, case.held_grads)
+        TensorInput(v, case.dtype, requires_grad and case.requires_grad(name), case.layout, case.activations, case.held_grads, case.parameters)
         for v, name in zip(case.vectors, cases.LAMBDA_NAMES)
     )
     call = bound_call(LAMBDA, cases.LAMBDA_NAMES, vectors, "lambda_init", case.lambda_init, case.binding, case.keyword_order)
@@ -368,7 +375,7 @@ def lambda_request(case: LambdaCase, requires_grad: bool = False) -> Request:
 def attention_request(case: AttentionCase, requires_grad: bool = False) -> Request:
     """One differential_attention call (after differential_lambda for a composed case)."""
     inputs = tuple(
-        TensorInput(x, case.dtype, requires_grad and case.requires_grad(name), layout, case.activations, case.held_grads)
+        TensorInput(x, case.dtype, requires_grad and case.requires_grad(name), layout, case.activations, case.held_grads, case.parameters)
         for x, layout, name in zip(case.inputs, case.layouts, cases.INPUT_NAMES)
     )
     calls: tuple[Call, ...] = ()
@@ -381,7 +388,7 @@ def attention_request(case: AttentionCase, requires_grad: bool = False) -> Reque
     elif case.coefficient_is_tensor:
         grad = requires_grad and case.requires_grad("coefficient")
         coefficient = TensorInput(domain.exact(case.coefficient, case.coefficient_dtype), case.coefficient_dtype, grad, activation=case.activations,
-                                  held_grad=case.held_grads)
+                                  held_grad=case.held_grads, parameter=case.parameters)
         numbered += (coefficient,)
     elif case.coefficient_kind == "int":
         coefficient = int(case.coefficient)

@@ -27,7 +27,7 @@ DIFF_V2 = "diff_v2_attention"
 # The parameters of each function, in the contract's order; the last one ("causal") has a default.
 PARAMETERS = {GQA: ("q", "k", "v", "causal"), DIFF_V2: ("q", "k", "v", "lambda_logits", "causal")}
 TENSORS = {GQA: ("q", "k", "v"), DIFF_V2: ("q", "k", "v", "lambda_logits")}
-EXPANSIONS = {0: "over the batch", 2: "over the heads"}  # the dims of [B, T, heads, D] an input can be expanded along
+EXPANSIONS = {0: "over the batch", 1: "over the tokens", 2: "over the heads"}  # the dims of [B, T, heads, D] an input can be expanded along
 GQA_GROUPS = (1, 2, 3, 4, 8)  # G = Hq / Hkv for gqa_attention: any positive integer
 DIFF_V2_GROUPS = (2, 4, 6, 8)  # G for diff_v2_attention: even, so heads 2i and 2i + 1 share a group
 KV_HEADS = (1, 1, 2, 3, 4)  # Hkv, multi-query (1) twice as often
@@ -64,6 +64,7 @@ class Case:
     grad_mode: str = "enabled"  # a member of domain.GRAD_MODES: the autograd mode of a call without gradients
     activations: bool = False  # inputs that require grad are non-leaf views (domain.as_training_inputs)
     held_grads: bool = False  # leaf inputs that require grad hold a .grad before the call (domain.as_training_inputs)
+    parameters: bool = False  # leaf inputs that require grad are torch.nn.Parameter (domain.as_training_inputs)
     note: str = ""
 
     def __post_init__(self) -> None:
@@ -120,10 +121,7 @@ class Case:
             parts.append(f"lambda_logits in [{low:.4g}, {high:.4g}]")
         if self.frozen:
             parts.append(f"{', '.join(self.frozen)} without requires_grad")
-        if self.activations:
-            parts.append(domain.ACTIVATIONS)
-        if self.held_grads:
-            parts.append(domain.HELD_GRADS)
+        parts += domain.origin_labels(self)
         if layouts := domain.layouts_label(self.names, self.memory_layouts):
             parts.append(layouts)
         if self.grad_mode != "enabled" and not grads:
@@ -221,6 +219,7 @@ def case(
     ramp: bool | None = None,
     below: float | None = None,
     sink: float | None = None,
+    faint: int | None = None,
     saturated: float = 0.0,
     zeros: float = 0.0,
     layouts: tuple[str, ...] = (),
@@ -236,7 +235,7 @@ def case(
     scales the keys along the tokens first (:func:`domain.token_ramp`);
     ``below`` makes every scaled logit about −below (:func:`domain.far_below`);
     ``sink`` makes the first key an attention sink, its scaled logit about ``sink`` for every query
-    (:func:`domain.attention_sink`); ``saturated`` is the share of gate logits drawn at ±[100, 1000],
+    (:func:`domain.attention_sink`); ``faint`` makes every key from that one on faint (:func:`domain.faint_keys`); ``saturated`` is the share of gate logits drawn at ±[100, 1000],
     ``zeros`` the share set to exactly 0.
     """
     b, t, hq, hkv, d = dims
@@ -249,6 +248,8 @@ def case(
         q, k = domain.far_below(q, k, below)
     if sink is not None:
         q, k = domain.attention_sink(q, k, sink, tokens=1)
+    if faint is not None:
+        q, k = domain.faint_keys(q, k, faint, tokens=1)
     gates = gate_logits(rng, (b, t, hq // 2), saturated, zeros) if function == DIFF_V2 else None
     out = (b, t, hq if function == GQA else hq // 2, d)
     return Case(
@@ -263,7 +264,7 @@ def case(
         binding=binding,
         keyword_order=domain.keyword_order(rng, PARAMETERS[function], binding),
         grad_mode=grad_mode,
-        note=note,
+        note=", ".join(n for n in (note, None if faint is None else domain.faint_note(faint)) if n),
     )  # fmt: skip
 
 

@@ -211,7 +211,7 @@ def _attributes(case: Case, grads: bool) -> dict[str, str]:
     else:
         found |= {name: "trained" if case.requires_grad(name) else "frozen" for name in case.names}
         found[slips.TRAINED] = slips.trained(n for n in case.names if case.requires_grad(n))
-        found[slips.ORIGIN] = slips.origin(case.activations, case.held_grads)
+        found[slips.ORIGIN] = slips.origin(case.activations, case.held_grads, case.parameters)
     return found
 
 

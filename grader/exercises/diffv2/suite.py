@@ -20,7 +20,7 @@ import numpy as np
 from grader.core.invoke import Outcome, Request, Returned, TensorInput
 from grader.core.plugin import GradingContext
 from grader.exercises.diffv2 import cases, expected
-from grader.exercises.diffv2.cases import DIFF_V2, GQA, PARAMETERS, TENSORS, Case
+from grader.exercises.diffv2.cases import DIFF_V2, EXPANSIONS, GQA, PARAMETERS, TENSORS, Case
 from grader.toolkit import domain, verdicts
 from grader.toolkit.casesets import CaseSet, CaseSets
 from grader.toolkit.compare import Comparison
@@ -181,7 +181,7 @@ def diff_saturated(seed: int) -> list[Case]:
 @SETS.register(hidden=True)
 def gqa_strided(seed: int) -> list[Case]:
     """gqa_attention on transposed, head-permuted, sliced, fused-projection and offset views, all inputs in one storage, all
-    at one address of one storage, and inputs expanded over the batch and over the heads (each input in turn
+    at one address of one storage, and inputs expanded over the batch, the heads and the tokens (each input in turn
     left out, then every input but the queries), both dtypes."""
     rng = domain.generator(seed, "gqa_strided")
     return domain.cycled_modes([
@@ -190,16 +190,16 @@ def gqa_strided(seed: int) -> list[Case]:
         cases.case(rng, GQA, cases.shape(rng, GQA, 2, 40), "float64", False, layouts=domain.strided_layouts(rng, 3), binding="positional"),
         cases.case(rng, GQA, cases.shape(rng, GQA, 60, 140), "float32", None, layouts=domain.strided_layouts(rng, 3, domain.OFFSET_LAYOUTS)),
         *(cases.case(rng, GQA, cases.batched(cases.shape(rng, GQA, 2, 40, 16)), dtype, True, layouts=layouts)
-          for layouts, dtype in zip(domain.expanded_layouts(3, axes=(0, 2)), itertools.cycle(("float32", "float64")))),
+          for layouts, dtype in zip(domain.expanded_layouts(3, axes=tuple(EXPANSIONS)), itertools.cycle(("float32", "float64")))),
         *(cases.case(rng, GQA, cases.batched(cases.shape(rng, GQA, 2, 40, 16)), dtype, True, layouts=layouts)
-          for layouts, dtype in zip(domain.expanded_together(3, axes=(0, 2), kept=(0,)), ("float64", "float32"))),
+          for layouts, dtype in zip(domain.expanded_together(3, axes=tuple(EXPANSIONS), kept=(0,)), itertools.cycle(("float64", "float32")))),
     ])  # fmt: skip
 
 
 @SETS.register(hidden=True)
 def diff_strided(seed: int) -> list[Case]:
     """diff_v2_attention on strided views of all four inputs (lambda_logits included), all of them in one storage and all
-    at one address of one storage, and on inputs expanded over the batch and over the heads (each input in turn
+    at one address of one storage, and on inputs expanded over the batch, the heads and the tokens (each input in turn
     left out, then every input but the queries), both dtypes."""
     rng = domain.generator(seed, "diff_strided")
     return domain.cycled_modes([
@@ -208,9 +208,9 @@ def diff_strided(seed: int) -> list[Case]:
         cases.case(rng, DIFF_V2, cases.shape(rng, DIFF_V2, 2, 40), "float64", False, layouts=domain.strided_layouts(rng, 4), binding="positional"),
         cases.case(rng, DIFF_V2, cases.shape(rng, DIFF_V2, 60, 140), "float32", None, layouts=domain.strided_layouts(rng, 4, domain.OFFSET_LAYOUTS)),
         *(cases.case(rng, DIFF_V2, cases.batched(cases.shape(rng, DIFF_V2, 2, 40, 16)), dtype, True, layouts=layouts)
-          for layouts, dtype in zip(domain.expanded_layouts(4, axes=(0, 2)), itertools.cycle(("float32", "float64")))),
+          for layouts, dtype in zip(domain.expanded_layouts(4, axes=tuple(EXPANSIONS)), itertools.cycle(("float32", "float64")))),
         *(cases.case(rng, DIFF_V2, cases.batched(cases.shape(rng, DIFF_V2, 2, 40, 16)), dtype, True, layouts=layouts)
-          for layouts, dtype in zip(domain.expanded_together(4, axes=(0, 2), kept=(0,)), ("float64", "float32"))),
+          for layouts, dtype in zip(domain.expanded_together(4, axes=tuple(EXPANSIONS), kept=(0,)), itertools.cycle(("float64", "float32")))),
     ])  # fmt: skip
 
 
@@ -250,7 +250,8 @@ def gqa_gradients(seed: int) -> list[Case]:
     """gqa_attention with gradients: G from 1 to 8, Hkv = 1 and Hkv = Hq, both dtypes, causal True, False and omitted, inputs frozen alone and in groups, T up to 320,
     a value feature zero at every token (the first call of heads wider than one);
     T past 512 without the mask and with it (:data:`domain.ONE_PAST_BLOCKS`); then at one token, one batch element and one head, each input alone
-    requiring grad; last, the first call again differentiated as output.sum() (:func:`domain.summed`)."""
+    requiring grad; keys past the first 128 faint (:func:`domain.faint_keys`); last, the first call again differentiated as output.sum()
+    (:func:`domain.summed`)."""
     rng = domain.generator(seed, "gqa_gradients")
     found = []
     for i, frozen in enumerate(GQA_FROZEN):
@@ -261,14 +262,15 @@ def gqa_gradients(seed: int) -> list[Case]:
     found = domain.dead_feature(found, lambda case: case.v, cases.with_values)
     found.append(_one_past_blocks(rng, GQA, "float64"))
     alone = _trainable_alone(rng, GQA, (1, 1, 1, 1))
-    return domain.as_training_inputs([*found, *alone, _one_past_blocks(rng, GQA, "float32", causal=True), domain.summed(found[0])])
+    return domain.as_training_inputs([*found, *alone, _one_past_blocks(rng, GQA, "float32", causal=True),
+                                      _one_past_blocks(rng, GQA, "float64", causal=True, faint=domain.FIRST_FAINT), domain.summed(found[0])])
 
 
-def _one_past_blocks(rng: np.random.Generator, function: str, dtype: str, causal: bool = False) -> Case:
+def _one_past_blocks(rng: np.random.Generator, function: str, dtype: str, causal: bool = False, faint: int | None = None) -> Case:
     """One pair of query heads on one key/value head, without the mask (or with it), at :data:`domain.ONE_PAST_BLOCKS` tokens:
     a backward pass recomputed in blocks of queries must meet every key there (or, with the mask, place it at the block's own
-    rows)."""
-    return cases.case(rng, function, (1, domain.ONE_PAST_BLOCKS, 2, 1, domain.head_width(rng, 4)), dtype, causal)
+    rows); with the keys from ``faint`` on faint (:func:`domain.faint_keys`), it must not skip a block of tiny weights."""
+    return cases.case(rng, function, (1, domain.ONE_PAST_BLOCKS, 2, 1, domain.head_width(rng, 4)), dtype, causal, faint=faint)
 
 
 def _trainable_alone(rng: np.random.Generator, function: str, counts: tuple[int, int, int, int]) -> list[Case]:
@@ -282,7 +284,8 @@ def diff_gradients(seed: int) -> list[Case]:
     """diff_v2_attention with gradients: G = 2, 4, 6 and 8, Hkv = 1, both dtypes, causal True, False and omitted, inputs frozen alone and in groups, gates moderate, saturated and exactly 0, T up to 320,
     a value feature zero at every token (the first call of heads wider than one);
     T past 512 without the mask and with it (:data:`domain.ONE_PAST_BLOCKS`); the two query heads of every pair equal in value; then at one token, one
-    batch element and one pair, each input alone requiring grad; last, the first call again differentiated as output.sum()."""
+    batch element and one pair, each input alone requiring grad; keys past the first 128 faint (:func:`domain.faint_keys`); last, the
+    first call again differentiated as output.sum()."""
     rng = domain.generator(seed, "diff_gradients")
     found = []
     for i, frozen in enumerate(DIFF_V2_FROZEN):
@@ -295,7 +298,8 @@ def diff_gradients(seed: int) -> list[Case]:
     found += [_one_past_blocks(rng, DIFF_V2, "float32"),
               cases.equal_pairs(cases.case(rng, DIFF_V2, cases.shape(rng, DIFF_V2, 2, 40, 16), "float64", True))]
     alone = _trainable_alone(rng, DIFF_V2, (1, 1, 2, 1))
-    return domain.as_training_inputs([*found, *alone, _one_past_blocks(rng, DIFF_V2, "float64", causal=True), domain.summed(found[0])])
+    return domain.as_training_inputs([*found, *alone, _one_past_blocks(rng, DIFF_V2, "float64", causal=True),
+                                      _one_past_blocks(rng, DIFF_V2, "float64", faint=domain.FIRST_FAINT), domain.summed(found[0])])
 
 
 @SETS.register
@@ -324,12 +328,13 @@ VARIATIONS = Variations(cases.redrawn, cases.retyped, cases.reflagged, cases.res
 
 
 def _first_call(rng: np.random.Generator, function: str, how: FirstCall) -> Case:
-    """The first call of a sequence (see :func:`sequences`): up to 24 tokens, heads drawn, D up to 8; or at the fresh length it is
-    given, with one pair of query heads on one key/value head and D up to 4 (the length is what matters; the oracle's cost)."""
+    """The first call of a sequence (see :func:`sequences`): a length of the whole domain (what a function keeps between calls
+    of one shape, such as a workspace, may depend on it), heads drawn, D up to 8; or at the fresh length it is given, with one
+    pair of query heads on one key/value head and D up to 4 (the length is what matters; the oracle's cost)."""
     if how.fresh_length:
         dims = cases.shape(rng, function, how.fresh_length, how.fresh_length, 4, head_counts=(2, 1))
     else:
-        dims = cases.shape(rng, function, 1 if how.decoding else 2, 1 if how.decoding else 24, 8)
+        dims = cases.shape(rng, function, 1 if how.decoding else 2, 1 if how.decoding else domain.LONGEST, 8)
     return cases.case(rng, function, dims, how.dtype, how.causal, grad_mode=how.grad_mode)
 
 
@@ -344,7 +349,7 @@ def sequences(seed: int) -> list[CallSequence[Case]]:
 def request(case: Case, grads: bool = False) -> Request:
     """The call of ``case`` (its inputs numbered in the contract's order); with ``grads``, a backward pass with its cotangent."""
     tensors = tuple(
-        TensorInput(array, case.dtype, grads and case.requires_grad(name), layout, case.activations, case.held_grads)
+        TensorInput(array, case.dtype, grads and case.requires_grad(name), layout, case.activations, case.held_grads, case.parameters)
         for array, name, layout in zip(case.inputs, case.names, case.memory_layouts)
     )
     call = bound_call(case.function, case.names, tensors, "causal", case.causal, case.binding, case.keyword_order)
