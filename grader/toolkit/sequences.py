@@ -258,11 +258,16 @@ class SequenceSuite:
         return found
 
     def stale(self, outcome: Outcome, sequence: CallSequence[Any]) -> bool:
-        """Whether the second call of a sequence that changed its inputs returned what the first call should have (and did)."""
+        """Whether the second call of a sequence that changed its inputs returned what the first call should have (and did).
+
+        Not when the first call's answer is all zeros (a gate shut on one token, say): a result kept from it cannot be told
+        from a function that answers zeros there, as some wrong formulas do."""
         if sequence.second is sequence.first:
             return False
         first, second = self.ends(sequence)
         before = self.value(sequence.first)
+        if not np.any(before.values):
+            return False
         return (verdicts.values_verdict(outcome, first, "", before).ok and verdicts.values_verdict(outcome, second, "", before).ok
                 and not verdicts.values_verdict(outcome, second, "", self.value(sequence.second)).ok)  # fmt: skip
 
@@ -282,7 +287,7 @@ class SequenceSuite:
 
     def stale_part(self, outcome: Outcome, sequence: CallSequence[Any], parts: Collection[str]) -> str | None:
         """The input of ``parts`` that the second call of ``sequence``, wrong for its own inputs, answered with as it was in
-        the first call (the second call's other inputs its own), or None."""
+        the first call (the second call's other inputs its own), or None; not when that answer is all zeros (see :meth:`stale`)."""
         if sequence.second is sequence.first or not parts:
             return None
         second = self.ends(sequence)[1]
@@ -292,7 +297,8 @@ class SequenceSuite:
             before, now = getattr(sequence.first, name, None), getattr(sequence.second, name, None)
             if before is None or now is None or np.shape(before) != np.shape(now) or np.array_equal(before, now):
                 continue
-            if verdicts.values_verdict(outcome, second, "", self.value(replace(sequence.second, **{name: before}))).ok:
+            kept = self.value(replace(sequence.second, **{name: before}))
+            if np.any(kept.values) and verdicts.values_verdict(outcome, second, "", kept).ok:  # (all zeros: see stale)
                 return name
         return None
 
