@@ -87,6 +87,14 @@ def combine(comparisons: list[Comparison]) -> Comparison:
     return Comparison(True, summary + ".", worst)
 
 
+def explained(verdict: Comparison, notes: list[str | None]) -> Comparison:
+    """``verdict`` led by the ``notes`` that may explain it, when it failed and some note is given; else ``verdict``."""
+    given = [note for note in notes if note]
+    if verdict.ok or not given:
+        return verdict
+    return Comparison(False, "\n".join(given) + "\n\n" + verdict.message, verdict.worst_ratio)
+
+
 def _located(message: str, contexts: list[str]) -> str:
     """A failure message with where it happened: the problem on the first line, then where."""
     first, _, rest = message.partition("\n")

@@ -342,6 +342,11 @@ FAINT_GAPS = (16.0, 26.0)
 FIRST_FAINT = max(BLOCK_SIZES) // 2
 
 
+def joined_notes(*notes: str | None) -> str:
+    """A case label's notes joined by commas, the empty ones left out."""
+    return ", ".join(note for note in notes if note)
+
+
 def faint_note(first: int) -> str:
     """How a case label says that its keys from ``first`` on are faint (:func:`faint_keys`)."""
     return f"every key from token {first} on faint (weights of about 1e-7 down to 1e-16)"

@@ -264,12 +264,8 @@ class SequenceSuite:
         from a function that answers zeros there, as some wrong formulas do."""
         if sequence.second is sequence.first:
             return False
-        first, second = self.ends(sequence)
         before = self.value(sequence.first)
-        if not np.any(before.values):
-            return False
-        return (verdicts.values_verdict(outcome, first, "", before).ok and verdicts.values_verdict(outcome, second, "", before).ok
-                and not verdicts.values_verdict(outcome, second, "", self.value(sequence.second)).ok)  # fmt: skip
+        return bool(np.any(before.values)) and self._later_wrong(outcome, sequence) and verdicts.values_verdict(outcome, self.ends(sequence)[1], "", before).ok
 
     def observed(self, grading: GradingContext, attributes: Callable[[Any, bool], Mapping[str, str]]) -> list[Observed]:
         """Both calls of every sequence the checks sent (from the run's memo: no new call), as the slip analysis reads them

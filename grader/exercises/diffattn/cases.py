@@ -326,7 +326,7 @@ def attention_case(
         binding=binding,
         keyword_order=domain.keyword_order(rng, names, binding),
         grad_mode=grad_mode,
-        note=", ".join(n for n in (note, None if faint is None else domain.faint_note(faint)) if n),
+        note=domain.joined_notes(note, None if faint is None else domain.faint_note(faint)),
     )
 
 
@@ -364,7 +364,7 @@ def with_padding(case: AttentionCase, rng: np.random.Generator) -> AttentionCase
     tokens = domain.padding_tokens(rng, case.q1.shape[2])
     q1, k1, q2, k2, value = (domain.padded(x, tokens, axis=2) for x in (case.q1, case.k1, case.q2, case.k2, case.value))
     return replace(case, q1=q1, k1=k1, q2=q2, k2=k2, value=value,
-                   note=(case.note + ", " if case.note else "") + domain.padding_note(tokens))  # fmt: skip
+                   note=domain.joined_notes(case.note, domain.padding_note(tokens)))  # fmt: skip
 
 
 def cancelling_case(rng: np.random.Generator, pairs: int, dtype: str, lambda_init: float | None, **options: Any) -> LambdaCase:
@@ -461,7 +461,7 @@ def shared_offset(case: AttentionCase, rng: np.random.Generator) -> AttentionCas
 
 def with_values(case: AttentionCase, value: np.ndarray, note: str) -> AttentionCase:
     """``case`` with values ``value``, its label adding ``note``."""
-    return replace(case, value=value, note=", ".join(n for n in (case.note, note) if n))
+    return replace(case, value=value, note=domain.joined_notes(case.note, note))
 
 
 def identical_branches(case: AttentionCase, coefficient: float, tied: tuple[str, ...] = ("q", "k")) -> AttentionCase:

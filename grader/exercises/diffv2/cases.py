@@ -264,7 +264,7 @@ def case(
         binding=binding,
         keyword_order=domain.keyword_order(rng, PARAMETERS[function], binding),
         grad_mode=grad_mode,
-        note=", ".join(n for n in (note, None if faint is None else domain.faint_note(faint)) if n),
+        note=domain.joined_notes(note, None if faint is None else domain.faint_note(faint)),
     )  # fmt: skip
 
 
@@ -281,7 +281,7 @@ def with_padding(base: Case, rng: np.random.Generator) -> Case:
 
 def with_values(base: Case, v: np.ndarray, note: str) -> Case:
     """``base`` with values ``v``, its label adding ``note``."""
-    return replace(base, v=v, note=", ".join(n for n in (base.note, note) if n))
+    return replace(base, v=v, note=domain.joined_notes(base.note, note))
 
 
 def gate_everywhere_at(base: Case, rng: np.random.Generator, sign: float) -> Case:

@@ -13,7 +13,7 @@ from grader.exercises.diffattn.signatures import signature_order_problem
 from grader.exercises.diffattn.declared import GRADIENT_CALLS, LAMBDA_CALLS, LAMBDA_GRAD_CALLS, OUTPUT_CALLS, SUBSET_CALLS, attention, of_both, of_lambda
 from grader.exercises.diffattn.suite import ATTENTION, LAMBDA
 from grader.toolkit.casesets import CaseSet
-from grader.toolkit.compare import Comparison, combine
+from grader.toolkit.compare import Comparison, combine, explained
 from grader.toolkit.handout import Recipe
 from grader.toolkit.verdicts import (
     finding,
@@ -169,6 +169,4 @@ def _graph_problem(item: Observed, result: Returned) -> str | None:
 def test_arguments_bind(grading: GradingContext) -> None:
     verdict = combine(suite.value_verdicts(grading, suite.lambda_bindings) + suite.value_verdicts(grading, suite.attention_bindings))
     notes = [signature_order_problem(name, grading.functions.get(name, {}).get("parameters")) for name in (LAMBDA, ATTENTION)]
-    if not verdict.ok and any(notes):
-        verdict = Comparison(False, "\n".join(n for n in notes if n) + "\n\n" + verdict.message, verdict.worst_ratio)
-    grading.conclude(verdict)
+    grading.conclude(explained(verdict, notes))

@@ -10,7 +10,7 @@ from grader.exercises.diffv2 import suite
 from grader.exercises.diffv2.cases import DIFF_V2, GQA, Case
 from grader.exercises.diffv2.declared import DIFF_OUTPUT_CALLS, GQA_OUTPUT_CALLS, GRADIENT_CALLS, of, of_both
 from grader.toolkit.casesets import CaseSet
-from grader.toolkit.compare import Comparison, combine
+from grader.toolkit.compare import Comparison, combine, explained
 from grader.toolkit.handout import Recipe
 from grader.toolkit.verdicts import finding, graph_problem, kind_problem, modified_inputs, shape_dtype_problem, summarise
 
@@ -106,6 +106,4 @@ def test_graph_attached(grading: GradingContext) -> None:
 def test_arguments_bind(grading: GradingContext) -> None:
     verdict = combine(suite.value_verdicts(grading, suite.gqa_bindings) + suite.value_verdicts(grading, suite.diff_bindings))
     notes = [suite.RUNNER.order_problem(grading, name) for name in suite.FUNCTIONS]
-    if not verdict.ok and any(notes):
-        verdict = Comparison(False, "\n".join(n for n in notes if n) + "\n\n" + verdict.message, verdict.worst_ratio)
-    grading.conclude(verdict)
+    grading.conclude(explained(verdict, notes))
