@@ -153,6 +153,21 @@ def test_a_shortcut_for_expanded_inputs_is_localised_to_that_expansion(path: str
     assert evidence in first["evidence"]
 
 
+@pytest.mark.parametrize(("path", "function", "inputs"), [
+    ("diagnosis_dusk/wrong/att_fn_backward_reduces_broadcast_axes.py", "differential_attention", "q1, k1, q2, k2, value"),
+    ("v2_tide/wrong/gate_function_reduces_grad_over_broadcast_batch.py", "diff_v2_attention", "lambda_logits"),
+])  # fmt: skip
+def test_a_backward_that_sums_over_broadcast_axes_itself_is_named_for_expanded_inputs(path: str, function: str, inputs: str,
+                                                                                     tmp_path: Path) -> None:  # fmt: skip
+    """A hand-written backward that sums each gradient over its input's stride-0 axes (which autograd does again): right in
+    contiguous memory, so the first root cause is the expanded layout ("strided"), with the inputs whose gradients disagree."""
+    run = grade(ROOT / "tests/corpus" / path, tmp_path, 20261201, "--no-preview")
+    first = run.report["diagnosis"]["root_causes"][0]
+    assert (first["function"], first["component"]) == (function, "strided")
+    assert first["title"] == "The backward pass is wrong with the inputs expanded over the batch (stride 0)"
+    assert f"Your gradient for {inputs} disagrees" in first["evidence"] and "In contiguous memory" in first["evidence"]
+
+
 @pytest.mark.parametrize(("reference", "change", "function", "name"), [
     ("diff_attention.py", DETACH_EXPANDED_VALUE, "differential_attention", "value"),
     ("diff_v2_attention.py", DETACH_EXPANDED_GATES, "diff_v2_attention", "lambda_logits"),

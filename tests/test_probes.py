@@ -11,10 +11,11 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import ROOT
+from conftest import ROOT, grade
 from corpus.probes import REPLACED, VARIANTS, place, source
 
 from grader.exercises.diffattn import attention_probes, lambda_probes
@@ -338,3 +339,26 @@ def test_rows_at_scales_of_their_own_are_a_scale_fault_named_by_the_queries_leng
         assert findings_module.row_scale_finding(found, "f", [(_softmax(logits * per_row[:, None]), {"q": q, "k": k})], structure, 0.5)
         assert found.findings[0].component == "scale" and words in found.findings[0].evidence
     assert not findings_module.row_scale_finding(Found(), "f", [(_softmax(logits * 0.3), {"q": q, "k": k})], structure, 0.5)
+
+
+def test_float32_arithmetic_is_told_from_small_weights_lost_by_how_many_elements_are_off() -> None:
+    """A float64 output off by float32's accuracy in nearly every element is computed in float32 (dtype); one off by as little
+    in a few elements only has lost small weights (softmax), and the evidence gives the share of elements off."""
+    rng = np.random.default_rng(5)
+    expected = rng.normal(size=(1, 2, 40, 8))
+    dense, sparse = Found(), Found()
+    assert findings_module.precision_finding(dense, "f", expected.astype(np.float32).astype(np.float64) + 1e-7 * expected, expected)
+    assert (dense.findings[0].component, dense.findings[0].title) == ("dtype", "float64 inputs are computed in float32")
+    few = expected.copy()
+    few[0, 1, 30:33] += 2e-6
+    assert findings_module.precision_finding(sparse, "f", few, expected)
+    assert (sparse.findings[0].component, sparse.findings[0].title) == ("softmax", "Small attention weights are lost")
+    assert "off in only 3.8% of its elements, by at most 2e-06" in sparse.findings[0].evidence
+
+
+def test_a_softmax_that_zeroes_weights_far_below_the_row_maximum_is_not_called_float32(tmp_path: Path) -> None:
+    """Weights more than 16 below their row's largest logit set to 0: errors of about 1e-7 in a few rows of long sequences, a
+    lost-weights finding (softmax), not float32 arithmetic chosen by the length."""
+    run = grade(ROOT / "tests/corpus/diagnosis_dusk/wrong/att_negligible_keys_zeroed_below_row_max.py", tmp_path, 20261201, "--no-preview")
+    first = run.report["diagnosis"]["root_causes"][0]
+    assert (first["function"], first["component"], first["title"]) == ("differential_attention", "softmax", "Small attention weights are lost")

@@ -40,6 +40,7 @@ from grader.worker.client import Worker
 RIGHT = 1e-9  # a float64 probe's output is right within this share of its largest true magnitude
 HALF_PRECISION_LIKE = 0.05  # bfloat16 rounds to 2⁻⁸ (0.4 %): a few operations' worth, never an error of this share or more
 FLOAT32_LIKE = 1e-4  # ... and only as accurate as float32 when off by at most this share
+DENSE = 0.5  # float32 arithmetic leaves nearly every element of a float64 output off (over 90 % measured); a fault of a few keys far fewer
 FORWARD_NOTE = "the forward output of these calls is already wrong, so their gradients cannot match; fix the values first"
 VALUES_AND_GRADIENTS = frozenset({"values", "gradients"})
 INPLACE_BACKWARD = "modified by an inplace operation"  # how torch says the backward pass found a saved tensor changed
@@ -207,6 +208,10 @@ def length_probe(worker: Worker, function: str, subject: Callable[[bool], Subjec
     shortest = failing[0]
     span = f"right up to T = {max(t for t in lengths if t < shortest)} and wrong from T = {shortest}"
     if all(is_right(out, expected, FLOAT32_LIKE) for out, expected in failed):
+        shares = [off_share(out, expected) for out, expected in failed if out is not None]
+        if max(shares) < DENSE:
+            error = max(float(np.max(np.abs(out - expected))) for out, expected in failed if out is not None)
+            return faint_weights_finding(found, function, max(shares), error, f" on long sequences ({span})")
         found.add(function, "dtype", "forward", "Long sequences are computed in float32",
                   f"Your float64 output is {span}, where it is off by no more than float32's accuracy: past some length "
                   "something computes in float32 (a cast, or a buffer, chosen by the sequence length).",
@@ -322,13 +327,36 @@ def _unread_keys(worker: Worker, function: str, unmasked: Subject, point: Values
     return True
 
 
+def off_share(got: np.ndarray, expected: np.ndarray) -> float:
+    """The share of the elements of ``got`` that are not right (:data:`RIGHT` of ``expected``'s largest magnitude)."""
+    scale = max(1.0, float(np.max(np.abs(expected)))) if expected.size else 1.0
+    return float(np.mean(np.abs(got - expected) > RIGHT * scale)) if expected.size else 0.0
+
+
 def precision_finding(found: Found, function: str, got: np.ndarray | None, expected: np.ndarray) -> bool:
-    """A dtype finding when a float64 result is right only to float32's accuracy; whether there was one."""
+    """A finding when a float64 result is right only to float32's accuracy, whether there was one: a dtype finding when most
+    elements are off, as float32 arithmetic leaves them; else :func:`faint_weights_finding`."""
     if got is None or is_right(got, expected) or not is_right(got, expected, FLOAT32_LIKE):
         return False
+    error = float(np.max(np.abs(got - expected)))
+    if off_share(got, expected) < DENSE:
+        return faint_weights_finding(found, function, off_share(got, expected), error)
     found.add(function, "dtype", "forward", "float64 inputs are computed in float32",
-              f"For float64 inputs your result is off by about {float(np.max(np.abs(got - expected))):.1g}, the accuracy of float32, not of float64.",
+              f"For float64 inputs your result is off by about {error:.1g}, the accuracy of float32, not of float64, in most of its elements.",
               "compute in the inputs' dtype throughout: no .float(), no float32 constants or tensors created without dtype=")  # fmt: skip
+    return True
+
+
+def faint_weights_finding(found: Found, function: str, share: float, error: float, where: str = "") -> bool:
+    """A softmax finding for a float64 output off by tiny amounts (at most :data:`FLOAT32_LIKE` of its scale) in a few
+    elements only (``share`` of them, below :data:`DENSE`): too little for a wrong formula, too few for float32 arithmetic,
+    which leaves almost every element off. Weights far below their row's largest are lost. Returns True."""
+    found.add(function, "softmax", "forward", "Small attention weights are lost",
+              f"Your float64 output{where} is off in only {share:.1%} of its elements, by at most {error:.1g}: too little for a wrong "
+              "formula, and too few elements for float32 arithmetic, which leaves nearly every element off. Errors this small "
+              "and this sparse come from the smallest weights: weights tiny but not zero dropped or flushed to zero (a threshold "
+              "below the row's largest logit, a top-k, an early underflow).",
+              "keep every visible key's weight, however small: exp(logit − row max) for all of them, normalised by their whole sum")  # fmt: skip
     return True
 
 
@@ -558,6 +586,10 @@ def gradient_finding(found: Found, function: str, condition: str, result: Consis
     return False
 
 
+EXPANDED_BACKWARD = ("autograd itself sums the gradient of an expanded view over its stride-0 axes: return the gradient of "
+                     "the tensor your backward was given, of its shape, and reduce or rescale nothing for its strides")
+"""The advice for a hand-written backward pass wrong only for inputs expanded with stride 0 (:func:`expanded_runs`)."""
+
 LONG_RUN_TOKENS = 130
 """The sequence length of the exercises' long gradient runs: past the block sizes 64 and 128, and a multiple of neither (a
 blocked backward pass's later and partial blocks)."""
@@ -565,13 +597,16 @@ blocked backward pass's later and partial blocks)."""
 
 @dataclass(frozen=True)
 class GradientRun:
-    """One comparison of the gradients with the forward: the inputs, those that require grad, words saying what is special
-    about it (e.g. " at coefficient 0"), the component a cut graph or wrong backward found first in this run points at
-    (None: graph or backward) and, when that component's fault needs other words, its title and advice, and how
-    the function is called and differentiated when not as in the probe's other runs (another causal flag, a longer
-    sequence: its own subject and cotangent), and, for a run at inputs where the forward may be wrong when it is right at
-    the probe's own (a longer sequence), the oracle's output there (``truth``): a run whose forward is wrong at its inputs
-    says nothing of the backward pass (the value checks report that forward), so it finds nothing."""
+    """One comparison of the gradients with the forward.
+
+    ``values`` are the inputs and ``grads`` those that require grad; ``where`` says what is special about the run (e.g.
+    " at coefficient 0"). ``component``: what a fault of ``replaces`` (a cut graph or a wrong backward) found first in this
+    run points at (None: the fault's own), with ``explanation`` (its title and advice) when it needs other words and
+    ``contrast`` (what the runs before showed) added to its evidence. ``subject`` and ``cotangent``: how the function is
+    called and differentiated when not as in the probe's other runs (another causal flag, a longer sequence). ``truth``: for
+    a run at inputs where the forward may be wrong when it is right at the probe's own (a longer sequence), the oracle's
+    output there; a run whose forward is wrong at its inputs says nothing of the backward pass (the value checks report
+    that forward), so it finds nothing."""
 
     values: Values
     grads: tuple[str, ...]
@@ -581,17 +616,22 @@ class GradientRun:
     explanation: tuple[str, str] | None = None
     cotangent: np.ndarray | None = None
     truth: Callable[[Values], np.ndarray] | None = None
+    replaces: tuple[str, ...] = ("graph", "backward")
+    contrast: str = ""
 
 
 def expanded_runs(values: Values, grads: tuple[str, ...], laid_out: Callable[[str], Subject], expansions: Mapping[int, str]) -> list[GradientRun]:
     """Runs with every input expanded along each dim of ``expansions`` (which names them: 0 "over the batch"), in turn: stride 0
     there, its values the first element's (:func:`domain.broadcast_along`), each gradient read at the tensor the input
     expands. ``laid_out(layout)`` is the function with its inputs in memory ``layout``. Code that takes a stride-0 input for
-    a setting, not a trained tensor, and cuts it from the graph shows there."""
+    a setting, not a trained tensor, and cuts it from the graph shows there; a hand-written backward that is right for the
+    same values in contiguous memory (the runs before) but wrong here handles the expansion itself ("strided")."""
     runs = []
     for axis, along in expansions.items():
         spread = {name: domain.broadcast_along(np.asarray(v), axis) for name, v in values.items() if np.ndim(v) > max(axis, 1)}
-        runs.append(GradientRun({**values, **spread}, grads, f" with the inputs expanded {along} (stride 0)", subject=laid_out(domain.expanded_on(axis))))
+        runs.append(GradientRun({**values, **spread}, grads, f" with the inputs expanded {along} (stride 0)", "strided", laid_out(domain.expanded_on(axis)),
+                                (f"The backward pass is wrong with the inputs expanded {along} (stride 0)", EXPANDED_BACKWARD), replaces=("backward",),
+                                contrast=" In contiguous memory, the probe's runs found your gradients right."))  # fmt: skip
     return runs
 
 
@@ -633,9 +673,10 @@ def gradients_probe(worker: Worker, subject: Subject, runs: Sequence[GradientRun
             continue
         before = len(found.findings)
         if gradient_finding(found, subject.function, condition, result, source, parts) or (not condition and NO_GRAPH in (result.problem or "")):
-            if run.component is not None and len(found.findings) > before and found.findings[-1].component in ("graph", "backward"):
+            if run.component is not None and len(found.findings) > before and found.findings[-1].component in run.replaces:
                 title, advice = run.explanation or (found.findings[-1].title, found.findings[-1].advice)
-                found.findings[-1] = replace(found.findings[-1], component=run.component, title=title, advice=advice)
+                last = found.findings[-1]
+                found.findings[-1] = replace(last, component=run.component, title=title, advice=advice, evidence=last.evidence + run.contrast)
             return  # (with every input requiring grad, a detached output is the contract slip's to name)
 
 
