@@ -600,9 +600,10 @@ class GradientRun:
     """One comparison of the gradients with the forward.
 
     ``values`` are the inputs and ``grads`` those that require grad; ``where`` says what is special about the run (e.g.
-    " at coefficient 0"). ``component``: what a fault of ``replaces`` (a cut graph or a wrong backward) found first in this
-    run points at (None: the fault's own), with ``explanation`` (its title and advice) when it needs other words and
-    ``contrast`` (what the runs before showed) added to its evidence. ``subject`` and ``cotangent``: how the function is
+    " at coefficient 0"). ``component``: what a graph or backward fault found first in this run points at (None: the
+    fault's own; ``cuts_too``: a gradient that reaches no input as well, not only a wrong or failing one), with
+    ``explanation`` (its title and advice) when it needs other words and ``contrast`` (what the runs before showed) added
+    to its evidence. ``subject`` and ``cotangent``: how the function is
     called and differentiated when not as in the probe's other runs (another causal flag, a longer sequence). ``truth``: for
     a run at inputs where the forward may be wrong when it is right at the probe's own (a longer sequence), the oracle's
     output there; a run whose forward is wrong at its inputs says nothing of the backward pass (the value checks report
@@ -616,7 +617,7 @@ class GradientRun:
     explanation: tuple[str, str] | None = None
     cotangent: np.ndarray | None = None
     truth: Callable[[Values], np.ndarray] | None = None
-    replaces: tuple[str, ...] = ("graph", "backward")
+    cuts_too: bool = True
     contrast: str = ""
 
 
@@ -630,7 +631,7 @@ def expanded_runs(values: Values, grads: tuple[str, ...], laid_out: Callable[[st
     for axis, along in expansions.items():
         spread = {name: domain.broadcast_along(np.asarray(v), axis) for name, v in values.items() if np.ndim(v) > max(axis, 1)}
         runs.append(GradientRun({**values, **spread}, grads, f" with the inputs expanded {along} (stride 0)", "strided", laid_out(domain.expanded_on(axis)),
-                                (f"The backward pass is wrong with the inputs expanded {along} (stride 0)", EXPANDED_BACKWARD), replaces=("backward",),
+                                (f"The backward pass is wrong with the inputs expanded {along} (stride 0)", EXPANDED_BACKWARD), cuts_too=False,
                                 contrast=" In contiguous memory, the probe's runs found your gradients right."))  # fmt: skip
     return runs
 
@@ -673,7 +674,8 @@ def gradients_probe(worker: Worker, subject: Subject, runs: Sequence[GradientRun
             continue
         before = len(found.findings)
         if gradient_finding(found, subject.function, condition, result, source, parts) or (not condition and NO_GRAPH in (result.problem or "")):
-            if run.component is not None and len(found.findings) > before and found.findings[-1].component in run.replaces:
+            taken = len(found.findings) > before and found.findings[-1].component in ("graph", "backward")
+            if run.component is not None and taken and (run.cuts_too or found.findings[-1].signature != NO_GRAPH):
                 title, advice = run.explanation or (found.findings[-1].title, found.findings[-1].advice)
                 last = found.findings[-1]
                 found.findings[-1] = replace(last, component=run.component, title=title, advice=advice, evidence=last.evidence + run.contrast)
