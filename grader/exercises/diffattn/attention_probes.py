@@ -397,6 +397,8 @@ def maps_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool:
     if _value_finding(found, outputs[1], doubled, shifted_out):
         return True
     read = [out[..., :T] for out in outputs[: len(COEFFICIENTS)]]
+    if _coefficient_not_finite(found, read):
+        return True
     true_maps = (oracle.attention_maps(values["q1"], values["k1"], True), oracle.attention_maps(values["q2"], values["k2"], True))
     intercept, slope, residual = probes.affine_fit(COEFFICIENTS, read)
     if residual > attention_maps.FITS:
@@ -420,6 +422,28 @@ def maps_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool:
             unexplained_maps(found, ATTENTION, np.stack([intercept, -slope]), how, np.stack(true_maps))  # fmt: skip
     _show(found, "First map A1 (read at λ = 0)", true_maps[0], intercept)
     return _map_findings(found, fits)
+
+
+def _coefficient_not_finite(found: Found, read: Sequence[np.ndarray]) -> bool:
+    """A coefficient finding when the maps read at some of :data:`COEFFICIENTS` hold NaN or infinity and at others do not;
+    whether there was one: A1 − λ·A2 is finite for every λ, so the coefficient goes through an operation defined for some
+    of its values only."""
+    bad = [c for c, r in zip(COEFFICIENTS, read) if not np.isfinite(r).all()]
+    if not bad or len(bad) == len(COEFFICIENTS):
+        return False
+    good = [c for c in COEFFICIENTS if c not in bad]
+    found.add(ATTENTION, "coefficient", "forward", f"The output is NaN or infinite at λ = {_listed(bad)}",
+              f"With the same inputs, your output holds NaN or infinity at λ = {_listed(bad)} and is finite at λ = {_listed(good)}: "
+              "the coefficient goes through an operation defined for some of its values only (a logarithm, a square root, a "
+              "division by it), while A1 − λ·A2 is defined for every λ.",
+              "use the coefficient only as the factor of the second map (A1 − λ·A2), for any sign and for 0")  # fmt: skip
+    return True
+
+
+def _listed(coefficients: Sequence[float]) -> str:
+    """Coefficients in words: "0, ½ and 2"."""
+    words = [f"{c:g}" for c in coefficients]
+    return ", ".join(words[:-1]) + f" and {words[-1]}" if len(words) > 1 else words[0]
 
 
 def _unmasked_finding(found: Found, values: Values, read: np.ndarray) -> bool:

@@ -59,6 +59,8 @@ def lambda_values(rng: np.random.Generator, init: float | None = LAMBDA_INIT, le
 EXPONENTS = (20.0, 15.0)
 LARGE_EXPONENTS = f" with q1·k1 = {EXPONENTS[0]:g} and q2·k2 = {EXPONENTS[1]:g}"
 TIED = " with q1·k1 = q2·k2 (q2 = q1, k2 = k1)"
+UPSTREAM = 1.3  # the incoming gradient of λ in the probe's runs
+NEGATIVE_UPSTREAM = f" with a negative incoming gradient ({-UPSTREAM:g})"  # a backward working with log(grad) fails only there
 # Found first at a tie, after ordinary inputs: the formula's own derivative there, not a cut graph or a hand-written backward.
 AT_THE_TIE = ("λ's gradients are wrong where q1·k1 = q2·k2",
               "differentiate exp(q1·k1) − exp(q2·k2) + lambda_init as written: a form through sign(a − b), |a − b|, max(a, b) or "
@@ -218,5 +220,6 @@ def run(worker: Worker, rng: np.random.Generator, found: Found, forward: bool, g
     if gradients:
         tied = {**values, "q2": values["q1"], "k2": values["k1"]}  # the two exponentials equal: a log of their difference is −∞
         runs = [GradientRun(values, grads) for grads in LAMBDA_RUNS] + replayed_runs(values, replayed, LAMBDA_RUNS)
+        runs.append(GradientRun(values, LAMBDA_NAMES, NEGATIVE_UPSTREAM, cotangent=np.asarray(-UPSTREAM)))
         runs += [GradientRun(_large_exponents(values), LAMBDA_NAMES, LARGE_EXPONENTS), GradientRun(tied, LAMBDA_NAMES, TIED, "lambda", explanation=AT_THE_TIE)]
-        gradients_probe(worker, lambda_subject(), runs, np.asarray(1.3), rng, found, source)
+        gradients_probe(worker, lambda_subject(), runs, np.asarray(UPSTREAM), rng, found, source)

@@ -252,12 +252,18 @@ VARIANTS: dict[str, tuple[str, str, str, str]] = {
     "query_chunks_joined_last_first": (_OUT, "torch.cat(((" + _OUT + ")[..., 128:, :], (" + _OUT + ")[..., :128, :]), dim=-2)", _A, "value"),
     "lambda_log_of_difference": (_LAMBDA, "torch.sign(torch.dot(q1, k1) - torch.dot(q2, k2)) * torch.exp(torch.maximum(torch.dot(q1, k1), torch.dot(q2, k2)) "
                                  "+ torch.log1p(-torch.exp(-(torch.dot(q1, k1) - torch.dot(q2, k2)).abs()))) + lambda_init", _L, "stability"),  # fmt: skip
+    "coefficient_through_log": ("- coefficient * _map(q2, k2, causal)", "- torch.exp(torch.log(_map(q2, k2, causal)) + torch.log(torch.as_tensor("
+                                "coefficient, dtype=q2.dtype)))", _A, "coefficient"),  # fmt: skip
 }
 # Whole functions replaced: name -> (the function removed from BASE, what replaces it, function, component)
 REPLACED: dict[str, tuple[str, str, str, str]] = {
     "lambda_backward_without_exp": ("differential_lambda", _CUSTOM_LAMBDA, _L, "backward"),
     "lambda_backward_clipped_exp": ("differential_lambda", _CUSTOM_LAMBDA.replace("e1, e2 = a, b", "e1, e2 = a.exp().clamp(max=1e4), b.exp().clamp(max=1e4)"),
                                     _L, "backward"),
+    "lambda_backward_through_log_of_the_gradient": ("differential_lambda", _CUSTOM_LAMBDA.replace(
+        "return g * e1 * k1, g * e1 * q1, -g * e2 * k2, -g * e2 * q2, None",
+        "u1, u2 = torch.exp(torch.log(g) + a), -torch.exp(torch.log(g) + b)\n        return u1 * k1, u1 * q1, u2 * k2, u2 * q2, None"
+    ).replace("e1, e2 = a, b\n        ", ""), _L, "backward"),
     "causal_passed_as_dropout": ("differential_attention", _CAUSAL_AS_DROPOUT, _A, "mask"),
     "running_mean_of_calls_of_one_shape": ("differential_attention", _RUNNING_MEAN, _A, "state"),
     "attention_backward_wrong_for_one_input": ("differential_attention", _CUSTOM_ATTENTION, _A, "backward"),
