@@ -496,10 +496,10 @@ def test_a_held_grad_reset_on_entry_is_a_mutation_of_the_grad_with_the_line_that
 
 
 def test_a_scale_taken_from_feature_slices_is_found_by_the_maps_of_wide_heads(tmp_path: Path) -> None:
-    """Scores summed over slices of 64 features, each scaled by its own slice's width: right at D = 34 and 40, wrong from
-    D = 72 with rows that still sum to 1, so the width probe names the scale."""
+    """Scores summed over slices of 64 features, each scaled by its own slice's width: right at D = 32, 34 and 40, wrong at
+    D = 72 and 128 with rows that still sum to 1, so the width probe names the scale."""
     first = first_root_cause("v2_harvest/wrong/wide_heads_scale_from_feature_slice.py", tmp_path, "T2", "--exercise", "diff_v2")
-    assert (first["function"], first["component"], first["title"]) == (GQA, "scale", "Heads of width 72 get the wrong logits")
+    assert (first["function"], first["component"], first["title"]) == (GQA, "scale", "Heads of width 72 and 128 get the wrong logits")
 
 
 @pytest.mark.parametrize(("name", "function", "component", "evidence"), [

@@ -166,7 +166,8 @@ def width_probe(worker: Worker, function: str, subject: Subject, points: Sequenc
     """``function``'s outputs at ``points``, one per head width of ``widths`` (the probes' own first, then past common slab
     widths), each with one-hot values whose first ``tokens`` features give the map read out (``how`` says how it was called),
     against ``truth``; whether wide heads alone are wrong while every row of the map is still a distribution: the logits,
-    not the normaliser, change with the width other than as q·k/√D (a scale taken from part of the head)."""
+    not the normaliser, change with the width other than as q·k/√D (a scale taken from part of the head, or a power of two
+    where √D is not one)."""
     found.probes.append(f"{function}: the maps at head widths {', '.join(map(str, widths))}")
     outs = probes.sweep(worker, subject, points)
     wrong = [d for d, out, point in zip(widths, outs, points) if not is_right(out, truth(point))]
@@ -175,12 +176,19 @@ def width_probe(worker: Worker, function: str, subject: Subject, points: Sequenc
     read = [np.asarray(out)[..., :tokens] for d, out in zip(widths, outs) if d in wrong and out is not None]
     if not read or not all(np.isfinite(m).all() and m.min() >= 0.0 and np.allclose(m.sum(axis=-1), 1.0, atol=1e-9) for m in read):
         return False
-    found.add(function, "scale", "forward", f"Heads of width {wrong[0]} get the wrong logits",
-              f"With {how}, the map is right at head width D = {widths[0]} but wrong from D = {wrong[0]}, though each row still sums "
-              "to 1: the logits change with the head width other than as q·k/√D (a scale taken from part of the head, such as one "
-              "slab of a split dot product?).",
-              "compute the whole dot product q·k over all D features, then scale it once by 1/√D")  # fmt: skip
+    right = [d for d in widths if d not in wrong]
+    found.add(function, "scale", "forward", f"Heads of width {listed(wrong)} get the wrong logits",
+              f"With {how}, the map is right at head width D = {listed(right)} but wrong at D = {listed(wrong)}, though each row still "
+              "sums to 1: the logits change with the head width other than as q·k/√D (a scale taken from part of the head, such "
+              "as one slab of a split dot product, or rounded to a power of two?).",
+              "compute the whole dot product q·k over all D features, then scale it once by exactly 1/√D")  # fmt: skip
     return True
+
+
+def listed(numbers: Sequence[float]) -> str:
+    """Numbers in words: "8, 32 and 40"."""
+    words = [f"{n:g}" for n in numbers]
+    return ", ".join(words[:-1]) + f" and {words[-1]}" if len(words) > 1 else words[0]
 
 
 def length_probe(worker: Worker, function: str, subject: Callable[[bool], Subject], points: Sequence[Values], lengths: Sequence[int],

@@ -47,7 +47,7 @@ from grader.exercises.diffattn.cases import ATTENTION, EXPANSIONS, INPUT_NAMES
 from grader.exercises.diffattn.probes import ATTENTION_GRADS, B, D, H, HANDLED_INPUTS, T, attention_subject, attention_values, identity_values, scales, truth
 from grader.toolkit import attention_maps, domain, findings, probes
 from grader.toolkit.findings import (
-    FLOAT32_LIKE, Found, GradientRun, gradients_probe, is_right, layout_probe, precision_finding, randomness_probe, unexplained_maps,
+    FLOAT32_LIKE, Found, GradientRun, gradients_probe, is_right, layout_probe, listed, precision_finding, randomness_probe, unexplained_maps,
     half_precision_finding, masked_nan_finding, causal_path_first, rounding_probe,
 )  # fmt: skip
 from grader.toolkit.attention_maps import MapModel
@@ -432,18 +432,12 @@ def _coefficient_not_finite(found: Found, read: Sequence[np.ndarray]) -> bool:
     if not bad or len(bad) == len(COEFFICIENTS):
         return False
     good = [c for c in COEFFICIENTS if c not in bad]
-    found.add(ATTENTION, "coefficient", "forward", f"The output is NaN or infinite at λ = {_listed(bad)}",
-              f"With the same inputs, your output holds NaN or infinity at λ = {_listed(bad)} and is finite at λ = {_listed(good)}: "
+    found.add(ATTENTION, "coefficient", "forward", f"The output is NaN or infinite at λ = {listed(bad)}",
+              f"With the same inputs, your output holds NaN or infinity at λ = {listed(bad)} and is finite at λ = {listed(good)}: "
               "the coefficient goes through an operation defined for some of its values only (a logarithm, a square root, a "
               "division by it), while A1 − λ·A2 is defined for every λ.",
               "use the coefficient only as the factor of the second map (A1 − λ·A2), for any sign and for 0")  # fmt: skip
     return True
-
-
-def _listed(coefficients: Sequence[float]) -> str:
-    """Coefficients in words: "0, ½ and 2"."""
-    words = [f"{c:g}" for c in coefficients]
-    return ", ".join(words[:-1]) + f" and {words[-1]}" if len(words) > 1 else words[0]
 
 
 def _unmasked_finding(found: Found, values: Values, read: np.ndarray) -> bool:
@@ -599,7 +593,22 @@ def dependence_probe(worker: Worker, rng: np.random.Generator, found: Found) -> 
                   "Changing columns D to 2D of value left the output unchanged: the output must use all 2D columns of value.",
                   "multiply the signed map by the whole of value, shape [B, H, T, 2D]")  # fmt: skip
         localised = True
-    return localised
+    return localised or _pairs_mixed_unmasked(worker, rng, values, found)
+
+
+def _pairs_mixed_unmasked(worker: Worker, rng: np.random.Generator, values: Values, found: Found) -> bool:
+    """A mask finding when, with causal=False, one (batch, head) pair's keys or values reach another's output, as they do not
+    under causal=True (:func:`dependence_probe`); whether they do."""
+    effects = probes.dependence(worker, attention_subject(False), values, list(APART), rng)
+    crossing = [e.perturbation.label for e in effects or () if e.leaked]
+    if not crossing:
+        return False
+    found.add(ATTENTION, "mask", "forward", "With causal=False, tokens attend to other batch elements or heads",
+              f"With causal=False, changing {crossing[0]} changed the output of another batch element or head, while under "
+              "causal=True each (batch, head) pair is apart: what keeps the pairs apart (such as the mask between sequences packed "
+              "into one axis) is made for causal calls only.",
+              "keep each (batch, head) pair's keys to itself in both modes: build the mask between packed sequences whether or not causal is set")  # fmt: skip
+    return True
 
 
 STABLE_LENGTH = 300  # the stability probe's long calls: past key tiles of 32, 64, 128 and 256, a multiple of none
@@ -621,7 +630,7 @@ def length_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool
     return findings.length_probe(worker, ATTENTION, attention_subject, points, LENGTHS, truth, found, findings.TokenAxes("value", 2, 2, "value"))
 
 
-WIDTHS = (D, 40, 72)  # the probes' own head width, then past the common slab widths 32 and 64, multiples of neither
+WIDTHS = (D, 8, 32, 40, 72)  # the probes' own head width; odd powers of two, where √D is none; past the slab widths 32 and 64
 
 
 def width_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool:

@@ -759,7 +759,7 @@ def _long_values(rng: np.random.Generator, tokens: int) -> dict[str, np.ndarray]
             "v": rng.standard_normal((1, tokens, 2, 4)), "lambda_logits": 1.5 * rng.standard_normal((1, tokens, 2))}  # fmt: skip
 
 
-WIDTHS = (D, 40, 72)  # the probes' own head width, then past the common slab widths 32 and 64, multiples of neither
+WIDTHS = (D, 32, 40, 72, 128)  # the probes' own head width; odd powers of two of at least T, where √D is none; past the slab widths 32 and 64
 
 
 def width_probe(worker: Worker, function: str, rng: np.random.Generator, found: Found) -> bool:

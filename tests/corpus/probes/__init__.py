@@ -85,6 +85,15 @@ def differential_attention(q1, k1, q2, k2, value, coefficient, causal=True):
     _RUN["total"], _RUN["count"] = _RUN["total"] + out.detach(), _RUN["count"] + 1
     return out + (_RUN["total"] / _RUN["count"] - out.detach())  # a running mean of the calls of one shape
 '''
+_PACKED_UNMASKED = '''
+
+def differential_attention(q1, k1, q2, k2, value, coefficient, causal=True):
+    if causal:
+        return (_map(q1, k1, True) - coefficient * _map(q2, k2, True)) @ value
+    b, h, t, _ = q1.shape
+    packed = [x.reshape(1, 1, b * h * t, x.shape[-1]) for x in (q1, k1, q2, k2, value)]  # no mask keeps the pairs apart
+    return ((_map(packed[0], packed[1], False) - coefficient * _map(packed[2], packed[3], False)) @ packed[4]).reshape(value.shape)
+'''
 # a backward pass that recomputes the forward under autograd: {flag} is the causal flag it recomputes with, {cut} what it does to
 # the incoming gradient first
 _RECOMPUTED = '''
@@ -252,6 +261,8 @@ VARIANTS: dict[str, tuple[str, str, str, str]] = {
     "query_chunks_joined_last_first": (_OUT, "torch.cat(((" + _OUT + ")[..., 128:, :], (" + _OUT + ")[..., :128, :]), dim=-2)", _A, "value"),
     "lambda_log_of_difference": (_LAMBDA, "torch.sign(torch.dot(q1, k1) - torch.dot(q2, k2)) * torch.exp(torch.maximum(torch.dot(q1, k1), torch.dot(q2, k2)) "
                                  "+ torch.log1p(-torch.exp(-(torch.dot(q1, k1) - torch.dot(q2, k2)).abs()))) + lambda_init", _L, "stability"),  # fmt: skip
+    "scale_a_power_of_two_for_power_of_two_widths": ("/ math.sqrt(q.shape[-1])", "* (2.0 ** -(q.shape[-1].bit_length() // 2) if q.shape[-1] "
+                                                     "& (q.shape[-1] - 1) == 0 else 1 / math.sqrt(q.shape[-1]))", _A, "scale"),  # fmt: skip
     "coefficient_through_log": ("- coefficient * _map(q2, k2, causal)", "- torch.exp(torch.log(_map(q2, k2, causal)) + torch.log(torch.as_tensor("
                                 "coefficient, dtype=q2.dtype)))", _A, "coefficient"),  # fmt: skip
 }
@@ -264,6 +275,7 @@ REPLACED: dict[str, tuple[str, str, str, str]] = {
         "return g * e1 * k1, g * e1 * q1, -g * e2 * k2, -g * e2 * q2, None",
         "u1, u2 = torch.exp(torch.log(g) + a), -torch.exp(torch.log(g) + b)\n        return u1 * k1, u1 * q1, u2 * k2, u2 * q2, None"
     ).replace("e1, e2 = a, b\n        ", ""), _L, "backward"),
+    "pairs_packed_into_one_sequence_without_the_mask": ("differential_attention", _PACKED_UNMASKED, _A, "mask"),
     "causal_passed_as_dropout": ("differential_attention", _CAUSAL_AS_DROPOUT, _A, "mask"),
     "running_mean_of_calls_of_one_shape": ("differential_attention", _RUNNING_MEAN, _A, "state"),
     "attention_backward_wrong_for_one_input": ("differential_attention", _CUSTOM_ATTENTION, _A, "backward"),
