@@ -21,7 +21,7 @@ import numpy as np
 
 from grader.core.invoke import Outcome
 from grader.toolkit import slips
-from grader.toolkit.findings import FLOAT32_LIKE, is_right, uses_custom_backward
+from grader.toolkit.findings import FLOAT32_LIKE, is_right, listed, uses_custom_backward
 from grader.toolkit.rootcause import Finding
 from grader.toolkit.tolerance import Truth
 from grader.toolkit.verdicts import grads_verdict, values_verdict
@@ -86,11 +86,6 @@ def _in_float32(got: np.ndarray, truth: np.ndarray) -> bool:
         return bool(beyond.any())
     low, high = ROUNDED
     return low <= float(np.median(np.abs(got[nonzero] - truth[nonzero]) / np.abs(truth[nonzero]))) <= high
-
-
-def _listed(names: Sequence[str]) -> str:
-    """``names`` in words: "q", "q and k", "q, k and v"."""
-    return ", ".join(names[:-1]) + f" and {names[-1]}" if len(names) > 1 else names[0]
 
 
 def _kind(shown: Sequence[GradientCall]) -> str:
@@ -175,9 +170,9 @@ def finding(function: str, calls: Sequence[GradientCall], source: str | None, pa
     contrast = slips.separating([c.attributes for c in shown], [c.attributes for c in right])
     when = f", every one made when {contrast[0][0]} is {contrast[0][1]}" if len(contrast) == 1 and len(shown) > 1 else ""
     calls_said = _calls_said(len(shown))
-    listed, kind = _listed(inputs), _kind(shown)
+    named, kind = listed(inputs), _kind(shown)
     others = f"; the other {len(right)} calls whose output was right had right gradients" if right else ""
-    evidence = f"In {calls_said}{when}, your output matched the expected one, yet the gradient for {listed} {HOW[kind]}{others}."
+    evidence = f"In {calls_said}{when}, your output matched the expected one, yet the gradient for {named} {HOW[kind]}{others}."
 
     def made(component: str, title: str, advice: str, said: str = evidence) -> Finding:
         return _gradients_finding(function, component, title, said, advice, public, tuple(inputs))
@@ -185,27 +180,27 @@ def finding(function: str, calls: Sequence[GradientCall], source: str | None, pa
     part = (parts or {}).get(inputs[0]) if len(inputs) == 1 else None
     custom = uses_custom_backward(source)
     if kind == "missing":
-        return made(part if part is not None and not custom else "graph", f"No gradient reaches {listed}",
+        return made(part if part is not None and not custom else "graph", f"No gradient reaches {named}",
                     "return a gradient for every input that requires grad (a hand-written backward returns None only where "
                     "ctx.needs_input_grad is False) and keep the path from every input to the output in torch: no .item(), "
                     "float() or .detach() on it")
     if kind == "not finite":
-        return made("stability", f"The gradient for {listed} is not finite where the output is right",
+        return made("stability", f"The gradient for {named} is not finite where the output is right",
                     "a value the forward discards (a masked score, a clamped or selected-away branch) still enters the backward pass: an "
                     "exp that overflows there gives 0 · inf = NaN; make every discarded value finite before it is discarded (mask the "
                     "scores before exp, not the exponentials after)")
     if kind == "float32":
-        return made("dtype", f"The gradient for {listed} is computed in float32 for float64 inputs",
+        return made("dtype", f"The gradient for {named} is computed in float32 for float64 inputs",
                     "make every tensor of the backward pass in the inputs' dtype: a buffer made without dtype= (torch.zeros(shape), "
                     "torch.empty(...)), a .float() or a tensor saved in float32 rounds the gradient")
     if part is not None:
-        return made(part, f"The gradient for {listed} is wrong", "the backward pass of the part that handles it does not compute its "
+        return made(part, f"The gradient for {named} is wrong", "the backward pass of the part that handles it does not compute its "
                     "VJP for those calls: check that part's derivative against the contract's formula over the whole range of its inputs")
     if custom:
-        return made("backward", f"The backward pass is wrong for {listed}",
+        return made("backward", f"The backward pass is wrong for {named}",
                     "your own backward pass (or gradient or saved-tensor hook) does not compute the forward's VJP for those calls: check "
                     "it against the contract's formula there, in full precision and over every block of rows and keys")
-    return made("graph", f"Part of the computation of {listed}'s gradient is hidden from autograd",
+    return made("graph", f"Part of the computation of {named}'s gradient is hidden from autograd",
                 "look for .detach(), .data, torch.no_grad() or a value turned into a Python number or a new tensor on the path those "
                 "calls take, and keep that piece in the graph",
                 f"{evidence} Your file has no hand-written backward, so autograd differentiated a forward with a piece taken out of "

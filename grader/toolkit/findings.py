@@ -176,18 +176,17 @@ def width_probe(worker: Worker, function: str, subject: Subject, points: Sequenc
     read = [np.asarray(out)[..., :tokens] for d, out in zip(widths, outs) if d in wrong and out is not None]
     if not read or not all(np.isfinite(m).all() and m.min() >= 0.0 and np.allclose(m.sum(axis=-1), 1.0, atol=1e-9) for m in read):
         return False
-    right = [d for d in widths if d not in wrong]
-    found.add(function, "scale", "forward", f"Heads of width {listed(wrong)} get the wrong logits",
-              f"With {how}, the map is right at head width D = {listed(right)} but wrong at D = {listed(wrong)}, though each row still "
+    right, bad = [str(d) for d in widths if d not in wrong], [str(d) for d in wrong]
+    found.add(function, "scale", "forward", f"Heads of width {listed(bad)} get the wrong logits",
+              f"With {how}, the map is right at head width D = {listed(right)} but wrong at D = {listed(bad)}, though each row still "
               "sums to 1: the logits change with the head width other than as q·k/√D (a scale taken from part of the head, such "
               "as one slab of a split dot product, or rounded to a power of two?).",
               "compute the whole dot product q·k over all D features, then scale it once by exactly 1/√D")  # fmt: skip
     return True
 
 
-def listed(numbers: Sequence[float]) -> str:
-    """Numbers in words: "8, 32 and 40"."""
-    words = [f"{n:g}" for n in numbers]
+def listed(words: Sequence[str]) -> str:
+    """``words`` in a sentence: "q", "q and k", "8, 32 and 40"."""
     return ", ".join(words[:-1]) + f" and {words[-1]}" if len(words) > 1 else words[0]
 
 
@@ -216,10 +215,9 @@ def length_probe(worker: Worker, function: str, subject: Callable[[bool], Subjec
     shortest = failing[0]
     span = f"right up to T = {max(t for t in lengths if t < shortest)} and wrong from T = {shortest}"
     if all(is_right(out, expected, FLOAT32_LIKE) for out, expected in failed):
-        shares = [off_share(out, expected) for out, expected in failed if out is not None]
+        shares, errors = zip(*((off_share(out, expected), float(np.max(np.abs(out - expected)))) for out, expected in failed if out is not None))
         if max(shares) < DENSE:
-            error = max(float(np.max(np.abs(out - expected))) for out, expected in failed if out is not None)
-            return faint_weights_finding(found, function, max(shares), error, f" on long sequences ({span})")
+            return faint_weights_finding(found, function, max(shares), max(errors), f" on long sequences ({span})")
         found.add(function, "dtype", "forward", "Long sequences are computed in float32",
                   f"Your float64 output is {span}, where it is off by no more than float32's accuracy: past some length "
                   "something computes in float32 (a cast, or a buffer, chosen by the sequence length).",
@@ -346,9 +344,9 @@ def precision_finding(found: Found, function: str, got: np.ndarray | None, expec
     elements are off, as float32 arithmetic leaves them; else :func:`faint_weights_finding`."""
     if got is None or is_right(got, expected) or not is_right(got, expected, FLOAT32_LIKE):
         return False
-    error = float(np.max(np.abs(got - expected)))
-    if off_share(got, expected) < DENSE:
-        return faint_weights_finding(found, function, off_share(got, expected), error)
+    error, share = float(np.max(np.abs(got - expected))), off_share(got, expected)
+    if share < DENSE:
+        return faint_weights_finding(found, function, share, error)
     found.add(function, "dtype", "forward", "float64 inputs are computed in float32",
               f"For float64 inputs your result is off by about {error:.1g}, the accuracy of float32, not of float64, in most of its elements.",
               "compute in the inputs' dtype throughout: no .float(), no float32 constants or tensors created without dtype=")  # fmt: skip

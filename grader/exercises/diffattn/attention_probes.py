@@ -428,10 +428,10 @@ def _coefficient_not_finite(found: Found, read: Sequence[np.ndarray]) -> bool:
     """A coefficient finding when the maps read at some of :data:`COEFFICIENTS` hold NaN or infinity and at others do not;
     whether there was one: A1 − λ·A2 is finite for every λ, so the coefficient goes through an operation defined for some
     of its values only."""
-    bad = [c for c, r in zip(COEFFICIENTS, read) if not np.isfinite(r).all()]
-    if not bad or len(bad) == len(COEFFICIENTS):
+    finite = [bool(np.isfinite(r).all()) for r in read]
+    if all(finite) or not any(finite):
         return False
-    good = [c for c in COEFFICIENTS if c not in bad]
+    bad, good = ([f"{c:g}" for c, ok in zip(COEFFICIENTS, finite) if ok is wanted] for wanted in (False, True))
     found.add(ATTENTION, "coefficient", "forward", f"The output is NaN or infinite at λ = {listed(bad)}",
               f"With the same inputs, your output holds NaN or infinity at λ = {listed(bad)} and is finite at λ = {listed(good)}: "
               "the coefficient goes through an operation defined for some of its values only (a logarithm, a square root, a "
