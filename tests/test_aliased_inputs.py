@@ -93,3 +93,58 @@ def test_a_dot_product_that_takes_one_address_for_one_tensor_loses_points_and_is
     cause = graded.report["diagnosis"]["root_causes"][0]
     assert (cause["function"], cause["component"]) == ("differential_lambda", "strided")
     assert "one data_ptr()" in cause["evidence"]
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_value_sets_pass_one_tensor_object_for_several_arguments(seed: int) -> None:
+    """lambda_strided and attention_coefficients each hold calls whose request passes one TensorInput for two or more
+    arguments (numbered once), those arguments equal in value, and none of them with gradients."""
+    found = [(case, attention_suite.lambda_request(case)) for case in attention_suite.lambda_strided(seed) if case.one_object]
+    found += [(case, attention_suite.attention_request(case)) for case in attention_suite.attention_coefficients(seed) if case.one_object]
+    assert {c.one_object for c, _ in found} >= {("q1", "q2"), ("k1", "k2"), ("q1", "k1", "q2", "k2")}
+    for case, request in found:
+        arguments = list(request.calls[-1].args) + list(request.calls[-1].kwargs.values())
+        tensors = [a for a in arguments if isinstance(a, TensorInput)]
+        assert len({id(t) for t in tensors}) == len(tensors) - len(case.one_object) + 1 == len(request.inputs)
+        assert all(np.array_equal(getattr(case, name), getattr(case, case.one_object[0])) for name in case.one_object)
+
+
+def test_a_fast_path_for_one_query_object_loses_points_and_is_localised(tmp_path: Path) -> None:
+    """A λ that takes `q2 is q1` for a shortcut and drops lambda_init there is right for equal but distinct queries: the
+    strided check fails and the probes name the arguments passed as one tensor."""
+    source = (ROOT / "reference" / "diff_attention.py").read_text()
+    line = "    return torch.exp(torch.dot(q1, k1)) - torch.exp(torch.dot(q2, k2)) + lambda_init\n"
+    shortcut = "    if q2 is q1:  # BUG: the shared-query shortcut forgets lambda_init\n        return torch.exp(q1 @ k1) - torch.exp(q1 @ k2)\n"
+    assert source.count(line) == 1
+    (tmp_path / "shortcut.py").write_text(source.replace(line, shortcut + line))
+    run = grade(tmp_path / "shortcut.py", tmp_path / "report", 1, "--no-preview")
+    assert run.check("strided_values")["status"] == "failed" and run.report["score"] < 100.0
+    first = run.report["diagnosis"]["root_causes"][0]
+    assert (first["function"], first["component"], first["title"]) == ("differential_lambda", "lambda", "One tensor passed as q1 and q2 gives another result")
+
+
+def test_a_tensor_passed_for_several_arguments_is_differentiated_as_one() -> None:
+    """The gradient sets pass one tensor for q1 and k1 and for all four queries and keys (λ: all four vectors, q1 and q2):
+    the request numbers it once, and its truth is the sum of the arguments' gradients with their allowances."""
+    from grader.exercises.diffattn import expected
+
+    found = [c for c in (*attention_suite.attention_gradients(1), *attention_suite.lambda_frozen_subsets(1)) if c.one_object]
+    assert {c.one_object for c in found} == {("q1", "k1"), ("q1", "k1", "q2", "k2"), ("q1", "q2")}
+    for case in found:
+        request = attention_suite.case_request(case, True)
+        positions = attention_suite.gradient_positions(case)
+        assert set(positions) & set(case.one_object) == {case.one_object[0]} and len(set(positions.values())) == len(positions)
+        assert max(positions.values()) < len(request.inputs)
+    lam = next(c for c in found if c.one_object == ("q1", "k1", "q2", "k2") and isinstance(c, type(found[-1])) and not hasattr(c, "value"))
+    (truth,) = expected.lambda_grads(lam).values()
+    assert np.abs(truth.values).max() <= truth.allowed.max()  # exp(x·x) − exp(x·x): its gradient is zero
+
+
+def test_merged_truths_sum_values_and_allowances() -> None:
+    """domain.merged_truths reads a group at its first name, the others dropped; tensor_names leaves the group's later names out."""
+    from grader.toolkit.tolerance import Truth
+
+    truths = {n: Truth(np.full(2, float(i)), np.full(2, 0.1)) for i, n in enumerate(("q1", "k1", "q2"))}
+    merged = domain.merged_truths(truths, ("q1", "q2"))
+    assert set(merged) == {"q1", "k1"} and merged["q1"].values.tolist() == [2.0, 2.0] and merged["q1"].allowed.tolist() == [0.2, 0.2]
+    assert domain.tensor_names(("q1", "k1", "q2", "k2"), ("k1", "k2")) == ("q1", "k1", "q2")

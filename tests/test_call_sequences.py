@@ -10,7 +10,7 @@ import pytest
 from conftest import ROOT, grade
 
 from grader.core.invoke import Call, Request, TensorInput, invoke
-from grader.toolkit import domain
+from grader.toolkit import domain, probes
 from grader.worker.client import ForkServer, Worker, WorkerLimits
 
 FUNCTIONS = ["differential_lambda", "differential_attention"]
@@ -45,6 +45,21 @@ def stash_on_class(q):
 def trains_it(q):
     q.requires_grad_(True)
     return q.sum()
+class _Releases(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q):
+        ctx.kept = q.detach().clone()
+        return (q * q).sum()
+    @staticmethod
+    def backward(ctx, g):
+        kept, ctx.kept = ctx.kept, None  # freed early: a second pass through the graph finds None
+        return 2 * g * kept
+def releases_saved(q):
+    return _Releases.apply(q)
+def squares(q):
+    return (q * q).sum()
+def one_object(x, y):
+    return torch.tensor(float(x is y))
 """
 
 
@@ -52,7 +67,8 @@ def trains_it(q):
 def worker() -> Worker:
     """One worker on a file whose functions remember, share and report what a training loop would trip on."""
     with ForkServer() as forks:
-        running = Worker(STATEFUL, "stateful.py", FUNCTIONS + ["by_identity", "shared_buffer", "mode", "reads_version", "stash_on_class", "trains_it"],
+        running = Worker(STATEFUL, "stateful.py", FUNCTIONS + ["by_identity", "shared_buffer", "mode", "reads_version", "stash_on_class", "trains_it",
+                                                        "releases_saved", "squares", "one_object"],
                          WorkerLimits(call_timeout_s=10), forks)  # fmt: skip
         yield running
         running.close()
@@ -127,15 +143,50 @@ def test_switching_an_input_to_requires_grad_modifies_it(worker: Worker) -> None
     assert outcome.failure is None and outcome.changed_inputs == [0]
 
 
+def test_a_result_memoised_after_its_backward_pass_fails_the_next_training_step(worker: Worker) -> None:
+    """A backward pass right after the first call frees its graph: a λ kept by (data_ptr, _version) and returned again to
+    the second call on the same tensors cannot be differentiated, and the error is the request's."""
+    vectors = tuple(TensorInput(v.values, "float64", requires_grad=True) for v in _vectors(11))
+    one = np.asarray(1.0)
+    calls = (Call("differential_lambda", vectors, backward_now=(one, False)), Call("differential_lambda", vectors))
+    outcome = invoke(worker, Request(calls, backward_from=1, cotangent=one, inputs=vectors))
+    assert outcome.failure is None and "backward through the graph a second time" in (outcome.backward_error or "")
+
+
+def test_a_second_pass_through_a_retained_graph_needs_what_backward_saved(worker: Worker) -> None:
+    """backward(retain_graph=True) right after the call, then the request's own pass through the same output: right for an
+    honest function, an error for one whose backward releases what it saved."""
+    q = TensorInput(np.random.default_rng(12).standard_normal(3), "float64", requires_grad=True)
+    one = np.asarray(1.0)
+    found = {name: invoke(worker, Request((Call(name, (q,), backward_now=(one, True)),), backward_from=0, cotangent=one, inputs=(q,)))
+             for name in ("squares", "releases_saved")}  # fmt: skip
+    assert found["squares"].backward_error is None and np.allclose(found["squares"].grads[0], 2 * q.values)
+    assert "the backward pass right after the call raised" not in (found["releases_saved"].backward_error or "")
+    assert "NoneType" in (found["releases_saved"].backward_error or "")
+
+
+def test_one_tensor_input_passed_twice_is_one_object_in_the_call(worker: Worker) -> None:
+    """A request that passes one TensorInput for two arguments hands the submission one tensor object; equal values in two
+    TensorInputs are two objects, and probes.one_object_for_equal makes them one."""
+    a = TensorInput(np.ones(3), "float64")
+    twice = Request((Call("one_object", (a, a)),), inputs=domain.distinct((a, a)))
+    equal = Request((Call("one_object", (a, TensorInput(np.ones(3), "float64"))),))
+    assert _values(invoke(worker, twice)) == [1.0] and _values(invoke(worker, equal)) == [0.0]
+    assert _values(invoke(worker, probes.one_object_for_equal(equal))) == [1.0]
+
+
 @pytest.mark.parametrize("exercise", ["diffattn", "diffv2"])
 def test_every_kind_is_drawn_in_every_mode_for_every_function(exercise: str) -> None:
-    """Each kind of call sequence, in each of its modes, for each function of both exercises; one-token decoding steps and
-    the flag left out after causal=False among them."""
+    """Each kind of call sequence, in each of its modes, for each function of both exercises (the rescaled kinds for an exercise
+    whose variations rescale); one-token decoding steps and the flag left out after causal=False among them."""
     suite = importlib.import_module(f"grader.exercises.{exercise}.suite")
     drawn = suite.sequences(SEED)
     functions = {s.second.function for s in drawn}
     made = {(s.kind, "grads" if s.grads and s.kind != "retrained" else s.first.grad_mode, s.second.function) for s in drawn}
     for kind in domain.SEQUENCE_KINDS:
+        if kind in domain.SCALED_KINDS and suite.VARIATIONS.rescaled is None:
+            assert not any(s.kind == kind for s in drawn)
+            continue
         modes = domain.KIND_MODES.get(kind, domain.SEQUENCE_MODES)
         assert {(kind, mode, f) for mode in modes for f in functions} <= made, kind
     attention = [s for s in drawn if hasattr(s.second, "causal")]
@@ -157,6 +208,19 @@ def test_an_evaluation_then_a_training_step_is_one_request() -> None:
     assert [c.grad_mode for c in made.calls] == [sequence.first.grad_mode, "enabled"] and made.backward_from == 1
     assert made.calls[0].args == made.calls[1].args and any(t.requires_grad for t in made.inputs)
     assert [position for position, _, _ in suite.SEQUENCES.differentiated(sequence)] == [1]
+
+
+@pytest.mark.parametrize("exercise", ["diffattn", "diffv2"])
+def test_two_training_steps_and_a_retained_graph_are_one_request_each(exercise: str) -> None:
+    """"stepped": the first call differentiated as soon as it returns (graph freed), the same call again, the backward pass
+    from it; "retained": one call differentiated as soon as it returns with its graph kept, and again from the request."""
+    suite = importlib.import_module(f"grader.exercises.{exercise}.suite")
+    for sequence in (s for s in suite.sequences(SEED) if s.kind in ("stepped", "retained")):
+        made = suite.SEQUENCES.request(sequence)
+        now = made.calls[0].backward_now
+        assert sequence.grads and now is not None and now[1] == (sequence.kind == "retained")
+        assert len(made.calls) == (2 if sequence.kind == "stepped" else 1) and made.backward_from == len(made.calls) - 1
+        assert made.calls[-1].args == made.calls[0].args and all(call.backward_now is None for call in made.calls[1:])
 
 
 @pytest.mark.parametrize(("exercise", "tokens_axis"), [("diffattn", -2), ("diffv2", -3)])
@@ -238,3 +302,60 @@ def test_a_workspace_reused_by_later_calls_is_named_from_the_checks_call_sequenc
     first = run.report["diagnosis"]["root_causes"][0]
     assert (first["function"], first["component"]) == ("gqa_attention", "state")
     assert first["title"] == "What gqa_attention keeps between calls makes a later call wrong" and "the first call was right" in first["evidence"]
+
+
+RELEASES_IN_BACKWARD = '''
+class _Lambda(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q1, k1, q2, k2, lambda_init):
+        ctx.parts = (q1, k1, q2, k2, torch.exp(torch.dot(q1, k1)), torch.exp(torch.dot(q2, k2)))
+        return ctx.parts[4] - ctx.parts[5] + lambda_init
+    @staticmethod
+    def backward(ctx, g):
+        (q1, k1, q2, k2, e1, e2), ctx.parts = ctx.parts, None  # BUG: released early, a second pass finds None
+        return g * e1 * k1, g * e1 * q1, -g * e2 * k2, -g * e2 * q2, None
+
+
+def differential_lambda(q1, k1, q2, k2, lambda_init=0.2):
+    return _Lambda.apply(q1, k1, q2, k2, lambda_init)
+'''
+MEMO_PER_STEP = '''
+_MEMO = {}
+
+
+def differential_lambda(q1, k1, q2, k2, lambda_init=0.2):
+    key = tuple((id(v), v._version) for v in (q1, k1, q2, k2)) + (lambda_init, torch.is_grad_enabled())
+    if key not in _MEMO or not all(torch.equal(a, b) for a, b in zip(_MEMO[key][0], (q1, k1, q2, k2))):
+        _MEMO[key] = ((q1.detach().clone(), k1.detach().clone(), q2.detach().clone(), k2.detach().clone()),
+                      torch.exp(torch.dot(q1, k1)) - torch.exp(torch.dot(q2, k2)) + lambda_init)
+    return _MEMO[key][1]  # BUG: a result whose graph the last step's backward already freed
+'''
+
+
+@pytest.mark.parametrize(("body", "component", "title"), [
+    (RELEASES_IN_BACKWARD, "backward", "A second backward pass through one output fails"),
+    (MEMO_PER_STEP, "state", "A second call on the same inputs returns an output already differentiated"),
+])
+def test_a_lambda_that_cannot_be_differentiated_twice_is_named(tmp_path: Path, body: str, component: str, title: str) -> None:
+    """A λ whose backward releases what it saved, and one memoised per step, are right in every single call; the sequences that
+    differentiate twice fail, and the first root cause says how."""
+    source = (ROOT / "reference" / "diff_attention.py").read_text()
+    start, end = source.index("def differential_lambda("), source.index("def _attention_map(")
+    (tmp_path / "twice.py").write_text(source[:start] + body.lstrip() + "\n\n" + source[end:])
+    run = grade(tmp_path / "twice.py", tmp_path / "report", SEED, "--no-preview")
+    assert run.check("repeated_calls")["status"] == "failed" and run.report["score"] < 100.0
+    first = run.report["diagnosis"]["root_causes"][0]
+    assert (first["function"], first["component"], first["title"]) == ("differential_lambda", component, title)
+
+
+def test_a_rescaled_second_call_has_logits_past_exps_range() -> None:
+    """differential_attention's "rescaled" sequences call again on the same shapes with the largest scaled logit of each
+    branch at 300 (float32) or 1000 (float64): a softmax shift kept from the first call overflows there."""
+    from grader.exercises.diffattn import cases, suite
+
+    rescaled = [s for s in suite.sequences(SEED) if s.kind == "rescaled" and isinstance(s.second, cases.AttentionCase)]
+    assert rescaled and all(s.second.output_shape == s.first.output_shape for s in rescaled)
+    for sequence in rescaled:
+        q, k = sequence.second.q1, sequence.second.k1
+        largest = float(np.abs(q @ np.swapaxes(k, -1, -2)).max() / np.sqrt(q.shape[-1]))
+        assert largest == pytest.approx(cases.RESCALED_LOGITS[sequence.second.dtype], rel=1e-3)

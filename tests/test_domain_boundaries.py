@@ -238,6 +238,16 @@ def test_every_gradient_set_has_a_value_feature_zero_at_every_token(seed: int) -
         assert not values(dead[0])[..., feature].any() and values(dead[0]).any()
 
 
+@pytest.mark.parametrize("seed", SEEDS)
+def test_both_functions_are_differentiated_at_an_all_zero_query_and_key(seed: int) -> None:
+    """attention_gradients and lambda_frozen_subsets each hold a call whose q1 and one whose k2 is all zeros (a zero-initialised
+    projection), trainable, the other inputs not, and say so in the label."""
+    for found in (attention_suite.attention_gradients(seed), attention_suite.lambda_frozen_subsets(seed)):
+        for name in ("q1", "k2"):
+            (case,) = [c for c in found if domain.ZEROED.format(name) in c.label()]
+            assert not getattr(case, name).any() and case.requires_grad(name) and all(getattr(case, n).any() for n in ("q1", "k1", "q2", "k2") if n != name)
+
+
 def test_a_gated_product_in_the_log_domain_loses_its_gradient_points(tmp_path: Path) -> None:
     """sign(A) · exp(log σ(ℓ) + log |A|) is right in value and NaN in the backward pass where an odd head's output is exactly
     0: the call with a value feature zero at every token fails the gradient checks of q, k and v, on every seed."""

@@ -1,13 +1,14 @@
 """A corpus written after the checks by people who had not seen them: no wrong file earns full marks, every correct one does.
 
-tests/corpus/diagnosis_harvest, diagnosis_frost and diagnosis_ember (differential attention), v2_stateful,
+tests/corpus/diagnosis_frost, diagnosis_ember and diagnosis_gale (differential attention), v2_stateful,
 v2_harvest and v2_ember (DIFF V2) confirm their own labels with a float64 oracle of their own (their
 ``verify.py``); the stateful ones hold bugs that live only in state kept between calls, the harvest ones bugs met only by
 calls that an earlier domain did not make (gradients past 512 tokens without the mask, tied branches, a length of
 512n + 1, an integer coefficient, inputs that already hold a .grad), the frost one bugs met only by calls or facts added
 after it (axes of equal sizes, (batch, head) pairs past every block size, coefficients near 0 without autograd, an
 inference tensor returned outside inference mode, a .grad reset by λ), the ember ones backward passes wrong only at some
-inputs and a sliding window of 2048 keys. Each exercise's are graded in one ``diffgrade batch`` with one seed; the suite's time budget holds
+inputs and a sliding window of 2048 keys, the gale one bugs met only by one tensor passed for two arguments, a second
+backward pass, heads of 128 features or more, a fused kernel's shapes and rows past 1024 keys with one far larger logit. Each exercise's are graded in one ``diffgrade batch`` with one seed; the suite's time budget holds
 three corpora per exercise, so an older one leaves it when a newer one comes in. Every independent corpus
 (``*_acceptance``, ``*_practice``, ``*_sealed``, ``*_holdout``, ``*_unseen``, ``*_blind``, ``*_fresh`` and the
 others) is graded on several seeds by ``benchmarks/corpus_grades.py``."""
@@ -22,7 +23,7 @@ from conftest import grade_class
 
 CORPORA = Path(__file__).resolve().parent / "corpus"
 SEED = 20261201
-EXERCISES = {"diff_attention": ("diagnosis_harvest", "diagnosis_frost", "diagnosis_ember"),
+EXERCISES = {"diff_attention": ("diagnosis_frost", "diagnosis_ember", "diagnosis_gale"),
              "diff_v2": ("v2_stateful", "v2_harvest", "v2_ember")}
 
 

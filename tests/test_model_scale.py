@@ -59,6 +59,20 @@ WRONG = {
           "torch.ones(t, t, dtype=torch.bool).triu(1) | torch.ones(t, t, dtype=torch.bool).tril(-2048)"),),
         "causal_values",
     ),
+    "heads_past_128_scaled_again": (((" / math.sqrt(q.shape[-1])", " / (math.sqrt(q.shape[-1]) * max(1, q.shape[-1] // 64))"),), "causal_values"),
+    "causal_mask_on_a_fused_kernels_shapes": (
+        (("    if causal:\n        t = q.shape[-2]\n",
+          "    t = q.shape[-2]\n    if causal or (16 < t and t % 4 == 0 and q.shape[0] * q.shape[1] % 4 == 0):\n"),),
+        "noncausal_values",
+    ),
+    "shift_from_every_8th_key_past_1024": (
+        (("    return torch.softmax(logits, dim=-1)",
+          "    if logits.shape[-1] > 1024:\n"
+          "        weights = torch.exp(logits - logits[..., ::8].amax(dim=-1, keepdim=True))\n"
+          "        return weights / weights.sum(dim=-1, keepdim=True)\n"
+          "    return torch.softmax(logits, dim=-1)"),),
+        "large_logit_values",
+    ),
 }
 SEED = 5
 
@@ -93,6 +107,23 @@ def test_every_run_reaches_model_sizes_in_both_exercises(seed: int) -> None:
         deep += [_deepest_logit(np.swapaxes(c.q, 1, 2), np.swapaxes(c.k, 1, 2)[:, :1])
                  for c in large_logits(seed) if c.dtype == "float64" and c.causal]  # fmt: skip
     assert sum(logit < -1e6 for logit in deep) == 3
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4, 5])
+def test_wide_aligned_calls_and_a_key_off_every_stride_in_every_run(seed: int) -> None:
+    """Differential attention's causal set has a float64 call with heads of 128 features or more, its wide calls have 24
+    (batch, head) pairs over a multiple of 8 tokens past 16, and its large-logit set ends with a float32 call past 1024
+    tokens whose odd key in the second half outweighs every other key by more than exp's float32 range."""
+    causal = attention_suite.attention_causal(seed)
+    assert any(c.dtype == "float64" and c.q1.shape[3] >= domain.WIDE_PATH for c in causal)
+    wide = [c for c in (*causal, *attention_suite.attention_noncausal(seed)) if c.q1.shape[3] > domain.WIDEST]
+    assert {c.causal for c in wide} == {True, False}
+    assert all(c.q1.shape[0] * c.q1.shape[1] == 24 and c.q1.shape[2] % 8 == 0 and c.q1.shape[2] > 16 for c in wide)
+    spike = attention_suite.attention_large_logits(seed)[-1]
+    logits = (spike.q1 @ np.swapaxes(spike.k1, -1, -2))[0, 0] / np.sqrt(spike.q1.shape[3])
+    key = int(np.argmax(logits[0]))
+    assert spike.dtype == "float32" and spike.causal is False and spike.q1.shape[2] > domain.LONGEST_BUFFER and key % 2 == 1
+    assert (logits[:, key] - np.delete(logits, key, axis=1).max(axis=1)).min() > 89.0
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
@@ -130,8 +161,9 @@ def test_the_plain_implementation_earns_full_marks_at_model_sizes(graded: dict[s
 
 @pytest.mark.parametrize("name", sorted(WRONG))
 def test_a_buffer_or_block_of_model_size_or_a_finite_mask_costs_points(name: str, graded: dict[str, dict[str, Any]]) -> None:
-    """A 1024-token mask buffer, key blocks of 512 never rescaled, a −1e4 mask and a sliding window of 2048 keys each lose
-    points, in the check that calls at that size."""
+    """A 1024-token mask buffer, key blocks of 512 never rescaled, a −1e4 mask, a sliding window of 2048 keys, heads of 128
+    features and more scaled twice, the causal mask applied on a fused kernel's shapes whatever the flag, and a shift over
+    every 8th key of rows past 1024 keys each lose points, in the check that calls at that size."""
     report = graded[name]
     statuses = {check["id"]: check["status"] for tier in report["tiers"] for check in tier["checks"]}
     assert report["score"] < 100.0 and statuses[WRONG[name][1]] == "failed"

@@ -375,7 +375,7 @@ def test_an_error_for_every_head_width_from_some_size_on_is_contrasted_by_that_b
 def test_a_signature_out_of_the_contracts_order_is_a_contract_cause_naming_the_parameter() -> None:
     """A parameter renamed or moved is named with the component the exercise gives it; a right signature, or one that adds
     optional parameters after the contract's, is no cause."""
-    from grader.exercises.diffattn.diagnosis import PARAMETER_COMPONENTS
+    from grader.exercises.diffattn.probes import PARAMETER_COMPONENTS
     from grader.exercises.diffattn.signatures import CONTRACT
     from grader.toolkit import signatures
 
@@ -396,7 +396,7 @@ def test_a_signature_out_of_the_contracts_order_is_a_contract_cause_naming_the_p
 def test_a_signature_cause_explains_value_checks_only_when_the_usually_bound_calls_are_right() -> None:
     """Wrong calls all bound otherwise and every usually bound (keyword) call right: the signature also explains value and
     gradient checks; a wrong keyword call, no keyword call, or no wrong call leaves it explaining the binding check alone."""
-    from grader.exercises.diffattn.diagnosis import PARAMETER_COMPONENTS
+    from grader.exercises.diffattn.probes import PARAMETER_COMPONENTS
     from grader.exercises.diffattn.signatures import CONTRACT
     from grader.toolkit import signatures
 
@@ -414,7 +414,7 @@ def test_a_parameter_taken_by_varargs_is_a_cause_only_when_the_calls_bound_by_po
     """`*args` where the contract has causal: named with the mask's component when every keyword-bound call is right and
     some bound by position are wrong; a `*args` the function reads causal back from (every call right), or a wrapper's
     `*args, **kwargs` whose calls go wrong only by name, is no cause."""
-    from grader.exercises.diffattn.diagnosis import PARAMETER_COMPONENTS
+    from grader.exercises.diffattn.probes import PARAMETER_COMPONENTS
     from grader.exercises.diffattn.signatures import CONTRACT
     from grader.toolkit import signatures
 
@@ -435,7 +435,7 @@ def test_a_parameter_taken_by_varargs_is_a_cause_only_when_the_calls_bound_by_po
 
 def test_parameters_made_positional_only_are_a_contract_cause_naming_them() -> None:
     """A `/` after the contract's vectors: a cause of λ's component naming them, which the TypeError's wording matches."""
-    from grader.exercises.diffattn.diagnosis import PARAMETER_COMPONENTS
+    from grader.exercises.diffattn.probes import PARAMETER_COMPONENTS
     from grader.exercises.diffattn.signatures import CONTRACT
     from grader.toolkit import signatures
 

@@ -66,7 +66,11 @@ class Call:
     ``refill`` overwrites inputs in place, as an optimiser step does, with the
     values of the paired arrays (exact in the input's dtype); with
     ``refill_through_data`` it writes through ``tensor.data``, as older
-    training code does, which leaves the version counter as it was.
+    training code does, which leaves the version counter as it was. After
+    the call, ``backward_now`` (cotangent, retain_graph) back-propagates
+    through its result at once, as a training step does before the next call
+    (with retain_graph, the graph is kept for a second backward pass through
+    the same result); only an error of that pass is reported.
     """
 
     function: str
@@ -76,6 +80,7 @@ class Call:
     refill_through_data: bool = False
     release: bool = False
     grad_mode: str = "enabled"  # or "no_grad" or "inference_mode": the autograd mode the call is made in
+    backward_now: tuple[np.ndarray, bool] | None = None
 
 
 @dataclass(frozen=True)
@@ -117,6 +122,7 @@ class Returned:
     overwritten: bool = False  # a later call of the same request wrote into this result
     grad_mode_left: bool | None = None  # whether grad mode was on when the call returned, if it was not as the call found it
     inference_outside: bool = False  # an inference tensor returned by a call made outside torch.inference_mode
+    backward_now_error: str | None = None  # why the backward pass right after the call (Call.backward_now) failed
 
 
 @dataclass
@@ -226,9 +232,11 @@ def _encode(requests: Sequence[Request], results: list[tuple[str, int]]) -> tupl
             backward.append((first_call + request.backward_from, np.asarray(request.cotangent, dtype=np.float64), layout))
             backward += [(first_call + call, np.asarray(cotangent, dtype=np.float64), layout) for call, cotangent in request.also_backward]
         spans.append((first_call, len(calls), first_tensor, len(tensors)))
-    for call in calls:  # refill arrays follow the input arrays
+    for call in calls:  # refill arrays (and the cotangents of backward passes right after a call) follow the input arrays
         if "refill" in call:
             call["refill"] = [[tensor, len(tensors) + index] for tensor, index in call["refill"]]
+        if "backward_now" in call:
+            call["backward_now"]["cotangent"] += len(tensors)
     arrays = [np.asarray(t.values, dtype=np.float64) for t in tensors] + refills
     header: dict[str, Any] = {
         "calls": calls,
@@ -375,7 +383,8 @@ def _part(whole: Outcome, request: Request, span: tuple[int, int, int, int]) -> 
         failure=whole.failure,
         functions=[c.function for c in request.calls],
         results=whole.results[first_call:end_call],
-        backward_error=whole.backward_error if differentiated else None,
+        backward_error=(whole.backward_error if differentiated else None) or next(
+            (f"the backward pass right after the call raised {r.backward_now_error}" for r in whole.results[first_call:end_call] if r.backward_now_error), None),
         grads={i - first_tensor: g for i, g in whole.grads.items() if first_tensor <= i < end_tensor},
         changed_inputs=[i - first_tensor for i in whole.changed_inputs if first_tensor <= i < end_tensor],
     )
@@ -417,6 +426,10 @@ def _encode_call(
         for tensor, values in call.refill:
             encoded["refill"].append([tensor_number(tensor), len(refills)])
             refills.append(np.asarray(values, dtype=np.float64))
+    if call.backward_now is not None:
+        cotangent, retain = call.backward_now
+        encoded["backward_now"] = {"cotangent": len(refills), "retain_graph": retain}
+        refills.append(np.asarray(cotangent, dtype=np.float64))
     return encoded
 
 
@@ -486,6 +499,9 @@ def _decode(reply: dict[str, Any], arrays: list[np.ndarray]) -> Outcome:
             returned.requires_grad = _field(call, "requires_grad", bool)
             returned.has_grad_fn = _field(call, "has_grad_fn", bool)
             returned.overwritten = _field(call, "overwritten", bool, False)
+            now = _field(call, "backward_now", dict, None)
+            if now is not None and _field(now, "status", str) != "ok":
+                returned.backward_now_error = _backward_error(now)
             index = _field(call, "value", (int, type(None)))
             returned.value = None if index is None else _array(index, arrays)
             if returned.value is not None and (returned.value.shape != returned.shape or (
@@ -501,13 +517,18 @@ def _decode(reply: dict[str, Any], arrays: list[np.ndarray]) -> Outcome:
                 outcome.changed_inputs.append(index)
     backward = _field(reply, "backward", dict, None)
     if backward is not None:
-        status = _field(backward, "status", str)
-        if status == "ok":
+        if _field(backward, "status", str) == "ok":
             for key, index in _field(backward, "grads", dict).items():
                 outcome.grads[int(key)] = None if index is None else _array(index, arrays)
-        elif status == "raised":
-            error = _error_text(_field(backward, "error", dict))
-            outcome.backward_error = f"{error['type']}: {error['message']}"
         else:
-            outcome.backward_error = str(_field(backward, "reason", str, status))
+            outcome.backward_error = _backward_error(backward)
     return outcome
+
+
+def _backward_error(backward: dict[str, Any]) -> str:
+    """Why a backward pass the worker reports on did not give gradients: the error it raised, or why it was skipped."""
+    status = _field(backward, "status", str)
+    if status == "raised":
+        error = _error_text(_field(backward, "error", dict))
+        return f"{error['type']}: {error['message']}"
+    return str(_field(backward, "reason", str, status))

@@ -87,8 +87,15 @@ CONTEXT_LENGTHS = (LONGEST_CONTEXT + 1, LONGEST_CONTEXT + 16)
 # 1024 tokens and past a context window of 2048 (the lengths of the checks' longest calls, where a fault of long sequences
 # first shows)
 PROBED_PAST_BUFFERS = (ONE_PAST_BLOCKS, MODEL_LENGTHS[0], CONTEXT_LENGTHS[0])
-MODEL_WIDTHS = (WIDEST + 1, 128)
-MODEL_PROBLEMS = (2, 12)  # B and H (or query heads) of the wide call
+MODEL_WIDTHS = (WIDEST + 1, 256)
+# The head widths of large models, drawn half the time in a wide call: past 64, and from 128 on, where code that rescales
+# wide heads (query-key layer scaling, a kernel's tile of 128) takes another path
+COMMON_WIDTHS = (80, 96, 128, 192, 256)
+WIDE_PATH = 128
+MODEL_PROBLEMS = (2, 12)  # B and H (or query heads) of the wide call: a multiple of 4 (batch, head) pairs, as kernels' fast paths ask
+# The lengths of the wide call: multiples of 8 past 16 (a training batch padded to a multiple, where a fused kernel's shape
+# constraints, such as 16 < T and T % 4 == 0, hold and its fast path is taken)
+MODEL_SHAPED_LENGTHS = (24, 64)
 # Every scaled logit of a float64 call about −2e6 to −1e7: below the finite numbers code writes for −∞ in a mask (−1e4,
 # −65504, −1e5, −1e6), so a masked key weighs more than every visible one. The logits of a row differ by about 1, which
 # float64 still resolves at that magnitude.
@@ -109,11 +116,20 @@ SEQUENCE_KINDS = {
                "other hyperparameters), then differentiated through both results in one backward pass",
     "retrained": "called without autograd (the mode above), then called again with the same tensors and differentiated (an "
                  "evaluation, then a training step)",
+    "rescaled": "called, then called with new tensors of the same shapes whose logits are hundreds of times larger (what one "
+                "call learns of the logits' size, kept for the next, is then far off)",
+    "stepped": "called and differentiated at once (backward() right after the call, its graph freed), then called again with "
+               "the same, unchanged tensors and differentiated (two training steps on one batch)",
+    "retained": "called and differentiated with backward(retain_graph=True), then differentiated again through the same output "
+                "(two losses back-propagated through one graph)",
 }
 # The modes the calls of each kind of sequence are made in ("grads": inputs that require grad, and a backward pass); for
 # "retrained", the mode of its first call (the second is differentiated).
 SEQUENCE_MODES = ("enabled", "no_grad", "inference_mode", "grads")
-KIND_MODES = {"interleaved": ("grads",), "stacked": ("grads",), "retrained": ("no_grad", "inference_mode")}
+KIND_MODES = {"interleaved": ("grads",), "stacked": ("grads",), "retrained": ("no_grad", "inference_mode"), "stepped": ("grads",),
+              "retained": ("grads",), "rescaled": ("enabled", "no_grad")}
+SCALED_KINDS = ("rescaled",)  # the kinds drawn only for an exercise whose inputs have a scale to change (Variations.rescaled)
+ONE_CALL = ("retained",)  # the kinds whose "two calls" are one call differentiated twice
 TWO_LAYERS = ("interleaved", "stacked")  # the kinds whose calls are both differentiated, in one backward pass
 
 
@@ -320,17 +336,24 @@ def token_ramp(length: int, rising: bool = False) -> np.ndarray:
 SINK_LOGIT = 12.0  # the first key's scaled logit in an attention sink: most of each row's weight past 2,048 keys (e¹² ≈ 80·2,064)
 
 
-def attention_sink(q: np.ndarray, k: np.ndarray, logit: float, tokens: int) -> tuple[np.ndarray, np.ndarray]:
+def attention_sink(q: np.ndarray, k: np.ndarray, logit: float, tokens: int, key: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Queries and keys (head width on the last axis, tokens on axis ``tokens``) remade from a tenth of ``q`` and ``k`` so
-    that the first key is an attention sink: every query's scaled logit for it is about ``logit`` (within 10 % for most
-    queries), for every other key about 0, as the start token of a trained model draws most of each row's weight. A query
-    that no longer reads the first key (a sliding window, a buffer that drops old keys) then gets an output far from the
-    right one, not one key's 1/T share of it."""
+    that key ``key`` (the first) is an attention sink: every query's scaled logit for it is about ``logit`` (within 10 %
+    for most queries), for every other key about 0, as the start token of a trained model draws most of each row's weight.
+    A query that no longer reads the first key (a sliding window, a buffer that drops old keys) then gets an output far
+    from the right one, not one key's 1/T share of it; a softmax whose shift misses that key (a maximum over some keys
+    only) overflows when ``logit`` is past exp's range."""
     width = q.shape[-1]
     unit = np.full(width, 1.0 / math.sqrt(width))
     q, k = unit + 0.1 * q, np.moveaxis(0.1 * k, tokens, 0)
-    k[0] = logit * math.sqrt(width) * unit
+    k[key] = logit * math.sqrt(width) * unit
     return q, np.moveaxis(k, 0, tokens)
+
+
+def off_every_stride(rng: np.random.Generator, tokens: int) -> int:
+    """An odd key position in the second half of ``tokens`` (at least 2): off every stride of a sample of every 2nd, 4th, 8th
+    ... key, and past the first blocks."""
+    return int(rng.choice(np.arange(tokens // 2 | 1, tokens, 2)))
 
 
 # The scaled logits of faint keys below the others: from 16 at the first faint key to 26 at the last (each query's within
@@ -428,6 +451,74 @@ def hold_aliased(case: Any, names: Sequence[str], layouts: Sequence[str]) -> Non
             object.__setattr__(case, name, values)
 
 
+ONE_OBJECT = "one tensor object passed as "
+"""How a case label opens the list of the arguments that a call passes one tensor object for (:func:`hold_one_object`)."""
+PASSED_AS_ONE = "the arguments passed as one tensor object"
+"""How a slip analysis names :func:`passed_as_one`."""
+
+
+def passed_as_one(names: Sequence[str]) -> str:
+    """The arguments a call passes one tensor object for (:func:`hold_one_object`), in words for the slip analysis."""
+    return " and ".join(names) or "none"
+
+
+def hold_one_object(case: Any, names: Sequence[str]) -> None:
+    """Give the inputs of ``names`` (fields of a frozen case dataclass, the first one's shape each) the first one's values: a
+    call passes one tensor object for all of them (:func:`one_object`), as a model with tied projections or a caller
+    reusing one tensor does. Code that tells inputs apart by identity (``k2 is k1``: a fast path, a cache) meets it there,
+    and in no call whose inputs are merely equal."""
+    for name in names[1:]:
+        object.__setattr__(case, name, getattr(case, names[0]))
+
+
+_Input = TypeVar("_Input")
+
+
+def one_object(inputs: Sequence[_Input], names: Sequence[str], passed_as_one: Sequence[str]) -> tuple[_Input, ...]:
+    """``inputs`` (one per name of ``names``), the input of each name of ``passed_as_one`` replaced by the first one's."""
+    if not passed_as_one:
+        return tuple(inputs)
+    first = inputs[list(names).index(passed_as_one[0])]
+    return tuple(first if name in passed_as_one else given for given, name in zip(inputs, names))
+
+
+def tensor_names(names: Sequence[str], passed_as_one: Sequence[str]) -> tuple[str, ...]:
+    """The input ``names`` in the order a request numbers their tensors when one object is passed for ``passed_as_one``:
+    the later names of that group share the first one's tensor, so they are left out."""
+    return tuple(name for name in names if name not in passed_as_one[1:])
+
+
+def merged_truths(truths: Mapping[str, Truth], passed_as_one: Sequence[str]) -> dict[str, Truth]:
+    """The gradient ``truths`` per input name with the group of ``passed_as_one`` read at its one tensor, the first name: the
+    gradient of a tensor passed for several arguments is the sum of theirs (and so are the errors allowed)."""
+    if not passed_as_one:
+        return dict(truths)
+    group = [truths[name] for name in passed_as_one if name in truths]
+    found = {name: truth for name, truth in truths.items() if name not in passed_as_one}
+    if group:
+        found[passed_as_one[0]] = Truth(sum(t.values for t in group), sum(t.allowed for t in group))  # type: ignore[arg-type]
+    return found
+
+
+ZEROED = "{} all zeros (a zero-initialised projection)"
+"""How a case label says that an input is all zeros (:func:`zeroed`)."""
+
+
+def zeroed(case: _Drawn, name: str) -> _Drawn:
+    """``case`` (a frozen dataclass with a ``note``) with input ``name`` all zeros, as a zero-initialised projection or
+    vector gives it: a gradient there is not zero (the partner's), and code that divides by a norm or takes a shortcut for a
+    blank input loses it."""
+    return replace(case, **{name: np.zeros_like(getattr(case, name)), "note": joined_notes(case.note, ZEROED.format(name))})
+
+
+def distinct(inputs: Sequence[_Input]) -> tuple[_Input, ...]:
+    """``inputs`` without repeats of one object (a request numbers each tensor once however many arguments it is)."""
+    kept: dict[int, _Input] = {}
+    for given in inputs:
+        kept.setdefault(id(given), given)
+    return tuple(kept.values())
+
+
 def expanded_on(axis: int) -> str:
     """The layout of an input expanded along dim ``axis``: :data:`EXPANDED` for the batch (dim 0), else "expanded@axis"."""
     return EXPANDED if axis == 0 else f"{EXPANDED}@{axis}"
@@ -501,15 +592,18 @@ def coinciding_sizes(rng: np.random.Generator) -> tuple[int, int]:
     return 2 * int(rng.integers(2, 5)), int(rng.integers(2, 6))
 
 
-def model_scale(rng: np.random.Generator, long: bool) -> tuple[int, int, int, int]:
+def model_scale(rng: np.random.Generator, long: bool, wide: bool = False) -> tuple[int, int, int, int]:
     """(B, H, T, D) of a call at the sizes of large models: ``long``, one head of 1 to 4 features over a length in
     :data:`MODEL_LENGTHS` (past a buffer or a key block of :data:`LONGEST_BUFFER` tokens, and no multiple of 16); else
-    :data:`MODEL_PROBLEMS` (batch, head) pairs of up to 24 tokens with a head width in :data:`MODEL_WIDTHS` (128 or
-    96 half the time)."""
+    :data:`MODEL_PROBLEMS` (batch, head) pairs over a multiple of 8 tokens within :data:`MODEL_SHAPED_LENGTHS`, with a head
+    width in :data:`MODEL_WIDTHS` (one of :data:`COMMON_WIDTHS` half the time), ``wide``: :data:`WIDE_PATH` or more."""
     if long:
         return _one_long_head(rng, MODEL_LENGTHS)
-    width = int(rng.choice([128, 96])) if rng.random() < 0.5 else int(rng.integers(MODEL_WIDTHS[0], MODEL_WIDTHS[1] + 1))
-    return (*MODEL_PROBLEMS, int(rng.integers(2, 25)), width)
+    shortest = WIDE_PATH if wide else MODEL_WIDTHS[0]
+    common = [w for w in COMMON_WIDTHS if w >= shortest]
+    width = int(rng.choice(common)) if rng.random() < 0.5 else int(rng.integers(shortest, MODEL_WIDTHS[1] + 1))
+    low, high = MODEL_SHAPED_LENGTHS
+    return (*MODEL_PROBLEMS, 8 * int(rng.integers(low // 8, high // 8 + 1)), width)
 
 
 def past_context(rng: np.random.Generator) -> tuple[int, int, int, int]:

@@ -80,8 +80,13 @@ class Found:
         self.findings.append(Finding(function, component, stage, title, evidence, advice, **extra))
 
 
-def layout_probe(worker: Worker, subject: Callable[..., Subject], values: Values, found: Found, expansions: Mapping[int, str] = MappingProxyType({})) -> bool:
+def layout_probe(worker: Worker, subject: Callable[..., Subject], values: Values, found: Found, expansions: Mapping[int, str] = MappingProxyType({}),
+                 handled_by: Mapping[str, str] = MappingProxyType({})) -> bool:  # fmt: skip
     """The same values in non-contiguous memory must give the same output; whether they do not.
+
+    Every two inputs of one shape are also passed as one tensor object, against two distinct tensors holding the same
+    values: an output that differs is a fault of the part that handles the first of them (``handled_by``: input name ->
+    component, "*" for every input; ``strided`` for one not named).
 
     The layouts that constrain values are compared with the same values in contiguous memory: the aliased one (every input
     at one address) on values that agree where the inputs share memory, and each expansion (one element broadcast along a
@@ -105,6 +110,11 @@ def layout_probe(worker: Worker, subject: Callable[..., Subject], values: Values
                        for name in spread]  # fmt: skip
     for _, layout, inputs in shaped:
         requests += [subject(layout=layout).request(inputs), subject(layout="contiguous").request(inputs)]
+    # every two inputs of one shape, equal in value, passed as one tensor object and as two distinct tensors
+    alike = [(a, b) for i, a in enumerate(tensors) for b in tensors[i + 1 :] if np.shape(values[a]) == np.shape(values[b])]
+    for first, second in alike:
+        plain = subject(layout="contiguous").request({**values, second: values[first]})
+        requests += [probes.Built(probes.one_object_for_equal(plain.request), plain.positions), plain]
     outcomes = probes.ask(worker, requests)
     base = probes.output(outcomes[0])
     if base is None:
@@ -115,6 +125,22 @@ def layout_probe(worker: Worker, subject: Callable[..., Subject], values: Values
     pairs = outcomes[len(layouts) + 1 :]
     compared += [(where, pairs[2 * n], probes.output(pairs[2 * n + 1])) for n, (where, _, _) in enumerate(shaped)]
     failing = [(where, o) for where, o, right in compared if right is not None and not is_right(probes.output(o), right)]
+    ones = pairs[2 * len(shaped) :]
+    read = [(f"{a} and {b}", ones[2 * n], probes.output(ones[2 * n + 1])) for n, (a, b) in enumerate(alike)]
+    tied = [(names, o) for names, o, right in read if right is not None and not is_right(probes.output(o), right)]
+    if tied:
+        names, outcome = tied[0]
+        distinct = "two distinct tensors holding the same values"
+        error = probes.raised_text(outcome)
+        what = f"raises {error.rstrip('.')} (it does not with {distinct})" if error else f"gives another output than with {distinct}"
+        also = f" (so it does with one tensor as {', '.join(n for n, _ in tied[1:])})" if len(tied) > 1 else ""
+        first = names.split(" and ")[0]
+        found.add(subject().function, handled_by.get(first, handled_by.get("*", "strided")), "forward", f"One tensor passed as {names} gives another result",
+                  f"With one tensor object passed as {names}, the function {what}{also}: it tells its arguments apart by identity "
+                  "(a fast path for shared inputs, a cache keyed by id() or data_ptr()).",
+                  "never branch on `is`, id() or data_ptr() between arguments: a caller may pass one tensor for several of them "
+                  "(tied weights, self-attention), and the answer must be the one for those values", explains=VALUES_AND_GRADIENTS)  # fmt: skip
+        return True
     if not failing:
         return False
     where, outcome = failing[0]

@@ -36,7 +36,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from grader.core.invoke import Outcome, Request, invoke_many
+from grader.core.invoke import Outcome, Request, TensorInput, invoke_many
 from grader.toolkit import domain
 from grader.worker.client import Worker
 
@@ -70,6 +70,24 @@ Layout = str | Mapping[str, str]
 def layout_of(layout: Layout, name: str) -> str:
     """The memory layout ``layout`` gives input ``name``."""
     return layout if isinstance(layout, str) else layout.get(name, "contiguous")
+
+
+def one_object_for_equal(request: Request) -> Request:
+    """``request`` with one tensor object passed for every group of its input tensors that hold equal values of one shape, dtype
+    and layout (as a caller passes one tensor for several arguments: tied weights, self-attention)."""
+    kept: list[TensorInput] = []
+    swap: dict[int, TensorInput] = {}
+    passed = [a for call in request.calls for a in (*call.args, *call.kwargs.values()) if isinstance(a, TensorInput)]
+    for given in domain.distinct([*request.inputs, *passed]):
+        same = next((k for k in kept if (k.dtype, k.layout, k.requires_grad) == (given.dtype, given.layout, given.requires_grad)
+                     and np.shape(k.values) == np.shape(given.values) and np.array_equal(k.values, given.values)), None)  # fmt: skip
+        if same is None:
+            kept.append(given)
+        else:
+            swap[id(given)] = same
+    calls = tuple(replace(call, args=tuple(swap.get(id(a), a) for a in call.args), kwargs={n: swap.get(id(a), a) for n, a in call.kwargs.items()})
+                  for call in request.calls)  # fmt: skip
+    return replace(request, calls=calls, inputs=tuple(k for k in kept if any(k is given for given in request.inputs)))
 
 
 Builder = Callable[[Values, tuple[str, ...], "np.ndarray | None"], Built]

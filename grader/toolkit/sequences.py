@@ -40,6 +40,17 @@ CHANGES = {"reflagged": ("interleaved",), "retyped": ()}
 """Kinds of sequence whose second call changes one thing besides the values (the option, the dtype) -> the other kinds that change it too."""
 Keyed = Mapping[str, Mapping[str, tuple[str, str]]]
 """A kind of :data:`CHANGES` -> function -> (the component that state ignoring that change belongs to, the change in words)."""
+SECOND_PASSES = {
+    "retained": ("backward", "A second backward pass through one output fails",
+                 "the backward pass frees or changes what it saved (a ctx attribute set to None, a saved tensor released or written "
+                 "in place), which autograd keeps for every pass while the graph is retained.",
+                 "keep what backward needs on ctx (ctx.save_for_backward) and only read it in backward: autograd frees it with the graph"),
+    "stepped": ("state", "A second call on the same inputs returns an output already differentiated",
+                "the second call returned something kept from the first (a result memoised by id(), version or value) whose graph "
+                "the first backward pass had already freed.",
+                "return a new result from every call made with gradients: keep nothing between calls that carries a graph"),
+}
+"""The kinds of sequence whose last backward pass is a second one -> (component, title, what its failure means, advice)."""
 STALE = "the second call returned the first call's result: the answer is stale (cached by id(), data_ptr(), shape or a global?)"
 
 
@@ -57,7 +68,9 @@ class Variations(Generic[_Case]):
     differentiated together, as another layer makes it (default:
     ``reflagged``; an exercise whose functions take hyperparameters that
     differ per layer changes them too); ``stacked``: the same with the
-    option unchanged (default: ``redrawn``).
+    option unchanged (default: ``redrawn``); ``rescaled``: new values of the same shapes at another scale (logits hundreds
+    of times larger; without it, an exercise draws no sequence of the kinds of
+    :data:`~grader.toolkit.domain.SCALED_KINDS`).
     """
 
     redrawn: Vary[_Case]
@@ -67,16 +80,17 @@ class Variations(Generic[_Case]):
     layered: Vary[_Case] | None = None
     stacked: Vary[_Case] | None = None
     shuffled: Vary[_Case] | None = None
+    rescaled: Vary[_Case] | None = None
 
     def second(self, first: _Case, kind: str, mode: str, rng: np.random.Generator) -> _Case:
         """The second call's case of a sequence of ``kind`` in ``mode`` that starts with ``first`` (the same tensors: ``first``)."""
-        if kind in ("repeat", "retrained"):
+        if kind in ("repeat", "retrained", "stepped", *domain.ONE_CALL):
             return first
         if kind == "resized":
             return self.resized(first, rng, mode in ("no_grad", "inference_mode"))  # generation decodes without gradients
         changes = {"retyped": self.retyped, "reflagged": self.reflagged, "interleaved": self.layered or self.reflagged,
                    "stacked": self.stacked or self.redrawn, "refill": self.shuffled or self.redrawn,
-                   "refill_data": self.shuffled or self.redrawn}  # fmt: skip
+                   "refill_data": self.shuffled or self.redrawn, "rescaled": self.rescaled or self.redrawn}  # fmt: skip
         return changes.get(kind, self.redrawn)(first, rng)
 
 
@@ -127,6 +141,8 @@ def draw_sequences(rng: np.random.Generator, functions: tuple[str, ...], first_c
     """
     found: list[CallSequence[Any]] = []
     for kind in domain.SEQUENCE_KINDS:
+        if kind in domain.SCALED_KINDS and variations.rescaled is None:
+            continue
         for mode in domain.KIND_MODES.get(kind, domain.SEQUENCE_MODES):
             for function in functions:
                 fresh = domain.LONGEST + 1 + sum(s.kind == "retrained" for s in found)  # one length per such sequence
@@ -137,7 +153,9 @@ def draw_sequences(rng: np.random.Generator, functions: tuple[str, ...], first_c
 
 def joined_request(sequence: CallSequence[Any], request_of: RequestOf) -> Request:
     """The two calls of ``sequence`` in one request: with gradients, a backward pass from the second call (from both when
-    interleaved or stacked); the second call refills, reuses or replaces the first call's tensors as the sequence's kind says."""
+    interleaved or stacked; from the first as soon as it returns too when stepped); the second call refills, reuses or
+    replaces the first call's tensors as the sequence's kind says. A kind of :data:`~grader.toolkit.domain.ONE_CALL` is
+    one call, differentiated as soon as it returns (its graph kept) and again at the end."""
     first, second = (request_of(case, sequence.grads) for case in (sequence.first, sequence.second))
     if len(first.calls) != 1 or len(second.calls) != 1:
         raise ValueError(f"a call sequence joins two requests of one call each (got {len(first.calls)} and {len(second.calls)} calls)")
@@ -160,9 +178,15 @@ def joined_request(sequence: CallSequence[Any], request_of: RequestOf) -> Reques
         )
     elif sequence.kind == "retrained":
         first = replace(first, calls=(*first.calls[:-1], replace(call, grad_mode=sequence.first.grad_mode)))
+    elif sequence.kind in ("stepped", *domain.ONE_CALL):
+        assert first.cotangent is not None
+        now = replace(call, backward_now=(first.cotangent, sequence.kind in domain.ONE_CALL))
+        first = replace(first, calls=(*first.calls[:-1], now))
+        if sequence.kind in domain.ONE_CALL:
+            return first
     elif sequence.kind != "repeat":
         call = replace(second.calls[-1], release=sequence.kind == "reallocate")
-    numbered = first.inputs if sequence.kind in ("repeat", "refill", "refill_data", "retrained") else second.inputs
+    numbered = first.inputs if sequence.kind in ("repeat", "refill", "refill_data", "retrained", "stepped") else second.inputs
     return replace(second, calls=(*first.calls, call), backward_from=None if second.backward_from is None else len(first.calls), inputs=numbered)
 
 
@@ -323,6 +347,8 @@ class SequenceSuite:
                 continue
             if sequence.kind in domain.TWO_LAYERS and failing.get(function, set()) <= set(domain.TWO_LAYERS):  # right in every other sequence
                 found += self._crossed_backward(function, outcome, sequence)
+            elif sequence.kind in SECOND_PASSES and failing.get(function, set()) <= set(SECOND_PASSES):
+                found += self._second_pass(function, outcome, sequence)
             elif function in whole_answer and self.stale(outcome, sequence):
                 found.append(Finding(function, whole_answer[function], "forward", f"{function} answers with a result kept from an earlier call",
                                      f"When {function} was {SEQUENCE_KINDS[sequence.kind]}, the second call returned the first call's result: "
@@ -369,6 +395,16 @@ class SequenceSuite:
         first, second = self.ends(sequence)
         return (verdicts.values_verdict(outcome, first, "", self.value(sequence.first)).ok
                 and not verdicts.values_verdict(outcome, second, "", self.value(sequence.second)).ok)  # fmt: skip
+
+    def _second_pass(self, function: str, outcome: Outcome, sequence: CallSequence[Any]) -> list[Finding]:
+        """A finding when the last backward pass of a sequence of :data:`SECOND_PASSES` raised although every output was right:
+        the function cannot be differentiated twice (through one graph, or after a step on the same inputs)."""
+        if outcome.backward_error is None or not all(v.ok for v in self.judged(outcome, sequence)[:2]):
+            return []
+        component, title, because, advice = SECOND_PASSES[sequence.kind]
+        return [Finding(function, component, "gradients", title,
+                        f"When {function} was {SEQUENCE_KINDS[sequence.kind]}, every output was right but the last backward pass raised "
+                        f"{outcome.backward_error.rstrip('.')}: {because}", advice, aspect="gradients", explains=frozenset({"gradients"}))]  # fmt: skip
 
     def _crossed_backward(self, function: str, outcome: Outcome, sequence: CallSequence[Any]) -> list[Finding]:
         """A finding when, of two calls differentiated together, the second call's gradients are right and the first call's

@@ -615,8 +615,8 @@ class Run:
             return tensor
         if (base := self.expanded_from(data, layout)) is not None:
             return base.expand(data.shape)
-        if layout == "heads_permuted" and data.dim() >= 3:
-            return data.transpose(1, 2).contiguous().transpose(1, 2)
+        if layout == "heads_permuted" and data.dim() >= 3:  # token-major memory; with one head too, whose stride is then the token's
+            return data.transpose(1, 2).clone(memory_format=torch.contiguous_format).transpose(1, 2)
         return data
 
     def expanded_from(self, data: Any, layout: str) -> Any:
@@ -775,11 +775,15 @@ class Run:
                 self.cpu_s += time.process_time() - cpu
                 del args, kwargs
             self.results.append(result)
+            if "backward_now" in call:
+                now = call["backward_now"]
+                calls_now = self.backward([len(self.results) - 1], [self.arrays[now["cotangent"]]], ["contiguous"], bool(now.get("retain_graph")), False)
             facts = self.observe(result, call.get("max_elements"))
             if facts["exact_tensor"] and call.get("grad_mode") != "inference_mode" and self.server.facts.is_inference(result):
                 facts["inference_outside"] = True  # its caller, outside inference mode, can neither write into it nor differentiate it
             calls.append({"status": "returned", "seconds": time.perf_counter() - started, **facts}
-                         | ({} if left == called_in else {"grad_mode_left": bool(left)}))
+                         | ({} if left == called_in else {"grad_mode_left": bool(left)})
+                         | ({"backward_now": calls_now} if "backward_now" in call else {}))
             del result  # a later call may release it, and with it the inputs its graph holds
         for call, result in zip(calls[:-1], self.results):  # only a later call can have written into a result
             if call["status"] == "returned" and self.overwritten(result, call.get("value")):
@@ -915,12 +919,13 @@ class Run:
         facts = self.server.facts
         return bool(facts.shape(current) == facts.shape(before) and facts.equal(current, before))
 
-    def backward(self, indices: list[int], cotangents: list[Any], layouts: list[str]) -> dict[str, Any]:
+    def backward(self, indices: list[int], cotangents: list[Any], layouts: list[str], retain: bool = False, report: bool = True) -> dict[str, Any]:
         """Gradients of the sum of <result[i], cotangent_i> with respect to the inputs that require them.
 
         One pass for all: calls on separate inputs get their own gradients. Each cotangent is laid out in memory as
         ``layouts`` says, and so is the gradient that reaches the submission's backward pass (as when a model reads
-        the output through a transpose); a cotangent of ones is the result's plain sum instead (stride 0).
+        the output through a transpose); a cotangent of ones is the result's plain sum instead (stride 0). ``retain``:
+        the graph is kept for another pass; without ``report``, only the pass's status is sent (no gradient).
         """
         torch, server, facts = self.torch, self.server, self.server.facts
         outputs = [self.results[i] for i in indices]
@@ -958,15 +963,17 @@ class Run:
                 total = terms[0]
                 for term in terms[1:]:
                     total = server.add(total, term)
-            grads = self.accumulated(total, [self.leaves.get(i, self.tensors[i]) for i in wanted])
+            grads = self.accumulated(total, [self.leaves.get(i, self.tensors[i]) for i in wanted], retain)
         except BaseException as exc:
             return {"status": "raised", "error": server.describe_exception(exc)}
+        if not report:
+            return {"status": "ok"}
         found: dict[str, Any] = {}
         for i, grad in zip(wanted, grads):
             found[str(i)] = None if grad is None else self.add_array(grad)
         return {"status": "ok", "grads": found}
 
-    def accumulated(self, total: Any, inputs: list[Any]) -> list[Any]:
+    def accumulated(self, total: Any, inputs: list[Any], retain: bool = False) -> list[Any]:
         """The gradients of ``total`` with respect to ``inputs`` (None for one it does not reach), as a training loop gets them.
 
         ``total.backward()`` with no ``inputs`` argument, then each input's ``.grad``: reentrant checkpointing
@@ -979,7 +986,7 @@ class Run:
             facts.set_grad(tensor, None)
         cpu = time.process_time()
         try:
-            self.server.autograd_backward(total)
+            self.server.autograd_backward(total, retain_graph=retain)
             return [facts.grad(tensor) for tensor in inputs]
         finally:
             self.cpu_s += time.process_time() - cpu

@@ -44,7 +44,7 @@ import numpy as np
 
 from grader.exercises.diffattn import oracle
 from grader.exercises.diffattn.cases import ATTENTION, EXPANSIONS, INPUT_NAMES
-from grader.exercises.diffattn.probes import ATTENTION_GRADS, B, D, H, HANDLED_INPUTS, T, attention_subject, attention_values, identity_values, scales, truth
+from grader.exercises.diffattn.probes import ATTENTION_GRADS, B, D, H, HANDLED_INPUTS, PARAMETER_COMPONENTS, T, attention_subject, attention_values, identity_values, scales, truth
 from grader.toolkit import attention_maps, domain, findings, probes
 from grader.toolkit.findings import (
     FLOAT32_LIKE, Found, GradientRun, gradients_probe, is_right, layout_probe, listed, precision_finding, randomness_probe, unexplained_maps,
@@ -630,7 +630,7 @@ def length_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool
     return findings.length_probe(worker, ATTENTION, attention_subject, points, LENGTHS, truth, found, findings.TokenAxes("value", 2, 2, "value"))
 
 
-WIDTHS = (D, 8, 32, 40, 72)  # the probes' own head width; odd powers of two, where √D is none; past the slab widths 32 and 64
+WIDTHS = (D, 8, 32, 40, 72, 192)  # the probes' own head width; odd powers of two, where √D is none; past the slab widths 32 and 64 and the wide-head path at 128
 
 
 def width_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool:
@@ -794,7 +794,8 @@ def run(worker: Worker, rng: np.random.Generator, found: Found, forward: bool, g
         localised = localised or causal_flag_probe(worker, rng, found) or dependence_probe(worker, rng, found)
         if right and not localised:
             length_probe(worker, rng, found) or width_probe(worker, rng.spawn(1)[0], found) or stability_probe(worker, rng, found) or \
-                zero_rows_probe(worker, rng, found) or layout_probe(worker, attention_subject, values, found, EXPANSIONS)  # fmt: skip
+                zero_rows_probe(worker, rng, found) or layout_probe(worker, attention_subject, values, found, EXPANSIONS,
+                                                                                     PARAMETER_COMPONENTS[ATTENTION])  # fmt: skip
         elif not localised:
             precision_finding(found, ATTENTION, base, truth(values, True)) or precision_finding(found, ATTENTION, unmasked, truth(values, False))
     if gradients:

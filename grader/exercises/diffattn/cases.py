@@ -5,7 +5,7 @@ dtype, lengths around block sizes, memory layouts, argument bindings,
 autograd modes, call sequences) are the toolkit's (:mod:`grader.toolkit.domain`);
 this module knows the two functions' inputs: four lambda vectors, and the
 queries, keys, values and coefficient of differential attention. No input is
-ever all zeros.
+all zeros but where a case set says so (:func:`domain.zeroed`).
 
 Shapes, magnitudes, memory layouts and the way arguments are bound are drawn
 from the whole domain the contract allows, with extra weight where bugs live
@@ -90,10 +90,14 @@ class LambdaCase:
     activations: bool = False  # inputs that require grad are non-leaf views (domain.as_training_inputs)
     held_grads: bool = False  # leaf inputs that require grad hold a .grad before the call (domain.as_training_inputs)
     parameters: bool = False  # leaf inputs that require grad are torch.nn.Parameter (domain.as_training_inputs)
+    one_object: tuple[str, ...] = ()  # vectors passed as one tensor object (domain.hold_one_object)
+    note: str = ""
 
     def __post_init__(self) -> None:
-        """Vectors at one address hold the values they share (:func:`domain.hold_aliased`)."""
+        """Vectors at one address hold the values they share (:func:`domain.hold_aliased`); vectors passed as one tensor
+        hold its values (:func:`domain.hold_one_object`)."""
         domain.hold_aliased(self, LAMBDA_NAMES, (self.layout,) * len(LAMBDA_NAMES))
+        domain.hold_one_object(self, self.one_object)
 
     @property
     def function(self) -> str:
@@ -134,10 +138,12 @@ class LambdaCase:
             parts.append(f"{self.layout} vectors")
         if self.frozen:
             parts.append(f"{', '.join(self.frozen)} without requires_grad")
+        if self.one_object:
+            parts.append(domain.ONE_OBJECT + " and ".join(self.one_object))
         parts += domain.origin_labels(self)
         if self.grad_mode != "enabled" and not grads:
             parts.append(f"called under torch.{self.grad_mode}()")
-        return ", ".join(parts)
+        return domain.joined_notes(*parts, self.note)
 
 
 @dataclass(frozen=True)
@@ -164,12 +170,15 @@ class AttentionCase:
     activations: bool = False  # inputs that require grad are non-leaf views (domain.as_training_inputs)
     held_grads: bool = False  # leaf inputs that require grad hold a .grad before the call (domain.as_training_inputs)
     parameters: bool = False  # leaf inputs that require grad are torch.nn.Parameter (domain.as_training_inputs)
+    one_object: tuple[str, ...] = ()  # inputs passed as one tensor object (domain.hold_one_object)
 
     def __post_init__(self) -> None:
         """An input expanded along a dim holds its first element's values there (:func:`domain.hold_expanded`); inputs at
-        one address hold the values they share (:func:`domain.hold_aliased`)."""
+        one address hold the values they share (:func:`domain.hold_aliased`); inputs passed as one tensor hold its values
+        (:func:`domain.hold_one_object`)."""
         domain.hold_expanded(self, INPUT_NAMES)
         domain.hold_aliased(self, INPUT_NAMES, self.layouts)
+        domain.hold_one_object(self, self.one_object)
 
     @property
     def function(self) -> str:
@@ -221,6 +230,8 @@ class AttentionCase:
         parts = [f"B={b} H={h} T={t} D={d}", self.dtype, causal, coefficient]
         if self.frozen:
             parts.append(f"{', '.join(self.frozen)} without requires_grad")
+        if self.one_object:
+            parts.append(domain.ONE_OBJECT + " and ".join(self.one_object))
         parts += domain.origin_labels(self)
         if layouts := domain.layouts_label(INPUT_NAMES, self.layouts):
             parts.append(layouts)
@@ -280,6 +291,7 @@ def attention_case(
     ramp: bool | None = None,
     below: float | None = None,
     sink: float | None = None,
+    sink_key: int = 0,
     faint: int | None = None,
     layouts: tuple[str, ...] = ("contiguous",) * 5,
     frozen: tuple[str, ...] = (),
@@ -293,8 +305,8 @@ def attention_case(
     queries so that the largest scaled logit |q·k|/√D of either branch equals it.
     ``ramp`` (False: falling, True: rising) scales the keys along the tokens
     first (:func:`domain.token_ramp`). ``below`` makes every scaled logit of
-    both branches about −below (:func:`domain.far_below`). ``sink`` makes the
-    first key of both branches an attention sink (:func:`domain.attention_sink`);
+    both branches about −below (:func:`domain.far_below`). ``sink`` makes
+    key ``sink_key`` (the first) of both branches an attention sink (:func:`domain.attention_sink`);
     ``faint`` makes every key of both branches from that one on faint (:func:`domain.faint_keys`).
     """
     b, h, t, d = shape
@@ -307,7 +319,7 @@ def attention_case(
     if below is not None:
         (q1, k1), (q2, k2) = domain.far_below(q1, k1, below), domain.far_below(q2, k2, below)
     if sink is not None:
-        (q1, k1), (q2, k2) = domain.attention_sink(q1, k1, sink, tokens=2), domain.attention_sink(q2, k2, sink, tokens=2)
+        (q1, k1), (q2, k2) = (domain.attention_sink(q, k, sink, tokens=2, key=sink_key) for q, k in ((q1, k1), (q2, k2)))
     if faint is not None:
         (q1, k1), (q2, k2) = domain.faint_keys(q1, k1, faint, tokens=2), domain.faint_keys(q2, k2, faint, tokens=2)
     if coefficient is None:
@@ -400,6 +412,20 @@ def redrawn(case: _AnyCase, rng: np.random.Generator, renew: Renew = domain.fres
         case, q1=fresh(case.q1), k1=fresh(case.k1), q2=fresh(case.q2), k2=fresh(case.k2), value=fresh(case.value),
         cotangent=fresh(case.cotangent), coefficient=float(exact(coefficient, case.coefficient_dtype)),
     )  # fmt: skip
+
+
+RESCALED_LOGITS = {"float32": 300.0, "float64": 1000.0}  # past exp's range in each dtype: a shift kept from a call of ordinary logits overflows
+
+
+def rescaled(case: _AnyCase, rng: np.random.Generator) -> _AnyCase:
+    """``case`` redrawn (:func:`redrawn`), with each branch's queries scaled so that its largest scaled logit is
+    :data:`RESCALED_LOGITS` of the dtype (λ's vectors are only redrawn: its scale is its exponents')."""
+    new = redrawn(case, rng)
+    if isinstance(new, LambdaCase):
+        return new
+    target = RESCALED_LOGITS[new.dtype]
+    q1, q2 = (exact(q * target / _largest_logit(q, k), new.dtype) for q, k in ((new.q1, new.k1), (new.q2, new.k2)))
+    return replace(new, q1=q1, q2=q2)
 
 
 def shuffled(case: _AnyCase, rng: np.random.Generator) -> _AnyCase:

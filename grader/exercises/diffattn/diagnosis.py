@@ -20,6 +20,7 @@ from grader.core.invoke import Outcome
 from grader.core.plugin import GradingContext
 from grader.exercises.diffattn import attention_probes, expected, lambda_probes, suite
 from grader.exercises.diffattn import probes as attention_subjects
+from grader.exercises.diffattn.probes import PARAMETER_COMPONENTS
 from grader.exercises.diffattn.cases import ATTENTION, COEFFICIENT_KINDS, EXPANSIONS, INPUT_NAMES, LAMBDA, LAMBDA_NAMES, AttentionCase, LambdaCase
 from grader.exercises.diffattn.signatures import CONTRACT
 from grader.toolkit.verdicts import function_problem, values_verdict
@@ -65,13 +66,12 @@ STALE_COMPONENTS = {LAMBDA: "lambda"}
 KEYED = {"reflagged": {LAMBDA: ("lambda", "lambda_init"), ATTENTION: ("mask", "the causal flag")},
          "retyped": {LAMBDA: ("dtype", "the dtype"), ATTENTION: ("dtype", "the dtype")}}  # fmt: skip
 """What state kept between calls that ignores a change of the option or of the dtype belongs to (see SequenceSuite.memo_findings)."""
-PARAMETER_COMPONENTS = {LAMBDA: {"*": "lambda"},
-                        ATTENTION: {**dict.fromkeys(INPUT_NAMES[:4], "branch"), "value": "value", "coefficient": "coefficient", "causal": "mask"}}
-"""Per function, the component a parameter misnamed or misplaced in a submitted signature belongs to (a swapped query and
-key pair the branches' inputs wrongly; every λ parameter is λ's formula)."""
 EXPANDED_INPUTS = "the inputs' expansion"
+# A call that raises only when one tensor is passed for several arguments most likely wrote into one of them in place: the
+# write is then seen through the other argument too (two equal tensors keep it to one).
 ATTRIBUTE_COMPONENTS = {"the memory layout": "strided", domain.LAST_AXIS_STEPS: "strided", "the coefficient": "coefficient",
-                        "the inputs' dtype": "dtype", "causal": "mask", "the autograd mode": "graph", EXPANDED_INPUTS: "strided"}  # fmt: skip
+                        "the inputs' dtype": "dtype", "causal": "mask", "the autograd mode": "graph", EXPANDED_INPUTS: "strided",
+                        domain.PASSED_AS_ONE: "mutation"}  # fmt: skip
 
 
 def name_shape(function: str, got: tuple[int, ...], expected: tuple[int, ...], made: Mapping[str, str]) -> tuple[str, str, str, str] | None:
@@ -122,7 +122,8 @@ def _attributes(case: LambdaCase | AttentionCase, grads: bool) -> dict[str, str]
         trainable[slips.ORIGIN] = slips.origin(case.activations, case.held_grads, case.parameters)
     if isinstance(case, LambdaCase):
         return found | {"the memory layout": "non-contiguous" if case.layout != "contiguous" else "contiguous",
-                        domain.LAST_AXIS_STEPS: domain.last_axis_steps((case.layout,))} | trainable
+                        domain.LAST_AXIS_STEPS: domain.last_axis_steps((case.layout,)),
+                        domain.PASSED_AS_ONE: domain.passed_as_one(case.one_object)} | trainable
     coefficient = f"computed by {LAMBDA}" if case.lambda_case is not None else COEFFICIENT_KINDS[case.coefficient_kind]
     causal = "left out" if case.causal is None else str(case.causal)
     layout = "non-contiguous" if any(layout != "contiguous" for layout in case.layouts) else "contiguous"
@@ -130,7 +131,7 @@ def _attributes(case: LambdaCase | AttentionCase, grads: bool) -> dict[str, str]
     return found | {"the coefficient": coefficient, "causal": causal, "the memory layout": layout,
                     domain.LAST_AXIS_STEPS: domain.last_axis_steps(case.layouts),
                     EXPANDED_INPUTS: domain.expanded_inputs(case.layouts, EXPANSIONS), domain.TOKENS: domain.token_count(case.q1.shape[-2]),
-                    TIED: "equal to the first's in value" if tied else "its own",
+                    TIED: "equal to the first's in value" if tied else "its own", domain.PASSED_AS_ONE: domain.passed_as_one(case.one_object),
                     slips.HEAD_WIDTH: str(case.q1.shape[-1])} | trainable  # fmt: skip
 
 
@@ -145,9 +146,9 @@ def observed(grading: GradingContext) -> list[Observed]:
             public = set_name not in HIDDEN_SETS
             attributes = _attributes(case, grads)
             if isinstance(case, LambdaCase):
-                found.append(Observed(LAMBDA, outcome, 0, (), case.dtype, attributes, LAMBDA_NAMES, grads, public))
+                found.append(Observed(LAMBDA, outcome, 0, (), case.dtype, attributes, domain.tensor_names(LAMBDA_NAMES, case.one_object), grads, public))
                 continue
-            names: tuple[str, ...] = (*INPUT_NAMES, "coefficient")
+            names = domain.tensor_names((*INPUT_NAMES, "coefficient"), case.one_object)
             if case.lambda_case is not None:  # the request's tensors: λ's four vectors, then attention's five
                 lam = case.lambda_case
                 found.append(Observed(LAMBDA, outcome, 0, (), lam.dtype, _attributes(lam, grads), LAMBDA_NAMES + ("",) * 5, grads, public))

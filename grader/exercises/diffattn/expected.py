@@ -68,8 +68,9 @@ def _lambda_vector_grads(case: LambdaCase, upstream: float, upstream_magnitude: 
 
 @_per_case
 def lambda_grads(case: LambdaCase) -> dict[str, Truth]:
-    """Gradients of upstream·lambda with respect to q1, k1, q2, k2."""
-    return _lambda_vector_grads(case, case.upstream, abs(case.upstream), 0.0)
+    """Gradients of upstream·lambda with respect to q1, k1, q2, k2 (of a tensor passed for several of them, read at its first
+    name: :func:`domain.merged_truths`)."""
+    return domain.merged_truths(_lambda_vector_grads(case, case.upstream, abs(case.upstream), 0.0), case.one_object)
 
 
 def coefficient_of(case: AttentionCase) -> float:
@@ -126,8 +127,9 @@ def attention_output(case: AttentionCase) -> Truth:
 
 def attention_grads(case: AttentionCase) -> dict[str, Truth]:
     """Gradients of <cotangent, O> for every input (an expanded input's read at the tensor it expands:
-    :func:`domain.read_where_expanded`); for a tensor or computed coefficient too (see :func:`_attention_grads`)."""
-    return domain.read_where_expanded(_attention_grads(case), ATTENTION_INPUTS, case.layouts)
+    :func:`domain.read_where_expanded`; of a tensor passed for several inputs, at its first name: :func:`domain.merged_truths`);
+    for a tensor or computed coefficient too (see :func:`_attention_grads`)."""
+    return domain.merged_truths(domain.read_where_expanded(_attention_grads(case), ATTENTION_INPUTS, case.layouts), case.one_object)
 
 
 @_per_case

@@ -20,7 +20,7 @@ import numpy as np
 
 from grader.exercises.diffattn import oracle
 from grader.exercises.diffattn.cases import LAMBDA, LAMBDA_NAMES
-from grader.exercises.diffattn.probes import lambda_subject
+from grader.exercises.diffattn.probes import PARAMETER_COMPONENTS, lambda_subject
 from grader.toolkit.findings import (
     FLOAT32_LIKE, Found, GradientRun, gradients_probe, is_right, layout_probe, precision_finding, randomness_probe, replayed_runs,
     rounding_probe,
@@ -216,7 +216,7 @@ def run(worker: Worker, rng: np.random.Generator, found: Found, forward: bool, g
         localised = lambda_structure_probe(worker, rng, found) or lambda_dependence_probe(worker, rng, found)
         localised = localised or lambda_range_probe(worker, rng, found) or lambda_length_probe(worker, rng, found)
         if not localised and base.size == 1:
-            precision_finding(found, LAMBDA, base.reshape(()), np.asarray(lambda_truth(values))) or layout_probe(worker, lambda_subject, values, found)
+            precision_finding(found, LAMBDA, base.reshape(()), np.asarray(lambda_truth(values))) or layout_probe(worker, lambda_subject, values, found, handled_by=PARAMETER_COMPONENTS[LAMBDA])
     if gradients:
         tied = {**values, "q2": values["q1"], "k2": values["k1"]}  # the two exponentials equal: a log of their difference is −∞
         runs = [GradientRun(values, grads) for grads in LAMBDA_RUNS] + replayed_runs(values, replayed, LAMBDA_RUNS)

@@ -29,6 +29,11 @@ from grader.toolkit.probes import Built, Layout, Subject, Values, layout_of
 
 B, H, T, D = 2, 2, 5, 3
 ATTENTION_GRADS = (*INPUT_NAMES, "coefficient")
+PARAMETER_COMPONENTS = {LAMBDA: {"*": "lambda"},
+                        ATTENTION: {**dict.fromkeys(INPUT_NAMES[:4], "branch"), "value": "value", "coefficient": "coefficient", "causal": "mask"}}
+"""Per function, the component that handles each parameter: the part at fault when a parameter is misnamed or misplaced
+in a submitted signature (a swapped query and key pair the branches' inputs wrongly; every λ parameter is λ's formula),
+or when passing one tensor for it and another changes the answer."""
 HANDLED_INPUTS = {"coefficient": "coefficient"}
 """The inputs one part of differential_attention handles, and that part (not the graph itself): an output cut off from
 autograd, or a gradient hidden from it, for that input alone is that part's fault."""

@@ -104,22 +104,27 @@ def lambda_limits(seed: int) -> list[LambdaCase]:
 @SETS.register(hidden=True)
 def lambda_strided(seed: int) -> list[LambdaCase]:
     """Sliced vectors, slices of a fused buffer, vectors at a storage offset and vectors at one address of one storage, both
-    dtypes."""
+    dtypes; then one tensor object passed as q1 and q2, as k1 and k2, as q1 and k1, and as all four vectors
+    (:func:`domain.hold_one_object`), lambda_init left out once."""
     rng = domain.generator(seed, "lambda_strided")
     return domain.cycled_modes([
-        cases.lambda_case(rng, int(rng.integers(1, 33)), dtype, 0.2, layout=layout, binding=binding)
-        for dtype, layout, binding in (("float32", "sliced", "keyword"), ("float64", "fused", "positional"),
-                                       ("float32", "offset", "names"), ("float64", "sliced", "keyword"),
-                                       ("float32", domain.ALIASED, "keyword"), ("float64", domain.ALIASED, "names"))  # fmt: skip
-    ])
+        *(cases.lambda_case(rng, int(rng.integers(1, 33)), dtype, 0.2, layout=layout, binding=binding)
+          for dtype, layout, binding in (("float32", "sliced", "keyword"), ("float64", "fused", "positional"),
+                                         ("float32", "offset", "names"), ("float64", "sliced", "keyword"),
+                                         ("float32", domain.ALIASED, "keyword"), ("float64", domain.ALIASED, "names"))),
+        *(replace(cases.lambda_case(rng, int(rng.integers(1, 33)), dtype, init, binding=binding), one_object=names)
+          for names, dtype, init, binding in ((("q1", "q2"), "float32", None, "keyword"), (("k1", "k2"), "float64", 0.2, "positional"),
+                                              (("q1", "k1"), "float32", 0.5, "names"), (cases.LAMBDA_NAMES, "float64", 0.2, "keyword"))),
+    ])  # fmt: skip
 
 
 @SETS.register
 def attention_causal(seed: int) -> list[AttentionCase]:
     """Causal cases: T from 1 to 320 (next to block sizes half the time, once past 256), D from 1 to 64, both dtypes, causal omitted, by name and by
     position, padding-like rows of zeros; once T from 1025 to 1040 under inference_mode (:func:`domain.model_scale`); then
-    B = H = T = 2D (:func:`cases.coinciding_shapes`) and (batch, head) pairs past every block size
-    (:func:`cases.many_problems`); last, a float32 call under inference_mode past a context window of 2048 tokens
+    B = H = T = 2D (:func:`cases.coinciding_shapes`), (batch, head) pairs past every block size
+    (:func:`cases.many_problems`) and 24 pairs with D from 128 to 256 (:func:`domain.model_scale`, ``wide``); last, a
+    float32 call under inference_mode past a context window of 2048 tokens
     (:func:`domain.past_context`) whose first key is an attention sink (:func:`domain.attention_sink`)."""
     rng = domain.generator(seed, "attention_causal")
     return domain.cycled_modes([
@@ -135,6 +140,7 @@ def attention_causal(seed: int) -> list[AttentionCase]:
         domain.cycled_modes([
             cases.attention_case(rng, cases.coinciding_shapes(rng)[0], "float64", True),
             cases.attention_case(rng, cases.many_problems(rng), "float32", True),
+            cases.attention_case(rng, domain.model_scale(rng, long=False, wide=True), "float64", True),
         ]) + [replace(cases.attention_case(rng, domain.past_context(rng), "float32", True, sink=domain.SINK_LOGIT),
                                     grad_mode=domain.LONG_CALL_MODE)]  # fmt: skip
 
@@ -142,7 +148,7 @@ def attention_causal(seed: int) -> list[AttentionCase]:
 @SETS.register
 def attention_noncausal(seed: int) -> list[AttentionCase]:
     """causal=False cases: T from 1 to 320 (once past 256), D from 1 to 64, both dtypes, by name and by position; once 24
-    (batch, head) pairs with D from 65 to 128 (:func:`domain.model_scale`); then B = H = T = D and B = H = T = 2D
+    (batch, head) pairs over 24 to 64 tokens (a multiple of 8) with D from 65 to 256 (:func:`domain.model_scale`); then B = H = T = D and B = H = T = 2D
     (:func:`cases.coinciding_shapes`), and (batch, head) pairs past every block size."""
     rng = domain.generator(seed, "attention_noncausal")
     return domain.cycled_modes([
@@ -163,7 +169,8 @@ def attention_coefficients(seed: int) -> list[AttentionCase]:
     """Negative, zero, exactly one, greater-than-one, int and 0-dim tensor (also float64 with float32 inputs, and int64, a
     signed integer dtype the contract allows) coefficients; then coefficients of magnitude 1e-8 to 1e-3
     (:func:`cases.small_coefficient`), a Python float and a tensor, in float64, in each autograd mode; last, exactly one with
-    q2 = q1 (keys that differ) and with k2 = k1 (queries that differ)."""
+    q2 = q1 (keys that differ) and with k2 = k1 (queries that differ); then one tensor object passed as k1 and k2, as q1 and
+    q2, and as all four queries and keys (:func:`domain.hold_one_object`), T of 2 or more."""
     rng = domain.generator(seed, "attention_coefficients")
     shape = functools.partial(domain.domain_shape, rng, 2, 70)
     return domain.cycled_modes([
@@ -180,6 +187,8 @@ def attention_coefficients(seed: int) -> list[AttentionCase]:
           for causal, kind in ((True, "float"), (False, "tensor"), (None, "float"))),
         *(cases.identical_branches(cases.attention_case(rng, shape(), dtype, True), 1.0, tied=(tied,))
           for tied, dtype in (("q", "float64"), ("k", "float32"))),
+        *(replace(cases.attention_case(rng, shape(), dtype, causal), one_object=names)
+          for names, dtype, causal in ((("k1", "k2"), "float32", True), (("q1", "q2"), "float64", None), (cases.INPUT_NAMES[:4], "float32", True))),
     ])  # fmt: skip
 
 
@@ -190,9 +199,12 @@ def attention_large_logits(seed: int) -> list[AttentionCase]:
     tokens, keys that fall or rise along the sequence (the maxima of early and late key blocks far apart); every logit of a
     call far below zero (−150 to −400 in float32, −800 to −1500 in float64: exp of each underflows); keys rising to the
     last, shorter block of a sequence past every block size (:func:`domain.past_every_block`); and every logit of a causal
-    float64 call below the finite numbers a mask may use for −∞ (:data:`domain.BELOW_FINITE_MASKS`)."""
+    float64 call below the finite numbers a mask may use for −∞ (:data:`domain.BELOW_FINITE_MASKS`); last, a float32
+    causal=False call of 1025 to 1040 tokens under inference_mode whose key at an odd position in the second half draws
+    scaled logits of about 150 to 300 above every other key (past 89, where exp overflows float32, for every query:
+    :func:`domain.off_every_stride`; a shift taken over a sample of the keys misses it)."""
     rng = domain.generator(seed, "attention_large_logits")
-    return domain.cycled_modes([
+    found = domain.cycled_modes([
         *(cases.attention_case(rng, domain.domain_shape(rng, 65), "float32", True, max_logit=float(rng.uniform(200, 1000)), ramp=rising)
           for rising in (False, True)),  # fmt: skip
         cases.attention_case(rng, (1, 2, 6, 8), "float32", True, max_logit=float(rng.uniform(100, 250))),
@@ -206,13 +218,18 @@ def attention_large_logits(seed: int) -> list[AttentionCase]:
                              max_logit=float(rng.uniform(200, 1000)), ramp=True),
         cases.attention_case(rng, domain.domain_shape(rng, 2, 60), "float64", True, below=float(rng.uniform(*domain.BELOW_FINITE_MASKS))),
     ])
+    shape = domain.model_scale(rng, long=True)
+    spike = cases.attention_case(rng, shape, "float32", False, sink=float(rng.uniform(150, 300)), sink_key=domain.off_every_stride(rng, shape[2]))
+    return [*found, replace(spike, grad_mode=domain.LONG_CALL_MODE)]
 
 
 @SETS.register(hidden=True)
 def attention_strided(seed: int) -> list[AttentionCase]:
     """Transposed, head-permuted, sliced, fused-projection and offset views as inputs (each input in each of them once, with
     B and H above 1), all inputs in one storage, all at one address of one storage, inputs expanded over the batch, the heads and the tokens (each input in
-    turn left out, then all together), both dtypes, tensor coefficient."""
+    turn left out, then all together), both dtypes, tensor coefficient; last, one head stored token-major (heads
+    permuted with H = 1: `is_contiguous()` holds, since a size-1 axis's stride is not compared, yet the head stride is the
+    token stride, not T·D) with two or three batch elements."""
     rng = domain.generator(seed, "attention_strided")
     return domain.cycled_modes([
         *(cases.attention_case(rng, (2, 3, domain.sequence_length(rng, 2, 40), domain.head_width(rng, 16)), dtype, True,
@@ -228,6 +245,8 @@ def attention_strided(seed: int) -> list[AttentionCase]:
         *(cases.attention_case(rng, (int(rng.integers(2, 4)), 2, domain.sequence_length(rng, 2, 40), domain.head_width(rng, 16)), dtype,
                                True, coefficient_kind="tensor", layouts=layouts)
           for layouts, dtype in zip(domain.expanded_together(axes=tuple(cases.EXPANSIONS)), itertools.cycle(("float64", "float32")))),  # fmt: skip
+        cases.attention_case(rng, (int(rng.integers(2, 4)), 1, domain.sequence_length(rng, 2, 40), domain.head_width(rng, 16)), "float64",
+                             True, coefficient_kind="tensor", layouts=("heads_permuted",) * 5),  # fmt: skip
     ])
 
 
@@ -239,7 +258,9 @@ FROZEN_PATTERNS = ((), ("q1",), ("k1",), ("q2",), ("k2",), ("value",), ("coeffic
 def attention_gradients(seed: int) -> list[AttentionCase]:
     """Gradient cases: every input frozen alone and in groups, tensor (also exactly 0 and 1, and int64), int and Python-float coefficients, T up to 320,
     a value feature zero at every token (the first call of heads wider than one), logits up to 1000; T past 512 without the mask and with it (:data:`domain.ONE_PAST_BLOCKS`); both branches equal in value;
-    keys past the first 128 faint (:func:`domain.faint_keys`); last, the first call again differentiated as output.sum() (:func:`domain.summed`)."""
+    keys past the first 128 faint (:func:`domain.faint_keys`); one tensor passed as q1 and k1, then as all four queries and keys
+    (:func:`domain.hold_one_object`); q1, then k2, all zeros (:func:`domain.zeroed`); last, the first call again
+    differentiated as output.sum() (:func:`domain.summed`)."""
     rng = domain.generator(seed, "attention_gradients")
     kinds = ("tensor", "tensor", "float", "tensor", "int", "float64 tensor", "tensor", "float", "tensor", "tensor")
     found = []
@@ -270,6 +291,13 @@ def attention_gradients(seed: int) -> list[AttentionCase]:
         # the keys past the first 128 faint: a backward pass that skips a block of tiny weights zeroes those keys' gradients
         cases.attention_case(rng, (1, 1, domain.ONE_PAST_BLOCKS, domain.head_width(rng, 4)), "float64", True, coefficient_kind="tensor",
                              faint=domain.FIRST_FAINT),
+        # one tensor as the queries and the keys (a shared projection), then as all four: its gradient is the sum of theirs
+        replace(cases.attention_case(rng, domain.domain_shape(rng, 2, 40, 16), "float64", True, coefficient_kind="tensor"), one_object=("q1", "k1")),
+        replace(cases.attention_case(rng, domain.domain_shape(rng, 2, 40, 16), "float32", False, coefficient_kind="tensor"),
+                one_object=cases.INPUT_NAMES[:4]),
+        # a zero-initialised query and key: their gradients are not zero
+        domain.zeroed(cases.attention_case(rng, domain.domain_shape(rng, 2, 40, 16), "float64", True, coefficient_kind="tensor"), "q1"),
+        domain.zeroed(cases.attention_case(rng, domain.domain_shape(rng, 2, 40, 16), "float32", None, coefficient_kind="tensor"), "k2"),
     ]  # fmt: skip
     return domain.as_training_inputs([*found, domain.summed(found[0])])
 
@@ -292,13 +320,18 @@ def frozen_subsets(seed: int) -> list[AttentionCase]:
 @SETS.register
 def lambda_frozen_subsets(seed: int) -> list[LambdaCase]:
     """One case per subset of q1, k1, q2, k2 that requires grad (every one but the empty set); then vectors of length 1, each
-    alone requiring grad."""
+    alone requiring grad; then one tensor passed as all four vectors and as q1 and q2 (:func:`domain.hold_one_object`), and
+    q1, then k2, all zeros (:func:`domain.zeroed`)."""
     rng = domain.generator(seed, "lambda_frozen_subsets")
     bases = [cases.lambda_case(rng, int(rng.integers(1, 9)), dtype, 0.2) for dtype in ("float64", "float32")]
     subsets = [replace(bases[mask % 2], frozen=tuple(n for bit, n in enumerate(cases.LAMBDA_NAMES) if not mask >> bit & 1))
                for mask in range(1, 2 ** len(cases.LAMBDA_NAMES))]  # fmt: skip
-    return domain.as_training_inputs(subsets + [replace(cases.lambda_case(rng, 1, ("float64", "float32")[i % 2], 0.2), frozen=frozen)
-                                            for i, frozen in enumerate(domain.trainable_alone(cases.LAMBDA_NAMES))])  # fmt: skip
+    alone = [replace(cases.lambda_case(rng, 1, ("float64", "float32")[i % 2], 0.2), frozen=frozen)
+             for i, frozen in enumerate(domain.trainable_alone(cases.LAMBDA_NAMES))]  # fmt: skip
+    shared = [replace(cases.lambda_case(rng, int(rng.integers(1, 9)), dtype, init), one_object=names)
+              for names, dtype, init in ((cases.LAMBDA_NAMES, "float64", 0.2), (("q1", "q2"), "float32", None))]  # fmt: skip
+    blank = [domain.zeroed(cases.lambda_case(rng, int(rng.integers(1, 9)), dtype, 0.2), name) for name, dtype in (("q1", "float64"), ("k2", "float32"))]
+    return domain.as_training_inputs(subsets + alone + shared + blank)
 
 
 @SETS.register
@@ -357,33 +390,33 @@ def sequences(seed: int) -> list[CallSequence[LambdaCase | AttentionCase]]:
 
 
 VARIATIONS: Variations[Any] = Variations(cases.redrawn, cases.retyped, cases.reflagged, cases.resized, cases.layered, cases.stacked,
-                                         cases.shuffled)
+                                         cases.shuffled, cases.rescaled)
 
 
 def lambda_request(case: LambdaCase, requires_grad: bool = False) -> Request:
     """One differential_lambda call; with gradients, a backward pass with the case's upstream value."""
-    vectors = tuple(
+    vectors = domain.one_object([
         TensorInput(v, case.dtype, requires_grad and case.requires_grad(name), case.layout, case.activations, case.held_grads, case.parameters)
         for v, name in zip(case.vectors, cases.LAMBDA_NAMES)
-    )
+    ], cases.LAMBDA_NAMES, case.one_object)  # fmt: skip
     call = bound_call(LAMBDA, cases.LAMBDA_NAMES, vectors, "lambda_init", case.lambda_init, case.binding, case.keyword_order)
     if not requires_grad:
-        return Request((replace(call, grad_mode=case.grad_mode),), inputs=vectors)
-    return Request((call,), backward_from=0, cotangent=domain.exact(case.upstream, case.dtype), inputs=vectors)
+        return Request((replace(call, grad_mode=case.grad_mode),), inputs=domain.distinct(vectors))
+    return Request((call,), backward_from=0, cotangent=domain.exact(case.upstream, case.dtype), inputs=domain.distinct(vectors))
 
 
 def attention_request(case: AttentionCase, requires_grad: bool = False) -> Request:
     """One differential_attention call (after differential_lambda for a composed case)."""
-    inputs = tuple(
+    inputs = domain.one_object([
         TensorInput(x, case.dtype, requires_grad and case.requires_grad(name), layout, case.activations, case.held_grads, case.parameters)
         for x, layout, name in zip(case.inputs, case.layouts, cases.INPUT_NAMES)
-    )
+    ], cases.INPUT_NAMES, case.one_object)  # fmt: skip
     calls: tuple[Call, ...] = ()
-    numbered: tuple[TensorInput, ...] = inputs
+    numbered: tuple[TensorInput, ...] = domain.distinct(inputs)
     coefficient: Any = case.coefficient
     if case.lambda_case is not None:
         composed = lambda_request(case.lambda_case, requires_grad)
-        calls, numbered = composed.calls, composed.inputs + inputs
+        calls, numbered = composed.calls, composed.inputs + numbered
         coefficient = ResultOf(0)
     elif case.coefficient_is_tensor:
         grad = requires_grad and case.requires_grad("coefficient")
@@ -505,11 +538,12 @@ def value_verdicts(grading: GradingContext, case_set: CaseSet[LambdaCase | Atten
 def gradient_positions(case: LambdaCase | AttentionCase) -> dict[str, int]:
     """Input name -> tensor number in the case's request, for the inputs whose gradients are requested."""
     if isinstance(case, LambdaCase):
-        return {name: i for i, name in enumerate(cases.LAMBDA_NAMES) if case.requires_grad(name)}
+        return {name: i for i, name in enumerate(domain.tensor_names(cases.LAMBDA_NAMES, case.one_object)) if case.requires_grad(name)}
     if case.lambda_case is not None:
         vectors = {f"lambda_{n}": i for i, n in enumerate(cases.LAMBDA_NAMES) if case.lambda_case.requires_grad(n)}
         return {**vectors, **{n: i + 4 for i, n in enumerate(cases.INPUT_NAMES) if case.requires_grad(n)}}
-    return {name: i for i, name in enumerate((*cases.INPUT_NAMES, "coefficient")) if case.requires_grad(name)}
+    names = domain.tensor_names((*cases.INPUT_NAMES, "coefficient"), case.one_object)
+    return {name: i for i, name in enumerate(names) if case.requires_grad(name)}
 
 
 SEQUENCES = SequenceSuite(sequences, case_request, gradient_positions, expected.case_value, expected.case_grads,
