@@ -257,3 +257,10 @@ def test_a_gated_product_in_the_log_domain_loses_its_gradient_points(tmp_path: P
     for seed in SEEDS:
         run = grade(tmp_path / "log_gate.py", tmp_path / str(seed), seed, "--exercise", "diff_v2", "--tiers", "T3")
         assert run.check("diff_v2_query_key_gradients")["status"] == "failed" and "NaN" in run.check("diff_v2_query_key_gradients")["message"]
+
+
+def test_one_head_stored_token_major_is_contiguous_to_the_slip_analysis() -> None:
+    """Heads permuted with one head pass is_contiguous(), and the slip analysis words them contiguous; with more heads, or any
+    other layout but the contiguous one, they are not."""
+    assert not domain.non_contiguous("heads_permuted", (2, 1, 5, 3)) and domain.non_contiguous("heads_permuted", (2, 2, 5, 3))
+    assert domain.non_contiguous("offset", (2, 1, 5, 3)) and not domain.non_contiguous("contiguous", (2, 2, 5, 3))

@@ -416,6 +416,13 @@ def every_layout(rng: np.random.Generator, count: int = 5) -> list[tuple[str, ..
     return [*rotations, (PACKED,) * count, (ALIASED,) * count]
 
 
+def non_contiguous(layout: str, shape: Sequence[int]) -> bool:
+    """Whether an input of ``layout`` and ``shape`` is laid out other than contiguously, as the slip analysis words a call:
+    heads permuted with one head are contiguous to torch (``is_contiguous()`` compares no stride of a size-1 axis), and
+    code that tests it treats them so."""
+    return layout != "contiguous" and not (layout == "heads_permuted" and len(shape) >= 3 and shape[1] == 1)
+
+
 def layouts_label(names: Sequence[str], layouts: Sequence[str]) -> str:
     """How a call's inputs ``names`` sit in memory (one layout each), for messages; "" when every one is contiguous."""
     shown = [(name, layout) for name, layout in zip(names, layouts) if layout != "contiguous"]

@@ -126,7 +126,7 @@ def _attributes(case: LambdaCase | AttentionCase, grads: bool) -> dict[str, str]
                         domain.PASSED_AS_ONE: domain.passed_as_one(case.one_object)} | trainable
     coefficient = f"computed by {LAMBDA}" if case.lambda_case is not None else COEFFICIENT_KINDS[case.coefficient_kind]
     causal = "left out" if case.causal is None else str(case.causal)
-    layout = "non-contiguous" if any(layout != "contiguous" for layout in case.layouts) else "contiguous"
+    layout = "non-contiguous" if any(domain.non_contiguous(layout, x.shape) for layout, x in zip(case.layouts, case.inputs)) else "contiguous"
     tied = np.array_equal(case.q1, case.q2) and np.array_equal(case.k1, case.k2)
     return found | {"the coefficient": coefficient, "causal": causal, "the memory layout": layout,
                     domain.LAST_AXIS_STEPS: domain.last_axis_steps(case.layouts),
