@@ -231,8 +231,8 @@ def lookup_table(bundle: Path) -> str:
     data = json.loads((bundle / DATA_FILE).read_text())
     table = {}
     for call in data["calls"].values():
-        if "expected" not in call or len(call["request"]["calls"]) != 1:  # single calls (a sequence has two answers)
-            continue
+        if "expected" not in call or len(call["request"]["calls"]) != 1 or isinstance(call["expected"], list):
+            continue  # single calls (a sequence has two answers, also one of a single call differentiated twice)
         request = call["request"]
         made = request["calls"][-1]
         names, defaults = PARAMETERS[made["function"]]

@@ -64,10 +64,10 @@ def outcomes_of(worker: Any, case_set: CaseSet[Any] = SET, grads: bool = False) 
 
 
 def test_a_case_set_goes_in_one_round_trip_with_the_same_outcomes() -> None:
-    """Twelve cases, one trip; each outcome holds the same values as the case asked for alone."""
+    """Thirteen cases, one trip; each outcome holds the same values as the case asked for alone."""
     worker = OracleWorker()
     together = outcomes_of(worker)
-    assert worker.trips == [("run_each", len(LENGTHS))] and len(set(LENGTHS)) == len(LENGTHS) == 12
+    assert worker.trips == [("run_each", len(LENGTHS))] and len(set(LENGTHS)) == len(LENGTHS) == 13
     for case, found in zip(suite.attention_causal(SEED), together):
         alone = invoke(OracleWorker(), suite.attention_request(case))  # type: ignore[arg-type]
         assert found.failure is None and len(found.results) == 1

@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 from grader.exercises.diffattn import expected, suite, toy
 from grader.exercises.diffattn.cases import INPUT_NAMES, LAMBDA_NAMES, AttentionCase, LambdaCase
+from grader.toolkit import domain
 from grader.toolkit.casesets import CaseSet
 from grader.toolkit.handout import Calls, Handout
 from grader.toolkit.tolerance import Truth
@@ -29,11 +30,12 @@ TRUTHS: dict[CaseSet[Any], Callable[[AttentionCase], Truth]] = {
 
 
 def _tensor_names(case: AttentionCase | LambdaCase) -> list[str]:
-    """The names of a request's input tensors, in the order of its ``inputs`` (the truths' keys)."""
+    """The names of a request's input tensors, in the order of its ``inputs`` (the truths' keys; a tensor passed for several
+    arguments named after the first: :func:`domain.tensor_names`)."""
     if isinstance(case, LambdaCase):
-        return list(LAMBDA_NAMES)
+        return list(domain.tensor_names(LAMBDA_NAMES, case.one_object))
     names = [f"lambda_{n}" for n in LAMBDA_NAMES] if case.lambda_case is not None else []
-    return names + list(INPUT_NAMES) + (["coefficient"] if case.coefficient_is_tensor else [])
+    return names + list(domain.tensor_names((*INPUT_NAMES, *(["coefficient"] if case.coefficient_is_tensor else [])), case.one_object))
 
 
 def _offset_pairs(handout: Handout, seed: int, calls: Calls) -> dict[str, Any]:
