@@ -458,8 +458,6 @@ def hold_aliased(case: Any, names: Sequence[str], layouts: Sequence[str]) -> Non
             object.__setattr__(case, name, values)
 
 
-ONE_OBJECT = "one tensor object passed as "
-"""How a case label opens the list of the arguments that a call passes one tensor object for (:func:`hold_one_object`)."""
 PASSED_AS_ONE = "the arguments passed as one tensor object"
 """How a slip analysis names :func:`passed_as_one`."""
 
@@ -467,6 +465,12 @@ PASSED_AS_ONE = "the arguments passed as one tensor object"
 def passed_as_one(names: Sequence[str]) -> str:
     """The arguments a call passes one tensor object for (:func:`hold_one_object`), in words for the slip analysis."""
     return " and ".join(names) or "none"
+
+
+def one_object_labels(case: Any) -> list[str]:
+    """How a case (a dataclass with a ``one_object`` field) passes one tensor object for several arguments, for its label
+    ("one tensor object passed as q1 and k1"); none when every argument is its own tensor."""
+    return [f"one tensor object passed as {passed_as_one(case.one_object)}"] if case.one_object else []
 
 
 def hold_one_object(case: Any, names: Sequence[str]) -> None:

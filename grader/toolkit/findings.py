@@ -126,15 +126,15 @@ def layout_probe(worker: Worker, subject: Callable[..., Subject], values: Values
     compared += [(where, pairs[2 * n], probes.output(pairs[2 * n + 1])) for n, (where, _, _) in enumerate(shaped)]
     failing = [(where, o) for where, o, right in compared if right is not None and not is_right(probes.output(o), right)]
     ones = pairs[2 * len(shaped) :]
-    read = [(f"{a} and {b}", ones[2 * n], probes.output(ones[2 * n + 1])) for n, (a, b) in enumerate(alike)]
-    tied = [(names, o) for names, o, right in read if right is not None and not is_right(probes.output(o), right)]
+    read = [(pair, ones[2 * n], probes.output(ones[2 * n + 1])) for n, pair in enumerate(alike)]
+    tied = [(pair, o) for pair, o, right in read if right is not None and not is_right(probes.output(o), right)]
     if tied:
-        names, outcome = tied[0]
-        distinct = "two distinct tensors holding the same values"
+        (first, _), outcome = tied[0]
+        names = listed(tied[0][0])
+        two_tensors = "two distinct tensors holding the same values"
         error = probes.raised_text(outcome)
-        what = f"raises {error.rstrip('.')} (it does not with {distinct})" if error else f"gives another output than with {distinct}"
-        also = f" (so it does with one tensor as {', '.join(n for n, _ in tied[1:])})" if len(tied) > 1 else ""
-        first = names.split(" and ")[0]
+        what = f"raises {error.rstrip('.')} (it does not with {two_tensors})" if error else f"gives another output than with {two_tensors}"
+        also = f" (so it does with one tensor as {', '.join(listed(pair) for pair, _ in tied[1:])})" if len(tied) > 1 else ""
         found.add(subject().function, handled_by.get(first, handled_by.get("*", "strided")), "forward", f"One tensor passed as {names} gives another result",
                   f"With one tensor object passed as {names}, the function {what}{also}: it tells its arguments apart by identity "
                   "(a fast path for shared inputs, a cache keyed by id() or data_ptr()).",

@@ -775,15 +775,14 @@ class Run:
                 self.cpu_s += time.process_time() - cpu
                 del args, kwargs
             self.results.append(result)
-            if "backward_now" in call:
-                now = call["backward_now"]
-                calls_now = self.backward([len(self.results) - 1], [self.arrays[now["cotangent"]]], ["contiguous"], bool(now.get("retain_graph")), False)
+            extra: dict[str, Any] = {} if left == called_in else {"grad_mode_left": bool(left)}
+            if (now := call.get("backward_now")) is not None:  # a training step's backward pass, before the next call
+                extra["backward_now"] = self.backward([len(self.results) - 1], [self.arrays[now["cotangent"]]], ["contiguous"],
+                                                      bool(now.get("retain_graph")), report=False)  # fmt: skip
             facts = self.observe(result, call.get("max_elements"))
             if facts["exact_tensor"] and call.get("grad_mode") != "inference_mode" and self.server.facts.is_inference(result):
                 facts["inference_outside"] = True  # its caller, outside inference mode, can neither write into it nor differentiate it
-            calls.append({"status": "returned", "seconds": time.perf_counter() - started, **facts}
-                         | ({} if left == called_in else {"grad_mode_left": bool(left)})
-                         | ({"backward_now": calls_now} if "backward_now" in call else {}))
+            calls.append({"status": "returned", "seconds": time.perf_counter() - started, **facts, **extra})
             del result  # a later call may release it, and with it the inputs its graph holds
         for call, result in zip(calls[:-1], self.results):  # only a later call can have written into a result
             if call["status"] == "returned" and self.overwritten(result, call.get("value")):

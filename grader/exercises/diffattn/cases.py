@@ -138,9 +138,7 @@ class LambdaCase:
             parts.append(f"{self.layout} vectors")
         if self.frozen:
             parts.append(f"{', '.join(self.frozen)} without requires_grad")
-        if self.one_object:
-            parts.append(domain.ONE_OBJECT + " and ".join(self.one_object))
-        parts += domain.origin_labels(self)
+        parts += domain.one_object_labels(self) + domain.origin_labels(self)
         if self.grad_mode != "enabled" and not grads:
             parts.append(f"called under torch.{self.grad_mode}()")
         return domain.joined_notes(*parts, self.note)
@@ -230,9 +228,7 @@ class AttentionCase:
         parts = [f"B={b} H={h} T={t} D={d}", self.dtype, causal, coefficient]
         if self.frozen:
             parts.append(f"{', '.join(self.frozen)} without requires_grad")
-        if self.one_object:
-            parts.append(domain.ONE_OBJECT + " and ".join(self.one_object))
-        parts += domain.origin_labels(self)
+        parts += domain.one_object_labels(self) + domain.origin_labels(self)
         if layouts := domain.layouts_label(INPUT_NAMES, self.layouts):
             parts.append(layouts)
         if self.grad_mode != "enabled" and not grads:
