@@ -63,3 +63,23 @@ def test_a_correct_attention_with_keys_centred_over_the_tokens_earns_full_marks(
     path = ROOT / "tests" / "corpus" / "diagnosis_harvest" / "correct" / "keys_centred_row_constant_shift.py"
     run = run_cli([str(path), "--seed", "1", "--no-preview"], tmp_path)
     assert run.report["score"] == 100.0
+
+
+def test_a_correct_attention_with_values_centred_over_the_tokens_earns_full_marks(tmp_path: Any) -> None:
+    """Values centred over every token, their mean added back times 1 − c: right outputs that round at the size of that
+    mean, which keys the mask hides may set (on seed 4, four checks failed before, by up to 2.4 times their allowance)."""
+    path = ROOT / "tests" / "corpus" / "diagnosis_ice" / "correct" / "centred_values_newton_reciprocal.py"
+    run = run_cli([str(path), "--seed", "4", "--no-preview"], tmp_path)
+    assert run.report["score"] == 100.0
+
+
+def test_the_output_allowance_counts_a_shift_of_the_values_by_their_largest_magnitude() -> None:
+    """The output's absolute-value evaluation adds each row's weight times the largest |value| of its feature over every token."""
+    from grader.exercises.diffattn import oracle
+
+    q = np.zeros((1, 1, 2, 1))
+    value = np.array([[[[1.0, 0.0], [10.0, 0.0]]]])
+    magnitude = oracle.attention_output_magnitude(q, q, q, q, value, 0.0, True)
+    # query 0 sees key 0 only (|V| = 1), and the shift is the feature's largest |V| = 10 (a hidden key's)
+    np.testing.assert_allclose(magnitude[0, 0, 0], [1.0 + 10.0, 0.0])
+    np.testing.assert_allclose(magnitude[0, 0, 1], [5.5 + 10.0, 0.0])

@@ -340,7 +340,8 @@ def test_logit_magnitude_bounds_logits():
 
 
 def test_magnitudes_are_attained_without_cancellation():
-    """With positive inputs and λ = 0 the bounds equal |O|, |∂V|, |∂λ| and the largest logit."""
+    """With positive inputs and λ = 0 the bounds equal |O| and |∂V| plus the shift of the values over the tokens (each row
+    sums to 1: the largest value of each feature, and the cotangent's mean over the queries), |∂λ| and the largest logit."""
     rng = np.random.default_rng(13)
     arrays = {n: rng.uniform(0.1, 1.0, size=(2, 2, 5, 3)) for n in ARRAY_KEYS[:4]}
     arrays["value"] = rng.uniform(0.1, 1.0, size=(2, 2, 5, 6))
@@ -348,11 +349,12 @@ def test_magnitudes_are_attained_without_cancellation():
     for causal in (True, False):
         args = (*(arrays[n] for n in ARRAY_KEYS), 0.0, causal)
         np.testing.assert_allclose(
-            oracle.attention_output_magnitude(*args), oracle.differential_attention(*args), rtol=1e-13
+            oracle.attention_output_magnitude(*args),
+            oracle.differential_attention(*args) + arrays["value"].max(axis=-2, keepdims=True), rtol=1e-13
         )
         grads = oracle.attention_vjp(*args, cotangent)
         bounds = oracle.attention_vjp(*args, cotangent, absolute=True)
-        np.testing.assert_allclose(bounds["value"], grads["value"], rtol=1e-13)
+        np.testing.assert_allclose(bounds["value"], grads["value"] + cotangent.mean(axis=-2, keepdims=True), rtol=1e-13)
         assert bounds["coefficient"] == pytest.approx(-grads["coefficient"], rel=1e-13)
     logits = np.einsum("bhid,bhjd->bhij", arrays["q1"], arrays["k1"]) / math.sqrt(3)
     bound = oracle.logit_magnitude(arrays["q1"], arrays["k1"])

@@ -69,3 +69,24 @@ def test_a_diff_v2_mask_built_from_zero_values_loses_points(tmp_path: Path) -> N
     assert run.report["score"] < 100.0 and {"gqa_causal_values", "diff_v2_causal_values", "gqa_noncausal_values"} <= failed, failed
     first = run.report["diagnosis"]["root_causes"][0]
     assert (first["function"], first["component"], first["title"]) == ("gqa_attention", "mask", "Keys whose value is all zeros are treated as masked")
+
+
+@pytest.mark.parametrize(("path", "exercise", "function"), [
+    ("diagnosis_hail/wrong/att_log1p_normaliser_counts_one_maximum.py", "diff_attention", "differential_attention"),
+    ("v2_hail/wrong/log1p_normaliser_drops_tied_maxima.py", "diff_v2", "gqa_attention"),
+])  # fmt: skip
+def test_a_normaliser_that_counts_tied_maxima_once_is_named_softmax_not_mask(path: str, exercise: str, function: str, tmp_path: Path) -> None:
+    """A zero query ties its row's logits at 0; every key equal ties them elsewhere, so the cause is the softmax's."""
+    run = grade(ROOT / "tests" / "corpus" / path, tmp_path, 1, "--no-preview", "--exercise", exercise)
+    first = run.report["diagnosis"]["root_causes"][0]
+    assert (first["function"], first["component"], first["title"]) == (function, "softmax", "Rows whose logits are all equal are normalised wrong")
+
+
+def test_a_mask_built_from_zero_logits_is_still_named_mask(tmp_path: Path) -> None:
+    """Logits exactly 0 hidden: right with every key equal (their logits are not 0), wrong with a zero query or key."""
+    source = (ROOT / "tests" / "corpus" / "v2" / "correct" / "einsum_grouped.py").read_text()
+    path = tmp_path / "zero_logit_mask.py"
+    path.write_text(source.replace(V2_VALUE_MASK[0], "    weights = scores.masked_fill(scores == 0, float('-inf')).softmax(dim=-1)"))
+    run = grade(path, tmp_path, 1, "--no-preview", "--exercise", "diff_v2")
+    first = run.report["diagnosis"]["root_causes"][0]
+    assert (first["function"], first["component"], first["title"]) == ("gqa_attention", "mask", "A key or query of all zeros is treated as masked")

@@ -860,14 +860,26 @@ PADDED = (("A key or query of all zeros is treated as masked",
 
 
 def padding_probe(worker: Worker, function: str, subject: Subject, ordinary: Values, zero_logits: Values, zero_value: Values,
-                  truth: Callable[[Values], np.ndarray], found: Found) -> bool:  # fmt: skip
+                  tied: Values, truth: Callable[[Values], np.ndarray], found: Found) -> bool:  # fmt: skip
     """A mask finding when the output with padding tokens is wrong while ``ordinary`` inputs are right (float32's accuracy
     at least): ``zero_logits`` has the first key and one query all zeros (logits exactly 0), ``zero_value`` the first
-    token's value all zeros, both otherwise like ``ordinary``; whether it found one. Only positions may hide a key."""
-    found.probes.append(f"{function}: the first key and one query all zeros, then the first token's value all zeros")
-    plain, *outs = probes.sweep(worker, subject, [ordinary, zero_logits, zero_value])
+    token's value all zeros, both otherwise like ``ordinary``; whether it found one. Only positions may hide a key.
+
+    ``tied`` has every key equal to the first one (not zero): each row's logits are all equal, none of them 0. A wrong
+    output there is a softmax that miscounts ties at the row maximum (which a zero query shows too), not a mask read from
+    zeros, and is named so first."""
+    found.probes.append(f"{function}: every key equal, the first key and one query all zeros, then the first token's value all zeros")
+    plain, *outs = probes.sweep(worker, subject, [ordinary, tied, zero_logits, zero_value])
     if not is_right(plain, truth(ordinary), FLOAT32_LIKE):
         return False  # ordinary inputs are wrong too: zeros tell nothing
+    out, want = outs.pop(0), truth(tied)
+    if out is not None and out.shape == want.shape and not is_right(out, want, FLOAT32_LIKE):
+        found.add(function, "softmax", "forward", "Rows whose logits are all equal are normalised wrong",
+                  "With every key equal to the first one, so that each row's logits are all equal (and not 0), your output is wrong, "
+                  "though it is right for ordinary inputs: a softmax over n equal logits weights each visible key 1/n, so keys tied "
+                  "at the row maximum are counted wrong (a normaliser that counts the maximum once, a shortcut for the largest key).",
+                  "normalise by the sum of exp(logit − row maximum) over every visible key, ties included, as torch.softmax does")  # fmt: skip
+        return True
     for out, point, (title, what, why) in zip(outs, (zero_logits, zero_value), PADDED):
         want = truth(point)
         if out is None or out.shape != want.shape or is_right(out, want, FLOAT32_LIKE):  # (not a precision fault)

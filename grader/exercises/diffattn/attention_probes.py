@@ -646,15 +646,18 @@ def width_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool:
 
 
 def zero_rows_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool:
-    """:func:`~grader.toolkit.findings.padding_probe` on the maps: the first key and one query of each branch all zeros, then
-    the first token's value all zeros, against ordinary queries and keys with one-hot values."""
+    """:func:`~grader.toolkit.findings.padding_probe` on the maps: every key of each branch equal, the first key and one
+    query of each branch all zeros, then the first token's value all zeros, against ordinary queries and keys with one-hot
+    values."""
     values = attention_values(rng)
     ordinary = {**values, "value": identity_values(), "coefficient": np.asarray(0.0)}
     zero_logits = dict(ordinary)
     for n, token in (("q1", T // 2), ("q2", T // 2), ("k1", 0), ("k2", 0)):
         zero_logits[n] = domain.padded(values[n], [token], axis=2)
     zero_value = {**ordinary, "value": domain.padded(identity_values(), [0], axis=2)}
-    return findings.padding_probe(worker, ATTENTION, attention_subject(True), ordinary, zero_logits, zero_value, lambda v: truth(v, True), found)
+    tied = {**ordinary, **{n: np.repeat(values[n][..., :1, :], T, axis=2) for n in ("k1", "k2")}}
+    return findings.padding_probe(worker, ATTENTION, attention_subject(True), ordinary, zero_logits, zero_value, tied,
+                                  lambda v: truth(v, True), found)  # fmt: skip
 
 
 def _large(rng: np.random.Generator, kind: str, tokens: int | None = None) -> dict[str, np.ndarray]:

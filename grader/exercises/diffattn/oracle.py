@@ -165,6 +165,9 @@ def attention_vjp(
         grads["q" + suffix] = d_s @ k / scale
         grads["k" + suffix] = np.swapaxes(d_s, -1, -2) @ q / scale
     grads["value"] = np.swapaxes(a1 + sign * coefficient * a2, -1, -2) @ cotangent
+    if absolute:  # values centred over the tokens (see attention_output_magnitude): every key's gradient rounds at their mean
+        weights = a1 + coefficient * a2
+        grads["value"] = grads["value"] + (weights.sum(axis=-1, keepdims=True) * cotangent).mean(axis=-2, keepdims=True)
     grads["coefficient"] = sign * math.fsum((a2 * d_p).ravel().tolist())
     return grads
 
@@ -179,6 +182,9 @@ def logit_magnitude(q: np.ndarray, k: np.ndarray) -> np.ndarray:
 def attention_output_magnitude(
     q1: np.ndarray, k1: np.ndarray, q2: np.ndarray, k2: np.ndarray, value: np.ndarray, coefficient: float, causal: bool
 ) -> np.ndarray:
-    """Return [B, H, T, 2D] sum_k (A1_ik + |coefficient| A2_ik) |V_kc|, the absolute-value evaluation of O."""
+    """Return [B, H, T, 2D] sum_k (A1_ik + |coefficient| A2_ik) (|V_kc| + max_s |V_sc|), the absolute-value evaluation of O
+    written as A (V − m) + (Σ_k A_ik) m for a shift m of the values over the tokens (their mean, say): a correct formula
+    that rounds at the size of m, which may come from keys the mask hides."""
     weights = attention_maps(q1, k1, causal) + abs(coefficient) * attention_maps(q2, k2, causal)
-    return weights @ np.abs(np.asarray(value, dtype=np.float64))
+    magnitude = np.abs(np.asarray(value, dtype=np.float64))
+    return weights @ magnitude + weights.sum(axis=-1, keepdims=True) * magnitude.max(axis=-2, keepdims=True)

@@ -828,11 +828,13 @@ def _long_run(function: str, grads: tuple[str, ...], rng: np.random.Generator, t
 
 
 def padding_probe(worker: Worker, function: str, values: Values, found: Found) -> bool:
-    """:func:`~grader.toolkit.findings.padding_probe` on ``function``: the first key and one query of every head all zeros,
-    then the first token's value all zeros."""
+    """:func:`~grader.toolkit.findings.padding_probe` on ``function``: every key equal, the first key and one query of
+    every head all zeros, then the first token's value all zeros."""
     zero_logits = {**values, "q": domain.padded(values["q"], [T // 2], axis=1), "k": domain.padded(values["k"], [0], axis=1)}
     zero_value = {**values, "v": domain.padded(values["v"], [0], axis=1)}
-    return findings.padding_probe(worker, function, subject(function), values, zero_logits, zero_value, lambda v: truth(function, v, True), found)
+    tied = {**values, "k": np.repeat(values["k"][:, :1], values["k"].shape[1], axis=1)}
+    return findings.padding_probe(worker, function, subject(function), values, zero_logits, zero_value, tied,
+                                  lambda v: truth(function, v, True), found)  # fmt: skip
 
 
 def run(worker: Worker, function: str, rng: np.random.Generator, found: Found, forward: bool, gradients: bool, source: str | None,
