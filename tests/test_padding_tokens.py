@@ -29,6 +29,13 @@ def test_padded_zeroes_the_rows_of_the_tokens_and_leaves_its_input_alone() -> No
     assert values.min() == 1.0
 
 
+def test_tied_repeats_the_first_row_along_the_token_axis() -> None:
+    """Every row of axis 1 becomes row 0's; the other axes keep their sizes."""
+    values = np.arange(1.0, 25.0).reshape(2, 3, 4)
+    out = domain.tied(values, axis=1)
+    assert out.shape == values.shape and all(np.array_equal(out[:, t], values[:, 0]) for t in range(3))
+
+
 def test_padding_tokens_are_the_first_and_one_drawn() -> None:
     """Token 0 always, and one more drawn within the sequence (the same one for a single token)."""
     rng = np.random.default_rng(0)

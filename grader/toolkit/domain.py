@@ -296,6 +296,13 @@ def padded(values: np.ndarray, tokens: Sequence[int], axis: int) -> np.ndarray:
     return values
 
 
+def tied(values: np.ndarray, axis: int) -> np.ndarray:
+    """``values`` with every row along the token ``axis`` equal to the first one (keys so tied give each query a row of
+    equal logits, none of them 0 unless the first key is)."""
+    first = np.take(values, [0], axis=axis)
+    return np.repeat(first, values.shape[axis], axis=axis)
+
+
 def dead_feature(found: Sequence[_Drawn], values: Callable[[_Drawn], np.ndarray],
                  rebuilt: Callable[[_Drawn, np.ndarray, str], _Drawn]) -> list[_Drawn]:  # fmt: skip
     """``found`` with the middle feature of the first case's values (``values(case)``, along the last axis) whose heads have

@@ -655,7 +655,7 @@ def zero_rows_probe(worker: Worker, rng: np.random.Generator, found: Found) -> b
     for n, token in (("q1", T // 2), ("q2", T // 2), ("k1", 0), ("k2", 0)):
         zero_logits[n] = domain.padded(values[n], [token], axis=2)
     zero_value = {**ordinary, "value": domain.padded(identity_values(), [0], axis=2)}
-    tied = {**ordinary, **{n: np.repeat(values[n][..., :1, :], T, axis=2) for n in ("k1", "k2")}}
+    tied = {**ordinary, **{n: domain.tied(values[n], axis=2) for n in ("k1", "k2")}}
     return findings.padding_probe(worker, ATTENTION, attention_subject(True), ordinary, zero_logits, zero_value, tied,
                                   lambda v: truth(v, True), found)  # fmt: skip
 

@@ -832,7 +832,7 @@ def padding_probe(worker: Worker, function: str, values: Values, found: Found) -
     every head all zeros, then the first token's value all zeros."""
     zero_logits = {**values, "q": domain.padded(values["q"], [T // 2], axis=1), "k": domain.padded(values["k"], [0], axis=1)}
     zero_value = {**values, "v": domain.padded(values["v"], [0], axis=1)}
-    tied = {**values, "k": np.repeat(values["k"][:, :1], values["k"].shape[1], axis=1)}
+    tied = {**values, "k": domain.tied(values["k"], axis=1)}
     return findings.padding_probe(worker, function, subject(function), values, zero_logits, zero_value, tied,
                                   lambda v: truth(function, v, True), found)  # fmt: skip
 
