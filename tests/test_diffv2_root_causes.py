@@ -513,3 +513,16 @@ def test_faults_past_512_1024_and_2048_tokens_are_found_by_the_length_probe(name
     the length probe reads the lengths of the checks' longest calls, and names the length each fault starts at."""
     first = first_root_cause(f"{name}.py", tmp_path, "T2", "--exercise", "diff_v2")
     assert (first["function"], first["component"]) == (function, component) and evidence in first["evidence"]
+
+
+@pytest.mark.parametrize(("corpus_file", "function", "exercise"), [
+    ("v2_hail/wrong/value_grad_fused_into_existing_grad.py", GQA, "diff_v2"),
+    ("diagnosis_hail/wrong/lam_fn_backward_accumulates_into_existing_grad.py", "differential_lambda", "diff_attention"),
+])
+def test_a_backward_that_adds_into_the_held_grad_is_the_backward_passs_cause(corpus_file: str, function: str, exercise: str,
+                                                                              tmp_path: Path) -> None:
+    """Gradient-accumulation fusion in a hand-written backward: only the backward pass changed the inputs' .grad (asked with
+    torch.autograd.grad first, which must leave it alone), so the cause is the backward pass, not the forward's mutation."""
+    first = first_root_cause(corpus_file, tmp_path, "T1", "--exercise", exercise)
+    assert (first["function"], first["component"], first["title"]) == (function, "backward", f"{function}'s backward pass writes into its inputs")
+    assert "Only the backward pass changed its input(s)" in first["evidence"]

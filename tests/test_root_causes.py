@@ -829,3 +829,17 @@ def test_long_sequences_whose_outputs_turn_nan_are_a_stability_fault(path: str, 
     first = first_root_cause(path, tmp_path, "T2", *args)
     assert (first["function"], first["component"], first["title"]) == (function, "stability", "Long sequences give NaN or infinite outputs")
     assert "wrong from T = 1025" in first["evidence"]
+
+
+def test_a_dot_product_that_drops_a_tail_past_64_elements_is_named_by_the_lengths_it_fails(tmp_path: Any) -> None:
+    """λ's dot products over blocks of 64 whose last, shorter block is dropped: wrong for lengths past 64 that are no multiple
+    of it, again with new vectors of those lengths, so the cause is λ's, named by the lengths."""
+    source = (ROOT / "tests" / "corpus" / "correct" / "einsum.py").read_text()
+    path = tmp_path / "dropped_tail.py"
+    path.write_text(source.replace('dots = torch.einsum("i,i->", q1, k1), torch.einsum("i,i->", q2, k2)',
+                                   'cut = lambda v: v[: len(v) // 64 * 64] if len(v) > 64 else v\n'
+                                   '    dots = torch.einsum("i,i->", cut(q1), cut(k1)), torch.einsum("i,i->", cut(q2), cut(k2))'))
+    run = run_warm([str(path), "--seed", "3", "--no-preview", "--tiers", "T2"], tmp_path)
+    first = run.report["diagnosis"]["root_causes"][0]
+    assert (first["function"], first["component"], first["title"]) == ("differential_lambda", "lambda", "λ is wrong for vectors of some lengths")
+    assert "wrong (or fails) for 65, 127, 129, 257" in first["evidence"], first

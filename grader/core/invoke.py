@@ -99,6 +99,9 @@ class Request:
     # More results differentiated in the same backward pass, as (call, cotangent): calls made one after the other and then
     # differentiated together, as two micro-batches of a training step are.
     also_backward: tuple[tuple[int, np.ndarray], ...] = ()
+    # How the cotangents are laid out in memory when every input is contiguous (else they follow the first other input's
+    # layout): a layout name of the worker's, as the gradient of an output that the caller reads through a view arrives.
+    cotangent_layout: str = "contiguous"
 
 
 @dataclass
@@ -135,7 +138,10 @@ class Outcome:
     results: list[Returned] = field(default_factory=list)
     backward_error: str | None = None
     grads: dict[int, np.ndarray | None] = field(default_factory=dict)
+    # The .grad of each input that held HELD_GRAD, after the second way of asking (.backward()), as the worker read it
+    accumulated: dict[int, np.ndarray | None] = field(default_factory=dict)
     changed_inputs: list[int] = field(default_factory=list)
+    changed_by_backward: list[int] = field(default_factory=list)  # those of changed_inputs that only the backward pass changed
 
 
 class MalformedReply(Exception):
@@ -228,7 +234,8 @@ def _encode(requests: Sequence[Request], results: list[tuple[str, int]]) -> tupl
         if request.backward_from is not None and request.cotangent is not None:
             # A request with inputs in other memory gets its cotangents in the first such input's layout (but an
             # expanded one, which keeps a single batch element's values).
-            layout = next((t.layout for t in tensors[first_tensor:] if t.layout != "contiguous" and not t.layout.startswith("expanded")), "contiguous")
+            layout = next((t.layout for t in tensors[first_tensor:] if t.layout != "contiguous" and not t.layout.startswith("expanded")),
+                          request.cotangent_layout)  # fmt: skip
             backward.append((first_call + request.backward_from, np.asarray(request.cotangent, dtype=np.float64), layout))
             backward += [(first_call + call, np.asarray(cotangent, dtype=np.float64), layout) for call, cotangent in request.also_backward]
         spans.append((first_call, len(calls), first_tensor, len(tensors)))
@@ -326,12 +333,14 @@ def _size_limit(results: list[tuple[str, int]], grads: list[tuple[str, int]]) ->
             if type(index) is int:
                 roles.setdefault(index, (results[i][0], results[i][1], "returned"))
         backward = reply.get("backward")
-        found = backward.get("grads") if isinstance(backward, dict) else None
-        for key, index in found.items() if isinstance(found, dict) else ():
-            tensor = int(key) if isinstance(key, str) and key.isdigit() else -1
-            if type(index) is int and 0 <= tensor < len(grads):
-                roles.setdefault(index, (grads[tensor][0], grads[tensor][1], "had"))
         allowed = REPLY_FLOOR + sum(_most_elements(size) for _, size in [*results, *grads])
+        for part in ("grads", "accumulated"):  # the gradients, and the .grad of inputs that held one (as large)
+            found = backward.get(part) if isinstance(backward, dict) else None
+            for key, index in found.items() if isinstance(found, dict) else ():
+                tensor = int(key) if isinstance(key, str) and key.isdigit() else -1
+                if type(index) is int and 0 <= tensor < len(grads):
+                    roles.setdefault(index, (grads[tensor][0], grads[tensor][1], "had"))
+                    allowed += _most_elements(grads[tensor][1]) if part == "accumulated" else 0
         total = 0
         for index, (_, shape) in enumerate(described):
             count = math.prod(shape)
@@ -386,7 +395,9 @@ def _part(whole: Outcome, request: Request, span: tuple[int, int, int, int]) -> 
         backward_error=(whole.backward_error if differentiated else None) or next(
             (f"the backward pass right after the call raised {r.backward_now_error}" for r in whole.results[first_call:end_call] if r.backward_now_error), None),
         grads={i - first_tensor: g for i, g in whole.grads.items() if first_tensor <= i < end_tensor},
+        accumulated={i - first_tensor: g for i, g in whole.accumulated.items() if first_tensor <= i < end_tensor},
         changed_inputs=[i - first_tensor for i in whole.changed_inputs if first_tensor <= i < end_tensor],
+        changed_by_backward=[i - first_tensor for i in whole.changed_by_backward if first_tensor <= i < end_tensor],
     )
 
 
@@ -515,11 +526,15 @@ def _decode(reply: dict[str, Any], arrays: list[np.ndarray]) -> Outcome:
                 raise MalformedReply(f"{key!r} holds a {type(index).__name__}")
             if index not in outcome.changed_inputs:
                 outcome.changed_inputs.append(index)
+                if key == "inputs_changed_by_backward":
+                    outcome.changed_by_backward.append(index)
     backward = _field(reply, "backward", dict, None)
     if backward is not None:
         if _field(backward, "status", str) == "ok":
             for key, index in _field(backward, "grads", dict).items():
                 outcome.grads[int(key)] = None if index is None else _array(index, arrays)
+            for key, index in _field(backward, "accumulated", dict, {}).items():
+                outcome.accumulated[int(key)] = None if index is None else _array(index, arrays)
         else:
             outcome.backward_error = _backward_error(backward)
     return outcome

@@ -100,6 +100,16 @@ MODEL_SHAPED_LENGTHS = (24, 64)
 # −65504, −1e5, −1e6), so a masked key weighs more than every visible one. The logits of a row differ by about 1, which
 # float64 still resolves at that magnitude.
 BELOW_FINITE_MASKS = (2e6, 1e7)
+# The scaled logit that the last key of a causal call draws from every earlier query (future_far_above): past 1e4, so a mask
+# that adds the −10000 of half-precision code for −∞ leaves that future key the row's weight. No larger: the allowance counts
+# masked logits (a correct rewrite that centres the keys over every token rounds at their size), and at 1e5 it would hold
+# the whole output.
+FUTURE_ABOVE_VISIBLE = (1.2e4, 2.5e4)
+FUTURE_ABOVE_NOTE = "the last key a future key of scaled logit about 1.2e4 to 2.5e4 for every earlier query"
+"""How a case label says that its last key draws :data:`FUTURE_ABOVE_VISIBLE` (:func:`future_far_above`)."""
+# The magnitude of values drawn large: outputs past 65504 (float16's largest), which float32 and float64 hold and which
+# code that clamps to float16's range, or scales through it, cuts.
+LARGE_VALUES = (2e5, 1e6)
 # How the second call of a sequence gets its inputs, and how a message says so.
 SEQUENCE_KINDS = {
     "repeat": "called twice with the same tensors",
@@ -271,8 +281,38 @@ def as_training_inputs(found: list[_Drawn]) -> list[_Drawn]:
     micro-batches leaves them: a call must leave that ``.grad`` as it was (code that resets it, ``x.grad = None``, erases
     what the earlier micro-batches accumulated); and of the rest every other one, from the fifth, given them as
     ``torch.nn.Parameter``, as a model's weights are (DIFF V1's λ vectors always): a tensor subclass, which code that
-    tests ``type(x) is torch.Tensor`` or reads ``x.data`` of a parameter meets."""
-    return [replace(case, activations=i % 2 == 1, held_grads=i % 4 == 2, parameters=i % 8 == 4) for i, case in enumerate(found)]
+    tests ``type(x) is torch.Tensor`` or reads ``x.data`` of a parameter meets. The gradients of a case whose inputs hold
+    a ``.grad`` are asked for both ways such a caller asks (``torch.autograd.grad``, then ``.backward()`` onto the held
+    ``.grad``). Independently, every third case with a ``cotangent_layout`` field (an output of several axes), from the
+    second, gets the gradient of its output in another memory layout
+    (:data:`COTANGENT_LAYOUTS`, in turn), as a caller who reads the output through a transpose sends it: a backward pass
+    that views its incoming gradient as laid out like the output it returned raises there."""
+    views = list(COTANGENT_LAYOUTS)
+    return [replace(case, activations=i % 2 == 1, held_grads=i % 4 == 2, parameters=i % 8 == 4,
+                    **({"cotangent_layout": _moving(views[(i // 3) % len(views):] + views, case.cotangent.shape) if i % 3 == 1 else "contiguous"}
+                       if hasattr(case, "cotangent_layout") else {}))
+            for i, case in enumerate(found)]  # fmt: skip
+
+
+COTANGENT_LAYOUTS = {
+    "heads_permuted": "the output's gradient with its second and third axes swapped in memory (the output read through a transpose)",
+    "transposed": "the output's gradient with its last two axes swapped in memory (the output read through a transpose)",
+}
+"""The memory layouts (the worker's names) in which the gradient of a case's output may arrive, and how a label says so."""
+SWAPPED_AXES = {"heads_permuted": (1, 2), "transposed": (-2, -1)}
+"""The two axes whose order in memory each of :data:`COTANGENT_LAYOUTS` swaps."""
+
+
+def _moving(layouts: Sequence[str], shape: Sequence[int]) -> str:
+    """The first of ``layouts`` that moves the elements of a tensor of ``shape`` in memory (both axes it swaps longer than
+    1: swapping an axis of one element changes no stride that counts), else "contiguous"."""
+    return next((layout for layout in layouts if len(shape) >= 3 and all(shape[axis] > 1 for axis in SWAPPED_AXES[layout])), "contiguous")
+
+
+def cotangent_labels(case: Any) -> list[str]:
+    """How a case (a dataclass with a ``cotangent_layout`` field) has the gradient of its output laid out, for the label of a
+    call with gradients; none when it is contiguous."""
+    return [COTANGENT_LAYOUTS[case.cotangent_layout]] if case.cotangent_layout in COTANGENT_LAYOUTS else []
 
 
 def padding_tokens(rng: np.random.Generator, length: int) -> tuple[int, ...]:
@@ -355,6 +395,37 @@ def attention_sink(q: np.ndarray, k: np.ndarray, logit: float, tokens: int, key:
     q, k = unit + 0.1 * q, np.moveaxis(0.1 * k, tokens, 0)
     k[key] = logit * math.sqrt(width) * unit
     return q, np.moveaxis(k, 0, tokens)
+
+
+def large_values(values: np.ndarray, rng: np.random.Generator, dtype: str) -> tuple[np.ndarray, str]:
+    """``values`` scaled to :data:`LARGE_VALUES` (in ``dtype``), and how a case label says so."""
+    scale = float(rng.uniform(*LARGE_VALUES))
+    return exact(values * scale, dtype), f"values scaled by {scale:.3g} (outputs past float16's 65504)"
+
+
+def zero_head(values: np.ndarray, rng: np.random.Generator, heads: int) -> tuple[np.ndarray, str]:
+    """``values`` with every element of one drawn (batch element, head) exactly zero, the head on axis ``heads`` (a
+    zero-initialised or pruned head's projection), and how a case label says so: that head's outputs are exactly zero,
+    which code that normalises a head by its largest value meets as 0 / 0."""
+    batch, head = int(rng.integers(0, values.shape[0])), int(rng.integers(0, values.shape[heads]))
+    index: list[Any] = [batch] + [slice(None)] * (values.ndim - 1)
+    index[heads] = head
+    values = values.copy()
+    values[tuple(index)] = 0.0
+    return values, f"every value of batch element {batch}, head {head} zero"
+
+
+def future_far_above(q: np.ndarray, k: np.ndarray, logit: float, tokens: int) -> tuple[np.ndarray, np.ndarray]:
+    """Queries and keys (head width on the last axis, tokens on axis ``tokens``) remade from a tenth of ``q`` and ``k`` so that
+    the last key draws a scaled logit of about ``logit`` from every query but the last, which is all zeros (it weighs every
+    key alike), every other logit about 0: under the causal mask a future key for every query that draws it, which a mask
+    that adds a finite number for −∞ leaves the row's weight, and no visible logit large."""
+    width = q.shape[-1]
+    unit = np.full(width, 1.0 / math.sqrt(width))
+    q, k = np.moveaxis(unit + 0.1 * q, tokens, 0), np.moveaxis(0.1 * k, tokens, 0)
+    q[-1] = 0.0
+    k[-1] = logit * math.sqrt(width) * unit
+    return np.moveaxis(q, 0, tokens), np.moveaxis(k, 0, tokens)
 
 
 def off_every_stride(rng: np.random.Generator, tokens: int) -> int:

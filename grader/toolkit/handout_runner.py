@@ -51,6 +51,8 @@ class Outcome:
         self.values: List[Optional[torch.Tensor]] = []  # a copy of each tensor result, taken when it was returned
         self.problem: Optional[str] = None  # the first call that raised, or a missing function
         self.grads: Dict[str, Optional[torch.Tensor]] = {}
+        self.accumulated: Dict[str, Optional[torch.Tensor]] = {}  # the .grad, after .backward(), of each input that held one
+        self.held: Dict[str, float] = {}  # what those held (every element)
         self.backward_problem: Optional[str] = None
         self.changed: List[str] = []
 
@@ -144,20 +146,29 @@ def run(entry: Dict[str, Any], module: Any, path: Path) -> Outcome:
         origins = [(backward["call"], backward["cotangent"]), *backward.get("also", [])]  # results differentiated together
         wanted = [(n, t) for n, t in zip(names, tensors) if t is not None and t.requires_grad]
         before_grads = [t.grad for _, t in wanted]
+        outcome.held = {spec["name"]: spec["held_grad"] for spec in specs if "held_grad" in spec and spec["requires_grad"]}
+        touched: List[str] = []
         try:
             results = [outcome.results[call] for call, _ in origins]
             cotangents = [torch.tensor(c, dtype=torch.float64).to(r.dtype) for (_, c), r in zip(origins, results)]
-            for _, t in wanted:
-                t.grad = None
+            if outcome.held:  # as a caller who accumulates asks: torch.autograd.grad, then .backward() onto the held .grad
+                grads = torch.autograd.grad(results, [t for _, t in wanted], cotangents, retain_graph=True, allow_unused=True)
+                outcome.grads = dict(zip((n for n, _ in wanted), grads))
+                touched = [n for n, t in wanted if n in outcome.held and not _same_grad(t.grad, torch.full_like(t, outcome.held[n]))]
+            for n, t in wanted:
+                t.grad = torch.full_like(t, outcome.held[n]) if n in outcome.held else None
             # .backward() as a training loop calls it (reentrant checkpointing supports no other way), then each .grad
             torch.autograd.backward(results, cotangents)
-            outcome.grads = {n: t.grad for n, t in wanted}
+            if outcome.held:
+                outcome.accumulated = {n: t.grad for n, t in wanted if n in outcome.held}
+            else:
+                outcome.grads = {n: t.grad for n, t in wanted}
         except BaseException as exc:  # a broken graph is a finding too
             outcome.backward_problem = raised("the backward pass", exc, path)
         finally:
             for (_, t), grad in zip(wanted, before_grads):
                 t.grad = grad
-        outcome.changed += [n for n in changed(tensors, names, before) if n not in outcome.changed]
+        outcome.changed += [n for n in [*touched, *changed(tensors, names, before)] if n not in outcome.changed]
     return outcome
 
 
@@ -309,9 +320,22 @@ def grads_problem(entry: Dict[str, Any], outcome: Outcome, check: Dict[str, Any]
             return f"no gradient reached {name} (is it detached, turned into a Python number, or unused?)"
         got = np.zeros_like(np.asarray(truth["values"])) if grad is None else grad.detach().to(torch.float64).numpy()
         problem = mismatch(f"gradient with respect to {name}", got, truth)
+        if problem is None and name in outcome.accumulated:
+            problem = accumulation_problem(name, outcome, truth)
         if problem is not None:
             return problem
     return None
+
+
+def accumulation_problem(name: str, outcome: Outcome, truth: Dict[str, Any]) -> Optional[str]:
+    """What .backward() added to the .grad that input ``name`` held, against the gradient (one more rounding allowed)."""
+    held, grad = outcome.held[name], outcome.accumulated[name]
+    if grad is None:
+        return say("accumulation_lost", name=name, held=held)
+    total = grad.detach().to(torch.float64).numpy()
+    rounding = float(torch.finfo(grad.dtype).eps) * np.abs(total)
+    loosened = {"values": truth["values"], "allowed": np.asarray(truth["allowed"], dtype=np.float64) + rounding}
+    return mismatch(say("accumulated", what="this call", name=name, held=held), total - held, loosened)
 
 
 JUDGES: Dict[str, Callable[[Dict[str, Any], Outcome, Dict[str, Any]], Optional[str]]] = {

@@ -93,7 +93,8 @@ INFERENCE_MODE = re.compile(r"\binference_mode\b")
 INPLACE = r"\b{name}\b\s*(\.\w+_\(|[-+*/]=|\[[^\]]*\]\s*=(?!=))"
 GRAD_WRITE = re.compile(r"\.grad\s*=(?!=)|\.grad\.\w+_\(|\bsetattr\(.*['\"]grad['\"]")  # code that sets or resets a .grad
 ASPECT_OF = {"type": "type", "shape": "type", "dtype": "dtype", "strided": "strided", "coefficient": "coefficient",
-             "mutation": "mutation", "graph": "graph", "load": None}  # fmt: skip
+             "mutation": "mutation", "graph": "graph", "load": None,
+             "backward": "mutation"}  # a contract finding of the backward pass: it changed the inputs  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -609,6 +610,15 @@ def _mutations(function: str, calls: Sequence[Observed], source: str | None) -> 
     pattern = re.compile("|".join(INPLACE.format(name=re.escape(n)) for n in names) or r"(?!)")
     line = first_line(source, function, pattern)
     when = f", only when {only[0]} is {only[1]}" if only else ""
+    if all(set(c.outcome.changed_inputs) <= set(c.outcome.changed_by_backward) for c in changing):
+        line = first_line(source, function, GRAD_WRITE) or line
+        evidence = (f"Only the backward pass changed its input(s) {', '.join(names)}{when}{line}: the forward calls left them "
+                    "as they came.")
+        return [_finding(function, "backward", f"{function}'s backward pass writes into its inputs", evidence,
+                         "return each gradient from backward and leave the inputs and their .grad alone: autograd adds what "
+                         "backward returns to .grad under .backward() (a gradient also added by hand counts twice) and "
+                         "torch.autograd.grad must leave .grad as it was",
+                         explains=frozenset({"mutation"}))]  # fmt: skip
     if only == (ORIGIN, origin(False, held_grads=True)):  # then what changed is the .grad the caller's tensors held
         line = first_line(source, function, GRAD_WRITE)
         evidence = f"Calls reset or changed the .grad that its input(s) {', '.join(names)} already held{when}{line}."

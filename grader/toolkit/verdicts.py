@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from grader.core.invoke import SKIPPED, Outcome, Returned
+from grader.core.invoke import HELD_GRAD, SKIPPED, Outcome, Returned
 from grader.core.plugin import GradingContext
 from grader.toolkit.compare import Comparison, combine, compare
 from grader.toolkit.tolerance import Truth
@@ -40,6 +40,10 @@ PHRASES: dict[str, str] = {
     "outside inference mode: its caller can neither modify it in place nor use it where autograd records; leave the mode to the caller",
     "made_anew": "the output requires grad but has no autograd history (grad_fn is None): it was made anew from values "
     "(torch.tensor(...), .detach().requires_grad_()), so no gradient reaches the inputs; keep every step in torch",
+    "accumulation_lost": "{name} held a .grad of {held} everywhere (earlier micro-batches of gradient accumulation) and .backward() "
+    "left it none: a backward pass must add its gradient to the .grad a caller's tensor holds",
+    "accumulated": "{what}, what .backward() added to the .grad {name} already held ({held} everywhere, as gradient accumulation "
+    "leaves it; torch.autograd.grad was asked first and must leave that .grad as it was)",
     "detached": "the output does not require grad although its inputs do: it was detached (.detach(), .numpy(), torch.no_grad()); "
     "keep every step in torch",
 }
@@ -186,7 +190,19 @@ def grads_verdict(outcome: Outcome, index: int, what: str, truths: dict[str, Tru
             continue
         got = truth.values * 0 if grad is None else grad
         found.append(compare(f"{what}, gradient with respect to {key}", got, truth.values, truth.allowed))
+        if position in outcome.accumulated:
+            found.append(_accumulated(what, key, outcome.accumulated[position], truth))
     return combine(found)
+
+
+def _accumulated(what: str, key: str, grad: np.ndarray | None, truth: Truth) -> Comparison:
+    """What ``.backward()`` added to the ``.grad`` that input ``key`` held (:data:`HELD_GRAD`), read as ``grad``, against
+    ``truth``: the same gradient, allowed one more rounding (the sum's, in the gradient's dtype)."""
+    if grad is None:
+        return Comparison(False, phrase("accumulation_lost", name=key, held=HELD_GRAD), None, what)
+    added = grad.astype(np.float64) - HELD_GRAD
+    rounding = np.finfo(grad.dtype).eps * np.abs(grad.astype(np.float64)) if np.issubdtype(grad.dtype, np.floating) else 0.0
+    return compare(phrase("accumulated", what=what, name=key, held=HELD_GRAD), added, truth.values, truth.allowed + rounding)
 
 
 def summarise(findings: list[Comparison | None], success: str) -> Comparison:

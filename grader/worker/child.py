@@ -538,6 +538,7 @@ class Run:
         self.backings: dict[int, Any] = {}  # input -> the numpy array holding a contiguous input's memory
         self.leaves: dict[int, Any] = {}  # activation or expanded input -> the leaf it is a view of (its gradient is read there)
         self.held: dict[int, Any] = {}  # input -> a copy of the .grad it was given before the calls ("held_grad")
+        self.grad_touched: set[int] = set()  # inputs whose held .grad torch.autograd.grad changed (:meth:`asked_twice`)
         self.freed: dict[tuple[str, tuple[int, ...]], list[Any]] = {}  # memory of released contiguous inputs
         self.results: list[Any] = []
         self.cpu_s = 0.0  # CPU time spent in the submission's calls and in the backward pass
@@ -732,6 +733,7 @@ class Run:
                     self.tensors[index] = self.snapshots[index] = None
                     self.leaves.pop(index, None)
                     self.held.pop(index, None)
+                    self.grad_touched.discard(index)
                     del tensor, memory
             used = {a["result"] for a in arguments if "result" in a}
             self.results = [r if i in used else None for i, r in enumerate(self.results)]
@@ -907,6 +909,8 @@ class Run:
             return True
         if facts.requires_grad(tensor) != self.flags[index]:
             return True
+        if index in self.grad_touched:
+            return True
         leaf = self.leaves.get(index, tensor)
         grad, held = facts.grad(leaf) if facts.is_leaf(leaf) else None, self.held.get(index)
         if held is None:
@@ -962,7 +966,11 @@ class Run:
                 total = terms[0]
                 for term in terms[1:]:
                     total = server.add(total, term)
-            grads = self.accumulated(total, [self.leaves.get(i, self.tensors[i]) for i in wanted], retain)
+            inputs = [self.leaves.get(i, self.tensors[i]) for i in wanted]
+            if report and any(i in self.held for i in wanted):
+                grads, added = self.asked_twice(total, wanted, inputs, retain)
+            else:
+                grads, added = self.accumulated(total, inputs, retain), {}
         except BaseException as exc:
             return {"status": "raised", "error": server.describe_exception(exc)}
         if not report:
@@ -970,14 +978,17 @@ class Run:
         found: dict[str, Any] = {}
         for i, grad in zip(wanted, grads):
             found[str(i)] = None if grad is None else self.add_array(grad)
-        return {"status": "ok", "grads": found}
+        reply: dict[str, Any] = {"status": "ok", "grads": found}
+        if added:
+            reply["accumulated"] = {str(i): None if grad is None else self.add_array(grad) for i, grad in added.items()}
+        return reply
 
     def accumulated(self, total: Any, inputs: list[Any], retain: bool = False) -> list[Any]:
         """The gradients of ``total`` with respect to ``inputs`` (None for one it does not reach), as a training loop gets them.
 
-        ``total.backward()`` with no ``inputs`` argument, then each input's ``.grad``: reentrant checkpointing
-        (``torch.utils.checkpoint(..., use_reentrant=True)``) supports that alone, not ``torch.autograd.grad``.
-        What an input held in ``.grad`` before is put back, so the submission's own doing stays visible.
+        ``total.backward()`` with no ``inputs`` argument, then each input's ``.grad``, none held before (reentrant
+        checkpointing, ``torch.utils.checkpoint(..., use_reentrant=True)``, supports that way alone: calls whose inputs hold
+        no ``.grad`` meet it). What an input held in ``.grad`` before is put back, so the submission's own doing stays visible.
         """
         facts = self.server.facts
         before = [facts.grad(tensor) for tensor in inputs]
@@ -987,6 +998,31 @@ class Run:
         try:
             self.server.autograd_backward(total, retain_graph=retain)
             return [facts.grad(tensor) for tensor in inputs]
+        finally:
+            self.cpu_s += time.process_time() - cpu
+            for tensor, grad in zip(inputs, before):
+                facts.set_grad(tensor, grad)
+
+    def asked_twice(self, total: Any, wanted: list[int], inputs: list[Any], retain: bool = False) -> tuple[list[Any], dict[int, Any]]:
+        """The gradients of ``total`` with respect to ``inputs`` (input numbers ``wanted``) asked for both ways a caller who
+        accumulates them asks, when some inputs keep the ``.grad`` of earlier micro-batches (:attr:`held`):
+        ``torch.autograd.grad`` first, whose gradients are returned and which must leave every ``.grad`` as it was, then
+        ``total.backward()``, which must add the same gradients to what each held ``.grad`` holds; with the first's
+        gradients, the ``.grad`` of each holding input after the second (the grader subtracts what it held). A ``.grad``
+        that the first changed makes its input a changed one (:meth:`changed`); every ``.grad`` is put back after."""
+        facts, server = self.server.facts, self.server
+        before = [facts.grad(tensor) for tensor in inputs]
+        copies = [None if grad is None else facts.clone(facts.detach(grad)) for grad in before]
+        cpu = time.process_time()
+        try:
+            grads = list(server.autograd_grad(total, inputs, retain_graph=True, allow_unused=True))
+            for i, tensor, grad, copy in zip(wanted, inputs, before, copies):
+                now = facts.grad(tensor)
+                if i in self.held and (now is not grad or (now is not None and not self.same(facts.detach(now), copy))):
+                    self.grad_touched.add(i)
+                facts.set_grad(tensor, facts.clone(self.held[i]) if i in self.held else None)
+            server.autograd_backward(total, retain_graph=retain)
+            return grads, {i: facts.grad(tensor) for i, tensor in zip(wanted, inputs) if i in self.held}
         finally:
             self.cpu_s += time.process_time() - cpu
             for tensor, grad in zip(inputs, before):

@@ -169,6 +169,7 @@ class AttentionCase:
     held_grads: bool = False  # leaf inputs that require grad hold a .grad before the call (domain.as_training_inputs)
     parameters: bool = False  # leaf inputs that require grad are torch.nn.Parameter (domain.as_training_inputs)
     one_object: tuple[str, ...] = ()  # inputs passed as one tensor object (domain.hold_one_object)
+    cotangent_layout: str = "contiguous"  # how the output's gradient is laid out in memory (domain.COTANGENT_LAYOUTS)
 
     def __post_init__(self) -> None:
         """An input expanded along a dim holds its first element's values there (:func:`domain.hold_expanded`); inputs at
@@ -228,7 +229,7 @@ class AttentionCase:
         parts = [f"B={b} H={h} T={t} D={d}", self.dtype, causal, coefficient]
         if self.frozen:
             parts.append(f"{', '.join(self.frozen)} without requires_grad")
-        parts += domain.one_object_labels(self) + domain.origin_labels(self)
+        parts += domain.one_object_labels(self) + domain.origin_labels(self) + (domain.cotangent_labels(self) if grads else [])
         if layouts := domain.layouts_label(INPUT_NAMES, self.layouts):
             parts.append(layouts)
         if self.grad_mode != "enabled" and not grads:
@@ -288,6 +289,7 @@ def attention_case(
     below: float | None = None,
     sink: float | None = None,
     sink_key: int = 0,
+    future: float | None = None,
     faint: int | None = None,
     layouts: tuple[str, ...] = ("contiguous",) * 5,
     frozen: tuple[str, ...] = (),
@@ -302,7 +304,8 @@ def attention_case(
     ``ramp`` (False: falling, True: rising) scales the keys along the tokens
     first (:func:`domain.token_ramp`). ``below`` makes every scaled logit of
     both branches about −below (:func:`domain.far_below`). ``sink`` makes
-    key ``sink_key`` (the first) of both branches an attention sink (:func:`domain.attention_sink`);
+    key ``sink_key`` (the first) of both branches an attention sink (:func:`domain.attention_sink`); ``future`` makes the
+    last key of both branches draw about that scaled logit from every earlier query (:func:`domain.future_far_above`);
     ``faint`` makes every key of both branches from that one on faint (:func:`domain.faint_keys`).
     """
     b, h, t, d = shape
@@ -316,6 +319,8 @@ def attention_case(
         (q1, k1), (q2, k2) = domain.far_below(q1, k1, below), domain.far_below(q2, k2, below)
     if sink is not None:
         (q1, k1), (q2, k2) = (domain.attention_sink(q, k, sink, tokens=2, key=sink_key) for q, k in ((q1, k1), (q2, k2)))
+    if future is not None:
+        (q1, k1), (q2, k2) = (domain.future_far_above(q, k, future, tokens=2) for q, k in ((q1, k1), (q2, k2)))
     if faint is not None:
         (q1, k1), (q2, k2) = domain.faint_keys(q1, k1, faint, tokens=2), domain.faint_keys(q2, k2, faint, tokens=2)
     if coefficient is None:
@@ -356,6 +361,19 @@ def opposite_exponents(rng: np.random.Generator, dtype: str, sign: float, wide: 
     first = rng.uniform(0.6, 1.0) * top
     second = rng.uniform(2.05 * limit - first, 2.5 * limit - first) if wide else rng.uniform(0.6, 1.0) * top
     return (float(first), float(-second)) if sign > 0 else (float(-second), float(first))
+
+
+def distant_exponents(rng: np.random.Generator) -> tuple[float, float]:
+    """Exponents (q1·k1, q2·k2), in either order, one of 30 to 60 and the other within ±3: float32 holds both exponentials,
+    e^(larger) more than 1e7 times the other, so the smaller pair's gradients are lost below a rounding of the larger."""
+    pair = (float(rng.uniform(30.0, 60.0)), float(rng.uniform(-3.0, 3.0)))
+    return pair if rng.random() < 0.5 else (pair[1], pair[0])
+
+
+def near_tie_exponents(rng: np.random.Generator) -> tuple[float, float]:
+    """Exponents (q1·k1, q2·k2) within ±2 and a nonzero gap of 0.001 to 0.01 apart, either one the larger."""
+    first = float(rng.uniform(-2.0, 2.0))
+    return first, first + float(domain.signed_uniform(rng, 0.001, 0.01))
 
 
 def tied_case(rng: np.random.Generator, length: int, dtype: str, lambda_init: float | None, binding: str = "keyword") -> LambdaCase:

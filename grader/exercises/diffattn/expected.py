@@ -50,18 +50,18 @@ def lambda_value(case: LambdaCase) -> Truth:
 
 
 def _lambda_vector_grads(case: LambdaCase, upstream: float, upstream_magnitude: float, operations: float) -> dict[str, Truth]:
-    # The magnitude is |g|·(exp(q1·k1) + exp(q2·k2) + 1)·|k| for every vector (exp of the exact
-    # exponents, as for the value): λ may be computed by any identity (expm1(a) − expm1(b),
-    # 2·exp((a+b)/2)·sinh((a−b)/2), ...) whose intermediates are as large as the larger
-    # exponential, or as 1 (expm1's, and torch's expm1 backward, g·(result + 1)), so each
-    # vector's gradient may carry that rounding (a bug in one term's gradient still shows
-    # wherever the exponents are close). The rounding of q·k,
+    # The magnitude of a pair's gradients is |g|·(exp(q·k) + 1)·|other vector| (exp of the exact
+    # exponent, as for the value): its own exponential, which each gradient is a multiple of,
+    # and 1 for expm1(a) − expm1(b), whose backward is g·(expm1(x) + 1). Not the other pair's
+    # exponential: a form that factors the larger one out (e^a·expm1(b − a), or
+    # 2·exp((a+b)/2)·sinh((a−b)/2)) rebuilds the smaller pair's gradient from it, and its
+    # rounding of e^a is all of a gradient e^(a − b) times smaller. The rounding of q·k,
     # amplified by exp, is in the operations (Σ|q⊙k|). exp(|q|·|k|) was no bound at all:
     # vacuous when Σ|q⊙k| is large, and past 709 an overflow in the grader.
     exact_grads = oracle.lambda_vjp(*case.vectors, upstream)
-    both = 1.0 + sum(math.exp(x) for x in oracle.lambda_exponents(*case.vectors))
-    bounds = {name: upstream_magnitude * both * np.abs(np.asarray(other, dtype=np.float64))
-              for name, other in zip(LAMBDA_INPUTS, (case.k1, case.q1, case.k2, case.q2))}  # fmt: skip
+    first, second = (1.0 + math.exp(x) for x in oracle.lambda_exponents(*case.vectors))
+    bounds = {name: upstream_magnitude * own * np.abs(np.asarray(other, dtype=np.float64))
+              for name, own, other in zip(LAMBDA_INPUTS, (first, first, second, second), (case.k1, case.q1, case.k2, case.q2))}  # fmt: skip
     operations += _lambda_operations(case)
     return {name: Truth(exact_grads[name], tolerance.allowance(case.dtype, operations, bounds[name])) for name in LAMBDA_INPUTS}
 

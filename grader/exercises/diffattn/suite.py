@@ -50,7 +50,8 @@ def lambda_values(seed: int) -> list[LambdaCase]:
     """Lengths from 1 to 256, both dtypes, the default, the paper's, 0 and out-of-[0, 1] lambda_init (with large exponents and with
     ordinary ones, where it shows), vectors past 256 on every seed, exponents up to the dtype's finite
     limit (of opposite signs too, their difference up to 2.5 times it), products past that limit that cancel in the dot
-    product, pairs that tie exactly, every binding."""
+    product, pairs that tie exactly, every binding; last, one exponent of 30 to 60 beside one within ±3
+    (:func:`cases.distant_exponents`) and two a gap of 0.001 to 0.01 apart (:func:`cases.near_tie_exponents`)."""
     rng = domain.generator(seed, "lambda_values")
     long_length = domain.sequence_length(rng, 60)
     return domain.cycled_modes([
@@ -80,6 +81,11 @@ def lambda_values(seed: int) -> list[LambdaCase]:
         cases.lambda_case(rng, int(rng.integers(1, 9)), "float64", float(rng.uniform(-1.0, -0.1)), binding="positional"),
         # vectors past every block size on every seed (the long draw above may stop at 60): code that keeps a head's width of them
         cases.lambda_case(rng, int(rng.integers(max(domain.BLOCK_SIZES) + 1, domain.LONGEST + 1)), "float32", None),
+        # one exponent large and the other near 0, every vector trainable: the smaller pair's gradients are e^(small) times a
+        # vector, which a form that factors the larger exponential out (e^a·expm1(b − a)) rebuilds from e^(large)
+        cases.lambda_case(rng, int(rng.integers(1, 9)), "float32", None, exponents=cases.distant_exponents(rng)),
+        # dot products a nonzero gap of less than 0.01 apart, which float64 resolves: a series for e^a − e^b near a tie
+        cases.lambda_case(rng, int(rng.integers(1, 9)), "float64", 0.2, exponents=cases.near_tie_exponents(rng), binding="positional"),
     ])
 
 
@@ -87,7 +93,8 @@ def lambda_values(seed: int) -> list[LambdaCase]:
 def lambda_limits(seed: int) -> list[LambdaCase]:
     """Exponents at the edge of exp's range, for values only (the gradients' factors would overflow): both within 0.3 to
     0.6 of where exp overflows, so that e^a + e^b and 2·exp((a + b)/2) overflow while λ is finite (a form through
-    either, such as (e^a + e^b)·tanh((a − b)/2), is not), and one there with the other far below zero; both dtypes."""
+    either, such as (e^a + e^b)·tanh((a − b)/2), is not), and one there with the other far below zero; both dtypes; last,
+    both far below where exp underflows (λ is λ_init: a form that factors e^(larger) out of λ_init too meets 0·∞)."""
     rng = domain.generator(seed, "lambda_limits")
 
     def edge(dtype: str) -> float:
@@ -98,6 +105,9 @@ def lambda_limits(seed: int) -> list[LambdaCase]:
         cases.lambda_case(rng, int(rng.integers(1, 9)), "float64", 0.2, exponents=(edge("float64"), edge("float64")), binding="positional"),
         cases.lambda_case(rng, int(rng.integers(1, 9)), "float32", 0.0, exponents=(-edge("float32"), edge("float32")), binding="names"),
         cases.lambda_case(rng, int(rng.integers(1, 9)), "float64", None, exponents=(edge("float64"), -float(rng.uniform(100.0, 700.0)))),
+        *(cases.lambda_case(rng, int(rng.integers(1, 9)), dtype, init, exponents=(-edge(dtype) - below[0], -edge(dtype) - below[1]), binding=binding)
+          for dtype, init, binding, below in (("float32", None, "names", rng.uniform(1.0, 300.0, 2)),
+                                              ("float64", 0.5, "keyword", rng.uniform(1.0, 2000.0, 2)))),
     ])
 
 
@@ -199,10 +209,13 @@ def attention_large_logits(seed: int) -> list[AttentionCase]:
     tokens, keys that fall or rise along the sequence (the maxima of early and late key blocks far apart); every logit of a
     call far below zero (−150 to −400 in float32, −800 to −1500 in float64: exp of each underflows); keys rising to the
     last, shorter block of a sequence past every block size (:func:`domain.past_every_block`); and every logit of a causal
-    float64 call below the finite numbers a mask may use for −∞ (:data:`domain.BELOW_FINITE_MASKS`); last, a float32
-    causal=False call of 1025 to 1040 tokens under inference_mode whose key at an odd position in the second half draws
-    scaled logits of about 150 to 300 above every other key (past 89, where exp overflows float32, for every query:
-    :func:`domain.off_every_stride`; a shift taken over a sample of the keys misses it)."""
+    float64 call below the finite numbers a mask may use for −∞ (:data:`domain.BELOW_FINITE_MASKS`); then a causal float32
+    call whose last key draws scaled logits of about 1.2e4 to 2.5e4 from every earlier query (:func:`domain.future_far_above`:
+    a future key for each, which a finite mask of −1e4 leaves the row's weight), values of 2e5 to 1e6 (outputs past
+    float16's range: :func:`domain.large_values`) and one (batch element, head) of values all zero (:func:`domain.zero_head`);
+    last, a float32 causal=False call of 1025 to 1040 tokens under inference_mode whose key at an odd position in the second
+    half draws scaled logits of about 150 to 300 above every other key (past 89, where exp overflows float32, for every
+    query: :func:`domain.off_every_stride`; a shift taken over a sample of the keys misses it)."""
     rng = domain.generator(seed, "attention_large_logits")
     found = domain.cycled_modes([
         *(cases.attention_case(rng, domain.domain_shape(rng, 65), "float32", True, max_logit=float(rng.uniform(200, 1000)), ramp=rising)
@@ -220,7 +233,14 @@ def attention_large_logits(seed: int) -> list[AttentionCase]:
     ])
     shape = domain.model_scale(rng, long=True)
     spike = cases.attention_case(rng, shape, "float32", False, sink=float(rng.uniform(150, 300)), sink_key=domain.off_every_stride(rng, shape[2]))
-    return [*found, replace(spike, grad_mode=domain.LONG_CALL_MODE)]
+    future = domain.domain_shape(rng, 2, 60)
+    large, zeroed = (cases.attention_case(rng, (2, 3, domain.sequence_length(rng, 2, 60), domain.head_width(rng, 16)), dtype, causal)
+                     for dtype, causal in (("float32", None), ("float64", True)))  # fmt: skip
+    return [*found, *domain.cycled_modes([
+        cases.attention_case(rng, future, "float32", True, future=float(rng.uniform(*domain.FUTURE_ABOVE_VISIBLE)), note=domain.FUTURE_ABOVE_NOTE),
+        cases.with_values(large, *domain.large_values(large.value, rng, "float32")),
+        cases.with_values(zeroed, *domain.zero_head(zeroed.value, rng, heads=1)),
+    ]), replace(spike, grad_mode=domain.LONG_CALL_MODE)]
 
 
 @SETS.register(hidden=True)
@@ -429,7 +449,7 @@ def attention_request(case: AttentionCase, requires_grad: bool = False) -> Reque
     calls += (bound_call(ATTENTION, names, (*inputs, coefficient), "causal", case.causal, case.binding, case.keyword_order),)
     if not requires_grad:
         return Request(tuple(replace(call, grad_mode=case.grad_mode) for call in calls), inputs=numbered)
-    return Request(calls, backward_from=len(calls) - 1, cotangent=case.cotangent, inputs=numbered)
+    return Request(calls, backward_from=len(calls) - 1, cotangent=case.cotangent, inputs=numbered, cotangent_layout=case.cotangent_layout)
 
 
 def outcome(

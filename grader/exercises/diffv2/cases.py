@@ -66,12 +66,16 @@ class Case:
     held_grads: bool = False  # leaf inputs that require grad hold a .grad before the call (domain.as_training_inputs)
     parameters: bool = False  # leaf inputs that require grad are torch.nn.Parameter (domain.as_training_inputs)
     note: str = ""
+    one_object: tuple[str, ...] = ()  # inputs passed as one tensor object (domain.hold_one_object)
+    cotangent_layout: str = "contiguous"  # how the output's gradient is laid out in memory (domain.COTANGENT_LAYOUTS)
 
     def __post_init__(self) -> None:
         """An input expanded along a dim holds its first element's values there (:func:`domain.hold_expanded`); inputs at
-        one address hold the values they share (:func:`domain.hold_aliased`)."""
+        one address hold the values they share (:func:`domain.hold_aliased`); inputs passed as one tensor hold its values
+        (:func:`domain.hold_one_object`)."""
         domain.hold_expanded(self, self.names)
         domain.hold_aliased(self, self.names, self.memory_layouts)
+        domain.hold_one_object(self, self.one_object)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -121,7 +125,7 @@ class Case:
             parts.append(f"lambda_logits in [{low:.4g}, {high:.4g}]")
         if self.frozen:
             parts.append(f"{', '.join(self.frozen)} without requires_grad")
-        parts += domain.origin_labels(self)
+        parts += domain.one_object_labels(self) + domain.origin_labels(self) + (domain.cotangent_labels(self) if grads else [])
         if layouts := domain.layouts_label(self.names, self.memory_layouts):
             parts.append(layouts)
         if self.grad_mode != "enabled" and not grads:
@@ -219,6 +223,7 @@ def case(
     ramp: bool | None = None,
     below: float | None = None,
     sink: float | None = None,
+    future: float | None = None,
     faint: int | None = None,
     saturated: float = 0.0,
     zeros: float = 0.0,
@@ -235,7 +240,8 @@ def case(
     scales the keys along the tokens first (:func:`domain.token_ramp`);
     ``below`` makes every scaled logit about −below (:func:`domain.far_below`);
     ``sink`` makes the first key an attention sink, its scaled logit about ``sink`` for every query
-    (:func:`domain.attention_sink`); ``faint`` makes every key from that one on faint (:func:`domain.faint_keys`); ``saturated`` is the share of gate logits drawn at ±[100, 1000],
+    (:func:`domain.attention_sink`); ``future`` makes the last key draw about that scaled logit from every earlier query
+    (:func:`domain.future_far_above`); ``faint`` makes every key from that one on faint (:func:`domain.faint_keys`); ``saturated`` is the share of gate logits drawn at ±[100, 1000],
     ``zeros`` the share set to exactly 0.
     """
     b, t, hq, hkv, d = dims
@@ -248,6 +254,8 @@ def case(
         q, k = domain.far_below(q, k, below)
     if sink is not None:
         q, k = domain.attention_sink(q, k, sink, tokens=1)
+    if future is not None:
+        q, k = domain.future_far_above(q, k, future, tokens=1)
     if faint is not None:
         q, k = domain.faint_keys(q, k, faint, tokens=1)
     gates = gate_logits(rng, (b, t, hq // 2), saturated, zeros) if function == DIFF_V2 else None

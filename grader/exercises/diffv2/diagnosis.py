@@ -203,6 +203,7 @@ def _attributes(case: Case, grads: bool) -> dict[str, str]:
              EXPANDED_INPUTS: domain.expanded_inputs(case.memory_layouts, EXPANSIONS),
              KV_HEADS: str(case.k.shape[2]), domain.TOKENS: domain.token_count(case.q.shape[1]),
              TIED: "equal in value" if np.array_equal(case.q[:, :, 0::2], case.q[:, :, 1::2]) else "different",
+             domain.PASSED_AS_ONE: domain.passed_as_one(case.one_object),
              SHARING: "one (multi-query)" if case.k.shape[2] == 1 else "several",
              GROUP: str(group) if (group := case.q.shape[2] // case.k.shape[2]) <= 2 else "more than 2",
              slips.HEAD_WIDTH: str(case.q.shape[-1])}  # fmt: skip
@@ -224,7 +225,8 @@ def observed(grading: GradingContext) -> list[Observed]:
                 outcome: Outcome | None = grading.cache.get((case_set.name, i, grads))
                 if outcome is None:
                     continue
-                found.append(Observed(case.function, outcome, 0, case.output_shape, case.dtype, _attributes(case, grads), case.names, grads,
+                found.append(Observed(case.function, outcome, 0, case.output_shape, case.dtype, _attributes(case, grads),
+                                      domain.tensor_names(case.names, case.one_object), grads,
                                       not case_set.hidden))  # fmt: skip
     return found
 

@@ -82,8 +82,9 @@ def output(case: Case) -> Truth:
 
 def gradients(case: Case) -> dict[str, Truth]:
     """The gradients of <cotangent, output> with respect to every input of ``case``, with allowances; an expanded input's
-    read at the tensor it expands (:func:`domain.read_where_expanded`)."""
-    return domain.read_where_expanded(_gradients(case), case.names, case.memory_layouts)
+    read at the tensor it expands (:func:`domain.read_where_expanded`); of a tensor passed for several inputs, at its first
+    name (:func:`domain.merged_truths`)."""
+    return domain.merged_truths(domain.read_where_expanded(_gradients(case), case.names, case.memory_layouts), case.one_object)
 
 
 @per_case(_memo_key, dtype=lambda case: case.dtype)

@@ -15,6 +15,7 @@ from typing import Any
 
 from grader.exercises.diffv2 import expected, suite, toy
 from grader.exercises.diffv2.cases import Case
+from grader.toolkit import domain
 from grader.toolkit.casesets import CaseSet
 from grader.toolkit.handout import Calls, Handout
 from grader.toolkit.tolerance import Truth
@@ -25,7 +26,7 @@ TRUTHS: dict[CaseSet[Any], Callable[[Case], Truth]] = {suite.diff_gate_off: expe
 
 def _names(case: Case) -> list[str]:
     """The names of a request's input tensors, in the order of its ``inputs`` (the truths' keys)."""
-    return list(case.names)
+    return list(domain.tensor_names(case.names, case.one_object))
 
 
 def _offset_pairs(handout: Handout, seed: int, calls: Calls) -> dict[str, Any]:

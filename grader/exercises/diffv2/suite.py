@@ -47,8 +47,9 @@ def _output_set(seed: int, name: str, function: str, causal: bool) -> list[Case]
     coincide (:func:`cases.coinciding_dims`) and (batch, head) pairs past every block size (:func:`cases.many_problems`, in
     groups of the smallest size and of one that divides no block size);
     both dtypes, by name and by position, the autograd modes cycled; a batch's decoding step and a float64 call of many batch
-    elements and wide heads laid out heads-major (:func:`_batched_calls`); causal, last, a float32 call under inference_mode past a
-    context window of 2048 tokens (:func:`domain.past_context`) whose first key is an attention sink."""
+    elements and wide heads laid out heads-major (:func:`_batched_calls`); one tensor passed as k and v, and as q, k and v
+    (:func:`_one_object_calls`); causal, last, a float32 call under inference_mode past a context window of 2048 tokens
+    (:func:`domain.past_context`) whose first key is an attention sink."""
     rng = domain.generator(seed, name)
     draw = functools.partial(cases.shape, rng, function)
     omitted = None if causal else False
@@ -73,10 +74,29 @@ def _output_set(seed: int, name: str, function: str, causal: bool) -> list[Case]
                   *(cases.many_problems(rng, function, groups[function]) for groups in (cases.ALIGNED_GROUPS, cases.UNALIGNED_GROUPS))]
     found += domain.cycled_modes([cases.case(rng, function, dims, "float64", causal) for dims in odd_shapes])
     if not causal:
-        return found + _batched_calls(rng, function, causal)
+        return found + _batched_calls(rng, function, causal) + _one_object_calls(rng, function, causal)
     batch, _, length, width = domain.past_context(rng)
     context = cases.case(rng, function, (batch, length, *CONTEXT_HEADS[function], width), "float32", True, sink=domain.SINK_LOGIT)
-    return [*found, *_batched_calls(rng, function, causal), replace(context, grad_mode=domain.LONG_CALL_MODE)]
+    tied = _one_object_calls(rng, function, causal)
+    return [*found, *_batched_calls(rng, function, causal), *tied, replace(context, grad_mode=domain.LONG_CALL_MODE)]
+
+
+def _one_object_calls(rng: np.random.Generator, function: str, causal: bool | None, dtypes: tuple[str, str] = ("float32", "float64"),
+                      draw: tuple[int, int] = (2, 40)) -> list[Case]:  # fmt: skip
+    """One tensor object passed as k and v (a shared key/value projection, or a caller's x, x); for gqa_attention also as q, k
+    and v at Hq = Hkv (self-attention of x with itself, gqa_attention(x, x, x)): code that keeps a per-object cache or works
+    on its inputs in place meets it there, and in no call whose inputs are merely equal (:func:`domain.hold_one_object`).
+    Heads are 2 features wide or more, where the scale 1/√D applied to the wrong one shows."""
+
+    def wide(dims: tuple[int, int, int, int, int]) -> tuple[int, int, int, int, int]:
+        return (*dims[:4], max(2, dims[4]))
+
+    found = [replace(cases.case(rng, function, wide(cases.shape(rng, function, *draw, 16)), dtypes[0], causal), one_object=("k", "v"))]
+    if function == GQA:
+        heads = int(rng.integers(1, 4))
+        dims = wide(cases.shape(rng, GQA, *draw, 16, head_counts=(heads, heads)))
+        found.append(replace(cases.case(rng, GQA, dims, dtypes[1], causal), one_object=("q", "k", "v")))
+    return domain.cycled_modes(found)
 
 
 def _batched_calls(rng: np.random.Generator, function: str, causal: bool) -> list[Case]:
@@ -123,7 +143,8 @@ def gqa_large_logits(seed: int) -> list[Case]:
     the sequence (the maxima of early and late key blocks far apart); every logit of a call far below zero (−150 to −400 in
     float32, −800 to −1500 in float64: exp of each underflows); keys rising to the last, shorter block of a sequence past
     every block size (:func:`domain.past_every_block`); every logit of a causal float64 call below the finite numbers a mask
-    may use for −∞ (:data:`domain.BELOW_FINITE_MASKS`)."""
+    may use for −∞ (:data:`domain.BELOW_FINITE_MASKS`); last, a future key far above every visible one, large values and a
+    head of zero values (:func:`_edge_values`)."""
     rng = domain.generator(seed, "gqa_large_logits")
     return domain.cycled_modes([
         *(cases.case(rng, GQA, cases.shape(rng, GQA, 65), "float32", True, max_logit=float(rng.uniform(200, 1000)), ramp=rising)
@@ -137,14 +158,29 @@ def gqa_large_logits(seed: int) -> list[Case]:
         cases.case(rng, GQA, cases.shape(rng, GQA, tail := domain.past_every_block(rng), tail, 16), "float32", False,
                    max_logit=float(rng.uniform(200, 1000)), ramp=True),
         cases.case(rng, GQA, cases.shape(rng, GQA, 2, 60), "float64", True, below=float(rng.uniform(*domain.BELOW_FINITE_MASKS))),
-    ])  # fmt: skip
+    ]) + _edge_values(rng, GQA)  # fmt: skip
+
+
+def _edge_values(rng: np.random.Generator, function: str) -> list[Case]:
+    """A causal float32 call whose last key draws scaled logits of about 1.2e4 to 2.5e4 from every earlier query (:func:`domain.future_far_above`:
+    a future key for each, which a finite mask of −1e4 leaves the row's weight), values of 2e5
+    to 1e6 (outputs past float16's range: :func:`domain.large_values`) and one (batch element, key/value head) of values all
+    zero (:func:`domain.zero_head`)."""
+    future = cases.shape(rng, function, 2, 60)
+    found = [cases.case(rng, function, future, "float32", True, future=float(rng.uniform(*domain.FUTURE_ABOVE_VISIBLE)), note=domain.FUTURE_ABOVE_NOTE)]
+    for dtype, causal, edge in (("float32", None, "large"), ("float64", True, "zero")):
+        base = cases.case(rng, function, cases.batched(cases.shape(rng, function, 2, 60, 16)), dtype, causal)
+        values = domain.large_values(base.v, rng, dtype) if edge == "large" else domain.zero_head(base.v, rng, heads=2)
+        found.append(cases.with_values(base, *values))
+    return domain.cycled_modes(found)
 
 
 @SETS.register(hidden=True)
 def diff_large_logits(seed: int) -> list[Case]:
     """diff_v2_attention with scaled logits of 100 to 1000 in float32 and of 800 to 5000 in float64; past 64 tokens, keys that
     fall or rise along the sequence; every logit of a call far below zero; keys rising to the last, shorter block of a
-    sequence past every block size; every logit of a causal float64 call below the finite numbers a mask may use for −∞."""
+    sequence past every block size; every logit of a causal float64 call below the finite numbers a mask may use for −∞; last,
+    a future key far above every visible one, large values and a head of zero values (:func:`_edge_values`)."""
     rng = domain.generator(seed, "diff_large_logits")
     return domain.cycled_modes([
         *(cases.case(rng, DIFF_V2, cases.shape(rng, DIFF_V2, 65), "float32", True, max_logit=float(rng.uniform(200, 1000)), ramp=rising)
@@ -158,7 +194,7 @@ def diff_large_logits(seed: int) -> list[Case]:
         cases.case(rng, DIFF_V2, cases.shape(rng, DIFF_V2, tail := domain.past_every_block(rng), tail, 16), "float32", False,
                    max_logit=float(rng.uniform(200, 1000)), ramp=True),
         cases.case(rng, DIFF_V2, cases.shape(rng, DIFF_V2, 2, 60), "float64", True, below=float(rng.uniform(*domain.BELOW_FINITE_MASKS))),
-    ])  # fmt: skip
+    ]) + _edge_values(rng, DIFF_V2)  # fmt: skip
 
 
 @SETS.register
@@ -263,7 +299,8 @@ def gqa_gradients(seed: int) -> list[Case]:
     found.append(_one_past_blocks(rng, GQA, "float64"))
     alone = _trainable_alone(rng, GQA, (1, 1, 1, 1))
     return domain.as_training_inputs([*found, *alone, _one_past_blocks(rng, GQA, "float32", causal=True),
-                                      _one_past_blocks(rng, GQA, "float64", causal=True, faint=domain.FIRST_FAINT), domain.summed(found[0])])
+                                      _one_past_blocks(rng, GQA, "float64", causal=True, faint=domain.FIRST_FAINT), domain.summed(found[0]),
+                                      *_one_object_calls(rng, GQA, True, ("float64", "float32"))])
 
 
 def _one_past_blocks(rng: np.random.Generator, function: str, dtype: str, causal: bool = False, faint: int | None = None) -> Case:
@@ -299,7 +336,8 @@ def diff_gradients(seed: int) -> list[Case]:
               cases.equal_pairs(cases.case(rng, DIFF_V2, cases.shape(rng, DIFF_V2, 2, 40, 16), "float64", True))]
     alone = _trainable_alone(rng, DIFF_V2, (1, 1, 2, 1))
     return domain.as_training_inputs([*found, *alone, _one_past_blocks(rng, DIFF_V2, "float64", causal=True),
-                                      _one_past_blocks(rng, DIFF_V2, "float64", faint=domain.FIRST_FAINT), domain.summed(found[0])])
+                                      _one_past_blocks(rng, DIFF_V2, "float64", faint=domain.FIRST_FAINT), domain.summed(found[0]),
+                                      *_one_object_calls(rng, DIFF_V2, None, ("float32", "float64"))])
 
 
 @SETS.register
@@ -348,19 +386,19 @@ def sequences(seed: int) -> list[CallSequence[Case]]:
 
 def request(case: Case, grads: bool = False) -> Request:
     """The call of ``case`` (its inputs numbered in the contract's order); with ``grads``, a backward pass with its cotangent."""
-    tensors = tuple(
+    tensors = domain.one_object([
         TensorInput(array, case.dtype, grads and case.requires_grad(name), layout, case.activations, case.held_grads, case.parameters)
         for array, name, layout in zip(case.inputs, case.names, case.memory_layouts)
-    )
+    ], case.names, case.one_object)  # fmt: skip
     call = bound_call(case.function, case.names, tensors, "causal", case.causal, case.binding, case.keyword_order)
     if not grads:
-        return Request((replace(call, grad_mode=case.grad_mode),), inputs=tensors)
-    return Request((call,), backward_from=0, cotangent=case.cotangent, inputs=tensors)
+        return Request((replace(call, grad_mode=case.grad_mode),), inputs=domain.distinct(tensors))
+    return Request((call,), backward_from=0, cotangent=case.cotangent, inputs=domain.distinct(tensors), cotangent_layout=case.cotangent_layout)
 
 
 def gradient_positions(case: Case) -> dict[str, int]:
     """Input name -> tensor number in the case's request, for the inputs whose gradients are requested."""
-    return {name: i for i, name in enumerate(case.names) if case.requires_grad(name)}
+    return {name: i for i, name in enumerate(domain.tensor_names(case.names, case.one_object)) if case.requires_grad(name)}
 
 
 
