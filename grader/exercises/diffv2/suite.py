@@ -81,8 +81,7 @@ def _output_set(seed: int, name: str, function: str, causal: bool) -> list[Case]
     return [*found, *_batched_calls(rng, function, causal), *tied, replace(context, grad_mode=domain.LONG_CALL_MODE)]
 
 
-def _one_object_calls(rng: np.random.Generator, function: str, causal: bool | None, dtypes: tuple[str, str] = ("float32", "float64"),
-                      draw: tuple[int, int] = (2, 40)) -> list[Case]:  # fmt: skip
+def _one_object_calls(rng: np.random.Generator, function: str, causal: bool | None, dtypes: tuple[str, str] = ("float32", "float64")) -> list[Case]:
     """One tensor object passed as k and v (a shared key/value projection, or a caller's x, x); for gqa_attention also as q, k
     and v at Hq = Hkv (self-attention of x with itself, gqa_attention(x, x, x)): code that keeps a per-object cache or works
     on its inputs in place meets it there, and in no call whose inputs are merely equal (:func:`domain.hold_one_object`).
@@ -91,10 +90,10 @@ def _one_object_calls(rng: np.random.Generator, function: str, causal: bool | No
     def wide(dims: tuple[int, int, int, int, int]) -> tuple[int, int, int, int, int]:
         return (*dims[:4], max(2, dims[4]))
 
-    found = [replace(cases.case(rng, function, wide(cases.shape(rng, function, *draw, 16)), dtypes[0], causal), one_object=("k", "v"))]
+    found = [replace(cases.case(rng, function, wide(cases.shape(rng, function, 2, 40, 16)), dtypes[0], causal), one_object=("k", "v"))]
     if function == GQA:
         heads = int(rng.integers(1, 4))
-        dims = wide(cases.shape(rng, GQA, *draw, 16, head_counts=(heads, heads)))
+        dims = wide(cases.shape(rng, GQA, 2, 40, 16, head_counts=(heads, heads)))
         found.append(replace(cases.case(rng, GQA, dims, dtypes[1], causal), one_object=("q", "k", "v")))
     return domain.cycled_modes(found)
 
@@ -166,13 +165,13 @@ def _edge_values(rng: np.random.Generator, function: str) -> list[Case]:
     a future key for each, which a finite mask of −1e4 leaves the row's weight), values of 2e5
     to 1e6 (outputs past float16's range: :func:`domain.large_values`) and one (batch element, key/value head) of values all
     zero (:func:`domain.zero_head`)."""
-    future = cases.shape(rng, function, 2, 60)
-    found = [cases.case(rng, function, future, "float32", True, future=float(rng.uniform(*domain.FUTURE_ABOVE_VISIBLE)), note=domain.FUTURE_ABOVE_NOTE)]
-    for dtype, causal, edge in (("float32", None, "large"), ("float64", True, "zero")):
-        base = cases.case(rng, function, cases.batched(cases.shape(rng, function, 2, 60, 16)), dtype, causal)
-        values = domain.large_values(base.v, rng, dtype) if edge == "large" else domain.zero_head(base.v, rng, heads=2)
-        found.append(cases.with_values(base, *values))
-    return domain.cycled_modes(found)
+    shape = cases.shape(rng, function, 2, 60)
+    future = cases.case(rng, function, shape, "float32", True, future=float(rng.uniform(*domain.FUTURE_ABOVE_VISIBLE)), note=domain.FUTURE_ABOVE_NOTE)
+    large = cases.case(rng, function, cases.batched(cases.shape(rng, function, 2, 60, 16)), "float32", None)
+    large = cases.with_values(large, *domain.large_values(large.v, rng, "float32"))
+    zeroed = cases.case(rng, function, cases.batched(cases.shape(rng, function, 2, 60, 16)), "float64", True)
+    zeroed = cases.with_values(zeroed, *domain.zero_head(zeroed.v, rng, heads=2))
+    return domain.cycled_modes([future, large, zeroed])
 
 
 @SETS.register(hidden=True)
