@@ -20,7 +20,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from conftest import ROOT, first_root_cause
+from conftest import ROOT, first_root_cause, run_warm
 
 from grader.core.plugin import declared_checks
 from grader.exercises.diffv2 import diagnosis, misconceptions
@@ -526,3 +526,28 @@ def test_a_backward_that_adds_into_the_held_grad_is_the_backward_passs_cause(cor
     first = first_root_cause(corpus_file, tmp_path, "T1", "--exercise", exercise)
     assert (first["function"], first["component"], first["title"]) == (function, "backward", f"{function}'s backward pass writes into its inputs")
     assert "Only the backward pass changed its input(s)" in first["evidence"]
+
+
+@pytest.mark.parametrize(("old", "new", "component", "title"), [
+    ('masked_fill(future, float("-inf"))', "masked_fill(future, -1e4)", "mask",
+     "Masked keys still get weight when the logits are large: the mask is a finite number"),
+    ('logits = logits.masked_fill(future, float("-inf"))', "logits = logits - 1e4 * future", "mask",
+     "Masked keys still get weight when the logits are large: the mask is a finite number"),
+    ("return torch.matmul(weights, vh).transpose(1, 2)", "return torch.matmul(weights, vh).clamp(-65504, 65504).transpose(1, 2)",
+     "stability", "Outputs past float16's range are wrong"),
+    ("return torch.matmul(weights, vh).transpose(1, 2)",
+     "scale = vh.abs().amax(dim=(-2, -1), keepdim=True)\n    return (torch.matmul(weights, vh / scale) * scale).transpose(1, 2)",
+     "value", "A head whose values are all zero gives a wrong output"),
+])  # fmt: skip
+def test_domain_edges_of_the_hidden_checks_are_named_by_probes_at_those_edges(old: str, new: str, component: str, title: str,
+                                                                            tmp_path: Path) -> None:  # fmt: skip
+    """A mask that writes or adds −1e4, outputs clamped to float16's range and values scaled by their head's amax are right
+    on ordinary inputs and wrong only on the hidden checks' domain edges; the probes' own calls at those edges (visible
+    logits of −5·10⁶, a future one 2·10⁴ above them, values of 2·10⁵, a head of zero values) name each."""
+    source = (ROOT / "reference" / "diff_v2_attention.py").read_text()
+    assert old in source
+    path = tmp_path / "edge.py"
+    path.write_text(source.replace(old, new))
+    run = run_warm([str(path), "--exercise", "diff_v2", "--seed", "5", "--no-preview", "--tiers", "T2"], tmp_path)
+    first = run.report["diagnosis"]["root_causes"][0]
+    assert (first["function"], first["component"], first["title"]) == (GQA, component, title)

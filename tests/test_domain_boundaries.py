@@ -15,6 +15,7 @@ from conftest import ROOT, grade, grade_class, load_module
 
 from grader.exercises.diffattn import cases as attention_cases
 from grader.exercises.diffattn import suite as attention_suite
+from grader.exercises.diffv2 import cases as v2_cases
 from grader.exercises.diffv2 import suite as v2_suite
 from grader.toolkit import domain, findings, slips
 
@@ -68,7 +69,8 @@ def test_tied_branches_and_tied_pairs_are_differentiated(seed: int) -> None:
     tied = [c for c in attention_suite.attention_gradients(seed)
             if np.array_equal(c.q1, c.q2) and np.array_equal(c.k1, c.k2) and not c.one_object]  # (one object for all four: its own case)
     assert len(tied) == 1 and tied[0].q2 is not tied[0].q1 and tied[0].requires_grad("coefficient")
-    pairs = [c for c in v2_suite.diff_gradients(seed) if c.q.shape[2] > 1 and np.array_equal(c.q[:, :, 0::2], c.q[:, :, 1::2])]
+    pairs = [c for c in v2_suite.diff_gradients(seed)
+             if c.q.shape[2] > 1 and np.array_equal(c.q[:, :, 0::2], c.q[:, :, 1::2]) and np.unique(c.q).size > 1]  # (constant q aside)
     assert len(pairs) == 1 and "equal in value" in pairs[0].label()
 
 
@@ -243,13 +245,22 @@ def test_every_gradient_set_has_a_value_feature_zero_at_every_token(seed: int) -
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-def test_both_functions_are_differentiated_at_an_all_zero_query_and_key(seed: int) -> None:
-    """attention_gradients and lambda_frozen_subsets each hold a call whose q1 and one whose k2 is all zeros (a zero-initialised
-    projection), trainable, the other inputs not, and say so in the label."""
-    for found in (attention_suite.attention_gradients(seed), attention_suite.lambda_frozen_subsets(seed)):
-        for name in ("q1", "k2"):
-            (case,) = [c for c in found if domain.ZEROED.format(name) in c.label()]
-            assert not getattr(case, name).any() and case.requires_grad(name) and all(getattr(case, n).any() for n in ("q1", "k1", "q2", "k2") if n != name)
+def test_every_input_is_differentiated_all_zero_and_constant(seed: int) -> None:
+    """Every gradient set of both exercises holds, for each tensor input, a call with it all zeros and one with every element
+    one nonzero value (zero- and constant-initialised parameters), every input trainable, the others varied; labels say so."""
+    sets = ((attention_suite.attention_gradients, attention_cases.INPUT_NAMES), (attention_suite.lambda_frozen_subsets, attention_cases.LAMBDA_NAMES),
+            (v2_suite.gqa_gradients, v2_cases.TENSORS[v2_cases.GQA]), (v2_suite.diff_gradients, v2_cases.TENSORS[v2_cases.DIFF_V2]))
+    for case_set, names in sets:
+        found = case_set(seed)
+        for name in names:
+            (zero,) = [c for c in found if domain.ZEROED.format(name) in c.label()]
+            (constant,) = [c for c in found if f"every element of {name} " in c.label()]
+            assert not getattr(zero, name).any()
+            held = np.unique(getattr(constant, name))
+            assert held.size == 1 and 0.25 <= abs(held[0]) <= 1.5 and np.asarray(getattr(constant, name)).size >= 2
+            for case in (zero, constant):
+                assert all(case.requires_grad(n) for n in names)
+                assert all(np.unique(getattr(case, n)).size > 1 for n in names if n != name)
 
 
 def test_a_gated_product_in_the_log_domain_loses_its_gradient_points(tmp_path: Path) -> None:

@@ -843,3 +843,25 @@ def test_a_dot_product_that_drops_a_tail_past_64_elements_is_named_by_the_length
     first = run.report["diagnosis"]["root_causes"][0]
     assert (first["function"], first["component"], first["title"]) == ("differential_lambda", "lambda", "λ is wrong for vectors of some lengths")
     assert "wrong (or fails) for 65, 127, 129, 257" in first["evidence"], first
+
+
+@pytest.mark.parametrize(("name", "component", "title"), [
+    ("att_additive_mask_minus_1e4", "mask", "Masked keys still get weight when the logits are large: the mask is a finite number"),
+    ("att_output_clamped_to_half_range", "stability", "Outputs past float16's range are wrong"),
+    ("att_value_per_head_amax_scaling", "value", "A head whose values are all zero gives a wrong output"),
+])  # fmt: skip
+def test_domain_edges_of_the_hidden_checks_are_named_by_probes_at_those_edges(name: str, component: str, title: str, tmp_path: Any) -> None:
+    """A mask of −1e4, outputs clamped to float16's range and values scaled by their head's amax fail only hidden checks;
+    the probes meet the same edges with their own inputs (shown to the student), so each gets its cause."""
+    first = first_root_cause(f"diagnosis_ice/wrong/{name}.py", tmp_path)
+    assert (first["function"], first["component"], first["title"]) == (A, component, title)
+
+
+def test_masked_logits_written_as_a_finite_number_are_named_by_visible_logits_below_it(tmp_path: Any) -> None:
+    """masked_fill with −1e4 is exact until every visible logit lies below −1e4: the stability probe's float64 call whose
+    visible logits are about −5·10⁶ finds the future token's value in earlier outputs, so the mask is named."""
+    source = (ROOT / "reference" / "diff_attention.py").read_text()
+    path = tmp_path / "finite_mask.py"
+    path.write_text(source.replace('masked_fill(future, float("-inf"))', "masked_fill(future, -1e4)"))
+    first = run_warm([str(path), "--seed", "5", "--no-preview", "--tiers", "T2"], tmp_path).report["diagnosis"]["root_causes"][0]
+    assert (first["function"], first["component"]) == (A, "mask") and "−5·10⁶ (float64)" in first["evidence"]

@@ -45,9 +45,11 @@ class GradientCall:
 
 
 def judged(outcome: Outcome, index: int, output: Truth, gradients: Mapping[str, Truth], positions: Mapping[str, int], dtype: str,
-           attributes: Mapping[str, str], public: bool) -> GradientCall:  # fmt: skip
+           attributes: Mapping[str, str], public: bool, degenerate: bool = False) -> GradientCall:  # fmt: skip
     """Call ``index`` of ``outcome`` (a check's call in ``dtype`` with inputs that require grad, at input ``positions``: name ->
-    tensor number) against the oracle's ``output`` and ``gradients``; a backward pass that raised is noted as such."""
+    tensor number) against the oracle's ``output`` and ``gradients``; a backward pass that raised is noted as such. A
+    ``degenerate`` call (an input constant or all zeros) may give the right output from a wrong function: its output counts
+    as right for the backward's diagnosis only when every wrong gradient of it is missing, which no right function does."""
     if outcome.backward_error is not None:
         return GradientCall(attributes, values_verdict(outcome, index, "", output).ok, public=public, raised=outcome.backward_error)
     wrong, missing, not_finite, coarse = [], [], [], []
@@ -63,7 +65,7 @@ def judged(outcome: Outcome, index: int, output: Truth, gradients: Mapping[str, 
             coarse.append(name)
         elif not np.isfinite(got).all() and np.isfinite(truth).all():
             not_finite.append(name)
-    right = values_verdict(outcome, index, "", output).ok
+    right = values_verdict(outcome, index, "", output).ok and not (degenerate and set(wrong) - set(missing))
     return GradientCall(attributes, right, tuple(wrong), tuple(missing), tuple(not_finite), tuple(coarse), public)
 
 

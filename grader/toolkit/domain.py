@@ -27,8 +27,11 @@ from grader.toolkit.tolerance import Truth
 
 # Memory layouts the worker can give an input: views of a transposed or head-permuted buffer,
 # every other column of a wider buffer, the middle third of a fused [..., 3·width] projection (a
-# non-zero storage offset), and a contiguous tensor that starts at a non-zero storage offset.
-NON_CONTIGUOUS = ("transposed", "heads_permuted", "sliced", "fused")
+# non-zero storage offset), torch's channels_last memory format (axes stored in the order 0, 2, 3, 1:
+# the second axis innermost; "order@..." stores any order, outermost first), and a contiguous tensor
+# that starts at a non-zero storage offset.
+CHANNELS_LAST = "order@0,2,3,1"
+NON_CONTIGUOUS = ("transposed", "heads_permuted", "sliced", "fused", CHANNELS_LAST)
 OFFSET_LAYOUTS = ("fused", "offset")
 # An input given "expanded" is its first batch element broadcast over the batch (stride 0 along its first axis), as one
 # sequence expanded to a batch is: code that allocates a buffer with its input's strides (empty_strided) or writes into a
@@ -43,8 +46,12 @@ PACKED = "packed"
 # with one address for one tensor (a shortcut for a vector paired with itself, a cache keyed by data_ptr()) meets it. Their
 # values agree where they share memory (:func:`aliased`).
 ALIASED = "aliased"
+# Every input of a call given "stacked" is one slice of a buffer that stacks the inputs of its shape on a new axis before the
+# last ([..., n, D], as a fused KV projection holds keys and values): same strides, the second D elements after the first.
+STACKED = "stacked"
 # How a message says that every input of a call shares one storage.
-SHARED_STORAGE = {PACKED: "in one storage, one after another", ALIASED: "at one address of one storage (one data_ptr(), memory that overlaps)"}
+SHARED_STORAGE = {PACKED: "in one storage, one after another", ALIASED: "at one address of one storage (one data_ptr(), memory that overlaps)",
+                  STACKED: "stacked in one buffer [..., n, D] as a fused projection's parts (same strides, D elements apart)"}
 # How a call binds its arguments: "keyword" passes the tensors by position and the last parameter
 # (the one with a default) by name; "positional" passes every argument by position; "names" passes
 # every argument by name, in an order of the generator's choosing (:func:`keyword_order`).
@@ -64,6 +71,14 @@ LONGEST_BUFFER = 1024
 ONE_PAST_BLOCKS = 2 * max(BLOCK_SIZES) + 1
 TOKENS = "the number of tokens"
 """The call attribute the diagnosis contrasts sequence lengths by (:func:`token_count`)."""
+BATCH = "the batch size"
+"""The call attribute the diagnosis contrasts batch sizes by: "1" (one sequence, a path that squeezes the batch away) or
+"more than 1"."""
+
+
+def batch_size(count: int) -> str:
+    """The value of the :data:`BATCH` attribute for ``count`` batch elements."""
+    return "1" if count == 1 else "more than 1"
 
 
 def token_count(tokens: int) -> str:
@@ -417,12 +432,13 @@ def zero_head(values: np.ndarray, rng: np.random.Generator, heads: int) -> tuple
 
 def future_far_above(q: np.ndarray, k: np.ndarray, logit: float, tokens: int) -> tuple[np.ndarray, np.ndarray]:
     """Queries and keys (head width on the last axis, tokens on axis ``tokens``) remade from a tenth of ``q`` and ``k`` so that
-    the last key draws a scaled logit of about ``logit`` from every query but the last, which is all zeros (it weighs every
+    the last key draws a scaled logit of ``logit`` from every query but the last (their parts along it removed), which is all zeros (it weighs every
     key alike), every other logit about 0: under the causal mask a future key for every query that draws it, which a mask
     that adds a finite number for −∞ leaves the row's weight, and no visible logit large."""
     width = q.shape[-1]
     unit = np.full(width, 1.0 / math.sqrt(width))
-    q, k = np.moveaxis(unit + 0.1 * q, tokens, 0), np.moveaxis(0.1 * k, tokens, 0)
+    across = q - (q @ unit)[..., None] * unit  # (a query's part along the far key would move its logit by up to a third)
+    q, k = np.moveaxis(unit + 0.1 * across, tokens, 0), np.moveaxis(0.1 * k, tokens, 0)
     q[-1] = 0.0
     k[-1] = logit * math.sqrt(width) * unit
     return np.moveaxis(q, 0, tokens), np.moveaxis(k, 0, tokens)
@@ -486,18 +502,23 @@ def strided_layouts(rng: np.random.Generator, count: int = 5, choices: tuple[str
 
 
 def every_layout(rng: np.random.Generator, count: int = 5) -> list[tuple[str, ...]]:
-    """Layouts for ``count`` inputs in seven calls: five in which each input meets each non-contiguous layout and the
-    storage offset once (rotations of one random order), one with every input in one storage (:data:`PACKED`), and one with
-    every input at one address of one storage (:data:`ALIASED`)."""
+    """Layouts for ``count`` inputs in fifteen calls: six in which each input meets each non-contiguous layout and the
+    storage offset once (rotations of one random order), six with every input in one of them (code that takes a fast path
+    only when every input passes one layout test meets each), one with every input in one storage (:data:`PACKED`), one
+    with the inputs of each shape stacked in one buffer (:data:`STACKED`) and one with every input at one address of one
+    storage (:data:`ALIASED`)."""
     order = [str(layout) for layout in rng.permutation(NON_CONTIGUOUS + ("offset",))]
     rotations = [tuple(order[(i + j) % len(order)] for j in range(count)) for i in range(len(order))]
-    return [*rotations, (PACKED,) * count, (ALIASED,) * count]
+    return [*rotations, *((layout,) * count for layout in order), (PACKED,) * count, (STACKED,) * count, (ALIASED,) * count]
 
 
 def non_contiguous(layout: str, shape: Sequence[int]) -> bool:
     """Whether an input of ``layout`` and ``shape`` is laid out other than contiguously, as the slip analysis words a call:
     heads permuted with one head are contiguous to torch (``is_contiguous()`` compares no stride of a size-1 axis), and
-    code that tests it treats them so."""
+    code that tests it treats them so; so is an axis order that moves only axes of size 1."""
+    if layout.startswith("order@"):
+        moved = [axis for axis in map(int, layout.split("@", 1)[1].split(",")) if axis < len(shape) and shape[axis] > 1]
+        return moved != sorted(moved)
     return layout != "contiguous" and not (layout == "heads_permuted" and len(shape) >= 3 and shape[1] == 1)
 
 
@@ -507,7 +528,8 @@ def layouts_label(names: Sequence[str], layouts: Sequence[str]) -> str:
     kinds = {layout for _, layout in shown}
     if len(shown) == len(names) and len(kinds) == 1 and shown[0][1] in SHARED_STORAGE:
         return f"every input {SHARED_STORAGE[shown[0][1]]}"
-    return "memory layouts " + ", ".join(f"{name} {layout}" for name, layout in shown) if shown else ""
+    words = {CHANNELS_LAST: "channels_last (axes stored in the order 0, 2, 3, 1)"}
+    return "memory layouts " + ", ".join(f"{name} {words.get(layout, layout)}" for name, layout in shown) if shown else ""
 
 
 def aliased(arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -591,6 +613,14 @@ def merged_truths(truths: Mapping[str, Truth], passed_as_one: Sequence[str]) -> 
 
 ZEROED = "{} all zeros (a zero-initialised projection)"
 """How a case label says that an input is all zeros (:func:`zeroed`)."""
+CONSTANT = "every element of {} {:.4g} (a constant-initialised parameter)"
+"""How a case label says that every element of an input holds one value (:func:`constant_inputs`)."""
+
+
+def degenerate(note: str) -> bool:
+    """Whether a case's ``note`` says that an input of it is all zeros or constant (:func:`zeroed`, :func:`constant_inputs`):
+    there a wrong function may give the right output (a mean for a softmax over equal logits)."""
+    return any(marker.split("(")[1] in note for marker in (ZEROED, CONSTANT))
 
 
 def zeroed(case: _Drawn, name: str) -> _Drawn:
@@ -598,6 +628,20 @@ def zeroed(case: _Drawn, name: str) -> _Drawn:
     vector gives it: a gradient there is not zero (the partner's), and code that divides by a norm or takes a shortcut for a
     blank input loses it."""
     return replace(case, **{name: np.zeros_like(getattr(case, name)), "note": joined_notes(case.note, ZEROED.format(name))})
+
+
+def constant_inputs(make: Callable[[], _Drawn], names: Sequence[str], rng: np.random.Generator) -> list[_Drawn]:
+    """For each input ``name`` in turn, two cases drawn by ``make``: one with that input all zeros (:func:`zeroed`), one
+    with every element of it one drawn value of 0.25 to 1.5 in size, either sign (exact in float32), as constant
+    initialisation gives them. Its gradient is still one per element: code that takes a shortcut for a blank or constant
+    input (one element broadcast, a mean instead of the softmax) keeps the value and loses the graph of the others."""
+    found = []
+    for name in names:
+        found.append(zeroed(make(), name))
+        case = make()
+        value = float(exact(np.asarray(rng.choice([-1.0, 1.0]) * rng.uniform(0.25, 1.5)), "float32"))
+        found.append(replace(case, **{name: np.full_like(getattr(case, name), value), "note": joined_notes(case.note, CONSTANT.format(name, value))}))
+    return found
 
 
 def distinct(inputs: Sequence[_Input]) -> tuple[_Input, ...]:
@@ -622,13 +666,15 @@ def expansion_axis(layout: str) -> int | None:
 
 LAST_AXIS_STEPS = "the stride of the inputs' last axis"
 """How a slip analysis names :func:`last_axis_steps`."""
-STEPPED_LAYOUTS = ("sliced", ALIASED)  # the layouts whose last axis has a stride above 1 (every other column; overlapping views)
+STEPPED_LAYOUTS = ("sliced", ALIASED)  # the layouts whose last axis has a stride above 1 (every other column; overlapping views), and
+# an axis order that does not store the last of four axes innermost
 
 
 def last_axis_steps(layouts: Sequence[str]) -> str:
     """Whether some input of a call has a last axis with a stride above 1, in words for the slip analysis: code that asks
     for a unit stride there (a kernel's precondition, ``.view`` on the last axes) fails on those calls and no other."""
-    return "above 1 for some input" if any(layout in STEPPED_LAYOUTS for layout in layouts) else "1 for every input"
+    stepped = any(layout in STEPPED_LAYOUTS or layout.startswith("order@") and not layout.endswith(",3") for layout in layouts)
+    return "above 1 for some input" if stepped else "1 for every input"
 
 
 def expanded_inputs(layouts: Sequence[str], dims: Mapping[int, str]) -> str:

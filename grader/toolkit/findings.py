@@ -81,19 +81,20 @@ class Found:
 
 
 def layout_probe(worker: Worker, subject: Callable[..., Subject], values: Values, found: Found, expansions: Mapping[int, str] = MappingProxyType({}),
-                 handled_by: Mapping[str, str] = MappingProxyType({})) -> bool:  # fmt: skip
+                 handled_by: Mapping[str, str] = MappingProxyType({}), alike: Values | None = None) -> bool:  # fmt: skip
     """The same values in non-contiguous memory must give the same output; whether they do not.
 
-    Every two inputs of one shape are also passed as one tensor object, against two distinct tensors holding the same
-    values: an output that differs is a fault of the part that handles the first of them (``handled_by``: input name ->
-    component, "*" for every input; ``strided`` for one not named).
+    Every two inputs of one shape (in ``alike``, values whose inputs share more shapes, or else in ``values``) are also
+    passed as one tensor object, against two distinct tensors holding the same values: an output that differs is a fault
+    of the part that handles the first of them (``handled_by``: input name -> component, "*" for every input; ``strided``
+    for one not named).
 
     The layouts that constrain values are compared with the same values in contiguous memory: the aliased one (every input
     at one address) on values that agree where the inputs share memory, and each expansion (one element broadcast along a
     dim of ``expansions``, which names them: 0 "over the batch"), of every input and then of each input alone (code that
     checks one input's strides and takes the others to match meets the second), on ``values`` made constant along it."""
     found.probes.append(f"{subject().function}: the same inputs in other memory layouts")
-    layouts = (*domain.NON_CONTIGUOUS, "offset", domain.PACKED)
+    layouts = (*domain.NON_CONTIGUOUS, "offset", domain.PACKED, domain.STACKED)
     requests = [subject(layout=layout).request(values) for layout in ("contiguous", *layouts)]
     tensors = [name for name, v in values.items() if np.ndim(v) >= 1]
     # (how the inputs are held, in words; their layouts; the values they then hold), each against those values in contiguous memory
@@ -111,9 +112,10 @@ def layout_probe(worker: Worker, subject: Callable[..., Subject], values: Values
     for _, layout, inputs in shaped:
         requests += [subject(layout=layout).request(inputs), subject(layout="contiguous").request(inputs)]
     # every two inputs of one shape, equal in value, passed as one tensor object and as two distinct tensors
-    alike = [(a, b) for i, a in enumerate(tensors) for b in tensors[i + 1 :] if np.shape(values[a]) == np.shape(values[b])]
-    for first, second in alike:
-        plain = subject(layout="contiguous").request({**values, second: values[first]})
+    shared = values if alike is None else alike
+    pairs_alike = [(a, b) for i, a in enumerate(tensors) for b in tensors[i + 1 :] if np.shape(shared[a]) == np.shape(shared[b])]
+    for first, second in pairs_alike:
+        plain = subject(layout="contiguous").request({**shared, second: shared[first]})
         requests += [probes.Built(probes.one_object_for_equal(plain.request), plain.positions), plain]
     outcomes = probes.ask(worker, requests)
     base = probes.output(outcomes[0])
@@ -126,7 +128,7 @@ def layout_probe(worker: Worker, subject: Callable[..., Subject], values: Values
     compared += [(where, pairs[2 * n], probes.output(pairs[2 * n + 1])) for n, (where, _, _) in enumerate(shaped)]
     failing = [(where, o) for where, o, right in compared if right is not None and not is_right(probes.output(o), right)]
     ones = pairs[2 * len(shaped) :]
-    read = [(pair, ones[2 * n], probes.output(ones[2 * n + 1])) for n, pair in enumerate(alike)]
+    read = [(pair, ones[2 * n], probes.output(ones[2 * n + 1])) for n, pair in enumerate(pairs_alike)]
     tied = [(pair, o) for pair, o, right in read if right is not None and not is_right(probes.output(o), right)]
     if tied:
         (first, _), outcome = tied[0]
@@ -908,6 +910,11 @@ def rearranged_finding(found: Found, function: str, out: np.ndarray | None, want
     return True
 
 
+def failure_words(out: np.ndarray | None) -> str:
+    """How a wrong output is wrong, in words: "NaN or infinite" when some element is, else "wrong"."""
+    return "NaN or infinite" if out is not None and not np.isfinite(out).all() else "wrong"
+
+
 def large_logit_failures(
     kinds: Mapping[str, str], cases: Mapping[tuple[str, int], Values], outputs: Sequence[np.ndarray | None], judged: Iterable[int],
     short: int, wrong: Callable[[np.ndarray | None, Values], bool],
@@ -920,6 +927,76 @@ def large_logit_failures(
     words = list(dict.fromkeys(kinds[kind] + ("" if length == short else f" (at {length} tokens)") for (kind, length), _ in failed))
     broken = any(out is not None and not np.isfinite(out).all() for _, out in failed)
     return [key for key, _ in failed], words, "NaN or infinite" if broken else "wrong"
+
+
+def large_logit_finding(found: Found, function: str, failing: Sequence[str], bad: str, leaked: bool, advice: str,
+                        dtype: str = "float32") -> None:  # fmt: skip
+    """The finding for ``dtype`` calls with large logits whose output is ``bad`` when ``failing`` (kinds in words) while
+    ordinary logits give the right output: the mask's when ``leaked`` (there the last token's value reached earlier
+    queries: a finite mask constant), else the softmax's stability, with ``advice``."""
+    when = " / ".join(failing)
+    if leaked:
+        found.add(function, "mask", "forward", "Masked keys still get weight when the logits are large: the mask is a finite number",
+                  f"With large {dtype} logits, your output is finite but wrong when {when}, and there the last token's value "
+                  "changes the outputs of earlier queries; ordinary logits give the right output. A masked logit set to (or "
+                  "lowered by) a finite number is no longer negligible beside logits this large.",
+                  "fill masked logits with −∞ (float('-inf')), not with a large negative number, before the softmax")  # fmt: skip
+        return
+    found.add(function, "stability", "forward", f"The softmax is not numerically stable in {dtype}",
+              f"With {dtype} logits of several hundred or more, your output is {bad} when {when}; ordinary logits give the right output.",
+              advice)  # fmt: skip
+
+
+BELOW_MASKS = 5.0e6  # every visible float64 logit this far below zero: under the finite numbers code writes for −∞ in a mask
+BELOW_MASKS_WORDS = "every visible logit is about −5·10⁶ (float64), below any finite mask constant"
+
+
+def below_masks_finding(worker: Worker, subject: Subject, point: Values, expected: np.ndarray, leaks: Callable[[Values], bool],
+                        found: Found, advice: str) -> bool:  # fmt: skip
+    """A finding when ``subject`` (causal, float64) is wrong at ``point``, whose visible logits all lie about
+    :data:`BELOW_MASKS` below zero: the mask's when ``leaks`` says the last token's value reaches earlier queries there
+    (masked logits replaced by a finite number now outweigh every visible one), else the softmax's stability; whether
+    there was one."""
+    out = probes.sweep(worker, subject, [point])[0]
+    if is_right(out, expected, FLOAT32_LIKE):  # logits of 5·10⁶ round at 10⁻⁹ in float64: a wrong mask is off by the output's size
+        return False
+    bad = failure_words(out)
+    large_logit_finding(found, subject.function, [BELOW_MASKS_WORDS], bad, bad == "wrong" and leaks(point), advice, "float64")
+    return True
+
+
+def value_edges_probe(worker: Worker, subject: Subject, ordinary: Values, name: str, heads: int, truth: Callable[[Values], np.ndarray],
+                      rng: np.random.Generator, found: Found) -> bool:  # fmt: skip
+    """float32 calls (``subject``) with the input ``name`` of the float32-exact ``ordinary`` inputs scaled to
+    :data:`domain.LARGE_VALUES`, then with one (batch element, head) of it all zero (the head on axis ``heads``), against
+    ``truth``: where ``ordinary`` itself gives the right output, a finding for the first whose output is wrong; whether
+    there was one."""
+    large, _ = domain.large_values(np.asarray(ordinary[name]), rng, "float32")
+    zero, _ = domain.zero_head(np.asarray(ordinary[name]), rng, heads)
+    edges = {"large": {**ordinary, name: large}, "zero": {**ordinary, name: zero}}
+    found.probes.append(f"{subject.function}: float32 values past float16's range, and one head of zero values")
+    *outputs, plain = probes.sweep(worker, subject, [*edges.values(), ordinary])
+    if not is_right(plain, truth(ordinary), FLOAT32_LIKE):
+        return False
+    for (kind, values), out in zip(edges.items(), outputs):
+        expected = truth(values)
+        if is_right(out, expected, FLOAT32_LIKE):
+            continue
+        bad = failure_words(out)
+        if kind == "large":
+            found.add(subject.function, "stability", "forward", "Outputs past float16's range are wrong",
+                      f"With float32 values so large that the outputs reach {float(np.max(np.abs(expected))):.3g}, your output is "
+                      f"{bad}, while ordinary values give the right output: a clamp to float16's range (±65504), a pass through "
+                      "float16, or a scale fitted to small values?",
+                      "compute in the inputs' dtype without clamping: float32 holds outputs up to about 3.4·10³⁸")  # fmt: skip
+        else:
+            found.add(subject.function, "value", "forward", "A head whose values are all zero gives a wrong output",
+                      f"With every value of one (batch element, head) zero, your output is {bad} (that head's outputs are exactly "
+                      "zero), while ordinary values give the right output: the values are divided by something that is zero for "
+                      "that head (its largest magnitude or its norm, as amax scaling does)?",
+                      "weight the values as they are; a scale computed from them must not be zero (clamp it from below)")  # fmt: skip
+        return True
+    return False
 
 
 def half_precision_finding(worker: Worker, subject: Subject, ordinary: Values, found: Found, got: np.ndarray | None, expected: np.ndarray) -> bool:

@@ -587,6 +587,8 @@ class Run:
             tensor = self.packed_slot(index, dtype)
         elif layout == "aliased":
             tensor = self.aliased_slot(index, dtype)
+        elif layout == "stacked":
+            tensor = self.stacked_slot(index, dtype)
         else:
             data = torch.from_numpy(self.arrays[spec["array"]].copy()).to(dtype)
             if spec.get("requires_grad") and (base := self.expanded_from(data, layout)) is not None:
@@ -618,6 +620,10 @@ class Run:
             return base.expand(data.shape)
         if layout == "heads_permuted" and data.dim() >= 3:  # token-major memory; with one head too, whose stride is then the token's
             return data.transpose(1, 2).clone(memory_format=torch.contiguous_format).transpose(1, 2)
+        if layout.startswith("order@"):  # the axes stored outermost first in this order (those the tensor has, kept in it)
+            order = [axis for axis in map(int, layout.split("@", 1)[1].split(",")) if axis < data.dim()]
+            if sorted(order) == list(range(data.dim())):
+                return data.permute(order).contiguous().permute([order.index(axis) for axis in range(data.dim())])
         return data
 
     def expanded_from(self, data: Any, layout: str) -> Any:
@@ -689,6 +695,23 @@ class Run:
                     places[i] = self.laid_out(data, "offset")
             self.shared["aliased", name] = places
         return self.shared["aliased", name][index]
+
+    def stacked_slot(self, index: int, dtype: Any) -> Any:
+        """Input ``index`` as one slice of a buffer that stacks every "stacked" input of its dtype and shape, in argument
+        order, on a new axis before the last (``[..., n, D]``), as the parts of one fused projection are (keys and values
+        of a fused KV projection: same strides, the second D elements after the first)."""
+        name = self.header["tensors"][index]["dtype"]
+        if ("stacked", name) not in self.shared:
+            groups: dict[tuple[int, ...], list[tuple[int, Any]]] = {}
+            for i, values in self.sharing("stacked", name):
+                groups.setdefault(values.shape, []).append((i, values))
+            places: dict[int, Any] = {}
+            for members in groups.values():
+                dim = max(members[0][1].ndim - 1, 0)
+                buffer = self.torch.stack([self.torch.from_numpy(values.astype(name)) for _, values in members], dim=dim)
+                places |= {i: buffer.select(dim, n) for n, (i, _) in enumerate(members)}
+            self.shared["stacked", name] = places
+        return self.shared["stacked", name][index]
 
     def sharing(self, layout: str, name: str) -> list[tuple[int, Any]]:
         """The inputs of ``layout`` and dtype ``name`` (index and values), in argument order."""

@@ -684,10 +684,10 @@ def _far_future(rng: np.random.Generator) -> dict[str, np.ndarray]:
     return values
 
 
-def _leaks_at_large_logits(worker: Worker, rng: np.random.Generator, cases: Sequence[Values]) -> bool:
-    """Whether, in one of these float32 cases, the last token's value reaches the outputs of earlier queries under causal=True."""
+def _leaks_at_large_logits(worker: Worker, rng: np.random.Generator, cases: Sequence[Values], dtype: str = "float32") -> bool:
+    """Whether, in one of these ``dtype`` cases, the last token's value reaches the outputs of earlier queries under causal=True."""
     for values in cases:
-        effects = probes.dependence(worker, attention_subject(True, "float32"), values, [FUTURE_VALUE], rng)
+        effects = probes.dependence(worker, attention_subject(True, dtype), values, [FUTURE_VALUE], rng)
         if effects and effects[0].leaked:
             return True
     return False
@@ -711,7 +711,7 @@ def _falling_logits_probe(worker: Worker, rng: np.random.Generator, found: Found
     out = probes.sweep(worker, attention_subject(True, "float32"), [values])[0]
     if is_right(out, truth(values, True), FLOAT32_LIKE):
         return False
-    bad = "NaN or infinite" if out is not None and not np.isfinite(out).all() else "wrong"
+    bad = findings.failure_words(out)
     found.add(ATTENTION, "stability", "forward", "The softmax is not numerically stable when the logits fall along the keys",
               f"With float32 logits that fall from about 300 to −300 along {FALLING} keys, your output is {bad}, while logits of hundreds "
               "over a few keys and ordinary logits give the right output: blocks of keys whose largest logits lie far apart (an online "
@@ -735,18 +735,23 @@ def stability_probe(worker: Worker, rng: np.random.Generator, found: Found) -> b
     judged = [T] + ([STABLE_LENGTH] if is_right(plain_long, truth(ordinary_long, True), FLOAT32_LIKE) else [])  # likewise per length
     wrong, failing, bad = findings.large_logit_failures(kinds, cases, outputs, judged, T, lambda out, values: not is_right(out, truth(values, True), FLOAT32_LIKE))
     if not failing:
-        return _falling_logits_probe(worker, rng.spawn(1)[0], found)
-    if bad == "wrong" and _leaks_at_large_logits(worker, rng, [cases[key] for key in wrong if key[1] == T]):
-        found.add(ATTENTION, "mask", "forward", "Masked keys still get weight when the logits are large: the mask is a finite number",
-                  f"With float32 logits of several hundred, your output is finite but wrong when {' / '.join(failing)}, and there the last "
-                  "token's value changes the outputs of earlier queries; ordinary logits give the right output. A masked logit set to (or "
-                  "lowered by) a finite number is no longer negligible beside visible logits of hundreds.",
-                  "fill masked logits with −∞ (float('-inf')), not with a large negative number, before the softmax")  # fmt: skip
-        return True
-    found.add(ATTENTION, "stability", "forward", "The softmax is not numerically stable in float32",
-              f"With float32 logits of several hundred, your output is {bad} when {' / '.join(failing)}; ordinary logits give the right output.",
-              "subtract each row's maximum over its visible keys, per branch, before exp (or use torch.softmax)")  # fmt: skip
+        return findings.below_masks_finding(worker, attention_subject(True), below := _below_masks(rng), truth(below, True),
+                                         lambda point: _leaks_at_large_logits(worker, rng, [point], "float64"), found, STABLE) or \
+            _falling_logits_probe(worker, rng.spawn(1)[0], found)  # fmt: skip
+    leaked = bad == "wrong" and _leaks_at_large_logits(worker, rng, [cases[key] for key in wrong if key[1] == T])
+    findings.large_logit_finding(found, ATTENTION, failing, bad, leaked, STABLE)
     return True
+
+
+STABLE = "subtract each row's maximum over its visible keys, per branch, before exp (or use torch.softmax)"
+
+
+def _below_masks(rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """The probes' inputs with every scaled logit about −:data:`~grader.toolkit.findings.BELOW_MASKS` (float64)."""
+    values = attention_values(rng)
+    for q, k in (("q1", "k1"), ("q2", "k2")):
+        values[q], values[k] = domain.far_below(values[q], values[k], findings.BELOW_MASKS)
+    return values
 
 
 REARRANGED = ("return [B, H, T, 2D] as (A1 − λ·A2) @ value gives it: move axes with transpose or permute, not reshape or view, "
@@ -797,7 +802,10 @@ def run(worker: Worker, rng: np.random.Generator, found: Found, forward: bool, g
         localised = localised or causal_flag_probe(worker, rng, found) or dependence_probe(worker, rng, found)
         if right and not localised:
             length_probe(worker, rng, found) or width_probe(worker, rng.spawn(1)[0], found) or stability_probe(worker, rng, found) or \
-                zero_rows_probe(worker, rng, found) or layout_probe(worker, attention_subject, values, found, EXPANSIONS,
+                zero_rows_probe(worker, rng, found) or \
+                findings.value_edges_probe(worker, attention_subject(True, "float32"), {n: exact(x, "float32") for n, x in values.items()}, "value", 1,
+                                           lambda v: truth(v, True), rng, found) or \
+                layout_probe(worker, attention_subject, values, found, EXPANSIONS,
                                                                                      PARAMETER_COMPONENTS[ATTENTION])  # fmt: skip
         elif not localised:
             precision_finding(found, ATTENTION, base, truth(values, True)) or precision_finding(found, ATTENTION, unmasked, truth(values, False))

@@ -131,6 +131,7 @@ def _attributes(case: LambdaCase | AttentionCase, grads: bool) -> dict[str, str]
     return found | {"the coefficient": coefficient, "causal": causal, "the memory layout": layout,
                     domain.LAST_AXIS_STEPS: domain.last_axis_steps(case.layouts),
                     EXPANDED_INPUTS: domain.expanded_inputs(case.layouts, EXPANSIONS), domain.TOKENS: domain.token_count(case.q1.shape[-2]),
+                    domain.BATCH: domain.batch_size(case.q1.shape[0]),
                     TIED: "equal to the first's in value" if tied else "its own", domain.PASSED_AS_ONE: domain.passed_as_one(case.one_object),
                     slips.HEAD_WIDTH: str(case.q1.shape[-1])} | trainable  # fmt: skip
 
@@ -194,7 +195,7 @@ def gradient_calls(grading: GradingContext, function: str) -> list[backward_call
             if outcome is None or case.function != function or getattr(case, "lambda_case", None) is not None:
                 continue
             calls.append(backward_calls.judged(outcome, 0, expected.case_value(case), expected.case_grads(case), suite.gradient_positions(case),
-                                               case.dtype, _attributes(case, True), set_name not in HIDDEN_SETS))  # fmt: skip
+                                               case.dtype, _attributes(case, True), set_name not in HIDDEN_SETS, domain.degenerate(case.note)))  # fmt: skip
     return calls
 
 

@@ -209,8 +209,8 @@ def attention_large_logits(seed: int) -> list[AttentionCase]:
     tokens, keys that fall or rise along the sequence (the maxima of early and late key blocks far apart); every logit of a
     call far below zero (−150 to −400 in float32, −800 to −1500 in float64: exp of each underflows); keys rising to the
     last, shorter block of a sequence past every block size (:func:`domain.past_every_block`); and every logit of a causal
-    float64 call below the finite numbers a mask may use for −∞ (:data:`domain.BELOW_FINITE_MASKS`); then a causal float32
-    call whose last key draws scaled logits of about 1.2e4 to 2.5e4 from every earlier query (:func:`domain.future_far_above`:
+    float64 call below the finite numbers a mask may use for −∞ (:data:`domain.BELOW_FINITE_MASKS`); then two causal float32
+    calls (the first of head width 1, where the logits are an outer product) whose last key draws scaled logits of about 1.2e4 to 2.5e4 from every earlier query (:func:`domain.future_far_above`:
     a future key for each, which a finite mask of −1e4 leaves the row's weight), values of 2e5 to 1e6 (outputs past
     float16's range: :func:`domain.large_values`) and one (batch element, head) of values all zero (:func:`domain.zero_head`);
     last, a float32 causal=False call of 1025 to 1040 tokens under inference_mode whose key at an odd position in the second
@@ -237,7 +237,8 @@ def attention_large_logits(seed: int) -> list[AttentionCase]:
     large, zeroed = (cases.attention_case(rng, (2, 3, domain.sequence_length(rng, 2, 60), domain.head_width(rng, 16)), dtype, causal)
                      for dtype, causal in (("float32", None), ("float64", True)))  # fmt: skip
     return [*found, *domain.cycled_modes([
-        cases.attention_case(rng, future, "float32", True, future=float(rng.uniform(*domain.FUTURE_ABOVE_VISIBLE)), note=domain.FUTURE_ABOVE_NOTE),
+        *(cases.attention_case(rng, dims, "float32", True, future=float(rng.uniform(*domain.FUTURE_ABOVE_VISIBLE)), note=domain.FUTURE_ABOVE_NOTE)
+          for dims in ((*domain.domain_shape(rng, 2, 60)[:3], 1), future)),  # fmt: skip
         cases.with_values(large, *domain.large_values(large.value, rng, "float32")),
         cases.with_values(zeroed, *domain.zero_head(zeroed.value, rng, heads=1)),
     ]), replace(spike, grad_mode=domain.LONG_CALL_MODE)]
@@ -245,7 +246,7 @@ def attention_large_logits(seed: int) -> list[AttentionCase]:
 
 @SETS.register(hidden=True)
 def attention_strided(seed: int) -> list[AttentionCase]:
-    """Transposed, head-permuted, sliced, fused-projection and offset views as inputs (each input in each of them once, with
+    """Transposed, head-permuted, sliced, fused-projection, channels_last and offset views as inputs (each input in each of them once, then every input in each, with
     B and H above 1), all inputs in one storage, all at one address of one storage, inputs expanded over the batch, the heads and the tokens (each input in
     turn left out, then all together), both dtypes, tensor coefficient; last, one head stored token-major (heads
     permuted with H = 1: `is_contiguous()` holds, since a size-1 axis's stride is not compared, yet the head stride is the
@@ -254,7 +255,7 @@ def attention_strided(seed: int) -> list[AttentionCase]:
     return domain.cycled_modes([
         *(cases.attention_case(rng, (2, 3, domain.sequence_length(rng, 2, 40), domain.head_width(rng, 16)), dtype, True,
                                coefficient_kind="tensor", layouts=layouts)
-          for layouts, dtype in zip(domain.every_layout(rng), ("float32", "float64") * 4)),  # fmt: skip
+          for layouts, dtype in zip(domain.every_layout(rng), ("float32", "float64") * 8)),  # fmt: skip
         cases.attention_case(rng, domain.domain_shape(rng, 2, 40), "float64", False, layouts=domain.strided_layouts(rng), binding="positional"),
         cases.attention_case(rng, domain.domain_shape(rng, 60, 140), "float32", None, coefficient_kind="tensor",
                              layouts=domain.strided_layouts(rng, choices=domain.OFFSET_LAYOUTS)),  # fmt: skip
@@ -279,8 +280,8 @@ def attention_gradients(seed: int) -> list[AttentionCase]:
     """Gradient cases: every input frozen alone and in groups, tensor (also exactly 0 and 1, and int64), int and Python-float coefficients, T up to 320,
     a value feature zero at every token (the first call of heads wider than one), logits up to 1000; T past 512 without the mask and with it (:data:`domain.ONE_PAST_BLOCKS`); both branches equal in value;
     keys past the first 128 faint (:func:`domain.faint_keys`); one tensor passed as q1 and k1, then as all four queries and keys
-    (:func:`domain.hold_one_object`); q1, then k2, all zeros (:func:`domain.zeroed`); last, the first call again
-    differentiated as output.sum() (:func:`domain.summed`)."""
+    (:func:`domain.hold_one_object`); the first call again differentiated as output.sum() (:func:`domain.summed`); last, each
+    input in turn all zeros, then constant (:func:`domain.constant_inputs`)."""
     rng = domain.generator(seed, "attention_gradients")
     kinds = ("tensor", "tensor", "float", "tensor", "int", "float64 tensor", "tensor", "float", "tensor", "tensor")
     found = []
@@ -315,11 +316,11 @@ def attention_gradients(seed: int) -> list[AttentionCase]:
         replace(cases.attention_case(rng, domain.domain_shape(rng, 2, 40, 16), "float64", True, coefficient_kind="tensor"), one_object=("q1", "k1")),
         replace(cases.attention_case(rng, domain.domain_shape(rng, 2, 40, 16), "float32", False, coefficient_kind="tensor"),
                 one_object=cases.INPUT_NAMES[:4]),
-        # a zero-initialised query and key: their gradients are not zero
-        domain.zeroed(cases.attention_case(rng, domain.domain_shape(rng, 2, 40, 16), "float64", True, coefficient_kind="tensor"), "q1"),
-        domain.zeroed(cases.attention_case(rng, domain.domain_shape(rng, 2, 40, 16), "float32", None, coefficient_kind="tensor"), "k2"),
     ]  # fmt: skip
-    return domain.as_training_inputs([*found, domain.summed(found[0])])
+    # zero- and constant-initialised inputs: their gradients are not zero, nor one number for every element
+    constant = domain.constant_inputs(lambda: cases.attention_case(rng, domain.domain_shape(rng, 2, 12, 8), "float64", None, coefficient_kind="tensor"),
+                                      cases.INPUT_NAMES[:5], rng)  # fmt: skip
+    return domain.as_training_inputs([*found, domain.summed(found[0]), *constant])
 
 
 @SETS.register
@@ -341,7 +342,7 @@ def frozen_subsets(seed: int) -> list[AttentionCase]:
 def lambda_frozen_subsets(seed: int) -> list[LambdaCase]:
     """One case per subset of q1, k1, q2, k2 that requires grad (every one but the empty set); then vectors of length 1, each
     alone requiring grad; then one tensor passed as all four vectors and as q1 and q2 (:func:`domain.hold_one_object`), and
-    q1, then k2, all zeros (:func:`domain.zeroed`)."""
+    each vector in turn all zeros, then constant (:func:`domain.constant_inputs`)."""
     rng = domain.generator(seed, "lambda_frozen_subsets")
     bases = [cases.lambda_case(rng, int(rng.integers(1, 9)), dtype, 0.2) for dtype in ("float64", "float32")]
     subsets = [replace(bases[mask % 2], frozen=tuple(n for bit, n in enumerate(cases.LAMBDA_NAMES) if not mask >> bit & 1))
@@ -350,7 +351,7 @@ def lambda_frozen_subsets(seed: int) -> list[LambdaCase]:
              for i, frozen in enumerate(domain.trainable_alone(cases.LAMBDA_NAMES))]  # fmt: skip
     shared = [replace(cases.lambda_case(rng, int(rng.integers(1, 9)), dtype, init), one_object=names)
               for names, dtype, init in ((cases.LAMBDA_NAMES, "float64", 0.2), (("q1", "q2"), "float32", None))]  # fmt: skip
-    blank = [domain.zeroed(cases.lambda_case(rng, int(rng.integers(1, 9)), dtype, 0.2), name) for name, dtype in (("q1", "float64"), ("k2", "float32"))]
+    blank = domain.constant_inputs(lambda: cases.lambda_case(rng, int(rng.integers(2, 9)), "float64", 0.2), cases.LAMBDA_NAMES, rng)
     return domain.as_training_inputs(subsets + alone + shared + blank)
 
 

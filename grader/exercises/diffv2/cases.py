@@ -167,6 +167,14 @@ def batched(dims: tuple[int, int, int, int, int]) -> tuple[int, int, int, int, i
     return (max(2, dims[0]), *dims[1:])
 
 
+def spread(dims: tuple[int, int, int, int, int]) -> tuple[int, int, int, int, int]:
+    """``dims`` (B, T, Hq, Hkv, D) with two elements or more along every dim an input can be expanded along
+    (:data:`EXPANSIONS`): B ≥ 2, T ≥ 2 and Hkv ≥ 2 (Hq grown with it, the group kept), so that an expanded input repeats
+    its first element and code that reads one element for all meets a call where the others differ."""
+    b, t, hq, hkv, d = dims
+    return max(2, b), max(2, t), hq // hkv * max(2, hkv), max(2, hkv), d
+
+
 def coinciding_dims(rng: np.random.Generator, function: str) -> tuple[tuple[int, int, int, int, int], ...]:
     """(B, T, Hq, Hkv, D) whose axes coincide (:func:`domain.coinciding_sizes`): B = T = Hq = 2D = 2Hkv, and every axis of
     the output (B, T, heads, D) and of the keys equally long (one group for gqa_attention, pairs for diff_v2_attention).

@@ -201,7 +201,7 @@ def _attributes(case: Case, grads: bool) -> dict[str, str]:
              "the memory layout": "non-contiguous" if any(layout != "contiguous" for layout in case.memory_layouts) else "contiguous",
              domain.LAST_AXIS_STEPS: domain.last_axis_steps(case.memory_layouts),
              EXPANDED_INPUTS: domain.expanded_inputs(case.memory_layouts, EXPANSIONS),
-             KV_HEADS: str(case.k.shape[2]), domain.TOKENS: domain.token_count(case.q.shape[1]),
+             KV_HEADS: str(case.k.shape[2]), domain.TOKENS: domain.token_count(case.q.shape[1]), domain.BATCH: domain.batch_size(case.q.shape[0]),
              TIED: "equal in value" if np.array_equal(case.q[:, :, 0::2], case.q[:, :, 1::2]) else "different",
              domain.PASSED_AS_ONE: domain.passed_as_one(case.one_object),
              SHARING: "one (multi-query)" if case.k.shape[2] == 1 else "several",
@@ -257,7 +257,7 @@ def gradient_calls(grading: GradingContext, function: str) -> list[backward_call
             if outcome is None or case.function != function:
                 continue
             calls.append(backward_calls.judged(outcome, 0, expected.output(case), expected.gradients(case), suite.gradient_positions(case),
-                                               case.dtype, _attributes(case, True), not case_set.hidden))  # fmt: skip
+                                               case.dtype, _attributes(case, True), not case_set.hidden, domain.degenerate(case.note)))  # fmt: skip
     return calls
 
 

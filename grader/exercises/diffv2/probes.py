@@ -415,6 +415,16 @@ def _large(rng: np.random.Generator, values: Values, kind: str) -> dict[str, np.
     return {n: exact(x, "float32") for n, x in large.items()}
 
 
+def _leaks_at_large_logits(worker: Worker, function: str, cases: Sequence[Values], rng: np.random.Generator, dtype: str = "float32") -> bool:
+    """Whether, in one of these ``dtype`` cases, the last token's values reach the outputs of earlier tokens under causal=True."""
+    future = Perturbation("v", (slice(None), T - 1), "the last token's values", forbidden=(slice(None), slice(0, T - 1)))
+    for values in cases:
+        effects = probes.dependence(worker, subject(function, True, dtype), values, [future], rng)
+        if effects and effects[0].leaked:
+            return True
+    return False
+
+
 def stability_probe(worker: Worker, function: str, values: Values, rng: np.random.Generator, found: Found) -> bool:
     """float32 calls with logits of hundreds against the oracle, at the probes' length and at :data:`STABLE_LENGTH` tokens
     (past key tiles whose partial results a tiled softmax merges); whether one fails."""
@@ -429,13 +439,18 @@ def stability_probe(worker: Worker, function: str, values: Values, rng: np.rando
     if not is_right(plain, truth(function, ordinary, True), FLOAT32_LIKE):
         return False  # (ordinary float32 logits wrong too, or raising: large ones tell nothing of stability)
     judged = [T] + ([STABLE_LENGTH] if is_right(plain_long, truth(function, ordinary_long, True), FLOAT32_LIKE) else [])  # likewise per length
-    _, failing, bad = findings.large_logit_failures(kinds, cases, outs, judged, T, lambda out, case: not is_right(out, truth(function, case, True), FLOAT32_LIKE))
+    wrong, failing, bad = findings.large_logit_failures(kinds, cases, outs, judged, T, lambda out, case: not is_right(out, truth(function, case, True), FLOAT32_LIKE))
     if not failing:
-        return False
-    found.add(function, "stability", "forward", "The softmax is not numerically stable in float32",
-              f"With float32 logits of several hundred, your output is {bad} when {' / '.join(failing)}; ordinary logits give the right output.",
-              "subtract each row's maximum over its visible keys (after the mask) before exp, or use torch.softmax")  # fmt: skip
+        below = {**values, "q": np.array(values["q"]), "k": np.array(values["k"])}
+        below["q"], below["k"] = domain.far_below(below["q"], below["k"], findings.BELOW_MASKS)
+        return findings.below_masks_finding(worker, subject(function), below, truth(function, below, True),
+                                         lambda point: _leaks_at_large_logits(worker, function, [point], rng, "float64"), found, STABLE)  # fmt: skip
+    leaked = bad == "wrong" and _leaks_at_large_logits(worker, function, [cases[key] for key in wrong if key[1] == T], rng)
+    findings.large_logit_finding(found, function, failing, bad, leaked, STABLE)
     return True
+
+
+STABLE = "subtract each row's maximum over its visible keys (after the mask) before exp, or use torch.softmax"
 
 
 # ---- diff_v2_attention --------------------------------------------------------------------
@@ -827,6 +842,13 @@ def _long_run(function: str, grads: tuple[str, ...], rng: np.random.Generator, t
     return findings.long_run(values, grads, cotangent, tokens, causal, subject(function, False), functools.partial(truth, function))
 
 
+def _one_group(values: Values, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """``values`` with keys and values of one head per query head (Hkv = Hq, G = 1): q, k and v of one shape, as
+    self-attention without grouping passes one tensor for several of them."""
+    shape = np.shape(values["q"])
+    return {**values, "k": rng.standard_normal(shape), "v": rng.standard_normal(shape)}
+
+
 def padding_probe(worker: Worker, function: str, values: Values, found: Found) -> bool:
     """:func:`~grader.toolkit.findings.padding_probe` on ``function``: every key equal, the first key and one query of
     every head all zeros, then the first token's value all zeros."""
@@ -874,7 +896,10 @@ def run(worker: Worker, function: str, rng: np.random.Generator, found: Found, f
         if right and not localised:
             length_probe(worker, function, rng, found) or width_probe(worker, function, rng.spawn(1)[0], found) or \
                 stability_probe(worker, function, values, rng, found) or \
-                padding_probe(worker, function, values, found) or layout_probe(worker, lambda **kw: subject(function, **kw), values, found, EXPANSIONS)  # fmt: skip
+                padding_probe(worker, function, values, found) or \
+                findings.value_edges_probe(worker, subject(function, True, "float32"), {n: exact(x, "float32") for n, x in values.items()}, "v", 2,
+                                           lambda v: truth(function, v, True), rng, found) or \
+                layout_probe(worker, lambda **kw: subject(function, **kw), values, found, EXPANSIONS, alike=_one_group(values, rng) if function == GQA else None)  # fmt: skip
         elif not localised:
             precision_finding(found, function, base, truth(function, values, True))
     elif function == DIFF_V2 and gradients and is_right(base, truth(function, values, True)):

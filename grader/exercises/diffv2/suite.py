@@ -161,17 +161,19 @@ def gqa_large_logits(seed: int) -> list[Case]:
 
 
 def _edge_values(rng: np.random.Generator, function: str) -> list[Case]:
-    """A causal float32 call whose last key draws scaled logits of about 1.2e4 to 2.5e4 from every earlier query (:func:`domain.future_far_above`:
-    a future key for each, which a finite mask of −1e4 leaves the row's weight), values of 2e5
+    """Two causal float32 calls (the first of head width 1, where the logits are an outer product) whose last key draws
+    scaled logits of about 1.2e4 to 2.5e4 from every earlier query (:func:`domain.future_far_above`: a future key for each,
+    which a finite mask of −1e4 leaves the row's weight, and a shift taken over every key makes the visible ones underflow), values of 2e5
     to 1e6 (outputs past float16's range: :func:`domain.large_values`) and one (batch element, key/value head) of values all
     zero (:func:`domain.zero_head`)."""
     shape = cases.shape(rng, function, 2, 60)
-    future = cases.case(rng, function, shape, "float32", True, future=float(rng.uniform(*domain.FUTURE_ABOVE_VISIBLE)), note=domain.FUTURE_ABOVE_NOTE)
+    future, narrow = (cases.case(rng, function, dims, "float32", True, future=float(rng.uniform(*domain.FUTURE_ABOVE_VISIBLE)), note=domain.FUTURE_ABOVE_NOTE)
+                      for dims in (shape, (*cases.shape(rng, function, 2, 60)[:4], 1)))  # fmt: skip
     large = cases.case(rng, function, cases.batched(cases.shape(rng, function, 2, 60, 16)), "float32", None)
     large = cases.with_values(large, *domain.large_values(large.v, rng, "float32"))
     zeroed = cases.case(rng, function, cases.batched(cases.shape(rng, function, 2, 60, 16)), "float64", True)
     zeroed = cases.with_values(zeroed, *domain.zero_head(zeroed.v, rng, heads=2))
-    return domain.cycled_modes([future, large, zeroed])
+    return domain.cycled_modes([narrow, future, large, zeroed])
 
 
 @SETS.register(hidden=True)
@@ -215,36 +217,37 @@ def diff_saturated(seed: int) -> list[Case]:
 
 @SETS.register(hidden=True)
 def gqa_strided(seed: int) -> list[Case]:
-    """gqa_attention on transposed, head-permuted, sliced, fused-projection and offset views, all inputs in one storage, all
+    """gqa_attention on transposed, head-permuted, sliced, fused-projection, channels_last and offset views (each input in each
+    once, then every input in each), all inputs in one storage, stacked in one buffer as a fused projection's parts, all
     at one address of one storage, and inputs expanded over the batch, the heads and the tokens (each input in turn
     left out, then every input but the queries), both dtypes."""
     rng = domain.generator(seed, "gqa_strided")
     return domain.cycled_modes([
         *(cases.case(rng, GQA, cases.shape(rng, GQA, 2, 40, 16), dtype, True, layouts=layouts)
-          for layouts, dtype in zip(domain.every_layout(rng, 3), ("float32", "float64") * 4)),
+          for layouts, dtype in zip(domain.every_layout(rng, 3), ("float32", "float64") * 8)),
         cases.case(rng, GQA, cases.shape(rng, GQA, 2, 40), "float64", False, layouts=domain.strided_layouts(rng, 3), binding="positional"),
         cases.case(rng, GQA, cases.shape(rng, GQA, 60, 140), "float32", None, layouts=domain.strided_layouts(rng, 3, domain.OFFSET_LAYOUTS)),
-        *(cases.case(rng, GQA, cases.batched(cases.shape(rng, GQA, 2, 40, 16)), dtype, True, layouts=layouts)
+        *(cases.case(rng, GQA, cases.spread(cases.shape(rng, GQA, 2, 40, 16)), dtype, True, layouts=layouts)
           for layouts, dtype in zip(domain.expanded_layouts(3, axes=tuple(EXPANSIONS)), itertools.cycle(("float32", "float64")))),
-        *(cases.case(rng, GQA, cases.batched(cases.shape(rng, GQA, 2, 40, 16)), dtype, True, layouts=layouts)
+        *(cases.case(rng, GQA, cases.spread(cases.shape(rng, GQA, 2, 40, 16)), dtype, True, layouts=layouts)
           for layouts, dtype in zip(domain.expanded_together(3, axes=tuple(EXPANSIONS), kept=(0,)), itertools.cycle(("float64", "float32")))),
     ])  # fmt: skip
 
 
 @SETS.register(hidden=True)
 def diff_strided(seed: int) -> list[Case]:
-    """diff_v2_attention on strided views of all four inputs (lambda_logits included), all of them in one storage and all
-    at one address of one storage, and on inputs expanded over the batch, the heads and the tokens (each input in turn
+    """diff_v2_attention on strided views of all four inputs (lambda_logits included; each in each once, then every input in
+    each), all of them in one storage, stacked in one buffer and all at one address of one storage, and on inputs expanded over the batch, the heads and the tokens (each input in turn
     left out, then every input but the queries), both dtypes."""
     rng = domain.generator(seed, "diff_strided")
     return domain.cycled_modes([
         *(cases.case(rng, DIFF_V2, cases.shape(rng, DIFF_V2, 2, 40, 16), dtype, True, layouts=layouts)
-          for layouts, dtype in zip(domain.every_layout(rng, 4), ("float32", "float64") * 4)),
+          for layouts, dtype in zip(domain.every_layout(rng, 4), ("float32", "float64") * 8)),
         cases.case(rng, DIFF_V2, cases.shape(rng, DIFF_V2, 2, 40), "float64", False, layouts=domain.strided_layouts(rng, 4), binding="positional"),
         cases.case(rng, DIFF_V2, cases.shape(rng, DIFF_V2, 60, 140), "float32", None, layouts=domain.strided_layouts(rng, 4, domain.OFFSET_LAYOUTS)),
-        *(cases.case(rng, DIFF_V2, cases.batched(cases.shape(rng, DIFF_V2, 2, 40, 16)), dtype, True, layouts=layouts)
+        *(cases.case(rng, DIFF_V2, cases.spread(cases.shape(rng, DIFF_V2, 2, 40, 16)), dtype, True, layouts=layouts)
           for layouts, dtype in zip(domain.expanded_layouts(4, axes=tuple(EXPANSIONS)), itertools.cycle(("float32", "float64")))),
-        *(cases.case(rng, DIFF_V2, cases.batched(cases.shape(rng, DIFF_V2, 2, 40, 16)), dtype, True, layouts=layouts)
+        *(cases.case(rng, DIFF_V2, cases.spread(cases.shape(rng, DIFF_V2, 2, 40, 16)), dtype, True, layouts=layouts)
           for layouts, dtype in zip(domain.expanded_together(4, axes=tuple(EXPANSIONS), kept=(0,)), itertools.cycle(("float64", "float32")))),
     ])  # fmt: skip
 
@@ -285,8 +288,9 @@ def gqa_gradients(seed: int) -> list[Case]:
     """gqa_attention with gradients: G from 1 to 8, Hkv = 1 and Hkv = Hq, both dtypes, causal True, False and omitted, inputs frozen alone and in groups, T up to 320,
     a value feature zero at every token (the first call of heads wider than one);
     T past 512 without the mask and with it (:data:`domain.ONE_PAST_BLOCKS`); then at one token, one batch element and one head, each input alone
-    requiring grad; keys past the first 128 faint (:func:`domain.faint_keys`); last, the first call again differentiated as output.sum()
-    (:func:`domain.summed`)."""
+    requiring grad; keys past the first 128 faint (:func:`domain.faint_keys`); the first call again differentiated as output.sum()
+    (:func:`domain.summed`); one tensor passed for several inputs; last, each input in turn all zeros, then constant
+    (:func:`_constant_inputs`)."""
     rng = domain.generator(seed, "gqa_gradients")
     found = []
     for i, frozen in enumerate(GQA_FROZEN):
@@ -299,7 +303,12 @@ def gqa_gradients(seed: int) -> list[Case]:
     alone = _trainable_alone(rng, GQA, (1, 1, 1, 1))
     return domain.as_training_inputs([*found, *alone, _one_past_blocks(rng, GQA, "float32", causal=True),
                                       _one_past_blocks(rng, GQA, "float64", causal=True, faint=domain.FIRST_FAINT), domain.summed(found[0]),
-                                      *_one_object_calls(rng, GQA, True, ("float64", "float32"))])
+                                      *_one_object_calls(rng, GQA, True, ("float64", "float32")), *_constant_inputs(rng, GQA)])
+
+
+def _constant_inputs(rng: np.random.Generator, function: str) -> list[Case]:
+    """Small calls with every input requiring grad and each in turn all zeros, then one constant (:func:`domain.constant_inputs`)."""
+    return domain.constant_inputs(lambda: cases.case(rng, function, cases.shape(rng, function, 2, 12, 8), "float64", None), TENSORS[function], rng)
 
 
 def _one_past_blocks(rng: np.random.Generator, function: str, dtype: str, causal: bool = False, faint: int | None = None) -> Case:
@@ -320,8 +329,9 @@ def diff_gradients(seed: int) -> list[Case]:
     """diff_v2_attention with gradients: G = 2, 4, 6 and 8, Hkv = 1, both dtypes, causal True, False and omitted, inputs frozen alone and in groups, gates moderate, saturated and exactly 0, T up to 320,
     a value feature zero at every token (the first call of heads wider than one);
     T past 512 without the mask and with it (:data:`domain.ONE_PAST_BLOCKS`); the two query heads of every pair equal in value; then at one token, one
-    batch element and one pair, each input alone requiring grad; keys past the first 128 faint (:func:`domain.faint_keys`); last, the
-    first call again differentiated as output.sum()."""
+    batch element and one pair, each input alone requiring grad; keys past the first 128 faint (:func:`domain.faint_keys`); the
+    first call again differentiated as output.sum(); one tensor passed for several inputs; last, each input in turn all
+    zeros, then constant (:func:`_constant_inputs`)."""
     rng = domain.generator(seed, "diff_gradients")
     found = []
     for i, frozen in enumerate(DIFF_V2_FROZEN):
@@ -336,7 +346,7 @@ def diff_gradients(seed: int) -> list[Case]:
     alone = _trainable_alone(rng, DIFF_V2, (1, 1, 2, 1))
     return domain.as_training_inputs([*found, *alone, _one_past_blocks(rng, DIFF_V2, "float64", causal=True),
                                       _one_past_blocks(rng, DIFF_V2, "float64", faint=domain.FIRST_FAINT), domain.summed(found[0]),
-                                      *_one_object_calls(rng, DIFF_V2, None, ("float32", "float64"))])
+                                      *_one_object_calls(rng, DIFF_V2, None, ("float32", "float64")), *_constant_inputs(rng, DIFF_V2)])
 
 
 @SETS.register

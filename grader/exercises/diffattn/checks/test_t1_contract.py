@@ -115,7 +115,7 @@ def test_attention_keeps_dtype(grading: GradingContext) -> None:
        judges=of_both("strided"))  # fmt: skip
 def test_strided_inputs_accepted(grading: GradingContext) -> None:
     observed = _attentions(grading, suite.attention_strided) + _lambdas(grading, suite.lambda_strided)
-    grading.conclude(_judge(observed, _shape_and_dtype, "Transposed, head-permuted, sliced and fused-projection views, tensors at a storage offset, in one storage and at one address of one storage, and tensors expanded over the batch were accepted by both functions."))
+    grading.conclude(_judge(observed, _shape_and_dtype, "Transposed, head-permuted, sliced, fused-projection and channels_last views, tensors at a storage offset, in one storage, stacked in one buffer and at one address of one storage, and tensors expanded over the batch were accepted by both functions."))
 
 
 @check("T1", 2, "differential_attention accepts a Python float or a 0-dim tensor coefficient",

@@ -70,11 +70,11 @@ def test_dtype_and_device_kept(grading: GradingContext) -> None:
     grading.conclude(_judge(grading, sets, _shape_and_dtype, "float32 and float64 inputs gave outputs in their own dtype, on the CPU."))
 
 
-@check("T1", 3, "Both functions accept strided views (transposed, head-permuted, sliced, fused, at a storage offset, expanded)", visibility="hidden",
+@check("T1", 3, "Both functions accept strided views (transposed, head-permuted, sliced, fused, channels_last, at a storage offset, expanded)", visibility="hidden",
        judges=of_both("strided"))  # fmt: skip
 def test_strided_inputs_accepted(grading: GradingContext) -> None:
     sets = [(suite.gqa_strided, False), (suite.diff_strided, False)]
-    success = "Transposed, head-permuted, sliced and fused-projection views, tensors at a storage offset, in one storage and at one address of one storage, and tensors expanded over the batch were accepted by both functions."
+    success = "Transposed, head-permuted, sliced, fused-projection and channels_last views, tensors at a storage offset, in one storage, stacked in one buffer and at one address of one storage, and tensors expanded over the batch were accepted by both functions."
     grading.conclude(_judge(grading, sets, _shape_and_dtype, success))
 
 
