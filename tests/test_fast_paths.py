@@ -66,7 +66,8 @@ def test_the_thaw_files_that_scored_full_marks_lose_points(exercise: str, tmp_pa
     assert len(runs) == len(BLIND_FILES[exercise]) and all(np.isfinite(run.report["score"]) for run in runs.values())
 
 
-# Reports, for its four [B, H, T, D] inputs, whether each is channels_last, each one's strides, and their offsets from q1.
+# Reports, for its four [B, H, T, D] inputs, whether each is channels_last, each one's strides, their offsets from q1, then
+# their values.
 MEMORY = """
 import torch
 def differential_lambda(q1, k1, q2, k2, lambda_init=0.2):
@@ -74,8 +75,7 @@ def differential_lambda(q1, k1, q2, k2, lambda_init=0.2):
     facts = [float(t.is_contiguous(memory_format=torch.channels_last)) for t in tensors]
     facts += [float(s) for t in tensors for s in t.stride()]
     facts += [float(t.data_ptr() - q1.data_ptr()) / q1.element_size() for t in tensors]
-    facts += [float(torch.equal(t, t.contiguous())) for t in tensors]
-    return torch.tensor(facts, dtype=q1.dtype)
+    return torch.cat([torch.tensor(facts, dtype=q1.dtype), *(t.reshape(-1) for t in tensors)])
 """
 
 
@@ -101,4 +101,18 @@ def test_the_worker_lays_inputs_out_channels_last_and_stacked_as_named(layout: s
     assert list(facts[:4]) == [channels_last] * 4
     assert [tuple(facts[4 + 4 * n : 8 + 4 * n]) for n in range(4)] == [strides] * 4
     assert [o for o, want in zip(facts[20:24], offsets) if want is not None] == [w for w in offsets if w is not None]
-    assert list(facts[24:]) == [1.0] * 4
+    assert np.array_equal(facts[24:], np.concatenate([v.reshape(-1) for v in values]))
+
+
+def test_an_axis_order_is_read_per_rank_as_the_worker_lays_it_out() -> None:
+    """channels_last keeps the order of the axes a tensor has (B, T, H for three) and leaves a tensor of other axes as it
+    is; the slip analysis calls it non-contiguous, with a last axis of stride above 1, only where an axis of size above 1
+    moves, or sits inside the last."""
+    order = domain.CHANNELS_LAST
+    assert [domain.axis_order(order, rank) for rank in (1, 3, 4, 5)] == [[0], [0, 2, 1], [0, 2, 3, 1], [0, 1, 2, 3, 4]]
+    assert domain.axis_order("sliced", 4) is None
+    assert domain.non_contiguous(order, (2, 3, 5, 4)) and not domain.non_contiguous(order, (2, 1, 5, 4))
+    assert not domain.non_contiguous(order, (6,)) and domain.non_contiguous(order, (2, 5, 3))
+    assert domain.last_axis_steps([order], [(2, 3, 5, 4)]) == "above 1 for some input"
+    assert domain.last_axis_steps([order, "contiguous"], [(2, 1, 5, 4), (2, 3, 5, 4)]) == "1 for every input"
+    assert domain.last_axis_steps(["sliced"], [(4,)]) == "above 1 for some input"

@@ -49,9 +49,10 @@ def judged(outcome: Outcome, index: int, output: Truth, gradients: Mapping[str, 
     """Call ``index`` of ``outcome`` (a check's call in ``dtype`` with inputs that require grad, at input ``positions``: name ->
     tensor number) against the oracle's ``output`` and ``gradients``; a backward pass that raised is noted as such. A
     ``degenerate`` call (an input constant or all zeros) may give the right output from a wrong function: its output counts
-    as right for the backward's diagnosis only when every wrong gradient of it is missing, which no right function does."""
+    as right for the backward's diagnosis only when every wrong gradient of it is missing, which no right function does
+    (and never when its backward pass raised)."""
     if outcome.backward_error is not None:
-        return GradientCall(attributes, values_verdict(outcome, index, "", output).ok, public=public, raised=outcome.backward_error)
+        return GradientCall(attributes, values_verdict(outcome, index, "", output).ok and not degenerate, public=public, raised=outcome.backward_error)
     wrong, missing, not_finite, coarse = [], [], [], []
     truths = dict(gradients)
     for name, position in positions.items():

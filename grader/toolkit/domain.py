@@ -51,7 +51,9 @@ ALIASED = "aliased"
 STACKED = "stacked"
 # How a message says that every input of a call shares one storage.
 SHARED_STORAGE = {PACKED: "in one storage, one after another", ALIASED: "at one address of one storage (one data_ptr(), memory that overlaps)",
-                  STACKED: "stacked in one buffer [..., n, D] as a fused projection's parts (same strides, D elements apart)"}
+                  STACKED: "of one shape stacked in one buffer [..., n, D] as a fused projection's parts (same strides, D elements apart)"}
+# How a message names a layout whose worker name says little to a student.
+LAYOUT_WORDS = {CHANNELS_LAST: "channels_last (axes stored in the order 0, 2, 3, 1)", STACKED: "stacked (one [..., n, D] buffer)"}
 # How a call binds its arguments: "keyword" passes the tensors by position and the last parameter
 # (the one with a default) by name; "positional" passes every argument by position; "names" passes
 # every argument by name, in an order of the generator's choosing (:func:`keyword_order`).
@@ -512,12 +514,22 @@ def every_layout(rng: np.random.Generator, count: int = 5) -> list[tuple[str, ..
     return [*rotations, *((layout,) * count for layout in order), (PACKED,) * count, (STACKED,) * count, (ALIASED,) * count]
 
 
+def axis_order(layout: str, rank: int) -> list[int] | None:
+    """The order (outermost first) in which a layout "order@a,b,..." stores the axes of a tensor of ``rank`` axes: its
+    axes below ``rank``, in their order, when those are all of them (as the worker lays them out), else the plain order;
+    None for another layout."""
+    if not layout.startswith("order@"):
+        return None
+    order = [axis for axis in map(int, layout.split("@", 1)[1].split(",")) if axis < rank]
+    return order if sorted(order) == list(range(rank)) else list(range(rank))
+
+
 def non_contiguous(layout: str, shape: Sequence[int]) -> bool:
     """Whether an input of ``layout`` and ``shape`` is laid out other than contiguously, as the slip analysis words a call:
     heads permuted with one head are contiguous to torch (``is_contiguous()`` compares no stride of a size-1 axis), and
     code that tests it treats them so; so is an axis order that moves only axes of size 1."""
-    if layout.startswith("order@"):
-        moved = [axis for axis in map(int, layout.split("@", 1)[1].split(",")) if axis < len(shape) and shape[axis] > 1]
+    if (order := axis_order(layout, len(shape))) is not None:
+        moved = [axis for axis in order if shape[axis] > 1]
         return moved != sorted(moved)
     return layout != "contiguous" and not (layout == "heads_permuted" and len(shape) >= 3 and shape[1] == 1)
 
@@ -528,8 +540,7 @@ def layouts_label(names: Sequence[str], layouts: Sequence[str]) -> str:
     kinds = {layout for _, layout in shown}
     if len(shown) == len(names) and len(kinds) == 1 and shown[0][1] in SHARED_STORAGE:
         return f"every input {SHARED_STORAGE[shown[0][1]]}"
-    words = {CHANNELS_LAST: "channels_last (axes stored in the order 0, 2, 3, 1)"}
-    return "memory layouts " + ", ".join(f"{name} {words.get(layout, layout)}" for name, layout in shown) if shown else ""
+    return "memory layouts " + ", ".join(f"{name} {LAYOUT_WORDS.get(layout, layout)}" for name, layout in shown) if shown else ""
 
 
 def aliased(arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -611,16 +622,18 @@ def merged_truths(truths: Mapping[str, Truth], passed_as_one: Sequence[str]) -> 
     return found
 
 
-ZEROED = "{} all zeros (a zero-initialised projection)"
+ZERO_INITIALISED = "(zero-initialised)"
+CONSTANT_INITIALISED = "(constant-initialised)"
+ZEROED = "{} all zeros " + ZERO_INITIALISED
 """How a case label says that an input is all zeros (:func:`zeroed`)."""
-CONSTANT = "every element of {} {:.4g} (a constant-initialised parameter)"
+CONSTANT = "every element of {} {:.4g} " + CONSTANT_INITIALISED
 """How a case label says that every element of an input holds one value (:func:`constant_inputs`)."""
 
 
 def degenerate(note: str) -> bool:
     """Whether a case's ``note`` says that an input of it is all zeros or constant (:func:`zeroed`, :func:`constant_inputs`):
     there a wrong function may give the right output (a mean for a softmax over equal logits)."""
-    return any(marker.split("(")[1] in note for marker in (ZEROED, CONSTANT))
+    return ZERO_INITIALISED in note or CONSTANT_INITIALISED in note
 
 
 def zeroed(case: _Drawn, name: str) -> _Drawn:
@@ -666,15 +679,23 @@ def expansion_axis(layout: str) -> int | None:
 
 LAST_AXIS_STEPS = "the stride of the inputs' last axis"
 """How a slip analysis names :func:`last_axis_steps`."""
-STEPPED_LAYOUTS = ("sliced", ALIASED)  # the layouts whose last axis has a stride above 1 (every other column; overlapping views), and
-# an axis order that does not store the last of four axes innermost
+STEPPED_LAYOUTS = ("sliced", ALIASED)  # the layouts whose last axis has a stride above 1 (every other column; overlapping views)
 
 
-def last_axis_steps(layouts: Sequence[str]) -> str:
-    """Whether some input of a call has a last axis with a stride above 1, in words for the slip analysis: code that asks
-    for a unit stride there (a kernel's precondition, ``.view`` on the last axes) fails on those calls and no other."""
-    stepped = any(layout in STEPPED_LAYOUTS or layout.startswith("order@") and not layout.endswith(",3") for layout in layouts)
-    return "above 1 for some input" if stepped else "1 for every input"
+def _steps(layout: str, shape: Sequence[int]) -> bool:
+    """Whether an input of ``layout`` and ``shape`` has a last axis with a stride above 1: a stepped layout's, or an axis
+    order that stores an axis of size above 1 inside the last one."""
+    order = axis_order(layout, len(shape))
+    if order is None or not shape:
+        return layout in STEPPED_LAYOUTS
+    return any(shape[axis] > 1 for axis in order[order.index(len(shape) - 1) + 1 :])
+
+
+def last_axis_steps(layouts: Sequence[str], shapes: Sequence[Sequence[int]]) -> str:
+    """Whether some input of a call (``layouts`` and ``shapes``, one each) has a last axis with a stride above 1, in words
+    for the slip analysis: code that asks for a unit stride there (a kernel's precondition, ``.view`` on the last axes)
+    fails on those calls and no other."""
+    return "above 1 for some input" if any(_steps(layout, shape) for layout, shape in zip(layouts, shapes)) else "1 for every input"
 
 
 def expanded_inputs(layouts: Sequence[str], dims: Mapping[int, str]) -> str:

@@ -123,7 +123,8 @@ def layout_probe(worker: Worker, subject: Callable[..., Subject], values: Values
         return False
     # how each outcome's inputs were held, the outcome, and the contiguous output it must equal
     held = "held in {} memory (a non-contiguous view, a storage offset, or all inputs in one storage)"
-    compared: list[tuple[str, Outcome, np.ndarray | None]] = [(held.format(layout), outcome, base) for layout, outcome in zip(layouts, outcomes[1:])]
+    compared: list[tuple[str, Outcome, np.ndarray | None]] = [(held.format(domain.LAYOUT_WORDS.get(layout, layout)), outcome, base)
+                                                              for layout, outcome in zip(layouts, outcomes[1:])]  # fmt: skip
     pairs = outcomes[len(layouts) + 1 :]
     compared += [(where, pairs[2 * n], probes.output(pairs[2 * n + 1])) for n, (where, _, _) in enumerate(shaped)]
     failing = [(where, o) for where, o, right in compared if right is not None and not is_right(probes.output(o), right)]
@@ -919,7 +920,7 @@ def large_logit_failures(
     kinds: Mapping[str, str], cases: Mapping[tuple[str, int], Values], outputs: Sequence[np.ndarray | None], judged: Iterable[int],
     short: int, wrong: Callable[[np.ndarray | None, Values], bool],
 ) -> tuple[list[tuple[str, int]], list[str], str]:  # fmt: skip
-    """Of float32 calls with logits of hundreds (``cases`` by (kind, length), ``outputs`` in their order), those at the lengths
+    """Of float32 calls with large logits (``cases`` by (kind, length), ``outputs`` in their order), those at the lengths
     ``judged`` (where an ordinary float32 call is right) whose output is ``wrong``: their keys, their kinds in words ("(at N
     tokens)" past the probes' own length ``short``), and "NaN or infinite" when one of their outputs is not finite, else "wrong"."""
     lengths = set(judged)
@@ -943,12 +944,11 @@ def large_logit_finding(found: Found, function: str, failing: Sequence[str], bad
                   "fill masked logits with −∞ (float('-inf')), not with a large negative number, before the softmax")  # fmt: skip
         return
     found.add(function, "stability", "forward", f"The softmax is not numerically stable in {dtype}",
-              f"With {dtype} logits of several hundred or more, your output is {bad} when {when}; ordinary logits give the right output.",
-              advice)  # fmt: skip
+              f"With large {dtype} logits, your output is {bad} when {when}; ordinary logits give the right output.", advice)
 
 
-BELOW_MASKS = 5.0e6  # every visible float64 logit this far below zero: under the finite numbers code writes for −∞ in a mask
-BELOW_MASKS_WORDS = "every visible logit is about −5·10⁶ (float64), below any finite mask constant"
+BELOW_MASKS = 5.0e6  # every visible float64 logit this far below zero: within domain.BELOW_FINITE_MASKS, under −1e4 to −1e6 masks
+BELOW_MASKS_WORDS = "every visible logit is about −5·10⁶, below finite mask constants such as −1e4 or −1e6"
 
 
 def below_masks_finding(worker: Worker, subject: Subject, point: Values, expected: np.ndarray, leaks: Callable[[Values], bool],
@@ -957,6 +957,7 @@ def below_masks_finding(worker: Worker, subject: Subject, point: Values, expecte
     :data:`BELOW_MASKS` below zero: the mask's when ``leaks`` says the last token's value reaches earlier queries there
     (masked logits replaced by a finite number now outweigh every visible one), else the softmax's stability; whether
     there was one."""
+    found.probes.append(f"{subject.function}: float64 logits of about −5·10⁶")
     out = probes.sweep(worker, subject, [point])[0]
     if is_right(out, expected, FLOAT32_LIKE):  # logits of 5·10⁶ round at 10⁻⁹ in float64: a wrong mask is off by the output's size
         return False
@@ -980,7 +981,7 @@ def value_edges_probe(worker: Worker, subject: Subject, ordinary: Values, name: 
         return False
     for (kind, values), out in zip(edges.items(), outputs):
         expected = truth(values)
-        if is_right(out, expected, FLOAT32_LIKE):
+        if is_right(out, expected, FLOAT32_LIKE) or kind == "large" and np.max(np.abs(expected), initial=0.0) <= 65504.0:
             continue
         bad = failure_words(out)
         if kind == "large":
@@ -991,9 +992,9 @@ def value_edges_probe(worker: Worker, subject: Subject, ordinary: Values, name: 
                       "compute in the inputs' dtype without clamping: float32 holds outputs up to about 3.4·10³⁸")  # fmt: skip
         else:
             found.add(subject.function, "value", "forward", "A head whose values are all zero gives a wrong output",
-                      f"With every value of one (batch element, head) zero, your output is {bad} (that head's outputs are exactly "
-                      "zero), while ordinary values give the right output: the values are divided by something that is zero for "
-                      "that head (its largest magnitude or its norm, as amax scaling does)?",
+                      f"With every value of one (batch element, head) zero, your output is {bad} (the outputs that read only that "
+                      "head are exactly zero), while ordinary values give the right output: the values are divided by something that "
+                      "is zero for that head (its largest magnitude or its norm, as amax scaling does)?",
                       "weight the values as they are; a scale computed from them must not be zero (clamp it from below)")  # fmt: skip
         return True
     return False

@@ -380,13 +380,13 @@ def raised_text(outcome: Outcome) -> str | None:
 
 FAR_ABOVE = 2.0e4  # the "far" kind's future logit: past what a finite mask of −1e4 (float16's habit) takes away
 LARGE_LOGITS = {"all": "every logit is large", "future": "a future key's logit is far above the visible ones",
-                "below": "every visible logit is far below zero", "far": "a future key's logit is about 20000 above the visible ones"}
+                "below": "every visible logit is far below zero", "far": f"a future key's logit is about {FAR_ABOVE:.0f} above the visible ones"}
 """The kinds of :func:`large_logits`, in words."""
 
 
 def large_logits(q: np.ndarray, k: np.ndarray, kind: str, direction: np.ndarray, tokens_axis: int, factor: float) -> tuple[np.ndarray, np.ndarray]:
     """Queries and keys (float64, head width on the last axis, tokens on ``tokens_axis``) remade so that the scaled logits
-    reach hundreds as ``kind`` (:data:`LARGE_LOGITS`) says: "all", the queries ``factor`` times larger; "future", every
+    reach hundreds (or, "far", ten thousands) as ``kind`` (:data:`LARGE_LOGITS`) says: "all", the queries ``factor`` times larger; "future", every
     query near the unit vector ``direction`` and the last key far along it, so that its logit (hidden from every earlier
     query by a causal mask) is about 300 above the visible ones; "below", every query against every key, so that every
     logit is about −160: a softmax that does not subtract each row's own maximum divides 0 by 0 in float32; "far", the
@@ -407,7 +407,6 @@ def large_logits(q: np.ndarray, k: np.ndarray, kind: str, direction: np.ndarray,
         far_q, far_k = domain.future_far_above(q, k, FAR_ABOVE, tokens_axis)
         # the last query along one axis, so small that its logit against the last key is 1, not zero: logits of exactly 0
         # are what a mask built by comparing logits with 0 hides, a fault the padding probe names and this one must not
-        far_q[tuple(last)] = 0.0
         far_q[(*last[:-1], 0)] = math.sqrt(q.shape[-1]) / FAR_ABOVE
         return far_q, far_k
     raise ValueError(f"'kind' must be one of {sorted(LARGE_LOGITS)} (got {kind!r})")

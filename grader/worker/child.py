@@ -588,7 +588,7 @@ class Run:
         elif layout == "aliased":
             tensor = self.aliased_slot(index, dtype)
         elif layout == "stacked":
-            tensor = self.stacked_slot(index, dtype)
+            tensor = self.stacked_slot(index)
         else:
             data = torch.from_numpy(self.arrays[spec["array"]].copy()).to(dtype)
             if spec.get("requires_grad") and (base := self.expanded_from(data, layout)) is not None:
@@ -620,7 +620,7 @@ class Run:
             return base.expand(data.shape)
         if layout == "heads_permuted" and data.dim() >= 3:  # token-major memory; with one head too, whose stride is then the token's
             return data.transpose(1, 2).clone(memory_format=torch.contiguous_format).transpose(1, 2)
-        if layout.startswith("order@"):  # the axes stored outermost first in this order (those the tensor has, kept in it)
+        if layout.startswith("order@"):  # the axes stored outermost first in this order (those the tensor has; as domain.axis_order)
             order = [axis for axis in map(int, layout.split("@", 1)[1].split(",")) if axis < data.dim()]
             if sorted(order) == list(range(data.dim())):
                 return data.permute(order).contiguous().permute([order.index(axis) for axis in range(data.dim())])
@@ -696,7 +696,7 @@ class Run:
             self.shared["aliased", name] = places
         return self.shared["aliased", name][index]
 
-    def stacked_slot(self, index: int, dtype: Any) -> Any:
+    def stacked_slot(self, index: int) -> Any:
         """Input ``index`` as one slice of a buffer that stacks every "stacked" input of its dtype and shape, in argument
         order, on a new axis before the last (``[..., n, D]``), as the parts of one fused projection are (keys and values
         of a fused KV projection: same strides, the second D elements after the first)."""

@@ -721,8 +721,10 @@ def _falling_logits_probe(worker: Worker, rng: np.random.Generator, found: Found
 
 
 def stability_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool:
-    """float32 calls with logits of hundreds against the oracle, at the probes' length and at :data:`STABLE_LENGTH` tokens
-    (past key tiles whose partial results a tiled softmax merges); whether one fails."""
+    """float32 calls with logits of hundreds (a future one of ten thousands) against the oracle, at the probes' length and
+    at :data:`STABLE_LENGTH` tokens (past key tiles whose partial results a tiled softmax merges), then, where all are
+    right, a float64 call whose visible logits lie below finite mask constants
+    (:func:`~grader.toolkit.findings.below_masks_finding`); whether one fails."""
     kinds = {**probes.LARGE_LOGITS, "branches": "branch 2's logits are far from branch 1's"}
     cases = {(kind, T): _large(rng, kind) for kind in kinds} | {(kind, STABLE_LENGTH): _large(rng, kind, STABLE_LENGTH) for kind in kinds}
     ordinary, ordinary_long = ({n: exact(x, "float32") for n, x in point.items()} for point in (attention_values(rng), _long_values(rng, STABLE_LENGTH)))

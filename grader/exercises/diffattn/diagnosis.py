@@ -122,14 +122,14 @@ def _attributes(case: LambdaCase | AttentionCase, grads: bool) -> dict[str, str]
         trainable[slips.ORIGIN] = slips.origin(case.activations, case.held_grads, case.parameters)
     if isinstance(case, LambdaCase):
         return found | {"the memory layout": "non-contiguous" if case.layout != "contiguous" else "contiguous",
-                        domain.LAST_AXIS_STEPS: domain.last_axis_steps((case.layout,)),
+                        domain.LAST_AXIS_STEPS: domain.last_axis_steps((case.layout,), (case.q1.shape,)),
                         domain.PASSED_AS_ONE: domain.passed_as_one(case.one_object)} | trainable
     coefficient = f"computed by {LAMBDA}" if case.lambda_case is not None else COEFFICIENT_KINDS[case.coefficient_kind]
     causal = "left out" if case.causal is None else str(case.causal)
     layout = "non-contiguous" if any(domain.non_contiguous(layout, x.shape) for layout, x in zip(case.layouts, case.inputs)) else "contiguous"
     tied = np.array_equal(case.q1, case.q2) and np.array_equal(case.k1, case.k2)
     return found | {"the coefficient": coefficient, "causal": causal, "the memory layout": layout,
-                    domain.LAST_AXIS_STEPS: domain.last_axis_steps(case.layouts),
+                    domain.LAST_AXIS_STEPS: domain.last_axis_steps(case.layouts, [x.shape for x in case.inputs]),
                     EXPANDED_INPUTS: domain.expanded_inputs(case.layouts, EXPANSIONS), domain.TOKENS: domain.token_count(case.q1.shape[-2]),
                     domain.BATCH: domain.batch_size(case.q1.shape[0]),
                     TIED: "equal to the first's in value" if tied else "its own", domain.PASSED_AS_ONE: domain.passed_as_one(case.one_object),

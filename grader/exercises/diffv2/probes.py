@@ -426,8 +426,10 @@ def _leaks_at_large_logits(worker: Worker, function: str, cases: Sequence[Values
 
 
 def stability_probe(worker: Worker, function: str, values: Values, rng: np.random.Generator, found: Found) -> bool:
-    """float32 calls with logits of hundreds against the oracle, at the probes' length and at :data:`STABLE_LENGTH` tokens
-    (past key tiles whose partial results a tiled softmax merges); whether one fails."""
+    """float32 calls with logits of hundreds (a future one of ten thousands) against the oracle, at the probes' length and
+    at :data:`STABLE_LENGTH` tokens (past key tiles whose partial results a tiled softmax merges), then, where all are
+    right, a float64 call whose visible logits lie below finite mask constants
+    (:func:`~grader.toolkit.findings.below_masks_finding`); whether one fails."""
     kinds = probes.LARGE_LOGITS
     long = _long_values(rng, STABLE_LENGTH)
     cases = {(kind, T): _large(rng, values, kind) for kind in kinds} | {(kind, STABLE_LENGTH): _large(rng, long, kind) for kind in kinds}
@@ -441,8 +443,8 @@ def stability_probe(worker: Worker, function: str, values: Values, rng: np.rando
     judged = [T] + ([STABLE_LENGTH] if is_right(plain_long, truth(function, ordinary_long, True), FLOAT32_LIKE) else [])  # likewise per length
     wrong, failing, bad = findings.large_logit_failures(kinds, cases, outs, judged, T, lambda out, case: not is_right(out, truth(function, case, True), FLOAT32_LIKE))
     if not failing:
-        below = {**values, "q": np.array(values["q"]), "k": np.array(values["k"])}
-        below["q"], below["k"] = domain.far_below(below["q"], below["k"], findings.BELOW_MASKS)
+        below = dict(values)
+        below["q"], below["k"] = domain.far_below(np.asarray(values["q"]), np.asarray(values["k"]), findings.BELOW_MASKS)
         return findings.below_masks_finding(worker, subject(function), below, truth(function, below, True),
                                          lambda point: _leaks_at_large_logits(worker, function, [point], rng, "float64"), found, STABLE)  # fmt: skip
     leaked = bad == "wrong" and _leaks_at_large_logits(worker, function, [cases[key] for key in wrong if key[1] == T], rng)
