@@ -213,6 +213,15 @@ def perturb(values: Values, perturbation: Perturbation, rng: np.random.Generator
     return replaced(values, perturbation.input, changed)
 
 
+def leaks(worker: Worker, subject: Subject, cases: Sequence[Values], perturbation: Perturbation, rng: np.random.Generator) -> bool:
+    """Whether, in one of ``cases``, ``perturbation`` moves the output where it must not (:func:`dependence`)."""
+    for values in cases:
+        effects = dependence(worker, subject, values, [perturbation], rng)
+        if effects and effects[0].leaked:
+            return True
+    return False
+
+
 def dependence(
     worker: Worker, subject: Subject, values: Values, perturbations: Sequence[Perturbation], rng: np.random.Generator
 ) -> list[Effect] | None:

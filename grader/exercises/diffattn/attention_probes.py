@@ -684,15 +684,6 @@ def _far_future(rng: np.random.Generator) -> dict[str, np.ndarray]:
     return values
 
 
-def _leaks_at_large_logits(worker: Worker, rng: np.random.Generator, cases: Sequence[Values], dtype: str = "float32") -> bool:
-    """Whether, in one of these ``dtype`` cases, the last token's value reaches the outputs of earlier queries under causal=True."""
-    for values in cases:
-        effects = probes.dependence(worker, attention_subject(True, dtype), values, [FUTURE_VALUE], rng)
-        if effects and effects[0].leaked:
-            return True
-    return False
-
-
 FALLING = 100  # tokens: blocks of 32 or 64 keys whose largest logits lie hundreds apart
 
 
@@ -738,9 +729,9 @@ def stability_probe(worker: Worker, rng: np.random.Generator, found: Found) -> b
     wrong, failing, bad = findings.large_logit_failures(kinds, cases, outputs, judged, T, lambda out, values: not is_right(out, truth(values, True), FLOAT32_LIKE))
     if not failing:
         return findings.below_masks_finding(worker, attention_subject(True), below := _below_masks(rng), truth(below, True),
-                                         lambda point: _leaks_at_large_logits(worker, rng, [point], "float64"), found, STABLE) or \
+                                         lambda point: probes.leaks(worker, attention_subject(True, "float64"), [point], FUTURE_VALUE, rng), found, STABLE) or \
             _falling_logits_probe(worker, rng.spawn(1)[0], found)  # fmt: skip
-    leaked = bad == "wrong" and _leaks_at_large_logits(worker, rng, [cases[key] for key in wrong if key[1] == T])
+    leaked = bad == "wrong" and probes.leaks(worker, attention_subject(True, "float32"), [cases[key] for key in wrong if key[1] == T], FUTURE_VALUE, rng)
     findings.large_logit_finding(found, ATTENTION, failing, bad, leaked, STABLE)
     return True
 

@@ -415,14 +415,8 @@ def _large(rng: np.random.Generator, values: Values, kind: str) -> dict[str, np.
     return {n: exact(x, "float32") for n, x in large.items()}
 
 
-def _leaks_at_large_logits(worker: Worker, function: str, cases: Sequence[Values], rng: np.random.Generator, dtype: str = "float32") -> bool:
-    """Whether, in one of these ``dtype`` cases, the last token's values reach the outputs of earlier tokens under causal=True."""
-    future = Perturbation("v", (slice(None), T - 1), "the last token's values", forbidden=(slice(None), slice(0, T - 1)))
-    for values in cases:
-        effects = probes.dependence(worker, subject(function, True, dtype), values, [future], rng)
-        if effects and effects[0].leaked:
-            return True
-    return False
+FUTURE_VALUES = Perturbation("v", (slice(None), T - 1), "the last token's values", forbidden=(slice(None), slice(0, T - 1)))
+"""The last token's values, which under the causal mask reach no earlier token's output."""
 
 
 def stability_probe(worker: Worker, function: str, values: Values, rng: np.random.Generator, found: Found) -> bool:
@@ -446,8 +440,8 @@ def stability_probe(worker: Worker, function: str, values: Values, rng: np.rando
         below = dict(values)
         below["q"], below["k"] = domain.far_below(np.asarray(values["q"]), np.asarray(values["k"]), findings.BELOW_MASKS)
         return findings.below_masks_finding(worker, subject(function), below, truth(function, below, True),
-                                         lambda point: _leaks_at_large_logits(worker, function, [point], rng, "float64"), found, STABLE)  # fmt: skip
-    leaked = bad == "wrong" and _leaks_at_large_logits(worker, function, [cases[key] for key in wrong if key[1] == T], rng)
+                                         lambda point: probes.leaks(worker, subject(function, True, "float64"), [point], FUTURE_VALUES, rng), found, STABLE)  # fmt: skip
+    leaked = bad == "wrong" and probes.leaks(worker, subject(function, True, "float32"), [cases[key] for key in wrong if key[1] == T], FUTURE_VALUES, rng)
     findings.large_logit_finding(found, function, failing, bad, leaked, STABLE)
     return True
 
