@@ -59,6 +59,20 @@ def test_causes_are_ordered_load_contract_forward_gradients() -> None:
     assert [c.component for c in found.causes] == ["mask", "graph"]
 
 
+def test_within_a_stage_a_function_the_other_calls_comes_first() -> None:
+    """Of two functions wrong at one stage, the one the other calls (through a helper too) leads; unrelated ones keep their order."""
+    records = [_record("values"), _record("lambda_values")]
+    wrong_lambda = Finding(L, "lambda", "forward", "λ is wrong", "…", "…", aspect="values", explains=VALUES)
+    source = "def _coefficient(q):\n    return differential_lambda(q, q, q, q)\n\ndef differential_attention(q):\n    return _coefficient(q)\n\n" \
+             "def differential_lambda(q1, k1, q2, k2):\n    return 0\n"  # fmt: skip
+    callers = diagnosis.callers(source, (L, A))
+    assert callers == {L: 1, A: 0}
+    found = rootcause.assemble(records, ROLES, [MASK, wrong_lambda], callers)
+    assert [c.function for c in found.causes] == [L, A]
+    unrelated = rootcause.assemble(records, ROLES, [MASK, wrong_lambda], diagnosis.callers(source.replace("differential_lambda(q, q", "abs(q"), (L, A)))
+    assert [c.function for c in unrelated.causes] == [A, L]
+
+
 def test_a_check_goes_to_the_cause_of_its_own_property_and_consequences_say_so() -> None:
     """A gradient check with a named detached input goes to that cause; the others follow the wrong forward, with a note."""
     records = [_record("values", message="Mismatched"), _record("value_gradient"), _record("branch_gradients", message="numbers")]

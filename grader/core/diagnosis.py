@@ -101,6 +101,13 @@ def _uses(source: str, function: str, names: set[str], helpers: set[str], seen: 
     return bool(mentioned & names) or any(_uses(source, helper, names, helpers, seen) for helper in (mentioned & helpers) - seen)
 
 
+def callers(source: str | None, functions: Sequence[str]) -> dict[str, int]:
+    """For each of ``functions``, how many of the others call it in ``source`` (directly or through the file's helpers)."""
+    definitions = set(re.findall(r"^(?:async\s+)?def\s+(\w+)", source or "", flags=re.M))
+    present = [f for f in functions if f in definitions]
+    return {callee: sum(_uses(source or "", caller, {callee}, definitions, set()) for caller in present if caller != callee) for callee in present}
+
+
 def file_findings(context: GradingContext, required: Sequence[str] = ()) -> list[Finding]:
     """The file does not load (in which of the ``required`` functions, when it can tell), or a required function is missing or not callable."""
     if context.load_failure is not None:
@@ -131,7 +138,7 @@ def diagnose(exercise: Exercise, context: GradingContext, records: list[dict[str
         except Exception as exc:  # explanation only: a failure here must not cost the report its other causes
             evidence = Evidence(probes=[f"the exercise's diagnosis stopped ({type(exc).__name__}: {exc}): only the file's causes are given"])
     findings = file_findings(context, exercise.functions) + rootcause.with_hints(evidence.findings, evidence.hints)
-    found = rootcause.assemble(records, context.roles, findings)
+    found = rootcause.assemble(records, context.roles, findings, callers(context.source, exercise.functions))
     section = {
         "root_causes": rootcause.to_json(found),
         "unexplained": list(found.unexplained),

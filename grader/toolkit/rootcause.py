@@ -8,7 +8,8 @@ misconceptions produce them. :func:`assemble` merges findings that say the
 same thing, keeps a named misconception only where the probes agree with it
 (same function and component) or found nothing at its stage, orders them
 (the file does not load, then the contract, then forward values, then
-gradients) and gives each failed check to the first cause that explains it:
+gradients; within a stage, a function that another graded function calls
+before its caller, whose failures may be its consequences) and gives each failed check to the first cause that explains it:
 one that makes the function's results unusable (the file does not load, a
 wrong type or shape, an exception on every call), else one that tests the
 check's own property, else the first whose consequence the check only
@@ -167,14 +168,21 @@ class Diagnosis:
     notes: Mapping[str, str]
 
 
-def assemble(records: Sequence[Mapping[str, Any]], roles: Mapping[str, Role], findings: Sequence[Finding]) -> Diagnosis:
-    """Order the findings and give each failed check (``records``: the report's check objects) to one of them."""
+def assemble(
+    records: Sequence[Mapping[str, Any]], roles: Mapping[str, Role], findings: Sequence[Finding], callers: Mapping[str, int] | None = None
+) -> Diagnosis:
+    """Order the findings and give each failed check (``records``: the report's check objects) to one of them.
+
+    ``callers``: for each function, how many of the graded functions call it (directly or through helpers); within a
+    stage, findings of a function called by more come first.
+    """
+    calls = callers or {}
     faulty = {f.function for f in findings if f.via is None}
     # an exception a probe reproduced under a contrast of its own (sizes that clash in non-contiguous memory only) is that
     # probe's finding, which says where it comes from; the contract slip of the same wording is its symptom
     reproduced = {(f.function, f.signature) for f in findings if f.stage != "contract" and f.signature is not None}
     standing = [f for f in findings if (f.via is None or f.via not in faulty) and not (f.stage == "contract" and (f.function, f.signature) in reproduced)]
-    ordered = sorted(merged(standing), key=lambda f: STAGES.index(f.stage))
+    ordered = sorted(merged(standing), key=lambda f: (STAGES.index(f.stage), -calls.get(f.function or "", 0)))
     everything = tuple(dict.fromkeys(f.function for f in ordered if f.function is not None))
     default = Role(everything, "values")
     explained: dict[int, list[str]] = {}
