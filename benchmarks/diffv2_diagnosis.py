@@ -12,7 +12,7 @@ is graded with ``diffgrade batch`` (instructor reports, so hidden causes count).
 CORPUS is a folder of tests/corpus: ``v2`` (the default; the probes were
 written with its labels in hand), or ``v2_unseen``, ``v2_blind``,
 ``v2_holdout``, ``v2_fresh``, ``v2_sealed``, ``v2_stateful``, ``v2_practice``, ``v2_acceptance``, ``v2_cold``, ``v2_winter``,
-``v2_spring``, ``v2_summer``, ``v2_autumn``, ``v2_solstice``, ``v2_harvest``, ``v2_frost``, ``v2_ember`` and ``v2_dusk`` (each written afterwards by someone who had not seen the
+``v2_spring``, ``v2_summer``, ``v2_autumn``, ``v2_solstice``, ``v2_harvest``, ``v2_frost``, ``v2_ember``, ``v2_dusk`` and later ones (``v2_gale`` … ``v2_mist``) (each written afterwards by someone who had not seen the
 diagnosis: its first measurement on each is how it generalises).
 """
 
@@ -60,7 +60,7 @@ def verdict(label: dict[str, Any], causes: list[dict[str, Any]]) -> str:
     if not causes:
         return "silent"
     first = causes[0]
-    return "right" if first["function"] == label["function"] and first["component"] in FITTING[label["component"]] else "wrong"
+    return "right" if first["function"] == label["function"] and first["component"] in FITTING.get(label["component"], {label["component"]}) else "wrong"
 
 
 def main(seed: int, corpus: Path) -> int:

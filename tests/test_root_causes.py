@@ -60,7 +60,8 @@ def test_causes_are_ordered_load_contract_forward_gradients() -> None:
 
 
 def test_within_a_stage_a_function_the_other_calls_comes_first() -> None:
-    """Of two functions wrong at one stage, the one the other calls (through a helper too) leads; unrelated ones keep their order."""
+    """Of two functions wrong at one stage, the one the other calls (through a helper too) leads; unrelated ones, or one that
+    only names the other in a docstring, keep their order."""
     records = [_record("values"), _record("lambda_values")]
     wrong_lambda = Finding(L, "lambda", "forward", "λ is wrong", "…", "…", aspect="values", explains=VALUES)
     source = "def _coefficient(q):\n    return differential_lambda(q, q, q, q)\n\ndef differential_attention(q):\n    return _coefficient(q)\n\n" \
@@ -71,6 +72,8 @@ def test_within_a_stage_a_function_the_other_calls_comes_first() -> None:
     assert [c.function for c in found.causes] == [L, A]
     unrelated = rootcause.assemble(records, ROLES, [MASK, wrong_lambda], diagnosis.callers(source.replace("differential_lambda(q, q", "abs(q"), (L, A)))
     assert [c.function for c in unrelated.causes] == [A, L]
+    mentioned = source.replace("return differential_lambda(q, q, q, q)", '"""Unlike differential_lambda(q1, k1, q2, k2)."""\n    return q  # not differential_lambda')
+    assert diagnosis.callers(mentioned, (L, A)) == {L: 0, A: 0}  # a docstring or comment that names a function is no call
 
 
 def test_a_check_goes_to_the_cause_of_its_own_property_and_consequences_say_so() -> None:

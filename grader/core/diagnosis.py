@@ -12,6 +12,7 @@ the exercise's part.
 
 from __future__ import annotations
 
+import ast
 import re
 import time
 from dataclasses import dataclass, field
@@ -102,10 +103,21 @@ def _uses(source: str, function: str, names: set[str], helpers: set[str], seen: 
 
 
 def callers(source: str | None, functions: Sequence[str]) -> dict[str, int]:
-    """For each of ``functions``, how many of the others call it in ``source`` (directly or through the file's helpers)."""
-    definitions = set(re.findall(r"^(?:async\s+)?def\s+(\w+)", source or "", flags=re.M))
-    present = [f for f in functions if f in definitions]
-    return {callee: sum(_uses(source or "", caller, {callee}, definitions, set()) for caller in present if caller != callee) for callee in present}
+    """For each of ``functions``, how many of the others call it in ``source``, directly or through the file's helpers
+    (calls by name in the code; a docstring or comment that mentions a function is no call)."""
+    try:
+        tree = ast.parse(source or "")
+    except (SyntaxError, ValueError):
+        return {}
+    bodies = {node.name: node for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    called = {name: {n.func.id for n in ast.walk(node) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)} for name, node in bodies.items()}
+
+    def reaches(caller: str, callee: str, seen: set[str]) -> bool:
+        seen.add(caller)
+        return callee in called[caller] or any(reaches(helper, callee, seen) for helper in (called[caller] & bodies.keys()) - seen)
+
+    present = [f for f in functions if f in bodies]
+    return {callee: sum(reaches(caller, callee, set()) for caller in present if caller != callee) for callee in present}
 
 
 def file_findings(context: GradingContext, required: Sequence[str] = ()) -> list[Finding]:

@@ -1061,6 +1061,26 @@ def causal_path_first(found: Found, function: str, since: int, masked: np.ndarra
     return True
 
 
+def hidden_rows_finding(found: Found, function: str, read: np.ndarray | None, other: np.ndarray | None, mode: str, what: str) -> bool:
+    """A mask finding when rows of ``read`` (an output, or a map read out of one, in the causal mode ``mode``; rows along its
+    last axis, of random values or one-hot ones) are all zeros while the output of the other causal mode (``other``) is
+    not: every query sees at least its own key, so a row of zeros is a query whose every key was hidden (a boolean mask
+    built as "hide" where True means "attend", a mask filled everywhere and the NaN rows zeroed); whether there was one.
+    ``what``: the rows' name in words. A function whose every output is zero has lost more than its mask: no finding."""
+    if read is None or other is None or other.shape != read.shape or not np.any(other != 0.0):
+        return False
+    empty = np.all(read == 0.0, axis=-1)
+    if not empty.any():
+        return False
+    found.add(function, "mask", "forward", "Some queries see no key at all: their rows are zeros",
+              f"With {mode}, {int(empty.sum())} of the {empty.size} rows of {what} are all zeros (with the other causal mode they are "
+              "not), where each query attends at least to its own key: a mask hides every key of those queries (a boolean mask "
+              "built as “hide” where True means “attend”, or a mask filled everywhere).",
+              "hide the future keys (key after query) under causal=True and no key under causal=False; in a boolean mask for "
+              "scaled_dot_product_attention, True marks the keys a query may attend")  # fmt: skip
+    return True
+
+
 def failing_mode(calls: Iterable[tuple[str, bool]], usual: str = "enabled") -> str:
     """The kind of call to probe a forward in, from (kind, whether the result was right) of the checks' calls: the kind other
     than ``usual`` that every wrong call was made in while calls of the usual kind were right, else ``usual``. Kinds are

@@ -61,6 +61,9 @@ EXCEPTION_KINDS: tuple[tuple[tuple[str, ...], str, str, str], ...] = (
      "`requires_grad_(False)` is called on a tensor computed from inputs that require grad, which autograd refuses (only a leaf's "
      "flag can be changed)",
      "leave the flag alone: a tensor computed from the inputs must stay in the graph so that its gradient reaches them"),
+    (("can't retain_grad on tensor that has requires_grad=false",), "graph",
+     "`retain_grad()` is called on a tensor that does not require grad (an input the caller froze), which autograd refuses",
+     "leave the inputs' autograd state to the caller: no retain_grad(), requires_grad_() or .grad on an input"),
     (("arguments don't support automatic differentiation",), "graph",
      "an operation writes into a given buffer (`out=`), which autograd cannot differentiate",
      "return new tensors (`a @ v`, not `torch.matmul(a, v, out=buffer)`), and keep no buffer between calls"),
@@ -156,6 +159,11 @@ class Declarations:
     operands: Mapping[str, str] = field(default_factory=dict)
     # the graded functions: an operand one of them made is not traced into its body (it is judged on its own calls)
     functions: Collection[str] = ()
+    # a parameter that is no main tensor -> the component that reads it (e.g. "lambda_init" -> "lambda"): an exception the
+    # student's own check (a raise or assert of theirs) raises, naming it alone, is that component's, whatever calls it hit
+    parameters: Mapping[str, str] = field(default_factory=dict)
+    # the functions the stub supplies (its validation): what they raise refuses inputs the contract does not allow
+    supplied: Collection[str] = ()
 
 
 SCALE_MAKERS = {r"\br?sqrt_?\(|\*\*\s*\(?\s*-?\s*0?\.5\b": "scale"}
@@ -359,6 +367,45 @@ def exception_kind(text: str) -> tuple[str, str, str, str] | None:
     return None
 
 
+OWN_CHECK = re.compile(r"\s*(?:raise|assert)\b")
+
+
+def _refused_parameter(code: Sequence[tuple[str, str, str]], source: str | None, message: str, declared: Declarations) -> str | None:
+    """The parameter a check of the student's own refused, or None: the exception came from an assert statement of theirs,
+    or a raise statement directly under an if (not in an except block, which passes another error on), not in a function
+    the stub supplies, and that statement, its condition, its message and the calls that led to it name one of
+    :attr:`Declarations.parameters` (or several of one component)."""
+    if not code or not declared.parameters:
+        return None
+    line, function, text = code[-1]
+    if function.strip() in declared.supplied or not OWN_CHECK.match(text):
+        return None
+    guard = [text, message, *(earlier for _, _, earlier in code[:-1])]
+    if text.lstrip().startswith("raise"):  # under an if of its own: a raise in an except block passes another error on
+        lines = dict(function_lines(source, function.strip()))
+        indent = len(lines.get(int(line), text)) - len(lines.get(int(line), text).lstrip())
+        header = next((lines[n] for n in range(int(line) - 1, 0, -1) if n in lines and lines[n].strip() and not lines[n].lstrip().startswith("#")
+                       and len(lines[n]) - len(lines[n].lstrip()) < indent), "")  # fmt: skip
+        if not re.match(r"\s*(?:el)?if\b", header):
+            return None
+        guard.append(header)
+    named = [name for name in re.findall(r"\b\w+\b", " ".join(guard)) if name in declared.parameters]
+    components = {declared.parameters[name] for name in named}
+    return named[0] if len(components) == 1 else None
+
+
+VALUE_QUOTED = re.compile(r"-?\d+\.\d+(?:e[-+]?\d+)?|-?\d+e[-+]?\d+", re.IGNORECASE)
+"""A real number an exception's message quotes (a refused value, which differs from call to call; sizes are integers)."""
+
+
+def _stable_part(text: str) -> str:
+    """The start of an exception's text up to its first number (a message that quotes the refused value differs from call
+    to call), or its first 120 characters when that start is too short to tell one message from another."""
+    start = re.match(r"\D*", text)
+    stable = start.group(0) if start is not None else ""
+    return stable[:120] if len(stable) >= 24 else text[:120]
+
+
 def _finding(function: str, component: str, title: str, evidence: str, advice: str, *, blocks: bool = False,
              explains: frozenset[str] = frozenset(), note: str | None = None, public: bool = True) -> Finding:  # fmt: skip
     """A contract finding, its aspect from its component."""
@@ -377,7 +424,7 @@ def _raised(function: str, calls: Sequence[Observed], source: str | None, declar
         result = call.result
         if result is not None and result.raised is not None and result.raised is not SKIPPED:
             told = exception_kind(f"{result.raised['type']}: {result.raised['message']}")
-            groups.setdefault((result.raised["type"], told[0] if told else result.raised["message"][:80]), []).append(call)
+            groups.setdefault((result.raised["type"], told[0] if told else VALUE_QUOTED.sub("…", result.raised["message"])[:80]), []).append(call)
     found = []
     for (kind, _), failing in groups.items():
         error = failing[0].result.raised if failing[0].result is not None else None
@@ -391,11 +438,20 @@ def _raised(function: str, calls: Sequence[Observed], source: str | None, declar
         where = frame(error.get("traceback", ""))
         evidence = f"It raised {kind}: {message}{where}" + (f", only when {only[0]} is {only[1]}" if only else "") + "."
         everywhere = len(failing) == sum(c.result is not None for c in calls)  # (a call after another that raised has no result)
+        code = FRAME.findall(error.get("traceback", "") or "")
+        refused = None if everywhere else _refused_parameter(code, source, message, declared)
+        if refused is not None:  # the student's message and line say what it refused: a contrast of the calls would guess
+            component = declared.parameters[refused]
+            found.append(replace(_finding(function, component, f"{function} raises {kind}: a check of its own refuses calls the contract allows",
+                                          f"It raised {kind}: {message}{where}. The check tests {refused}, and the calls it refused are "
+                                          "within the contract.", f"remove that check or widen it to the contract: accept every {refused} "
+                                          "the contract allows", explains=frozenset({ASPECT_OF.get(component) or "type"})),
+                                 signature=_stable_part(f"{kind}: {message}"), via=declared.made_by.get(only) if only else None))  # fmt: skip
+            continue
         if kind == "NotImplementedError":
             found.append(replace(_finding(function, "load", f"{function} is not implemented yet", evidence, f"write the body of {function}",
                                           blocks=everywhere), signature="NotImplementedError"))  # fmt: skip
             continue
-        code = FRAME.findall(error.get("traceback", "") or "")
         on_line = _line_component(declared, code[-1], source, trace=False) if code else None
         # sizes that do not fit, on a line of no known part, are placed by the sizes the function works for (``place``), else by
         # the kind of call that alone raises, else traced to the operation that made an operand (one assignment back); other

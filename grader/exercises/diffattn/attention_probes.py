@@ -505,7 +505,10 @@ def causal_flag_probe(worker: Worker, rng: np.random.Generator, found: Found) ->
         masked = causal is None
         if is_right(out[..., :T], oracle.attention_maps(values["q1"], values["k1"], masked)):
             continue
-        if not masked and _unmasked_finding(found, values, out[..., :T]):
+        other = probes.output(outcomes[1 if masked else 0])
+        if findings.hidden_rows_finding(found, ATTENTION, out[..., :T], None if other is None or other.shape != out.shape else other[..., :T],
+                                        "causal omitted" if masked else "causal=False", "the map read out of your output") or \
+                (not masked and _unmasked_finding(found, values, out[..., :T])):  # fmt: skip
             return True
         fits = _explain_maps(values, {1: out[..., :T]}, causal=masked)
         # rows summing past 1 lack keys in their normaliser (the softmax's); below 1 they may hold keys the output never

@@ -101,9 +101,13 @@ def name_shape(function: str, got: tuple[int, ...], expected: tuple[int, ...], m
 # the operation: applying or building the causal mask; a row's maximum or log-normaliser, the softmax's own reductions
 # (over an empty block of keys they raise).
 LINE_COMPONENTS = {r"masked_fill|\btril\(|\btriu\(": "mask", r"\bamax\(|\blogsumexp\(|\bmaximum\(": "softmax"}
+SUPPLIED = ("_type_name", "_shape", "_require_float_tensor", "_require_matching", "_require_group", "check_lambda_inputs", "_check_coefficient",
+            "check_attention_inputs")  # fmt: skip
+"""The stub's own functions: its validation raises for inputs outside the contract only."""
 DECLARATIONS = slips.Declarations(ATTRIBUTE_COMPONENTS, name_shape, LINE_COMPONENTS, {("the coefficient", f"computed by {LAMBDA}"): LAMBDA},
                                   attention_subjects.HANDLED_INPUTS, {ATTENTION: "coefficient", LAMBDA: "lambda"},
-                                  {LAMBDA: "lambda", ATTENTION: "value"}, slips.SCALE_MAKERS, (LAMBDA, ATTENTION))  # fmt: skip
+                                  {LAMBDA: "lambda", ATTENTION: "value"}, slips.SCALE_MAKERS, (LAMBDA, ATTENTION),
+                                  {"lambda_init": "lambda", "coefficient": "coefficient", "causal": "mask"}, SUPPLIED)  # fmt: skip
 
 
 TIED = "the second branch's queries and keys"

@@ -145,8 +145,10 @@ def name_shape(function: str, got: tuple[int, ...], expected: tuple[int, ...], m
 # the heads' axis of [B, T, H, D] (`k[:, :, kv_of]`).
 LINE_COMPONENTS = {r"\.T\b|\.squeeze\(\)|\[\s*:\s*,\s*[01]?\s*::\s*2\s*\]": "layout", r"masked_fill|\btril\(|\btriu\(": "mask",
                    r"\.expand\(|repeat_interleave\(|\.repeat\(|index_select\(|\b[kv]\[\s*:\s*,\s*:\s*,\s*[A-Za-z_]\w*\s*\]": "heads"}  # fmt: skip
+SUPPLIED = ("_type_name", "_shape", "_require_tensor", "_require_like", "_require_axis", "check_gqa_inputs", "check_diff_v2_inputs")
+"""The stub's own functions: its validation raises for inputs outside the contract only."""
 DECLARATIONS = slips.Declarations(ATTRIBUTE_COMPONENTS, name_shape, LINE_COMPONENTS, answers=WHOLE_ANSWER, operands=slips.SCALE_MAKERS,
-                                  functions=(GQA, DIFF_V2))
+                                  functions=(GQA, DIFF_V2), parameters={"lambda_logits": "gate", "causal": "mask"}, supplied=SUPPLIED)
 
 # Sizes that all differ (G = 4, H = 6 output heads for diff_v2_attention), and the variants that make two of them equal or one
 # of them 1: a function that works only when the query heads and key/value heads meet one to one groups them wrongly; one that

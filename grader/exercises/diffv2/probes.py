@@ -500,7 +500,9 @@ def _pair_findings(found: Found, even: np.ndarray, odd: np.ndarray) -> bool:
                                      "subtract the gated odd head: A_2i − σ(ℓ)·A_2i+1 (no lerp, no sum)"))  # fmt: skip
     factor = float(np.mean(even))
     if not np.allclose(even, factor, atol=1e-6):
-        return found.first(DIFF_V2, (True, "output", "The pair's heads are combined with the wrong weights", weights,
+        gated = not np.allclose(even, even[:1], atol=1e-6)  # the even head's weight moves with the gate logit (the rows)
+        return found.first(DIFF_V2, (True, "gate" if gated else "output", "The gate reaches the even head, whose weight must be 1" if gated
+                                     else "The pair's heads are combined with the wrong weights", weights,
                                      "combine each pair as A_2i − σ(ℓ)·A_2i+1: the even head with weight 1, the odd one gated"))  # fmt: skip
     if abs(factor - 1.0) > 1e-6:
         v1 = " (1 − λ_init, DIFF V1's factor)" if round(factor, 6) in (0.8, 0.2) else ""
@@ -881,7 +883,8 @@ def run(worker: Worker, function: str, rng: np.random.Generator, found: Found, f
             if not right:  # wrong with causal=True only: the causal path, whatever the maps fitted
                 localised = causal_path_first(found, GQA, since, base, truth(GQA, values, True), unmasked, truth(GQA, values, False)) or localised
             elif not is_right(unmasked, truth(GQA, values, False)):  # wrong with causal=False only: explain those maps
-                localised = gqa_maps_probe(worker, values, found, causal=False)
+                localised = findings.hidden_rows_finding(found, GQA, unmasked, base, "causal=False", "your output (one per query and head)") or \
+                    gqa_maps_probe(worker, values, found, causal=False)  # fmt: skip
             localised = localised or causal_flag_probe(worker, GQA, values, found) or gqa_dependence_probe(worker, values, rng, found)
         else:
             # maps whose causal readout is not finite (0 · −∞ where the mask meets a wrong softmax) are read without the mask
