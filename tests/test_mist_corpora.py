@@ -93,3 +93,15 @@ def test_an_error_passed_on_from_an_except_block_is_no_check_of_the_students_own
     path.write_text(source.replace(anchor, wrapped))
     causes = run_warm([str(path), "--seed", "20261201", "--no-preview"], tmp_path).report["diagnosis"]["root_causes"]
     assert causes and not any("a check of its own" in c["title"] for c in causes)
+
+
+def test_a_check_of_its_own_in_the_gqa_attention_diff_v2_calls_is_gqa_attentions_alone(tmp_path: Path) -> None:
+    """gqa_attention refusing causal=False is its mask's fault, and diff_v2_attention's failed calls through it are too."""
+    source = V2_REFERENCE.read_text()
+    anchor = "    logits = torch.matmul(qh, kh.transpose(-2, -1))"
+    assert anchor in source
+    path = tmp_path / "gqa_causal_only.py"
+    path.write_text(source.replace(anchor, "    if not causal:\n        raise NotImplementedError('causal=False is not supported yet')\n" + anchor))
+    causes = run_warm([str(path), "--seed", "20261201", "--no-preview"], tmp_path).report["diagnosis"]["root_causes"]
+    assert [(c["function"], c["component"]) for c in causes] == [("gqa_attention", "mask")]
+    assert any(check.startswith("diff_v2") for check in causes[0]["checks"])

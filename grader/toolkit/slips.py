@@ -441,12 +441,13 @@ def _raised(function: str, calls: Sequence[Observed], source: str | None, declar
         code = FRAME.findall(error.get("traceback", "") or "")
         refused = None if everywhere else _refused_parameter(code, source, message, declared)
         if refused is not None:  # the student's message and line say what it refused: a contrast of the calls would guess
-            component = declared.parameters[refused]
-            found.append(replace(_finding(function, component, f"{function} raises {kind}: a check of its own refuses calls the contract allows",
-                                          f"It raised {kind}: {message}{where}. The check tests {refused}, and the calls it refused are "
-                                          "within the contract.", f"remove that check or widen it to the contract: accept every {refused} "
-                                          "the contract allows", explains=frozenset({ASPECT_OF.get(component) or "type"})),
-                                 signature=_stable_part(f"{kind}: {message}"), via=declared.made_by.get(only) if only else None))  # fmt: skip
+            component, signature = declared.parameters[refused], _stable_part(f"{kind}: {message}")
+            owner = code[-1][1].strip() if (code[-1][1].strip(), signature) in callees else function
+            title = f"{owner} raises {kind}: a check of its own refuses calls the contract allows" + (f" (called by {function})" if owner != function else "")
+            found.append(replace(_finding(owner, component, title, f"It raised {kind}: {message}{where}. The check tests {refused}, and the "
+                                          f"calls it refused are within the contract.", f"remove that check or widen it to the contract: "
+                                          f"accept every {refused} the contract allows", explains=frozenset({ASPECT_OF.get(component) or "type"})),
+                                 signature=signature, via=declared.made_by.get(only) if only else None))  # fmt: skip
             continue
         if kind == "NotImplementedError":
             found.append(replace(_finding(function, "load", f"{function} is not implemented yet", evidence, f"write the body of {function}",
