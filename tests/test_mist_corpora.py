@@ -6,6 +6,7 @@ even head, rows of a map that see no key at all."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import ROOT, first_root_cause, run_warm
@@ -19,6 +20,15 @@ HIDE_ALL = '''    else:
 CAUSAL_ONLY = '''    if not causal:
         raise NotImplementedError("only causal attention is supported")
 '''
+
+
+def _variant_report(reference: Path, anchor: str, replacement: str, tmp_path: Path) -> dict[str, Any]:
+    """The report of ``reference`` with ``anchor`` replaced by ``replacement``, graded on seed 20261201."""
+    source = reference.read_text()
+    assert anchor in source
+    path = tmp_path / "variant.py"
+    path.write_text(source.replace(anchor, replacement))
+    return run_warm([str(path), "--seed", "20261201", "--no-preview"], tmp_path).report
 
 
 @pytest.mark.parametrize(("corpus_file", "function", "component", "tested"), [
@@ -38,14 +48,10 @@ def test_a_range_check_of_the_students_own_is_the_component_of_the_parameter_it_
 
 def test_a_partial_implementation_that_refuses_causal_false_is_a_mask_cause_not_an_unwritten_function(tmp_path: Path) -> None:
     """NotImplementedError raised for causal=False alone, by the student's own check, is the mask's: the function is written."""
-    source = REFERENCE.read_text()
     anchor = "    signed_map = _attention_map(q1, k1, causal)"
-    assert anchor in source
-    path = tmp_path / "causal_only.py"
-    path.write_text(source.replace(anchor, CAUSAL_ONLY + anchor))
-    graded = run_warm([str(path), "--seed", "20261201", "--no-preview"], tmp_path)
-    assert graded.report["score"] < 100
-    cause = graded.report["diagnosis"]["root_causes"][0]
+    report = _variant_report(REFERENCE, anchor, CAUSAL_ONLY + anchor, tmp_path)
+    assert report["score"] < 100
+    cause = report["diagnosis"]["root_causes"][0]
     assert (cause["function"], cause["component"]) == ("differential_attention", "mask")
     assert "The check tests causal" in cause["evidence"] and "not implemented yet" not in cause["title"]
 
@@ -64,44 +70,31 @@ def test_the_mist_faults_are_named_by_their_part(corpus_file: str, function: str
 
 def test_an_output_of_zeros_everywhere_is_no_mask_that_hides_every_key(tmp_path: Path) -> None:
     """Rows of zeros in both causal modes are the output's loss, not a mask: only one mode's empty rows name the mask."""
-    path = tmp_path / "zeros.py"
-    path.write_text(REFERENCE.read_text().replace("return torch.matmul(signed_map, value)", "return torch.matmul(signed_map, value) * 0"))
-    causes = run_warm([str(path), "--seed", "20261201", "--no-preview"], tmp_path).report["diagnosis"]["root_causes"]
+    anchor = "return torch.matmul(signed_map, value)"
+    causes = _variant_report(REFERENCE, anchor, anchor + " * 0", tmp_path)["diagnosis"]["root_causes"]
     assert causes and all(c["component"] != "mask" for c in causes)
 
 
 def test_a_gqa_attention_that_hides_every_key_without_the_causal_mask_is_a_mask_cause(tmp_path: Path) -> None:
     """DIFF V2's gqa_attention with every key hidden under causal=False (NaN rows zeroed) is the mask's, not the heads' grouping."""
-    source = V2_REFERENCE.read_text()
-    anchor = "    weights = torch.softmax(logits, dim=-1)\n"
-    assert anchor in source
-    path = tmp_path / "hides_every_key.py"
-    path.write_text(source.replace(anchor, HIDE_ALL))
-    cause = run_warm([str(path), "--seed", "20261201", "--no-preview"], tmp_path).report["diagnosis"]["root_causes"][0]
+    cause = _variant_report(V2_REFERENCE, "    weights = torch.softmax(logits, dim=-1)\n", HIDE_ALL, tmp_path)["diagnosis"]["root_causes"][0]
     assert (cause["function"], cause["component"]) == ("gqa_attention", "mask") and "see no key at all" in cause["title"]
 
 
 def test_an_error_passed_on_from_an_except_block_is_no_check_of_the_students_own(tmp_path: Path) -> None:
     """A raise in an except block that names the coefficient passes another error on: it is not the coefficient's check."""
-    source = REFERENCE.read_text()
     anchor = "    signed_map = _attention_map(q1, k1, causal) - coefficient * _attention_map(q2, k2, causal)\n"
     wrapped = (
         "    try:\n        if q1.shape[-2] > 40:\n            raise ValueError('long')\n" + anchor.replace("    ", "        ", 1) +
         "    except ValueError as error:\n        raise RuntimeError(f'attention failed for coefficient {coefficient}') from error\n"
     )  # fmt: skip
-    path = tmp_path / "wrapped.py"
-    path.write_text(source.replace(anchor, wrapped))
-    causes = run_warm([str(path), "--seed", "20261201", "--no-preview"], tmp_path).report["diagnosis"]["root_causes"]
+    causes = _variant_report(REFERENCE, anchor, wrapped, tmp_path)["diagnosis"]["root_causes"]
     assert causes and not any("a check of its own" in c["title"] for c in causes)
 
 
 def test_a_check_of_its_own_in_the_gqa_attention_diff_v2_calls_is_gqa_attentions_alone(tmp_path: Path) -> None:
     """gqa_attention refusing causal=False is its mask's fault, and diff_v2_attention's failed calls through it are too."""
-    source = V2_REFERENCE.read_text()
     anchor = "    logits = torch.matmul(qh, kh.transpose(-2, -1))"
-    assert anchor in source
-    path = tmp_path / "gqa_causal_only.py"
-    path.write_text(source.replace(anchor, "    if not causal:\n        raise NotImplementedError('causal=False is not supported yet')\n" + anchor))
-    causes = run_warm([str(path), "--seed", "20261201", "--no-preview"], tmp_path).report["diagnosis"]["root_causes"]
+    causes = _variant_report(V2_REFERENCE, anchor, CAUSAL_ONLY + anchor, tmp_path)["diagnosis"]["root_causes"]
     assert [(c["function"], c["component"]) for c in causes] == [("gqa_attention", "mask")]
     assert any(check.startswith("diff_v2") for check in causes[0]["checks"])
