@@ -107,7 +107,7 @@ def test_no_hidden_check_or_grader_code_leaks(bundle: Path) -> None:
     numbers = {float(n) for text in texts.values() for n in re.findall(r"-?\d+\.\d+(?:e-?\d+)?", text)}
     for name in HIDDEN_SETS:
         for case in getattr(suite, name)(SEED):
-            drawn = {float(x) for name in ("q1", "k1", "q2", "k2") for x in np.ravel(getattr(case, name))}  # (q1 alone may hold two values)
+            drawn = {float(x) for vector in ("q1", "k1", "q2", "k2") for x in np.ravel(getattr(case, vector))}  # (q1 alone may hold two values)
             # A float32 value recurs among the handout's ~250 000 numbers by chance now and then; a leaked case's would all.
             assert len(drawn & numbers) <= max(1, len(drawn) // 20), (name, sorted(drawn & numbers)[:5])
     for name, text in texts.items():

@@ -5,11 +5,16 @@ even head, rows of a map that see no key at all."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import ROOT, first_root_cause, run_warm
+
+from grader.exercises.diffattn import diagnosis as attention_diagnosis
+from grader.exercises.diffv2 import diagnosis as v2_diagnosis
+from grader.toolkit.slips import Declarations
 
 REFERENCE = ROOT / "reference" / "diff_attention.py"
 V2_REFERENCE = ROOT / "reference" / "diff_v2_attention.py"
@@ -29,6 +34,16 @@ def _variant_report(reference: Path, anchor: str, replacement: str, tmp_path: Pa
     path = tmp_path / "variant.py"
     path.write_text(source.replace(anchor, replacement))
     return run_warm([str(path), "--seed", "20261201", "--no-preview"], tmp_path).report
+
+
+@pytest.mark.parametrize(("stub", "declarations", "graded"), [
+    ("diff_attention.py", attention_diagnosis.DECLARATIONS, ("differential_lambda", "differential_attention")),
+    ("diff_v2_attention.py", v2_diagnosis.DECLARATIONS, ("gqa_attention", "diff_v2_attention")),
+])  # fmt: skip
+def test_the_supplied_functions_are_the_stubs_own(stub: str, declarations: Declarations, graded: tuple[str, ...]) -> None:
+    """Declarations.supplied names exactly the functions the stub defines besides the graded ones (its validation)."""
+    defined = re.findall(r"^def (\w+)", (ROOT / "exercise" / stub).read_text(), flags=re.M)
+    assert sorted(declarations.supplied) == sorted(set(defined) - set(graded))
 
 
 @pytest.mark.parametrize(("corpus_file", "function", "component", "tested"), [

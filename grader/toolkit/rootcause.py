@@ -24,6 +24,7 @@ taken to involve every function and to judge its values.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 from typing import Any, Mapping, Sequence
 
 COMPONENTS = (
@@ -169,20 +170,19 @@ class Diagnosis:
 
 
 def assemble(
-    records: Sequence[Mapping[str, Any]], roles: Mapping[str, Role], findings: Sequence[Finding], callers: Mapping[str, int] | None = None
+    records: Sequence[Mapping[str, Any]], roles: Mapping[str, Role], findings: Sequence[Finding], callers: Mapping[str, int] = MappingProxyType({})
 ) -> Diagnosis:
     """Order the findings and give each failed check (``records``: the report's check objects) to one of them.
 
     ``callers``: for each function, how many of the graded functions call it (directly or through helpers); within a
     stage, findings of a function called by more come first.
     """
-    calls = callers or {}
     faulty = {f.function for f in findings if f.via is None}
     # an exception a probe reproduced under a contrast of its own (sizes that clash in non-contiguous memory only) is that
     # probe's finding, which says where it comes from; the contract slip of the same wording is its symptom
     reproduced = {(f.function, f.signature) for f in findings if f.stage != "contract" and f.signature is not None}
     standing = [f for f in findings if (f.via is None or f.via not in faulty) and not (f.stage == "contract" and (f.function, f.signature) in reproduced)]
-    ordered = sorted(merged(standing), key=lambda f: (STAGES.index(f.stage), -calls.get(f.function or "", 0)))
+    ordered = sorted(merged(standing), key=lambda f: (STAGES.index(f.stage), -callers.get(f.function or "", 0)))
     everything = tuple(dict.fromkeys(f.function for f in ordered if f.function is not None))
     default = Role(everything, "values")
     explained: dict[int, list[str]] = {}

@@ -383,7 +383,8 @@ def _refused_parameter(code: Sequence[tuple[str, str, str]], source: str | None,
     guard = [text, message, *(earlier for _, _, earlier in code[:-1])]
     if text.lstrip().startswith("raise"):  # under an if of its own: a raise in an except block passes another error on
         lines = dict(function_lines(source, function.strip()))
-        indent = len(lines.get(int(line), text)) - len(lines.get(int(line), text).lstrip())
+        raising = lines.get(int(line), text)
+        indent = len(raising) - len(raising.lstrip())
         header = next((lines[n] for n in range(int(line) - 1, 0, -1) if n in lines and lines[n].strip() and not lines[n].lstrip().startswith("#")
                        and len(lines[n]) - len(lines[n].lstrip()) < indent), "")  # fmt: skip
         if not re.match(r"\s*(?:el)?if\b", header):
