@@ -29,10 +29,10 @@ request from named input values (see grader/exercises/diffattn/probes.py).
 from __future__ import annotations
 
 import math
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence, TypeVar
 
 import numpy as np
 
@@ -107,18 +107,24 @@ class Subject:
 
 
 _CALL_MODE: ContextVar[str] = ContextVar("probe_call_mode", default="enabled")
+Setting = TypeVar("Setting")
 
 
 @contextmanager
-def calls_in(mode: str) -> Iterator[None]:
-    """Make the probes' forward-only requests (no input requiring grad, no backward pass) in autograd ``mode`` ("enabled",
-    "no_grad" or "inference_mode"), as ``torch.no_grad()`` does for its block: a fault that only calls made with gradients
-    off show (a separate inference path) is probed where it shows."""
-    token = _CALL_MODE.set(mode)
+def set_within(variable: ContextVar[Setting], value: Setting) -> Iterator[None]:
+    """Give ``variable`` the ``value`` for the block, and back its earlier value after it (the probes' settings)."""
+    token = variable.set(value)
     try:
         yield
     finally:
-        _CALL_MODE.reset(token)
+        variable.reset(token)
+
+
+def calls_in(mode: str) -> AbstractContextManager[None]:
+    """Make the probes' forward-only requests (no input requiring grad, no backward pass) in autograd ``mode`` ("enabled",
+    "no_grad" or "inference_mode"), as ``torch.no_grad()`` does for its block: a fault that only calls made with gradients
+    off show (a separate inference path) is probed where it shows."""
+    return set_within(_CALL_MODE, mode)
 
 
 def _in_mode(request: Request) -> Request:

@@ -37,14 +37,16 @@ forward once one has localised it.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from grader.exercises.diffattn import oracle
 from grader.exercises.diffattn.cases import ATTENTION, EXPANSIONS, INPUT_NAMES
-from grader.exercises.diffattn.probes import ATTENTION_GRADS, B, D, H, HANDLED_INPUTS, PARAMETER_COMPONENTS, T, attention_subject, attention_values, identity_values, scales, truth
+from grader.exercises.diffattn.probes import (
+    ATTENTION_GRADS, HANDLED_INPUTS, OWN_SIZES, PARAMETER_COMPONENTS, Sizes, attention_subject, attention_values, identity_values, probed_at, scales, sizes, truth,
+)  # fmt: skip
 from grader.toolkit import attention_maps, domain, findings, probes
 from grader.toolkit.findings import (
     FLOAT32_LIKE, Found, GradientRun, gradients_probe, is_right, layout_probe, listed, precision_finding, randomness_probe, unexplained_maps,
@@ -73,6 +75,12 @@ SCALE_WORDS = {
 }  # fmt: skip
 
 
+def _output_shape() -> tuple[int, int, int, int]:
+    """The shape [B, H, T, 2D] of the output for the probes' inputs."""
+    b, h, t, d = sizes()
+    return (b, h, t, 2 * d)
+
+
 def _branch_words(branches: Sequence[int]) -> str:
     """"both branches" or "branch i"."""
     return "both branches" if len(branches) == 2 else f"branch {branches[0]}"
@@ -81,6 +89,7 @@ def _branch_words(branches: Sequence[int]) -> str:
 def _map_findings(found: Found, fits: Mapping[int, attention_maps.MapFit], condition: str = "") -> bool:
     """Findings for what the fitted maps of each branch change from the contract's; whether there was any. ``condition``:
     the kind of call whose maps alone are wrong (", with causal=False"), said with the branches."""
+    d, t = sizes().d, sizes().t
     changes: dict[tuple[str, Any], list[int]] = {}
     for branch, fit in fits.items():
         for name in fit.changes:
@@ -95,7 +104,7 @@ def _map_findings(found: Found, fits: Mapping[int, attention_maps.MapFit], condi
             found.add(ATTENTION, "mask", "forward", f"{title[0].upper()}{title[1:]} ({where})",
                       f"The map read out of your output ({where}) has {attention_maps.MASKS[value]}.", advice)
         elif name == "factor":
-            named = attention_maps.named_scale(value, scales(D, T))
+            named = attention_maps.named_scale(value, scales(d, t))
             component, title = ("scale", f"The weights are scaled by {named} after the softmax{condition}") if named else \
                 ("coefficient", f"The map is multiplied by {value:.4g}{condition}")  # fmt: skip
             found.add(ATTENTION, component, "forward", title,
@@ -105,7 +114,7 @@ def _map_findings(found: Found, fits: Mapping[int, attention_maps.MapFit], condi
             said = f" ({SCALE_WORDS[value]})" if value in SCALE_WORDS else ""
             found.add(ATTENTION, "scale", "forward", f"The logits are scaled by {value} instead of 1/√D{condition}",
                       f"The map read out of your output ({where}) fits softmax(s·QKᵀ) with s = {value}{said}, not 1/√D = 1/sqrt(D) "
-                      f"(D = {D}, the width of q and k).", "divide Q Kᵀ by √D once, with D = q1.shape[-1]")  # fmt: skip
+                      f"(D = {d}, the width of q and k).", "divide Q Kᵀ by √D once, with D = q1.shape[-1]")  # fmt: skip
         elif name == "axis":
             found.add(ATTENTION, "softmax", "forward", f"The softmax normalises over the queries, not the keys{condition}",
                       f"In the map read out of your output ({where}) the columns sum to 1, not the rows.", "use softmax(..., dim=-1), over the key axis")  # fmt: skip
@@ -144,6 +153,8 @@ def _combination(a: np.ndarray, b: np.ndarray, maps: tuple[np.ndarray, np.ndarra
     return Combination((w1, w2, v1, v2), residual <= attention_maps.FITS)
 
 
+CONTRACT_WEIGHTS = (1.0, 0.0, 0.0, -1.0)  # a combination's weights for A1 − c·A2
+NO_WEIGHTS = (0.0, 0.0, 0.0, 0.0)  # ... for a map of zeros
 COMBINATIONS = {
     (1.0, 0.0, 0.0, 1.0): ("sign", "The second map is added instead of subtracted (A1 + λA2)",
                            "Read out of your output, the signed map is A1 + λ·A2: the sign of λ·A2 is wrong.", "compute (A1 − λ·A2) V"),
@@ -170,11 +181,20 @@ def _per_element_finding(found: Found, intercept: np.ndarray, slope: np.ndarray,
     """A finding when the signed map of each batch element and head is its own true maps combined, but with weights that
     differ between them (weights such as [1, −λ] broadcast along the wrong axis of maps stacked over the batch); whether it
     is. Only the weighting of the maps gives each head's own maps, exactly, with weights of its own."""
-    pairs = [(b, h) for b in range(B) for h in range(H)]
+    pairs = [(b, h) for b in range(sizes().b) for h in range(sizes().h)]
     combinations = [_combination(intercept[b, h], slope[b, h], (maps[0][b, h], maps[1][b, h])) for b, h in pairs]
     weights = list(dict.fromkeys(c.weights for c in combinations))
     if not all(c.fits for c in combinations) or len(weights) < 2:
         return False
+    if set(weights) == {CONTRACT_WEIGHTS, NO_WEIGHTS}:
+        zero = [pair for pair, c in zip(pairs, combinations) if c.weights == NO_WEIGHTS]
+        found.add(ATTENTION, "value", "forward", "Some batch elements and heads get no output: their rows are zeros",
+                  f"Read out of your output, the signed maps of {len(zero)} of the {len(pairs)} (batch, head) pairs are all zeros "
+                  f"(the first: batch element {zero[0][0]}, head {zero[0][1]}), and every other pair's is A1 − λ·A2: those pairs are "
+                  "never computed (a loop over heads, or blocks of them, that stops before the last; an output buffer left as it "
+                  "was made).",
+                  "compute every (batch, head) pair: a loop in blocks needs range(0, n, block), whose last block may be partial")  # fmt: skip
+        return True
     said = "; ".join(f"({w1:.3g}·A1 + {w2:.3g}·A2) + λ·({v1:.3g}·A1 + {v2:.3g}·A2)" for w1, w2, v1, v2 in weights[:2])
     found.add(ATTENTION, "coefficient", "forward", "The maps of different batch elements or heads are weighted differently",
               f"Read out of your output, each batch element's and head's signed map is made of its own two maps, but with weights "
@@ -187,7 +207,7 @@ def _per_element_finding(found: Found, intercept: np.ndarray, slope: np.ndarray,
 def _combination_finding(found: Found, combination: Combination) -> bool:
     """A finding when the signed map mixes the true maps the wrong way; whether there was one."""
     w1, w2, v1, v2 = combination.weights
-    if not combination.fits or combination.weights == (1.0, 0.0, 0.0, -1.0):
+    if not combination.fits or combination.weights == CONTRACT_WEIGHTS:
         return False
     named = COMBINATIONS.get(combination.weights)
     if named is not None:
@@ -221,8 +241,8 @@ NOT_AFFINE = (
 
 def _not_affine_maps(kind: str, values: Values, c: float) -> np.ndarray:
     """The signed map of head-wise inputs when λ enters as ``kind`` says (see :data:`NOT_AFFINE`)."""
-    s1, s2 = ((values[q] @ np.swapaxes(values[k], -1, -2)) / math.sqrt(D) for q, k in (("q1", "k1"), ("q2", "k2")))
-    visible = attention_maps.keep(T, "causal")
+    s1, s2 = ((values[q] @ np.swapaxes(values[k], -1, -2)) / math.sqrt(sizes().d) for q, k in (("q1", "k1"), ("q2", "k2")))
+    visible = attention_maps.keep(sizes().t, "causal")
     if kind == "divided":
         return (oracle.attention_maps(values["q1"], values["k1"], True) - c * oracle.attention_maps(values["q2"], values["k2"], True)) / (1.0 - c)
     if kind == "logits":
@@ -273,11 +293,12 @@ def _heads(values: Values, h: int) -> dict[str, np.ndarray]:
 
 def _explain_maps(values: Values, maps: Mapping[int, np.ndarray], causal: bool) -> dict[int, attention_maps.MapFit] | None:
     """Each branch's map explained on every head (the same model), or None when one cannot be."""
+    _, h_count, t, d = sizes()
     fits: dict[int, attention_maps.MapFit] = {}
     sources = [(q, k) for q in ("q1", "q2", "k1", "k2") for k in ("k1", "k2", "q1", "q2") if q != k]
     for branch, got in maps.items():
-        expected = MapModel(f"q{branch}", f"k{branch}", "causal" if causal else "none", scale=1 / math.sqrt(D))
-        per_head = [attention_maps.explain(got[0, h], _heads(values, h), expected, sources, scales(D, T)) for h in range(H)]
+        expected = MapModel(f"q{branch}", f"k{branch}", "causal" if causal else "none", scale=1 / math.sqrt(d))
+        per_head = [attention_maps.explain(got[0, h], _heads(values, h), expected, sources, scales(d, t)) for h in range(h_count)]
         first = per_head[0]
         if first is None or any(f is None or f.changes != first.changes or not f.model.same(first.model) for f in per_head):
             return None
@@ -293,7 +314,8 @@ def _show(found: Found, title: str, expected: np.ndarray, got: np.ndarray) -> No
 def _value_finding(found: Found, plain: np.ndarray, doubled: np.ndarray, moved: np.ndarray) -> bool:
     """A finding when the output does not move when value doubles (a norm after the aggregation: not linear in value, and
     scale-free) or mixes some columns of value with another map; whether there was one."""
-    read_again = moved[..., (np.arange(T) + D) % (2 * D)]
+    t, d = sizes().t, sizes().d
+    read_again = moved[..., (np.arange(t) + d) % (2 * d)]
     linear = np.allclose(doubled, 2.0 * plain, rtol=1e-6, atol=1e-9, equal_nan=True)
     return found.first(
         ATTENTION,
@@ -301,7 +323,7 @@ def _value_finding(found: Found, plain: np.ndarray, doubled: np.ndarray, moved: 
          "Doubling value left the output almost as it was: (A1 − λA2)V is linear in V, so something scale-free (an RMSNorm, a layer norm) "
          "rescales the output.",
          "return (A1 − λ·A2) V itself; the head normalisation is outside this function"),
-        (not np.allclose(read_again, plain[..., :T], rtol=1e-6, atol=1e-9, equal_nan=True), "value", "Different columns of value are weighted by different maps",
+        (not np.allclose(read_again, plain[..., :t], rtol=1e-6, atol=1e-9, equal_nan=True), "value", "Different columns of value are weighted by different maps",
          "The same tokens placed in other columns of value came out with other weights: every column of value must be mixed by the one signed map.",
          "compute (A1 − λ·A2) @ value with the whole of value, not each branch with its own half"),
     )  # fmt: skip
@@ -355,12 +377,12 @@ def _rounded_coefficient(found: Found, read: Sequence[np.ndarray], unrounded: np
 
 def _with_tensors(values: Values, first_map: np.ndarray) -> list[tuple[np.ndarray, dict[str, np.ndarray]]]:
     """Each head's first map of batch element 0 with the queries and keys it comes from."""
-    return [(first_map[0, h], {"q": np.asarray(values["q1"][0, h]), "k": np.asarray(values["k1"][0, h])}) for h in range(H)]
+    return [(first_map[0, h], {"q": np.asarray(values["q1"][0, h]), "k": np.asarray(values["k1"][0, h])}) for h in range(sizes().h)]
 
 
 def _rounded_scale(found: Found, maps: Sequence[tuple[np.ndarray, dict[str, np.ndarray]]]) -> bool:
     """A scale finding when the first map (:func:`_with_tensors`) fits softmax(s·q1 k1ᵀ) with s slightly off 1/√D; whether it does."""
-    right = 1 / math.sqrt(D)
+    right = 1 / math.sqrt(sizes().d)
     scale = attention_maps.rounded_scale(maps, MapModel("q", "k", "causal"), right)
     if scale is None:
         return False
@@ -371,7 +393,7 @@ def _rounded_scale(found: Found, maps: Sequence[tuple[np.ndarray, dict[str, np.n
 def _denominator_epsilon(found: Found, maps: Sequence[tuple[np.ndarray, dict[str, np.ndarray]]]) -> bool:
     """A finding when the first map (:func:`_with_tensors`) is softmax(q1 k1ᵀ/√D + M) with an ε added to each row's sum of
     exponentials; whether it is."""
-    epsilon = attention_maps.denominator_epsilon(maps, MapModel("q", "k", "causal", scale=1 / math.sqrt(D)))
+    epsilon = attention_maps.denominator_epsilon(maps, MapModel("q", "k", "causal", scale=1 / math.sqrt(sizes().d)))
     if epsilon is None:
         return False
     component, *said = attention_maps.epsilon_slip(epsilon, "float64")
@@ -382,21 +404,22 @@ def _denominator_epsilon(found: Found, maps: Sequence[tuple[np.ndarray, dict[str
 def maps_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool:
     """Read the signed map out at several coefficients (and value doubled, its tokens moved to other columns, and shifted
     by an offset shared by every token), explain it; whether the forward was localised."""
+    b, h, t, d = sizes()
     values = attention_values(rng)
-    shifted = np.zeros((B, H, T, 2 * D))
-    shifted[..., np.arange(T), (np.arange(T) + D) % (2 * D)] = 1.0
+    shifted = np.zeros((b, h, t, 2 * d))
+    shifted[..., np.arange(t), (np.arange(t) + d) % (2 * d)] = 1.0
     points = [{**values, "value": identity_values(), "coefficient": np.asarray(c)} for c in COEFFICIENTS]
     points += [{**values, "value": v, "coefficient": np.asarray(COEFFICIENTS[1])} for v in (2.0 * identity_values(), shifted)]
     points.append({**values, "value": identity_values(), "coefficient": np.asarray(UNROUNDED)})
     points.append({**values, "value": identity_values() + SHARED_OFFSET, "coefficient": np.asarray(COEFFICIENTS[1])})
     found.probes.append(f"{ATTENTION}: maps read out with one-hot values, linear in value")
-    outputs = [out for out in probes.sweep(worker, attention_subject(True), points) if out is not None and out.shape == (B, H, T, 2 * D)]
+    outputs = [out for out in probes.sweep(worker, attention_subject(True), points) if out is not None and out.shape == (b, h, t, 2 * d)]
     if len(outputs) < len(points):
         return False
     doubled, shifted_out, unrounded, offset_out = outputs[len(COEFFICIENTS):]
     if _value_finding(found, outputs[1], doubled, shifted_out):
         return True
-    read = [out[..., :T] for out in outputs[: len(COEFFICIENTS)]]
+    read = [out[..., :t] for out in outputs[: len(COEFFICIENTS)]]
     if _coefficient_not_finite(found, read):
         return True
     true_maps = (oracle.attention_maps(values["q1"], values["k1"], True), oracle.attention_maps(values["q2"], values["k2"], True))
@@ -410,15 +433,15 @@ def maps_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool:
     if _combination_finding(found, combination) or (not combination.fits and _per_element_finding(found, intercept, slope, true_maps)):
         return True
     how = "one-hot values at λ = 0, ½, 2 and −½"
-    if combination.fits and combination.weights != (1.0, 0.0, 0.0, -1.0):
+    if combination.fits and combination.weights != CONTRACT_WEIGHTS:
         return _offset_finding(found, outputs[1], offset_out) or unexplained_maps(found, ATTENTION, np.stack([intercept, -slope]), how, np.stack(true_maps))
     if combination.fits:
         first = _with_tensors(values, intercept)
-        return _rounded_coefficient(found, read, unrounded[..., :T]) or _rounded_scale(found, first) or _denominator_epsilon(found, first)
+        return _rounded_coefficient(found, read, unrounded[..., :t]) or _rounded_scale(found, first) or _denominator_epsilon(found, first)
     fits = _explain_maps(values, {1: intercept, 2: -slope}, causal=True)
     if fits is None:
         return _offset_finding(found, outputs[1], offset_out) or \
-            findings.row_scale_finding(found, ATTENTION, _with_tensors(values, intercept), MapModel("q", "k", "causal"), 1 / math.sqrt(D)) or \
+            findings.row_scale_finding(found, ATTENTION, _with_tensors(values, intercept), MapModel("q", "k", "causal"), 1 / math.sqrt(d)) or \
             unexplained_maps(found, ATTENTION, np.stack([intercept, -slope]), how, np.stack(true_maps))  # fmt: skip
     _show(found, "First map A1 (read at λ = 0)", true_maps[0], intercept)
     return _map_findings(found, fits)
@@ -460,11 +483,12 @@ def _unmasked_finding(found: Found, values: Values, read: np.ndarray) -> bool:
 def _second_unmasked_finding(found: Found, values: Values, first: np.ndarray | None, both: np.ndarray | None) -> bool:
     """A mask finding when, with causal=False, the first map (``first``: coefficient 0) is right and the second (the first
     minus ``both``, the output at coefficient 1) fits the right map with another mask; whether there was one."""
-    if first is None or both is None or first.shape != both.shape or first.shape != (B, H, T, 2 * D):
+    t = sizes().t
+    if first is None or both is None or first.shape != both.shape or first.shape != _output_shape():
         return False
-    if not is_right(first[..., :T], oracle.attention_maps(values["q1"], values["k1"], False)):
+    if not is_right(first[..., :t], oracle.attention_maps(values["q1"], values["k1"], False)):
         return False
-    second = first[..., :T] - both[..., :T]
+    second = first[..., :t] - both[..., :t]
     if is_right(second, oracle.attention_maps(values["q2"], values["k2"], False)):
         return False
     fits = _explain_maps(values, {2: second}, causal=False)
@@ -488,10 +512,10 @@ def causal_flag_probe(worker: Worker, rng: np.random.Generator, found: Found) ->
                           [attention_subject(False).request({**point, "coefficient": np.asarray(1.0)})])  # fmt: skip
     if _second_unmasked_finding(found, values, probes.output(outcomes[1]), probes.output(outcomes[3])):
         return True
-    causal_map = oracle.attention_maps(values["q1"], values["k1"], True)
+    causal_map, t = oracle.attention_maps(values["q1"], values["k1"], True), sizes().t
     first, again = (probes.output(o) for o in (outcomes[0], outcomes[2]))
-    if first is not None and again is not None and first.shape == again.shape == (B, H, T, 2 * D) and \
-            is_right(first[..., :T], causal_map) and not is_right(again[..., :T], causal_map):  # fmt: skip
+    if first is not None and again is not None and first.shape == again.shape == _output_shape() and \
+            is_right(first[..., :t], causal_map) and not is_right(again[..., :t], causal_map):  # fmt: skip
         found.add(ATTENTION, "mask", "forward", "A call without causal takes the flag of an earlier call",
                   "Called without causal first, the map read out of your output is the causal one; called without it again "
                   "right after a call with causal=False, it is not.",
@@ -500,22 +524,22 @@ def causal_flag_probe(worker: Worker, rng: np.random.Generator, found: Found) ->
     localised = False
     for causal, outcome in zip((None, False), outcomes):
         out = probes.output(outcome)
-        if out is None or out.shape != (B, H, T, 2 * D):
+        if out is None or out.shape != _output_shape():
             continue
         masked = causal is None
-        if is_right(out[..., :T], oracle.attention_maps(values["q1"], values["k1"], masked)):
+        if is_right(out[..., :t], oracle.attention_maps(values["q1"], values["k1"], masked)):
             continue
         other = probes.output(outcomes[1 if masked else 0])
-        if findings.hidden_rows_finding(found, ATTENTION, out[..., :T], None if other is None or other.shape != out.shape else other[..., :T],
+        if findings.hidden_rows_finding(found, ATTENTION, out[..., :t], None if other is None or other.shape != out.shape else other[..., :t],
                                         "causal omitted" if masked else "causal=False", "the map read out of your output") or \
-                (not masked and _unmasked_finding(found, values, out[..., :T])):  # fmt: skip
+                (not masked and _unmasked_finding(found, values, out[..., :t])):  # fmt: skip
             return True
-        fits = _explain_maps(values, {1: out[..., :T]}, causal=masked)
+        fits = _explain_maps(values, {1: out[..., :t]}, causal=masked)
         # rows summing past 1 lack keys in their normaliser (the softmax's); below 1 they may hold keys the output never
         # weighs (padding hidden only by the causal mask) as well as a wrong normaliser: that tells no part
-        sums = out[..., :T].sum(axis=-1)
+        sums = out[..., :t].sum(axis=-1)
         if fits is None and not masked and bool((sums > 1.0 - 1e-9).all() and (sums > 1.0 + 1e-9).any()) and \
-                unexplained_maps(found, ATTENTION, out[..., :T], "one-hot values, coefficient 0 and causal=False",
+                unexplained_maps(found, ATTENTION, out[..., :t], "one-hot values, coefficient 0 and causal=False",
                                  oracle.attention_maps(values["q1"], values["k1"], False), causal=False):  # fmt: skip
             return True
         if fits is not None and not masked and "mask" not in fits[1].changes:  # the mask is right, something else is not
@@ -535,43 +559,53 @@ def causal_flag_probe(worker: Worker, rng: np.random.Generator, found: Found) ->
     return localised
 
 
-# The last token, and every earlier query: under causal=True nothing of the former may reach the latter.
-LAST, EARLIER = (..., T - 1, slice(None)), (..., slice(0, T - 1), slice(None))
-FUTURE_VALUE = Perturbation("value", LAST, "the last token's value", forbidden=EARLIER)
-# Each (batch, head) pair's values reach its own output and no other's.
-PAIRS_APART = (
-    Perturbation("value", (B - 1, 0), "the value of batch element 1, head 0", required=(B - 1, 0), forbidden=(0,)),
-    Perturbation("value", (0, H - 1), "the value of head 1 in batch element 0", required=(0, H - 1), forbidden=(0, 0)),
-    Perturbation("value", (0, 0), "the value of head 0 in batch element 0", required=(0, 0), forbidden=(0, H - 1)),
-)
-KEYS_APART = Perturbation("k1", (0, 0), "the keys of branch 1 in head 0 of batch element 0", forbidden=(0, H - 1))
-APART = (*PAIRS_APART, KEYS_APART)
+def _future(name: str, label: str) -> Perturbation:
+    """The last token of ``name`` changed: under causal=True nothing of it may reach an earlier query."""
+    t = sizes().t
+    return Perturbation(name, (..., t - 1, slice(None)), label, forbidden=(..., slice(0, t - 1), slice(None)))
+
+
+def _pairs_apart() -> tuple[Perturbation, ...]:
+    """Each (batch, head) pair's values reach its own output and no other's (of the pairs the probes' sizes have)."""
+    b, h = sizes().b, sizes().h
+    batches = (Perturbation("value", (b - 1, 0), f"the value of batch element {b - 1}, head 0", required=(b - 1, 0), forbidden=(0,)),)
+    heads = (Perturbation("value", (0, h - 1), f"the value of head {h - 1} in batch element 0", required=(0, h - 1), forbidden=(0, 0)),
+             Perturbation("value", (0, 0), "the value of head 0 in batch element 0", required=(0, 0), forbidden=(0, h - 1)))  # fmt: skip
+    return (batches if b > 1 else ()) + (heads if h > 1 else ())
+
+
+def _keys_apart() -> tuple[Perturbation, ...]:
+    """One head's keys reach no other head's output (with two heads or more)."""
+    h = sizes().h
+    return (Perturbation("k1", (0, 0), "the keys of branch 1 in head 0 of batch element 0", forbidden=(0, h - 1)),) if h > 1 else ()
 
 
 def dependence_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool:
     """Perturb one input at a time: future keys and values must not reach earlier queries, all of value must matter."""
-    values = attention_values(rng)
+    values, d, h = attention_values(rng), sizes().d, sizes().h
+    pairs, keys, future_value = _pairs_apart(), _keys_apart(), _future("value", "the last token's value")
+    apart = pairs + keys
     perturbations = [
-        Perturbation("k1", LAST, "the last token's key of branch 1", forbidden=EARLIER),
-        Perturbation("k2", LAST, "the last token's key of branch 2", forbidden=EARLIER),
-        FUTURE_VALUE,
-        Perturbation("q1", LAST, "the last query of branch 1", forbidden=EARLIER),
-        Perturbation("value", (..., slice(D, 2 * D)), "the second half of value (columns D to 2D)", required=(...,)),
-        *APART,
+        _future("k1", "the last token's key of branch 1"),
+        _future("k2", "the last token's key of branch 2"),
+        future_value,
+        _future("q1", "the last query of branch 1"),
+        Perturbation("value", (..., slice(d, 2 * d)), "the second half of value (columns D to 2D)", required=(...,)),
+        *apart,
     ]
     found.probes.append(f"{ATTENTION}: which input matters")
     effects = probes.dependence(worker, attention_subject(True), values, perturbations, rng)
     if effects is None:
         return False
-    if any(e.perturbation is KEYS_APART and e.leaked for e in effects):
+    if any(e.perturbation in keys and e.leaked for e in effects):
         found.add(ATTENTION, "softmax", "forward", "The maps mix heads: attention runs over another axis than the tokens",
-                  f"Changing {KEYS_APART.label} changed the output of head 1: each (batch, head) pair's map must be its own "
+                  f"Changing {keys[0].label} changed the output of head {h - 1}: each (batch, head) pair's map must be its own "
                   "softmax over its T keys, e.g. not a map over the heads from inputs transposed as if they were [B, T, H, D].",
                   "the inputs are [B, H, T, D]: compute Q Kᵀ over their last two axes as they come, and the softmax over the keys (dim=-1)")  # fmt: skip
         return True
-    crossing = [e.perturbation.label for e in effects if e.perturbation in PAIRS_APART and e.leaked]
+    crossing = [e.perturbation.label for e in effects if e.perturbation in pairs and e.leaked]
     if crossing:
-        unused = [e.perturbation.label for e in effects if e.perturbation in PAIRS_APART and e.ignored]
+        unused = [e.perturbation.label for e in effects if e.perturbation in pairs and e.ignored]
         found.add(ATTENTION, "value", "forward", "Values reach other batch elements or heads",
                   f"Changing {crossing[0]} changed the output of another batch element or head"
                   + (f", and changing {unused[0]} left its own output unchanged" if unused else "") + ": the maps are applied to "
@@ -579,19 +613,26 @@ def dependence_probe(worker: Worker, rng: np.random.Generator, found: Found) -> 
                   "heads-first and value batch-first.",
                   "keep [B, H, T, ·] for every tensor (flatten B and H the same way for all of them, or use batched matmul on 4-D tensors)")  # fmt: skip
         return True
-    leaks = [e.perturbation.label for e in effects if e.perturbation not in APART and e.leaked]
+    leaks = [e.perturbation.label for e in effects if e.perturbation not in apart and e.leaked]
     localised = False
     if leaks[:1] == ["the last query of branch 1"]:
         found.add(ATTENTION, "softmax", "forward", "Each query's output depends on the other queries",
                   "Changing the last query of branch 1 changed the outputs of earlier queries: the softmax normalises across queries.",
                   "use softmax(..., dim=-1), over the key axis of each query's row")  # fmt: skip
         localised = True
+    elif leaks == [future_value.label] and _first_map_right(worker, values):
+        found.add(ATTENTION, "value", "forward", "Value is mixed across tokens outside the map",
+                  f"Under causal=True, changing {future_value.label} changed the outputs of earlier queries, while changing its keys "
+                  "did not, and the map read out of your output with one-hot values is the right, causal one: value's rows reach "
+                  "other tokens by another way than the map (value transposed or reshaped as if it were [B, H, 2D, T]?).",
+                  "multiply the map by value as it comes, [B, H, T, 2D], with no transpose or reshape of value")  # fmt: skip
+        localised = True
     elif leaks:
         found.add(ATTENTION, "mask", "forward", "Queries see future tokens: the causal mask does not hold",
                   f"Under causal=True, changing {' and '.join(leaks)} changed the outputs of earlier queries.",
                   "add −∞ to the logits of both branches where key j > query i, before the softmax")  # fmt: skip
         localised = True
-    if any(e.ignored for e in effects if e.perturbation not in APART):
+    if any(e.ignored for e in effects if e.perturbation not in apart):
         found.add(ATTENTION, "value", "forward", "The second half of value never reaches the output",
                   "Changing columns D to 2D of value left the output unchanged: the output must use all 2D columns of value.",
                   "multiply the signed map by the whole of value, shape [B, H, T, 2D]")  # fmt: skip
@@ -599,10 +640,18 @@ def dependence_probe(worker: Worker, rng: np.random.Generator, found: Found) -> 
     return localised or _pairs_mixed_unmasked(worker, rng, values, found)
 
 
+def _first_map_right(worker: Worker, values: Values) -> bool:
+    """Whether the first map read out of the output (one-hot values, coefficient 0, causal) at ``values``' queries and keys
+    is the right one."""
+    point = {**values, "value": identity_values(), "coefficient": np.asarray(0.0)}
+    out = probes.output(probes.ask(worker, [attention_subject(True).request(point)])[0])
+    return out is not None and out.shape == _output_shape() and is_right(out[..., : sizes().t], oracle.attention_maps(values["q1"], values["k1"], True))
+
+
 def _pairs_mixed_unmasked(worker: Worker, rng: np.random.Generator, values: Values, found: Found) -> bool:
     """A mask finding when, with causal=False, one (batch, head) pair's keys or values reach another's output, as they do not
     under causal=True (:func:`dependence_probe`); whether they do."""
-    effects = probes.dependence(worker, attention_subject(False), values, list(APART), rng)
+    effects = probes.dependence(worker, attention_subject(False), values, [*_pairs_apart(), *_keys_apart()], rng)
     crossing = [e.perturbation.label for e in effects or () if e.leaked]
     if not crossing:
         return False
@@ -615,36 +664,39 @@ def _pairs_mixed_unmasked(worker: Worker, rng: np.random.Generator, values: Valu
 
 
 STABLE_LENGTH = 300  # the stability probe's long calls: past key tiles of 32, 64, 128 and 256, a multiple of none
-# the probes' own length, then past the block sizes 16, 32 and 64, a length no power of two is near, past 256, 512, 1024
+# after the probes' own length: past the block sizes 16, 32 and 64, a length no power of two is near, past 256, 512, 1024
 # and 2048
-LENGTHS = (T, 17, 33, 65, 100, 300, *domain.PROBED_PAST_BUFFERS)
+LENGTHS = (17, 33, 65, 100, 300, *domain.PROBED_PAST_BUFFERS)
 
 
 def _long_values(rng: np.random.Generator, tokens: int) -> dict[str, np.ndarray]:
     """Inputs of ``tokens`` tokens with one batch element and one head, of the probes' head width."""
-    values = {n: rng.standard_normal((1, 1, tokens, D)) * 1.2 for n in INPUT_NAMES[:4]}
-    return {**values, "value": rng.standard_normal((1, 1, tokens, 2 * D)), "coefficient": np.asarray(0.6)}
+    d = sizes().d
+    values = {n: rng.standard_normal((1, 1, tokens, d)) * 1.2 for n in INPUT_NAMES[:4]}
+    return {**values, "value": rng.standard_normal((1, 1, tokens, 2 * d)), "coefficient": np.asarray(0.6)}
 
 
 def length_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool:
-    """float64 outputs at :data:`LENGTHS`, causal and not, against the oracle; whether long sequences alone are wrong."""
+    """float64 outputs at the probes' own length and :data:`LENGTHS`, causal and not, against the oracle; whether long
+    sequences alone are wrong."""
     lengths = domain.offshoot(rng, "long sequences")
-    points = [_long_values(lengths, t) for t in LENGTHS]
-    return findings.length_probe(worker, ATTENTION, attention_subject, points, LENGTHS, truth, found, findings.TokenAxes("value", 2, 2, "value"))
+    tokens = (sizes().t, *LENGTHS)
+    points = [_long_values(lengths, t) for t in tokens]
+    return findings.length_probe(worker, ATTENTION, attention_subject, points, tokens, truth, found, findings.TokenAxes("value", 2, 2, "value"))
 
 
-WIDTHS = (D, 8, 32, 40, 72, 192)  # the probes' own head width; odd powers of two, where √D is none; past the slab widths 32 and 64 and the wide-head path at 128
+WIDTHS = (8, 32, 40, 72, 192)  # after the probes' own head width: odd powers of two, where √D is none; past the slab widths 32 and 64 and the wide-head path at 128
 
 
 def width_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool:
-    """The first map read out (coefficient 0, one-hot values, causal=False) at head widths :data:`WIDTHS`, against the
-    oracle (:func:`~grader.toolkit.findings.width_probe`)."""
-    points = []
-    for d in WIDTHS:
-        value = np.zeros((1, 1, T, 2 * d))
-        value[..., np.arange(T), np.arange(T)] = 1.0
-        points.append({**{n: rng.standard_normal((1, 1, T, d)) for n in INPUT_NAMES[:4]}, "value": value, "coefficient": np.asarray(0.0)})
-    return findings.width_probe(worker, ATTENTION, attention_subject(False), points, WIDTHS, lambda point: truth(point, False), T,
+    """The first map read out (coefficient 0, one-hot values, causal=False) at the probes' own head width and :data:`WIDTHS`,
+    against the oracle (:func:`~grader.toolkit.findings.width_probe`)."""
+    points, t, widths = [], sizes().t, (sizes().d, *WIDTHS)
+    for d in widths:
+        value = np.zeros((1, 1, t, 2 * d))
+        value[..., np.arange(t), np.arange(t)] = 1.0
+        points.append({**{n: rng.standard_normal((1, 1, t, d)) for n in INPUT_NAMES[:4]}, "value": value, "coefficient": np.asarray(0.0)})
+    return findings.width_probe(worker, ATTENTION, attention_subject(False), points, widths, lambda point: truth(point, False), t,
                                 "coefficient 0, one-hot values and causal=False", found)
 
 
@@ -655,7 +707,7 @@ def zero_rows_probe(worker: Worker, rng: np.random.Generator, found: Found) -> b
     values = attention_values(rng)
     ordinary = {**values, "value": identity_values(), "coefficient": np.asarray(0.0)}
     zero_logits = dict(ordinary)
-    for n, token in (("q1", T // 2), ("q2", T // 2), ("k1", 0), ("k2", 0)):
+    for n, token in (("q1", sizes().t // 2), ("q2", sizes().t // 2), ("k1", 0), ("k2", 0)):
         zero_logits[n] = domain.padded(values[n], [token], axis=2)
     zero_value = {**ordinary, "value": domain.padded(identity_values(), [0], axis=2)}
     tied = {**ordinary, **{n: domain.tied(values[n], axis=2) for n in ("k1", "k2")}}
@@ -668,7 +720,7 @@ def _large(rng: np.random.Generator, kind: str, tokens: int | None = None) -> di
     :data:`~grader.toolkit.probes.LARGE_LOGITS`, both branches alike, or "branches": branch 2's far from branch 1's): the
     probes' own inputs, or with ``tokens``, those of :func:`_long_values`."""
     values = attention_values(rng) if tokens is None else _long_values(rng, tokens)
-    direction = rng.standard_normal(D)
+    direction = rng.standard_normal(sizes().d)
     direction /= np.linalg.norm(direction)
     if kind == "branches":
         values["q2"] = values["q2"] * 150.0
@@ -683,7 +735,7 @@ def _far_future(rng: np.random.Generator) -> dict[str, np.ndarray]:
     overflows even in float64, so a backward pass that meets it anywhere (a mask applied after the exponential) is not finite."""
     values = _large(rng, "future")
     for n in ("k1", "k2"):
-        values[n][..., T - 1, :] *= 3.0
+        values[n][..., -1, :] *= 3.0
     return values
 
 
@@ -692,23 +744,26 @@ FALLING = 100  # tokens: blocks of 32 or 64 keys whose largest logits lie hundre
 
 def _falling_logits_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool:
     """float32 logits that fall from about 300 to −300 along :data:`FALLING` keys, against the oracle; whether the output is
-    wrong there (an online softmax whose running maximum is replaced by each block's own: exp(old − new) overflows)."""
-    direction = rng.standard_normal(D)
+    wrong there (an online softmax whose running maximum is replaced by each block's own: exp(old − new) overflows) and
+    right for ordinary logits of the same shape."""
+    d = sizes().d
+    direction = rng.standard_normal(d)
     direction /= np.linalg.norm(direction)
-    heights = (300.0 - 6.0 * np.arange(FALLING)) * math.sqrt(D) / 20.0  # query·key/√D ≈ 20·height/√D
-    values = {n: (np.broadcast_to(direction * 20.0, (1, 1, FALLING, D)) + 0.1 * rng.standard_normal((1, 1, FALLING, D))
-                  if n.startswith("q") else heights[:, None] * direction + 0.1 * rng.standard_normal((1, 1, FALLING, D)))
+    heights = (300.0 - 6.0 * np.arange(FALLING)) * math.sqrt(d) / 20.0  # query·key/√D ≈ 20·height/√D
+    values = {n: (np.broadcast_to(direction * 20.0, (1, 1, FALLING, d)) + 0.1 * rng.standard_normal((1, 1, FALLING, d))
+                  if n.startswith("q") else heights[:, None] * direction + 0.1 * rng.standard_normal((1, 1, FALLING, d)))
               for n in INPUT_NAMES[:4]}  # fmt: skip
-    values |= {"value": rng.standard_normal((1, 1, FALLING, 2 * D)), "coefficient": np.asarray(0.6)}
+    values |= {"value": rng.standard_normal((1, 1, FALLING, 2 * d)), "coefficient": np.asarray(0.6)}
     values = {n: exact(v, "float32") for n, v in values.items()}
-    found.probes.append(f"{ATTENTION}: float32 logits falling from 300 to −300 along {FALLING} keys")
-    out = probes.sweep(worker, attention_subject(True, "float32"), [values])[0]
-    if is_right(out, truth(values, True), FLOAT32_LIKE):
-        return False
+    ordinary = {n: exact(v, "float32") for n, v in _long_values(rng, FALLING).items()}
+    found.probes.append(f"{ATTENTION}: float32 logits falling from 300 to −300 along {FALLING} keys, and ordinary ones")
+    out, plain = probes.sweep(worker, attention_subject(True, "float32"), [values, ordinary])
+    if is_right(out, truth(values, True), FLOAT32_LIKE) or not is_right(plain, truth(ordinary, True), FLOAT32_LIKE):
+        return False  # (ordinary logits of this shape wrong too: the fault is not the large logits')
     bad = findings.failure_words(out)
     found.add(ATTENTION, "stability", "forward", "The softmax is not numerically stable when the logits fall along the keys",
               f"With float32 logits that fall from about 300 to −300 along {FALLING} keys, your output is {bad}, while logits of hundreds "
-              "over a few keys and ordinary logits give the right output: blocks of keys whose largest logits lie far apart (an online "
+              f"over a few keys and ordinary logits along {FALLING} keys give the right output: blocks of keys whose largest logits lie far apart (an online "
               "softmax's running maximum replaced by each block's own maximum?).",
               "keep the running maximum m = max(m, block maximum) and rescale by exp(old m − new m), which is then at most 1")  # fmt: skip
     return True
@@ -719,22 +774,23 @@ def stability_probe(worker: Worker, rng: np.random.Generator, found: Found) -> b
     at :data:`STABLE_LENGTH` tokens (past key tiles whose partial results a tiled softmax merges), then, where all are
     right, a float64 call whose visible logits lie below finite mask constants
     (:func:`~grader.toolkit.findings.below_masks_finding`); whether one fails."""
-    kinds = {**probes.LARGE_LOGITS, "branches": "branch 2's logits are far from branch 1's"}
-    cases = {(kind, T): _large(rng, kind) for kind in kinds} | {(kind, STABLE_LENGTH): _large(rng, kind, STABLE_LENGTH) for kind in kinds}
+    kinds, tokens = {**probes.LARGE_LOGITS, "branches": "branch 2's logits are far from branch 1's"}, sizes().t
+    future = _future("value", "the last token's value")
+    cases = {(kind, tokens): _large(rng, kind) for kind in kinds} | {(kind, STABLE_LENGTH): _large(rng, kind, STABLE_LENGTH) for kind in kinds}
     ordinary, ordinary_long = ({n: exact(x, "float32") for n, x in point.items()} for point in (attention_values(rng), _long_values(rng, STABLE_LENGTH)))
-    found.probes.append(f"{ATTENTION}: float32 logits of hundreds, and of ordinary size, at {T} and {STABLE_LENGTH} tokens")
+    found.probes.append(f"{ATTENTION}: float32 logits of hundreds, and of ordinary size, at {tokens} and {STABLE_LENGTH} tokens")
     *outputs, plain, plain_long = probes.sweep(worker, attention_subject(True, "float32"), [*cases.values(), ordinary, ordinary_long])
     if half_precision_finding(worker, attention_subject(True, "float32"), ordinary, found, plain, truth(ordinary, True)):
         return True
     if not is_right(plain, truth(ordinary, True), FLOAT32_LIKE):
         return False  # (ordinary float32 logits wrong too, or raising: large ones tell nothing of stability)
-    judged = [T] + ([STABLE_LENGTH] if is_right(plain_long, truth(ordinary_long, True), FLOAT32_LIKE) else [])  # likewise per length
-    wrong, failing, bad = findings.large_logit_failures(kinds, cases, outputs, judged, T, lambda out, values: not is_right(out, truth(values, True), FLOAT32_LIKE))
+    judged = [tokens] + ([STABLE_LENGTH] if is_right(plain_long, truth(ordinary_long, True), FLOAT32_LIKE) else [])  # likewise per length
+    wrong, failing, bad = findings.large_logit_failures(kinds, cases, outputs, judged, tokens, lambda out, values: not is_right(out, truth(values, True), FLOAT32_LIKE))
     if not failing:
         return findings.below_masks_finding(worker, attention_subject(True), below := _below_masks(rng), truth(below, True),
-                                         lambda point: probes.leaks(worker, attention_subject(True, "float64"), [point], FUTURE_VALUE, rng), found, STABLE) or \
+                                         lambda point: probes.leaks(worker, attention_subject(True, "float64"), [point], future, rng), found, STABLE) or \
             _falling_logits_probe(worker, rng.spawn(1)[0], found)  # fmt: skip
-    leaked = bad == "wrong" and probes.leaks(worker, attention_subject(True, "float32"), [cases[key] for key in wrong if key[1] == T], FUTURE_VALUE, rng)
+    leaked = bad == "wrong" and probes.leaks(worker, attention_subject(True, "float32"), [cases[key] for key in wrong if key[1] == tokens], future, rng)
     findings.large_logit_finding(found, ATTENTION, failing, bad, leaked, STABLE)
     return True
 
@@ -764,9 +820,10 @@ def _long_run(rng: np.random.Generator, tokens: int = LONG, causal: bool = True)
     recomputes each block of queries against the keys before its end only). Drawn from a generator spawned from ``rng``,
     which leaves ``rng``'s own draws (the earlier runs' directions) as they were."""
     rng = rng.spawn(1)[0]
-    values = {n: rng.standard_normal((1, 1, tokens, D)) for n in INPUT_NAMES[:4]}
-    values |= {"value": rng.standard_normal((1, 1, tokens, 2 * D)), "coefficient": np.asarray(0.6)}
-    return findings.long_run(values, ATTENTION_GRADS, rng.standard_normal((1, 1, tokens, 2 * D)), tokens, causal, attention_subject(False), truth)
+    d = sizes().d
+    values = {n: rng.standard_normal((1, 1, tokens, d)) for n in INPUT_NAMES[:4]}
+    values |= {"value": rng.standard_normal((1, 1, tokens, 2 * d)), "coefficient": np.asarray(0.6)}
+    return findings.long_run(values, ATTENTION_GRADS, rng.standard_normal((1, 1, tokens, 2 * d)), tokens, causal, attention_subject(False), truth)
 
 
 STALE_PARTS = {"coefficient": "coefficient", "value": "value"}
@@ -817,4 +874,20 @@ def run(worker: Worker, rng: np.random.Generator, found: Found, forward: bool, g
                  GradientRun({**values, "q2": values["q1"], "k2": values["k1"]}, ATTENTION_GRADS, TIED),
                  _long_run(rng, domain.ONE_PAST_BLOCKS, causal=False)]
         runs += findings.expanded_runs(values, ATTENTION_GRADS, lambda layout: attention_subject(True, layout=layout), EXPANSIONS)
-        gradients_probe(worker, attention_subject(True), runs, rng.standard_normal((B, H, T, 2 * D)), rng, found, source, HANDLED_INPUTS)
+        gradients_probe(worker, attention_subject(True), runs, rng.standard_normal(_output_shape()), rng, found, source, HANDLED_INPUTS)
+
+
+def resized_run(worker: Worker, rng: np.random.Generator, found: Found, chosen: Sizes, public: bool) -> bool:
+    """The forward probes again with inputs of ``chosen`` sizes, those of a value check's call that failed where the probes'
+    own sizes show nothing wrong (a path taken for one batch element, for many heads, ...); each finding says at which sizes
+    (students see it when ``public``: the sizes are a public check's). Whether one was found."""
+    since, listed = len(found.findings), len(found.probes)
+    with probed_at(chosen):
+        run(worker, rng, found, True, False, None)
+    at = f"[B, H, T, D] = [{', '.join(map(str, chosen))}]"
+    found.probes[listed:] = [f"{probe}, at {at}" for probe in found.probes[listed:]]
+    said = (f"These probes ran at {at}, the sizes of a call a value check failed on (at the probes' own sizes, "
+            f"[{', '.join(map(str, OWN_SIZES))}], nothing is wrong). ")
+    found.findings[since:] = [replace(f, title=f"{f.title}, at {at}", evidence=said + f.evidence, public=f.public and public)
+                              for f in found.findings[since:]]
+    return len(found.findings) > since

@@ -11,6 +11,7 @@ with what each check judges (its declaration's ``judges``).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -169,11 +170,11 @@ def hint_findings(records: list[dict[str, Any]]) -> list[Finding]:
     return findings.hint_findings(records, HINTS)
 
 
-def value_calls(grading: GradingContext, function: str) -> list[tuple[AttentionCase | LambdaCase, bool]]:
-    """Each call of ``function`` the value checks made (read from the run's memo), and whether its value was right (judged
-    once per run)."""
+def _judged_calls(grading: GradingContext, function: str) -> list[tuple[AttentionCase | LambdaCase, bool, bool]]:
+    """Each call of ``function`` the value checks made (read from the run's memo), whether its value was right (judged once
+    per run), and whether its check is public."""
 
-    def judged() -> list[tuple[AttentionCase | LambdaCase, bool]]:
+    def judged() -> list[tuple[AttentionCase | LambdaCase, bool, bool]]:
         calls = []
         for set_name, grads in SETS:
             if grads:
@@ -182,11 +183,37 @@ def value_calls(grading: GradingContext, function: str) -> list[tuple[AttentionC
                 outcome: Outcome | None = grading.cache.get((set_name, i, False))
                 if outcome is not None and case.function == function:
                     calls.append((case, values_verdict(outcome, int(getattr(case, "lambda_case", None) is not None), "",
-                                                       expected.case_value(case)).ok))  # fmt: skip
+                                                       expected.case_value(case)).ok, set_name not in HIDDEN_SETS))  # fmt: skip
         return calls
 
-    found: list[tuple[AttentionCase | LambdaCase, bool]] = grading.memo(("value calls", function), judged)
+    found: list[tuple[AttentionCase | LambdaCase, bool, bool]] = grading.memo(("value calls", function), judged)
     return found
+
+
+def value_calls(grading: GradingContext, function: str) -> list[tuple[AttentionCase | LambdaCase, bool]]:
+    """Each call of ``function`` the value checks made (read from the run's memo), and whether its value was right."""
+    return [(case, right) for case, right, _ in _judged_calls(grading, function)]
+
+
+RESIZED_TOKENS = (attention_subjects.OWN_SIZES.t, 64)
+"""The fewest and most tokens of the calls whose sizes the forward probes take again (:func:`failing_sizes`): with fewer
+tokens than the probes' own, a map has too few entries to tell the read-outs' models apart (at T = 2, two causal maps
+combine into any third); longer calls are the length probe's."""
+
+
+def failing_sizes(grading: GradingContext) -> tuple[attention_subjects.Sizes, bool] | None:
+    """The sizes to run differential_attention's forward probes at again when their own show nothing wrong, and whether the
+    call they come from is a public check's: the smallest call of :data:`RESIZED_TOKENS` tokens a value check failed on
+    (public ones first; none whose coefficient differential_lambda computed), with the head width raised to T/2 where
+    one-hot values need it. None when there is no such call, or its sizes are the probes' own."""
+    wrong = [(not public, math.prod(case.q1.shape), case.q1.shape, public) for case, right, public in _judged_calls(grading, ATTENTION)
+             if not right and isinstance(case, AttentionCase) and case.lambda_case is None
+             and RESIZED_TOKENS[0] <= case.q1.shape[2] <= RESIZED_TOKENS[1]]  # fmt: skip
+    if not wrong:
+        return None
+    _, _, (b, h, t, d), public = min(wrong)
+    chosen = attention_subjects.Sizes(b, h, t, max(d, -(-t // 2)))
+    return None if chosen == attention_subjects.OWN_SIZES else (chosen, public)
 
 
 def gradient_calls(grading: GradingContext, function: str) -> list[backward_calls.GradientCall]:
@@ -249,6 +276,9 @@ def diagnose(grading: GradingContext, records: list[dict[str, Any]]) -> Evidence
         coefficient = probe_coefficient(grading) if function == ATTENTION and "values" in aspects else "float"
         with probes.calls_in(probe_mode(grading, function) if "values" in aspects else "enabled"), attention_subjects.coefficients_as(coefficient):
             run(grading.worker, rng, found, "values" in aspects, "gradients" in aspects, grading.source, slips.cut_subsets(calls, function))
+            resized = failing_sizes(grading) if function == ATTENTION and "values" in aspects else None
+            if resized is not None and not any(f.function == function for f in evidence.findings + evidence.hints + found.findings):
+                attention_probes.resized_run(grading.worker, rng, found, *resized)
         if "values" in aspects and not any(f.function == function for f in evidence.findings + evidence.hints):  # (they may explain it)
             findings.wrong_only_when(found, function, [(_attributes(case, False), right) for case, right in value_calls(grading, function)],
                                      UNPROBED_KINDS)

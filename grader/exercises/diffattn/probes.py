@@ -4,7 +4,8 @@ The harness's probes (:mod:`grader.toolkit.probes`) call a function through a
 :class:`Subject`; this module declares the two subjects, draws small float64
 inputs of the probes' own (B = 2, H = 2, T = 5, D = 3, so that 2D ≥ T and
 the candidate scales 1/√D, 1/D, 1/√(2D), 1/√T differ: what the probes show
-may be shown to students). The probes that mean the same for every function
+may be shown to students), or of the sizes :func:`probed_at` sets (those of
+a call a check failed on). The probes that mean the same for every function
 (randomness, precision, memory layouts, the gradients against finite
 differences of the submission's own forward) are the toolkit's
 (:mod:`grader.toolkit.findings`); the forward probes of each function are in
@@ -15,9 +16,9 @@ differences of the submission's own forward) are the toolkit's
 from __future__ import annotations
 
 import math
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from contextvars import ContextVar
-from typing import Any, Iterator
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -25,9 +26,34 @@ from grader.core.invoke import Argument, Call, Request, TensorInput
 from grader.exercises.diffattn import oracle
 from grader.exercises.diffattn.cases import ATTENTION, INPUT_NAMES, LAMBDA, LAMBDA_NAMES
 from grader.toolkit.domain import exact
-from grader.toolkit.probes import Built, Layout, Subject, Values, layout_of
+from grader.toolkit.probes import Built, Layout, Subject, Values, layout_of, set_within
 
-B, H, T, D = 2, 2, 5, 3
+
+class Sizes(NamedTuple):
+    """The batch size B, heads H, tokens T and head width D of the probes' inputs."""
+
+    b: int
+    h: int
+    t: int
+    d: int
+
+
+OWN_SIZES = Sizes(2, 2, 5, 3)
+_SIZES: ContextVar[Sizes] = ContextVar("probe_sizes", default=OWN_SIZES)
+
+
+def sizes() -> Sizes:
+    """The sizes of the probes' inputs: :data:`OWN_SIZES`, or those :func:`probed_at` sets."""
+    return _SIZES.get()
+
+
+def probed_at(chosen: Sizes) -> AbstractContextManager[None]:
+    """Draw the probes' inputs at ``chosen`` sizes for the block (2D ≥ T, so that one-hot values read the whole map out)."""
+    if 2 * chosen.d < chosen.t:
+        raise ValueError(f"one-hot values need 2D >= T (got {chosen})")
+    return set_within(_SIZES, chosen)
+
+
 ATTENTION_GRADS = (*INPUT_NAMES, "coefficient")
 PARAMETER_COMPONENTS = {LAMBDA: {"*": "lambda"},
                         ATTENTION: {**dict.fromkeys(INPUT_NAMES[:4], "branch"), "value": "value", "coefficient": "coefficient", "causal": "mask"}}
@@ -48,16 +74,11 @@ def scales(d: int, t: int) -> dict[str, float]:
 _COEFFICIENT_AS: ContextVar[str] = ContextVar("probe_coefficient", default="float")
 
 
-@contextmanager
-def coefficients_as(kind: str) -> Iterator[None]:
+def coefficients_as(kind: str) -> AbstractContextManager[None]:
     """Pass the coefficient of the probes' calls as ``kind`` ("float": a Python float; "tensor": a 0-dim tensor of the inputs'
     dtype) where its gradient is not wanted (where it is, it is always a tensor that requires grad): a fault that only
     tensor coefficients show is probed where it shows."""
-    token = _COEFFICIENT_AS.set(kind)
-    try:
-        yield
-    finally:
-        _COEFFICIENT_AS.reset(token)
+    return set_within(_COEFFICIENT_AS, kind)
 
 
 def _attention_request(values: Values, grads: tuple[str, ...], cotangent: np.ndarray | None, causal: bool | None, dtype: str,
@@ -99,14 +120,16 @@ def lambda_subject(dtype: str = "float64", layout: Layout = "contiguous") -> Sub
 
 def attention_values(rng: np.random.Generator, spread: float = 1.2) -> dict[str, np.ndarray]:
     """Queries and keys of logits about ``spread`` in size, values, and a coefficient of 0.6."""
-    found = {n: rng.standard_normal((B, H, T, D)) * spread for n in INPUT_NAMES[:4]}
-    return {**found, "value": rng.standard_normal((B, H, T, 2 * D)), "coefficient": np.asarray(0.6)}
+    b, h, t, d = sizes()
+    found = {n: rng.standard_normal((b, h, t, d)) * spread for n in INPUT_NAMES[:4]}
+    return {**found, "value": rng.standard_normal((b, h, t, 2 * d)), "coefficient": np.asarray(0.6)}
 
 
 def identity_values() -> np.ndarray:
     """Value whose token t is the one-hot row e_t: the output is then the signed map (its first T columns)."""
-    value = np.zeros((B, H, T, 2 * D))
-    value[..., np.arange(T), np.arange(T)] = 1.0
+    b, h, t, d = sizes()
+    value = np.zeros((b, h, t, 2 * d))
+    value[..., np.arange(t), np.arange(t)] = 1.0
     return value
 
 
