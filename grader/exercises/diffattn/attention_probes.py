@@ -17,7 +17,7 @@
   earlier queries under the causal mask, the second half of value must
   reach the output, each batch element's and head's value its own output
   and no other, and one head's keys no other head's output;
-* **long sequences**: float64 outputs at T = 5, 17, 33, 65, 100 and 300, causal and
+* **long sequences**: float64 outputs at the probes' own T, 17, 33, 65, 100 and 300, causal and
   not, against the oracle: a computation that is right for short sequences
   only (key blocks, chunks, a fixed buffer) says from which length, and
   whether only one causal mode;
@@ -45,7 +45,7 @@ import numpy as np
 from grader.exercises.diffattn import oracle
 from grader.exercises.diffattn.cases import ATTENTION, EXPANSIONS, INPUT_NAMES
 from grader.exercises.diffattn.probes import (
-    ATTENTION_GRADS, HANDLED_INPUTS, OWN_SIZES, PARAMETER_COMPONENTS, Sizes, attention_subject, attention_values, identity_values, probed_at, scales, sizes, truth,
+    ATTENTION_GRADS, HANDLED_INPUTS, OWN_SIZES, PARAMETER_COMPONENTS, ProbeSizes, attention_subject, attention_values, identity_values, probed_at, scales, sizes, truth,
 )  # fmt: skip
 from grader.toolkit import attention_maps, domain, findings, probes
 from grader.toolkit.findings import (
@@ -690,8 +690,9 @@ WIDTHS = (8, 32, 40, 72, 192)  # after the probes' own head width: odd powers of
 
 def width_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool:
     """The first map read out (coefficient 0, one-hot values, causal=False) at the probes' own head width and :data:`WIDTHS`,
-    against the oracle (:func:`~grader.toolkit.findings.width_probe`)."""
-    points, t, widths = [], sizes().t, (sizes().d, *WIDTHS)
+    against the oracle (:func:`~grader.toolkit.findings.width_probe`); those at least T/2 wide, for the read-out."""
+    points, t = [], sizes().t
+    widths = (sizes().d, *(w for w in WIDTHS if 2 * w >= t))
     for d in widths:
         value = np.zeros((1, 1, t, 2 * d))
         value[..., np.arange(t), np.arange(t)] = 1.0
@@ -877,17 +878,20 @@ def run(worker: Worker, rng: np.random.Generator, found: Found, forward: bool, g
         gradients_probe(worker, attention_subject(True), runs, rng.standard_normal(_output_shape()), rng, found, source, HANDLED_INPUTS)
 
 
-def resized_run(worker: Worker, rng: np.random.Generator, found: Found, chosen: Sizes, public: bool) -> bool:
-    """The forward probes again with inputs of ``chosen`` sizes, those of a value check's call that failed where the probes'
-    own sizes show nothing wrong (a path taken for one batch element, for many heads, ...); each finding says at which sizes
-    (students see it when ``public``: the sizes are a public check's). Whether one was found."""
-    since, listed = len(found.findings), len(found.probes)
+def resized_run(worker: Worker, rng: np.random.Generator, found: Found, called: ProbeSizes, chosen: ProbeSizes, public: bool) -> None:
+    """The forward probes again with inputs of ``chosen`` sizes: those of a value check's call that failed (``called``) where
+    the probes' own sizes show nothing wrong (a path taken for one batch element, for many heads, ...), with the head width
+    raised where the read-out needs it. Each finding says at which sizes; when they are a hidden check's (not ``public``),
+    students see neither the findings nor the sizes in the probes' list, and no map is kept to show."""
+    since, probes_before, maps_before = len(found.findings), len(found.probes), len(found.maps)
     with probed_at(chosen):
         run(worker, rng, found, True, False, None)
     at = f"[B, H, T, D] = [{', '.join(map(str, chosen))}]"
-    found.probes[listed:] = [f"{probe}, at {at}" for probe in found.probes[listed:]]
-    said = (f"These probes ran at {at}, the sizes of a call a value check failed on (at the probes' own sizes, "
+    found.probes[probes_before:] = [f"{probe}, at {at if public else 'the sizes of a hidden check'}" for probe in found.probes[probes_before:]]
+    if not public:
+        del found.maps[maps_before:]
+    raised = f" with the head width raised from {called.d} to {chosen.d} for the one-hot read-out" if called != chosen else ""
+    said = (f"These probes ran at {at}, the sizes of a call a value check failed on{raised} (at the probes' own sizes, "
             f"[{', '.join(map(str, OWN_SIZES))}], nothing is wrong). ")
     found.findings[since:] = [replace(f, title=f"{f.title}, at {at}", evidence=said + f.evidence, public=f.public and public)
                               for f in found.findings[since:]]
-    return len(found.findings) > since

@@ -201,19 +201,23 @@ tokens than the probes' own, a map has too few entries to tell the read-outs' mo
 combine into any third); longer calls are the length probe's."""
 
 
-def failing_sizes(grading: GradingContext) -> tuple[attention_subjects.Sizes, bool] | None:
-    """The sizes to run differential_attention's forward probes at again when their own show nothing wrong, and whether the
-    call they come from is a public check's: the smallest call of :data:`RESIZED_TOKENS` tokens a value check failed on
-    (public ones first; none whose coefficient differential_lambda computed), with the head width raised to T/2 where
-    one-hot values need it. None when there is no such call, or its sizes are the probes' own."""
-    wrong = [(not public, math.prod(case.q1.shape), case.q1.shape, public) for case, right, public in _judged_calls(grading, ATTENTION)
-             if not right and isinstance(case, AttentionCase) and case.lambda_case is None
-             and RESIZED_TOKENS[0] <= case.q1.shape[2] <= RESIZED_TOKENS[1]]  # fmt: skip
+def failing_sizes(grading: GradingContext) -> tuple[attention_subjects.ProbeSizes, attention_subjects.ProbeSizes, bool] | None:
+    """The sizes of the call to run differential_attention's forward probes at again when their own show nothing wrong, the
+    sizes to run them at (the head width raised to T/2 where one-hot values need it), and whether the call is a public
+    check's: the smallest call of :data:`RESIZED_TOKENS` tokens a value check failed on (public ones first; none whose
+    coefficient differential_lambda computed, none that would give the probes' own sizes). None when there is none."""
+    wrong = []
+    for case, right, public in _judged_calls(grading, ATTENTION):
+        if right or not isinstance(case, AttentionCase) or case.lambda_case is not None:
+            continue
+        called = attention_subjects.ProbeSizes(*case.q1.shape)
+        chosen = called._replace(d=max(called.d, -(-called.t // 2)))
+        if RESIZED_TOKENS[0] <= called.t <= RESIZED_TOKENS[1] and chosen != attention_subjects.OWN_SIZES:
+            wrong.append((not public, math.prod(called), called, chosen, public))
     if not wrong:
         return None
-    _, _, (b, h, t, d), public = min(wrong)
-    chosen = attention_subjects.Sizes(b, h, t, max(d, -(-t // 2)))
-    return None if chosen == attention_subjects.OWN_SIZES else (chosen, public)
+    _, _, called, chosen, public = min(wrong)
+    return called, chosen, public
 
 
 def gradient_calls(grading: GradingContext, function: str) -> list[backward_calls.GradientCall]:

@@ -29,7 +29,7 @@ from grader.toolkit.domain import exact
 from grader.toolkit.probes import Built, Layout, Subject, Values, layout_of, set_within
 
 
-class Sizes(NamedTuple):
+class ProbeSizes(NamedTuple):
     """The batch size B, heads H, tokens T and head width D of the probes' inputs."""
 
     b: int
@@ -38,16 +38,16 @@ class Sizes(NamedTuple):
     d: int
 
 
-OWN_SIZES = Sizes(2, 2, 5, 3)
-_SIZES: ContextVar[Sizes] = ContextVar("probe_sizes", default=OWN_SIZES)
+OWN_SIZES = ProbeSizes(2, 2, 5, 3)
+_SIZES: ContextVar[ProbeSizes] = ContextVar("probe_sizes", default=OWN_SIZES)
 
 
-def sizes() -> Sizes:
+def sizes() -> ProbeSizes:
     """The sizes of the probes' inputs: :data:`OWN_SIZES`, or those :func:`probed_at` sets."""
     return _SIZES.get()
 
 
-def probed_at(chosen: Sizes) -> AbstractContextManager[None]:
+def probed_at(chosen: ProbeSizes) -> AbstractContextManager[None]:
     """Draw the probes' inputs at ``chosen`` sizes for the block (2D ≥ T, so that one-hot values read the whole map out)."""
     if 2 * chosen.d < chosen.t:
         raise ValueError(f"one-hot values need 2D >= T (got {chosen})")
