@@ -81,6 +81,11 @@ def _output_shape() -> tuple[int, int, int, int]:
     return (b, h, t, 2 * d)
 
 
+def _read_map(out: np.ndarray | None) -> np.ndarray | None:
+    """The map an output for one-hot values holds (its first T columns), or None when there is no output of the right shape."""
+    return None if out is None or out.shape != _output_shape() else out[..., : sizes().t]
+
+
 def _branch_words(branches: Sequence[int]) -> str:
     """"both branches" or "branch i"."""
     return "both branches" if len(branches) == 2 else f"branch {branches[0]}"
@@ -481,14 +486,13 @@ def _unmasked_finding(found: Found, values: Values, read: np.ndarray) -> bool:
 
 
 def _second_unmasked_finding(found: Found, values: Values, first: np.ndarray | None, both: np.ndarray | None) -> bool:
-    """A mask finding when, with causal=False, the first map (``first``: coefficient 0) is right and the second (the first
-    minus ``both``, the output at coefficient 1) fits the right map with another mask; whether there was one."""
-    t = sizes().t
-    if first is None or both is None or first.shape != both.shape or first.shape != _output_shape():
+    """A mask finding when, with causal=False, the first map (``first``: read at coefficient 0) is right and the second (the
+    first minus ``both``, read at coefficient 1) fits the right map with another mask; whether there was one."""
+    if first is None or both is None:
         return False
-    if not is_right(first[..., :t], oracle.attention_maps(values["q1"], values["k1"], False)):
+    if not is_right(first, oracle.attention_maps(values["q1"], values["k1"], False)):
         return False
-    second = first[..., :t] - both[..., :t]
+    second = first - both
     if is_right(second, oracle.attention_maps(values["q2"], values["k2"], False)):
         return False
     fits = _explain_maps(values, {2: second}, causal=False)
@@ -510,36 +514,33 @@ def causal_flag_probe(worker: Worker, rng: np.random.Generator, found: Found) ->
     point = {**values, "value": identity_values(), "coefficient": np.asarray(0.0)}
     outcomes = probes.ask(worker, [attention_subject(causal).request(point) for causal in (None, False, None)] +
                           [attention_subject(False).request({**point, "coefficient": np.asarray(1.0)})])  # fmt: skip
-    if _second_unmasked_finding(found, values, probes.output(outcomes[1]), probes.output(outcomes[3])):
+    read = [_read_map(probes.output(outcome)) for outcome in outcomes]
+    if _second_unmasked_finding(found, values, read[1], read[3]):
         return True
-    causal_map, t = oracle.attention_maps(values["q1"], values["k1"], True), sizes().t
-    first, again = (probes.output(o) for o in (outcomes[0], outcomes[2]))
-    if first is not None and again is not None and first.shape == again.shape == _output_shape() and \
-            is_right(first[..., :t], causal_map) and not is_right(again[..., :t], causal_map):  # fmt: skip
+    causal_map = oracle.attention_maps(values["q1"], values["k1"], True)
+    first, again = read[0], read[2]
+    if first is not None and again is not None and is_right(first, causal_map) and not is_right(again, causal_map):
         found.add(ATTENTION, "mask", "forward", "A call without causal takes the flag of an earlier call",
                   "Called without causal first, the map read out of your output is the causal one; called without it again "
                   "right after a call with causal=False, it is not.",
                   "let the signature's default (causal=True) apply whenever the argument is left out: keep no flag between calls")  # fmt: skip
         return True
     localised = False
-    for causal, outcome in zip((None, False), outcomes):
-        out = probes.output(outcome)
-        if out is None or out.shape != _output_shape():
+    for causal, read_map in zip((None, False), read):
+        if read_map is None:
             continue
         masked = causal is None
-        if is_right(out[..., :t], oracle.attention_maps(values["q1"], values["k1"], masked)):
+        if is_right(read_map, oracle.attention_maps(values["q1"], values["k1"], masked)):
             continue
-        other = probes.output(outcomes[1 if masked else 0])
-        if findings.hidden_rows_finding(found, ATTENTION, out[..., :t], None if other is None or other.shape != out.shape else other[..., :t],
-                                        "causal omitted" if masked else "causal=False", "the map read out of your output") or \
-                (not masked and _unmasked_finding(found, values, out[..., :t])):  # fmt: skip
+        if findings.hidden_rows_finding(found, ATTENTION, read_map, read[1 if masked else 0], "causal omitted" if masked else "causal=False",
+                                        "the map read out of your output") or (not masked and _unmasked_finding(found, values, read_map)):  # fmt: skip
             return True
-        fits = _explain_maps(values, {1: out[..., :t]}, causal=masked)
+        fits = _explain_maps(values, {1: read_map}, causal=masked)
         # rows summing past 1 lack keys in their normaliser (the softmax's); below 1 they may hold keys the output never
         # weighs (padding hidden only by the causal mask) as well as a wrong normaliser: that tells no part
-        sums = out[..., :t].sum(axis=-1)
+        sums = read_map.sum(axis=-1)
         if fits is None and not masked and bool((sums > 1.0 - 1e-9).all() and (sums > 1.0 + 1e-9).any()) and \
-                unexplained_maps(found, ATTENTION, out[..., :t], "one-hot values, coefficient 0 and causal=False",
+                unexplained_maps(found, ATTENTION, read_map, "one-hot values, coefficient 0 and causal=False",
                                  oracle.attention_maps(values["q1"], values["k1"], False), causal=False):  # fmt: skip
             return True
         if fits is not None and not masked and "mask" not in fits[1].changes:  # the mask is right, something else is not
@@ -644,8 +645,8 @@ def _first_map_right(worker: Worker, values: Values) -> bool:
     """Whether the first map read out of the output (one-hot values, coefficient 0, causal) at ``values``' queries and keys
     is the right one."""
     point = {**values, "value": identity_values(), "coefficient": np.asarray(0.0)}
-    out = probes.output(probes.ask(worker, [attention_subject(True).request(point)])[0])
-    return out is not None and out.shape == _output_shape() and is_right(out[..., : sizes().t], oracle.attention_maps(values["q1"], values["k1"], True))
+    got = _read_map(probes.output(probes.ask(worker, [attention_subject(True).request(point)])[0]))
+    return got is not None and is_right(got, oracle.attention_maps(values["q1"], values["k1"], True))
 
 
 def _pairs_mixed_unmasked(worker: Worker, rng: np.random.Generator, values: Values, found: Found) -> bool:
@@ -885,7 +886,7 @@ def resized_run(worker: Worker, rng: np.random.Generator, found: Found, called: 
     students see neither the findings nor the sizes in the probes' list, and no map is kept to show."""
     since, probes_before, maps_before = len(found.findings), len(found.probes), len(found.maps)
     with probed_at(chosen):
-        run(worker, rng, found, True, False, None)
+        run(worker, rng, found, forward=True, gradients=False, source=None)
     at = f"[B, H, T, D] = [{', '.join(map(str, chosen))}]"
     found.probes[probes_before:] = [f"{probe}, at {at if public else 'the sizes of a hidden check'}" for probe in found.probes[probes_before:]]
     if not public:

@@ -211,7 +211,7 @@ def failing_sizes(grading: GradingContext) -> tuple[attention_subjects.ProbeSize
         if right or not isinstance(case, AttentionCase) or case.lambda_case is not None:
             continue
         called = attention_subjects.ProbeSizes(*case.q1.shape)
-        chosen = called._replace(d=max(called.d, -(-called.t // 2)))
+        chosen = called.read_out()
         if RESIZED_TOKENS[0] <= called.t <= RESIZED_TOKENS[1] and chosen != attention_subjects.OWN_SIZES:
             wrong.append((not public, math.prod(called), called, chosen, public))
     if not wrong:

@@ -37,6 +37,10 @@ class ProbeSizes(NamedTuple):
     t: int
     d: int
 
+    def read_out(self) -> ProbeSizes:
+        """These sizes with the head width raised to T/2 where one-hot values need it (2D ≥ T to read the whole map out)."""
+        return self._replace(d=max(self.d, -(-self.t // 2)))
+
 
 OWN_SIZES = ProbeSizes(2, 2, 5, 3)
 _SIZES: ContextVar[ProbeSizes] = ContextVar("probe_sizes", default=OWN_SIZES)
@@ -48,8 +52,9 @@ def sizes() -> ProbeSizes:
 
 
 def probed_at(chosen: ProbeSizes) -> AbstractContextManager[None]:
-    """Draw the probes' inputs at ``chosen`` sizes for the block (2D ≥ T, so that one-hot values read the whole map out)."""
-    if 2 * chosen.d < chosen.t:
+    """Draw the probes' inputs at ``chosen`` sizes for the block (2D ≥ T, so that one-hot values read the whole map out:
+    :meth:`ProbeSizes.read_out`)."""
+    if chosen.read_out() != chosen:
         raise ValueError(f"one-hot values need 2D >= T (got {chosen})")
     return set_within(_SIZES, chosen)
 
