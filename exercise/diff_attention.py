@@ -127,6 +127,11 @@ def _check_coefficient(coefficient: object) -> None:
                 "'coefficient' must have a floating or signed integer dtype "
                 f"(got {coefficient.dtype})"
             )
+        if not coefficient.is_floating_point() and coefficient == torch.iinfo(coefficient.dtype).min:
+            raise ValueError(
+                "'coefficient' must not be the least value of its integer dtype, whose "
+                f"negation wraps around to itself (got {int(coefficient)} as {coefficient.dtype})"
+            )
         # Reading the value of a detached alias neither copies the graph nor
         # changes the tensor's version counter.
         value = float(coefficient.detach().cpu())
@@ -152,12 +157,14 @@ def check_attention_inputs(
     every size >= 1. Strided inputs and inputs that require grad are fine.
     ``coefficient`` must be a finite Python int/float or a finite 0-dim tensor
     of a floating or signed integer dtype (which may require grad); unsigned
-    dtypes are refused, since -coefficient wraps around for them.
+    dtypes are refused, since -coefficient wraps around for them, and so is
+    the least value of a signed integer dtype (-128 for int8), for which it
+    wraps around to itself.
 
     Raises:
         TypeError: an argument has the wrong type or dtype.
         ValueError: an argument has the wrong shape or device, or the
-            coefficient is not finite.
+            coefficient is not finite or is its integer dtype's least value.
     """
     first = _require_group({"q1": q1, "k1": k1, "q2": q2, "k2": k2}, "[B, H, T, D]")
     _require_float_tensor("value", value)

@@ -108,8 +108,8 @@ def test_integer_tensor_coefficients_are_called_with_their_values_and_never_diff
         assert coefficient.dtype == attention_cases.COEFFICIENT_DTYPES[case.coefficient_kind] == "int64" and not coefficient.requires_grad
 
 
-def test_the_stub_refuses_unsigned_coefficients_and_accepts_signed_ones() -> None:
-    """The contract's tensor coefficients are floating or signed integer: -coefficient wraps around for unsigned dtypes."""
+def test_the_stub_refuses_unsigned_coefficients_and_least_integers_and_accepts_other_signed_ones() -> None:
+    """The contract's tensor coefficients are floating or signed integer, not a signed dtype's least value: -coefficient wraps around for those."""
     stub = load_module(ROOT / "exercise" / "diff_attention.py")
     q = torch.zeros(1, 1, 2, 2, dtype=torch.float64)
     v = torch.zeros(1, 1, 2, 4, dtype=torch.float64)
@@ -117,6 +117,11 @@ def test_the_stub_refuses_unsigned_coefficients_and_accepts_signed_ones() -> Non
         stub.check_attention_inputs(q, q, q, q, v, torch.tensor(1, dtype=dtype))
     with pytest.raises(TypeError, match="floating or signed integer dtype"):
         stub.check_attention_inputs(q, q, q, q, v, torch.tensor(1, dtype=torch.uint8))
+    for dtype in (torch.int8, torch.int16, torch.int32, torch.int64):
+        least = torch.iinfo(dtype).min
+        stub.check_attention_inputs(q, q, q, q, v, torch.tensor(least + 1, dtype=dtype))
+        with pytest.raises(ValueError, match=f"least value of its integer dtype, whose negation wraps around to itself \\(got {least} as"):
+            stub.check_attention_inputs(q, q, q, q, v, torch.tensor(least, dtype=dtype))
 
 
 def test_token_counts_part_at_the_largest_block() -> None:

@@ -149,6 +149,7 @@ SEQUENCE_KINDS = {
                "the same, unchanged tensors and differentiated (two training steps on one batch)",
     "retained": "called and differentiated with backward(retain_graph=True), then differentiated again through the same output "
                 "(two losses back-propagated through one graph)",
+    "one_changed": "called, then called again with every argument the same object but one, which changes",
 }
 # The modes the calls of each kind of sequence are made in ("grads": inputs that require grad, and a backward pass); for
 # "retrained", the mode of its first call (the second is differentiated).
@@ -157,6 +158,7 @@ KIND_MODES = {"interleaved": ("grads",), "stacked": ("grads",), "retrained": ("n
               "retained": ("grads",), "rescaled": ("enabled", "no_grad")}
 SCALED_KINDS = ("rescaled",)  # the kinds drawn only for an exercise whose inputs have a scale to change (Variations.rescaled)
 ONE_CALL = ("retained",)  # the kinds whose "two calls" are one call differentiated twice
+ONE_ARGUMENT = ("one_changed",)  # the kinds drawn once per argument, only for an exercise that can change one alone (Variations.alone)
 TWO_LAYERS = ("interleaved", "stacked")  # the kinds whose calls are both differentiated, in one backward pass
 
 
@@ -212,9 +214,14 @@ def fresh_like(rng: np.random.Generator, values: np.ndarray, dtype: str) -> np.n
 
 
 def shuffled_like(rng: np.random.Generator, values: np.ndarray, dtype: str) -> np.ndarray:
-    """``values``' own elements in another order, exact in ``dtype``: the same sum, norm, extremes and sorted values, so that
-    an answer kept under a key made of such statistics (a checksum) is met with inputs that share the key."""
-    return exact(rng.permutation(np.ravel(values)).reshape(np.shape(values)), dtype)
+    """``values``' own elements in another order, exact in ``dtype``: each vector along the last axis its own elements in an
+    order of its own (the whole tensor's elements in another order when that axis holds one), so that the tensor and each
+    of its vectors keep their sum, norm, extremes and sorted values, and an answer kept under a key made of such
+    statistics (a checksum of the tensor, or of each vector) is met with inputs that share the key."""
+    array = np.asarray(values)
+    if array.ndim < 2 or array.shape[-1] < 2:
+        return exact(rng.permutation(np.ravel(array)).reshape(array.shape), dtype)
+    return exact(rng.permuted(array, axis=-1), dtype)
 
 
 def keyword_order(rng: np.random.Generator, names: tuple[str, ...], binding: str) -> tuple[str, ...]:
@@ -839,15 +846,18 @@ class CallSequence(Generic[_Case]):
     cache sized by the first call; one token, a decoding step), "retrained"
     the same tensors, the first call under ``no_grad`` or ``inference_mode``
     and the second differentiated (what an evaluation left behind meets
-    training).
+    training), "one_changed" the same objects for every argument but
+    ``changed``, which takes another value (a cache whose key leaves out one
+    argument answers with the first call's result).
     """
 
     first: _Case
     second: _Case
     kind: str
     grads: bool  # both calls with inputs that require grad, and a backward pass from the second (the first without autograd: retrained)
+    changed: str = ""  # the argument the second call changes, in a sequence of a kind of ONE_ARGUMENT
 
     def label(self) -> str:
         """What was called, and how, for messages."""
-        how = SEQUENCE_KINDS[self.kind]
+        how = SEQUENCE_KINDS[self.kind].replace("but one,", f"but {self.changed},") if self.changed else SEQUENCE_KINDS[self.kind]
         return f"{self.first.function}({self.second.label()}) {how}" + (", with gradients" if self.grads else "")

@@ -15,7 +15,7 @@ ignores a change of the option or of the dtype.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Generic, TypeVar
 
@@ -70,7 +70,11 @@ class Variations(Generic[_Case]):
     differ per layer changes them too); ``stacked``: the same with the
     option unchanged (default: ``redrawn``); ``rescaled``: new values of the same shapes at another scale (logits hundreds
     of times larger; without it, an exercise draws no sequence of the kinds of
-    :data:`~grader.toolkit.domain.SCALED_KINDS`).
+    :data:`~grader.toolkit.domain.SCALED_KINDS`); ``alone``: the same case
+    with one argument, named, given another value (new values for a tensor,
+    another number, the other flag) and every other one as it was, for each
+    name in ``arguments`` of the case's function (without it, an exercise draws
+    no sequence of the kinds of :data:`~grader.toolkit.domain.ONE_ARGUMENT`).
     """
 
     redrawn: Vary[_Case]
@@ -81,6 +85,8 @@ class Variations(Generic[_Case]):
     stacked: Vary[_Case] | None = None
     shuffled: Vary[_Case] | None = None
     rescaled: Vary[_Case] | None = None
+    alone: Callable[[_Case, np.random.Generator, str], _Case] | None = None
+    arguments: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     def second(self, first: _Case, kind: str, mode: str, rng: np.random.Generator) -> _Case:
         """The second call's case of a sequence of ``kind`` in ``mode`` that starts with ``first`` (the same tensors: ``first``)."""
@@ -94,6 +100,11 @@ class Variations(Generic[_Case]):
         return changes.get(kind, self.redrawn)(first, rng)
 
 
+SHORT = 16
+"""The most tokens of a first call after which one argument changes alone: what such a sequence tries is the key of what a
+function keeps between calls, not the length."""
+
+
 @dataclass(frozen=True)
 class FirstCall:
     """How the first call of a sequence is made, whatever the exercise (see :func:`first_call`)."""
@@ -103,6 +114,7 @@ class FirstCall:
     grad_mode: str  # a member of domain.GRAD_MODES: the autograd mode of the calls (mode "grads": grad enabled)
     decoding: bool  # one token (the second call's too): a decoding step
     fresh_length: int | None = None  # a length no other call of the run has (see first_call); None: the exercise draws one
+    longest: int | None = None  # the most tokens it may have (None: the whole domain's); SHORT when one argument changes alone
 
 
 def first_call(rng: np.random.Generator, kind: str, mode: str, fresh_length: int | None = None) -> FirstCall:
@@ -110,7 +122,8 @@ def first_call(rng: np.random.Generator, kind: str, mode: str, fresh_length: int
     first under no_grad); a drawn causal flag, but causal before a change of the option, of the dtype and of two calls
     differentiated together, causal=False under no_grad (a reflagged second call then leaves the flag out, and the
     default must apply whatever came before) and causal (given or left out) for an evaluation before training; one token
-    for reallocated calls without autograd (decoding steps). An evaluation before training ("retrained") is made at
+    for reallocated calls without autograd (decoding steps); at most :data:`SHORT` tokens when one argument changes
+    alone (the kinds of :data:`~grader.toolkit.domain.ONE_ARGUMENT`). An evaluation before training ("retrained") is made at
     ``fresh_length``: longer than every other call of the run, so that whatever the function keeps per length, or grows
     to the longest length seen (a mask, a buffer), is made by this call, in its mode, and then met by the training call.
     """
@@ -124,7 +137,7 @@ def first_call(rng: np.random.Generator, kind: str, mode: str, fresh_length: int
         causal = True if causal is False else causal
     decoding = kind == "reallocate" and mode in ("no_grad", "inference_mode")
     fresh = fresh_length if kind == "retrained" else None
-    return FirstCall(dtype, causal, mode if mode in domain.GRAD_MODES else "enabled", decoding, fresh)
+    return FirstCall(dtype, causal, mode if mode in domain.GRAD_MODES else "enabled", decoding, fresh, SHORT if kind in domain.ONE_ARGUMENT else None)
 
 
 FirstCase = Callable[[np.random.Generator, str, FirstCall], Any]
@@ -141,13 +154,20 @@ def draw_sequences(rng: np.random.Generator, functions: tuple[str, ...], first_c
     """
     found: list[CallSequence[Any]] = []
     for kind in domain.SEQUENCE_KINDS:
-        if kind in domain.SCALED_KINDS and variations.rescaled is None:
+        if (kind in domain.SCALED_KINDS and variations.rescaled is None) or (kind in domain.ONE_ARGUMENT and variations.alone is None):
             continue
         for mode in domain.KIND_MODES.get(kind, domain.SEQUENCE_MODES):
             for function in functions:
+                grads = mode == "grads" or kind == "retrained"
+                if kind in domain.ONE_ARGUMENT:
+                    assert variations.alone is not None
+                    for name in variations.arguments[function]:
+                        first = first_case(rng, function, first_call(rng, kind, mode))
+                        found.append(CallSequence(first, variations.alone(first, rng, name), kind, grads, name))
+                    continue
                 fresh = domain.LONGEST + 1 + sum(s.kind == "retrained" for s in found)  # one length per such sequence
                 first = first_case(rng, function, first_call(rng, kind, mode, fresh))
-                found.append(CallSequence(first, variations.second(first, kind, mode, rng), kind, mode == "grads" or kind == "retrained"))
+                found.append(CallSequence(first, variations.second(first, kind, mode, rng), kind, grads))
     return found
 
 
@@ -184,13 +204,37 @@ def joined_request(sequence: CallSequence[Any], request_of: RequestOf) -> Reques
         first = replace(first, calls=(*first.calls[:-1], now))
         if sequence.kind in domain.ONE_CALL:
             return first
+    elif sequence.kind in domain.ONE_ARGUMENT:
+        return _passed_again(first, second)
     elif sequence.kind != "repeat":
         call = replace(second.calls[-1], release=sequence.kind == "reallocate")
     numbered = first.inputs if sequence.kind in ("repeat", "refill", "refill_data", "retrained", "stepped") else second.inputs
     return replace(second, calls=(*first.calls, call), backward_from=None if second.backward_from is None else len(first.calls), inputs=numbered)
 
 
+def _passed_again(first: Request, second: Request) -> Request:
+    """``first``'s call, then ``second``'s with each tensor that holds what the first call's tensor in the same place held
+    (values, dtype, layout, how it requires grad) passed as that same tensor object: only the tensor that changed is new."""
+    earlier, later = first.calls[-1], second.calls[-1]
+    kept = ("dtype", "requires_grad", "layout", "activation", "held_grad", "parameter")
+    swap: dict[int, TensorInput] = {}
+    for old, new in [*zip(earlier.args, later.args), *((earlier.kwargs.get(name), a) for name, a in later.kwargs.items())]:
+        if isinstance(old, TensorInput) and isinstance(new, TensorInput) and np.array_equal(old.values, new.values) \
+                and all(getattr(old, a) == getattr(new, a) for a in kept):  # fmt: skip
+            swap[id(new)] = old
+    call = replace(later, args=tuple(swap.get(id(a), a) for a in later.args), kwargs={n: swap.get(id(a), a) for n, a in later.kwargs.items()})
+    numbered = tuple(swap.get(id(t), t) for t in second.inputs)
+    return replace(second, calls=(*first.calls, call), backward_from=None if second.backward_from is None else len(first.calls), inputs=numbered)
+
+
 _REQUESTS: Memo = {}
+
+
+def _option_changed(sequence: CallSequence[Any]) -> bool:
+    """Whether ``sequence`` changes one argument alone and that argument is not a tensor (a flag, a number): a second call that
+    returns the first call's result then ignored that argument (what the probes of the option, or the part that reads the
+    number, name), not the inputs."""
+    return sequence.kind in domain.ONE_ARGUMENT and not isinstance(getattr(sequence.first, sequence.changed, None), np.ndarray)
 
 
 def stale_input(name: str, when: str) -> tuple[str, str, str]:
@@ -349,7 +393,7 @@ class SequenceSuite:
                 found += self._crossed_backward(function, outcome, sequence)
             elif sequence.kind in SECOND_PASSES and failing.get(function, set()) <= set(SECOND_PASSES):
                 found += self._second_pass(function, outcome, sequence)
-            elif function in whole_answer and self.stale(outcome, sequence):
+            elif function in whole_answer and not _option_changed(sequence) and self.stale(outcome, sequence):
                 found.append(Finding(function, whole_answer[function], "forward", f"{function} answers with a result kept from an earlier call",
                                      f"When {function} was {SEQUENCE_KINDS[sequence.kind]}, the second call returned the first call's result: "
                                      "the answer is kept between calls (cached by id(), data_ptr(), shape or in a global) and is stale once the "

@@ -462,6 +462,23 @@ def reflagged(case: _AnyCase, rng: np.random.Generator) -> _AnyCase:
     return redrawn(replace(case, **changes), rng)
 
 
+def changed_alone(case: _AnyCase, rng: np.random.Generator, name: str) -> _AnyCase:
+    """``case`` with only the argument ``name`` given another value: new values for a tensor, another lambda_init (0.2 to
+    0.6 above the one in effect) or coefficient (0.3 to 1.2 away, its kind kept), the other causal flag (after
+    causal=False the argument left out: the default must apply)."""
+    changes: dict[str, Any]
+    if isinstance(case, LambdaCase) and name == "lambda_init":
+        changes = {name: round(case.effective_init + float(rng.uniform(0.2, 0.6)), 6)}
+    elif isinstance(case, AttentionCase) and name == "causal":
+        changes = {name: None if case.causal is False else False}
+    elif isinstance(case, AttentionCase) and name == "coefficient":
+        moved = case.coefficient + float(rng.choice((-1.0, 1.0)) * rng.uniform(0.3, 1.2))
+        changes = {name: float(exact(moved, case.coefficient_dtype))}
+    else:
+        changes = {name: domain.fresh_like(rng, getattr(case, name), case.dtype)}
+    return replace(case, **changes)
+
+
 def layered(case: _AnyCase, rng: np.random.Generator) -> _AnyCase:
     """``case`` as another layer calls it: :func:`reflagged`, and a Python-float coefficient of its own (λ differs per layer)."""
     return _own_coefficient(reflagged(case, rng), rng)

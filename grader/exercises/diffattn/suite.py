@@ -390,14 +390,15 @@ def attention_bindings(seed: int) -> list[AttentionCase]:
 
 def _first_call(rng: np.random.Generator, function: str, how: FirstCall) -> LambdaCase | AttentionCase:
     """The first call of a sequence (see :func:`sequences`): λ vectors of 1 to 16; a length of the whole domain (what a
-    function keeps between calls of one shape, such as a workspace, may depend on it) and D up to 8 (at the fresh length it is
-    given: one batch element, one head, D up to 4), a Python or a tensor coefficient."""
+    function keeps between calls of one shape, such as a workspace, may depend on it), or up to the length ``how`` gives, and
+    D up to 8 (at the fresh length it is given: one batch element, one head, D up to 4), a Python or a tensor coefficient."""
     if function == LAMBDA:
         return cases.lambda_case(rng, int(rng.integers(1, 17)), how.dtype, float(rng.uniform(0.1, 0.9)), grad_mode=how.grad_mode)
     if how.fresh_length:
         shape = (1, 1, how.fresh_length, domain.head_width(rng, 4))
     else:
-        shape = domain.domain_shape(rng, 1, 1, 8) if how.decoding else domain.domain_shape(rng, 2, domain.LONGEST, 8)
+        longest = 1 if how.decoding else how.longest or domain.LONGEST
+        shape = domain.domain_shape(rng, min(2, longest), longest, 8)
     coefficient = str(rng.choice(["float", "tensor"]))
     return cases.attention_case(rng, shape, how.dtype, how.causal, coefficient_kind=coefficient, grad_mode=how.grad_mode)
 
@@ -411,7 +412,8 @@ def sequences(seed: int) -> list[CallSequence[LambdaCase | AttentionCase]]:
 
 
 VARIATIONS: Variations[Any] = Variations(cases.redrawn, cases.retyped, cases.reflagged, cases.resized, cases.layered, cases.stacked,
-                                         cases.shuffled, cases.rescaled)
+                                         cases.shuffled, cases.rescaled, cases.changed_alone,
+                                         {LAMBDA: (*cases.LAMBDA_NAMES, "lambda_init"), ATTENTION: (*cases.INPUT_NAMES, "coefficient", "causal")})
 
 
 def lambda_request(case: LambdaCase, requires_grad: bool = False) -> Request:

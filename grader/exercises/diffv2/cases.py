@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -351,6 +352,15 @@ def reflagged(base: Case, rng: np.random.Generator) -> Case:
     """``base`` with new values of the same shapes and dtype and the other causal flag: False after a mask, and after
     causal=False the argument left out (the default, True, must apply whatever came before)."""
     return redrawn(replace(base, causal=None if base.causal is False else False), rng)
+
+
+def changed_alone(base: Case, rng: np.random.Generator, name: str) -> Case:
+    """``base`` with only the argument ``name`` given another value: new values for a tensor, the other causal flag (after
+    causal=False the argument left out: the default must apply)."""
+    if name == "causal":
+        return replace(base, causal=None if base.causal is False else False)
+    tensor: dict[str, Any] = {name: domain.fresh_like(rng, getattr(base, name), base.dtype)}
+    return replace(base, **tensor)
 
 
 def resized(base: Case, rng: np.random.Generator, decoding: bool) -> Case:

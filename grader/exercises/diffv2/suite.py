@@ -371,17 +371,19 @@ def diff_bindings(seed: int) -> list[Case]:
 
 SEQUENCE_SETS = CaseSets()
 """The call sequences: pairs of calls, kept apart from :data:`SETS`, whose members are single calls."""
-VARIATIONS = Variations(cases.redrawn, cases.retyped, cases.reflagged, cases.resized, shuffled=cases.shuffled)
+VARIATIONS = Variations(cases.redrawn, cases.retyped, cases.reflagged, cases.resized, shuffled=cases.shuffled, alone=cases.changed_alone,
+                        arguments=cases.PARAMETERS)
 
 
 def _first_call(rng: np.random.Generator, function: str, how: FirstCall) -> Case:
     """The first call of a sequence (see :func:`sequences`): a length of the whole domain (what a function keeps between calls
-    of one shape, such as a workspace, may depend on it), heads drawn, D up to 8; or at the fresh length it is given, with one
+    of one shape, such as a workspace, may depend on it) or up to the length ``how`` gives, heads drawn, D up to 8; or at the fresh length it is given, with one
     pair of query heads on one key/value head and D up to 4 (the length is what matters; the oracle's cost)."""
     if how.fresh_length:
         dims = cases.shape(rng, function, how.fresh_length, how.fresh_length, 4, head_counts=(2, 1))
     else:
-        dims = cases.shape(rng, function, 1 if how.decoding else 2, 1 if how.decoding else domain.LONGEST, 8)
+        longest = 1 if how.decoding else how.longest or domain.LONGEST
+        dims = cases.shape(rng, function, min(2, longest), longest, 8)
     return cases.case(rng, function, dims, how.dtype, how.causal, grad_mode=how.grad_mode)
 
 
