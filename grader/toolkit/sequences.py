@@ -21,7 +21,7 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
-from grader.core.invoke import Outcome, Request, TensorInput, invoke_each
+from grader.core.invoke import Call, Outcome, Request, TensorInput, invoke_each
 from grader.core.plugin import GradingContext
 from grader.toolkit import domain, verdicts
 from grader.toolkit.casesets import CaseSet
@@ -184,18 +184,16 @@ def joined_request(sequence: CallSequence[Any], request_of: RequestOf) -> Reques
         return replace(second, calls=(*first.calls, *second.calls), inputs=first.inputs + second.inputs,
                        backward_from=len(first.calls) + second.backward_from, also_backward=((first.backward_from, first.cotangent),))  # fmt: skip
     call = first.calls[-1]
+    swap: dict[int, TensorInput] = {}  # a tensor of the second call's request -> the first call's, passed in its place
     if sequence.kind in ("refill", "refill_data"):
         inputs = [a for a in (*call.args, *call.kwargs.values()) if isinstance(a, TensorInput)]
-        later = second.calls[-1]
-        again = [a for a in (*later.args, *later.kwargs.values()) if isinstance(a, TensorInput)]
+        again = [a for a in (*second.calls[-1].args, *second.calls[-1].kwargs.values()) if isinstance(a, TensorInput)]
         swap = {id(new): old for new, old in zip(again, inputs)}
-        call = replace(
-            later,
-            args=tuple(swap.get(id(a), a) for a in later.args),
-            kwargs={name: swap.get(id(a), a) for name, a in later.kwargs.items()},
-            refill=tuple((old, new.values) for new, old in zip(again, inputs)),
-            refill_through_data=sequence.kind == "refill_data",
-        )
+        call = replace(_passed_as(second.calls[-1], swap), refill=tuple((old, new.values) for new, old in zip(again, inputs)),
+                       refill_through_data=sequence.kind == "refill_data")  # fmt: skip
+    elif sequence.kind in domain.ONE_ARGUMENT:
+        swap = _unchanged(call, second.calls[-1])
+        call = _passed_as(second.calls[-1], swap)
     elif sequence.kind == "retrained":
         first = replace(first, calls=(*first.calls[:-1], replace(call, grad_mode=sequence.first.grad_mode)))
     elif sequence.kind in ("stepped", *domain.ONE_CALL):
@@ -204,33 +202,35 @@ def joined_request(sequence: CallSequence[Any], request_of: RequestOf) -> Reques
         first = replace(first, calls=(*first.calls[:-1], now))
         if sequence.kind in domain.ONE_CALL:
             return first
-    elif sequence.kind in domain.ONE_ARGUMENT:
-        return _passed_again(first, second)
     elif sequence.kind != "repeat":
         call = replace(second.calls[-1], release=sequence.kind == "reallocate")
     numbered = first.inputs if sequence.kind in ("repeat", "refill", "refill_data", "retrained", "stepped") else second.inputs
+    numbered = tuple(swap.get(id(t), t) for t in numbered)
     return replace(second, calls=(*first.calls, call), backward_from=None if second.backward_from is None else len(first.calls), inputs=numbered)
 
 
-def _passed_again(first: Request, second: Request) -> Request:
-    """``first``'s call, then ``second``'s with each tensor that holds what the first call's tensor in the same place held
-    (values, dtype, layout, how it requires grad) passed as that same tensor object: only the tensor that changed is new."""
-    earlier, later = first.calls[-1], second.calls[-1]
+def _passed_as(call: Call, swap: Mapping[int, TensorInput]) -> Call:
+    """``call`` with each tensor argument that ``swap`` maps (by id) replaced by the tensor it maps it to."""
+    return replace(call, args=tuple(swap.get(id(a), a) for a in call.args), kwargs={name: swap.get(id(a), a) for name, a in call.kwargs.items()})
+
+
+def _unchanged(earlier: Call, later: Call) -> dict[int, TensorInput]:
+    """The tensors of ``later`` that hold what ``earlier``'s tensor in the same place (position or name) held, in values,
+    dtype, layout and how it requires grad, each mapped (by id) to that tensor of ``earlier``: what the second call of a
+    sequence that changes one argument alone passes again as the same object."""
     kept = ("dtype", "requires_grad", "layout", "activation", "held_grad", "parameter")
     swap: dict[int, TensorInput] = {}
     for old, new in [*zip(earlier.args, later.args), *((earlier.kwargs.get(name), a) for name, a in later.kwargs.items())]:
         if isinstance(old, TensorInput) and isinstance(new, TensorInput) and np.array_equal(old.values, new.values) \
                 and all(getattr(old, a) == getattr(new, a) for a in kept):  # fmt: skip
             swap[id(new)] = old
-    call = replace(later, args=tuple(swap.get(id(a), a) for a in later.args), kwargs={n: swap.get(id(a), a) for n, a in later.kwargs.items()})
-    numbered = tuple(swap.get(id(t), t) for t in second.inputs)
-    return replace(second, calls=(*first.calls, call), backward_from=None if second.backward_from is None else len(first.calls), inputs=numbered)
+    return swap
 
 
 _REQUESTS: Memo = {}
 
 
-def _option_changed(sequence: CallSequence[Any]) -> bool:
+def _non_tensor_changed(sequence: CallSequence[Any]) -> bool:
     """Whether ``sequence`` changes one argument alone and that argument is not a tensor (a flag, a number): a second call that
     returns the first call's result then ignored that argument (what the probes of the option, or the part that reads the
     number, name), not the inputs."""
@@ -393,7 +393,7 @@ class SequenceSuite:
                 found += self._crossed_backward(function, outcome, sequence)
             elif sequence.kind in SECOND_PASSES and failing.get(function, set()) <= set(SECOND_PASSES):
                 found += self._second_pass(function, outcome, sequence)
-            elif function in whole_answer and not _option_changed(sequence) and self.stale(outcome, sequence):
+            elif function in whole_answer and not _non_tensor_changed(sequence) and self.stale(outcome, sequence):
                 found.append(Finding(function, whole_answer[function], "forward", f"{function} answers with a result kept from an earlier call",
                                      f"When {function} was {SEQUENCE_KINDS[sequence.kind]}, the second call returned the first call's result: "
                                      "the answer is kept between calls (cached by id(), data_ptr(), shape or in a global) and is stale once the "

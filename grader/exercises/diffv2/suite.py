@@ -377,8 +377,9 @@ VARIATIONS = Variations(cases.redrawn, cases.retyped, cases.reflagged, cases.res
 
 def _first_call(rng: np.random.Generator, function: str, how: FirstCall) -> Case:
     """The first call of a sequence (see :func:`sequences`): a length of the whole domain (what a function keeps between calls
-    of one shape, such as a workspace, may depend on it) or up to the length ``how`` gives, heads drawn, D up to 8; or at the fresh length it is given, with one
-    pair of query heads on one key/value head and D up to 4 (the length is what matters; the oracle's cost)."""
+    of one shape, such as a workspace, may depend on it) or up to the length ``how`` gives, heads drawn, D up to 8; or at
+    the fresh length it is given, with one pair of query heads on one key/value head and D up to 4 (the length is what
+    matters; the oracle's cost)."""
     if how.fresh_length:
         dims = cases.shape(rng, function, how.fresh_length, how.fresh_length, 4, head_counts=(2, 1))
     else:
