@@ -224,6 +224,12 @@ def shuffled_like(rng: np.random.Generator, values: np.ndarray, dtype: str) -> n
     return exact(rng.permuted(array, axis=-1), dtype)
 
 
+def other_flag(flag: bool | None) -> bool | None:
+    """The other value of an optional flag whose default is True (None: left out): False after True or left out, and left out
+    after False, so that the default must apply whatever came before."""
+    return None if flag is False else False
+
+
 def keyword_order(rng: np.random.Generator, names: tuple[str, ...], binding: str) -> tuple[str, ...]:
     """A shuffled order of ``names`` for a call that passes every argument by name; () for the other bindings."""
     return tuple(str(n) for n in rng.permutation(names)) if binding == "names" else ()

@@ -227,14 +227,14 @@ def _unchanged(earlier: Call, later: Call) -> dict[int, TensorInput]:
     return swap
 
 
-_REQUESTS: Memo = {}
-
-
 def _non_tensor_changed(sequence: CallSequence[Any]) -> bool:
-    """Whether ``sequence`` changes one argument alone and that argument is not a tensor (a flag, a number): a second call that
-    returns the first call's result then ignored that argument (what the probes of the option, or the part that reads the
-    number, name), not the inputs."""
+    """Whether ``sequence`` changes one argument alone and its case holds that argument as no array (a flag, a number, a
+    coefficient however it is passed): a second call that returns the first call's result then ignored that argument (what
+    the probes of the option, or the part that reads it, name), not the inputs."""
     return sequence.kind in domain.ONE_ARGUMENT and not isinstance(getattr(sequence.first, sequence.changed, None), np.ndarray)
+
+
+_REQUESTS: Memo = {}
 
 
 def stale_input(name: str, when: str) -> tuple[str, str, str]:

@@ -452,26 +452,26 @@ def retyped(case: _AnyCase, rng: np.random.Generator) -> _AnyCase:
     return redrawn(replace(case, dtype="float64" if case.dtype == "float32" else "float32"), rng)
 
 
+def _reoptioned(case: _AnyCase, rng: np.random.Generator) -> _AnyCase:
+    """``case`` with another option and nothing else changed: the other causal flag (:func:`domain.other_flag`), another
+    lambda_init (0.2 to 0.6 above the one in effect)."""
+    changes: dict[str, Any] = ({"causal": domain.other_flag(case.causal)} if isinstance(case, AttentionCase)
+                               else {"lambda_init": round(case.effective_init + float(rng.uniform(0.2, 0.6)), 6)})  # fmt: skip
+    return replace(case, **changes)
+
+
 def reflagged(case: _AnyCase, rng: np.random.Generator) -> _AnyCase:
-    """``case`` with new values of the same shapes and dtype and another option: the other causal flag, another lambda_init."""
-    changes: dict[str, Any] = {}
-    if isinstance(case, AttentionCase):
-        changes["causal"] = None if case.causal is False else False  # after causal=False, the default (True) must apply
-    else:
-        changes["lambda_init"] = round(case.effective_init + float(rng.uniform(0.2, 0.6)), 6)
-    return redrawn(replace(case, **changes), rng)
+    """``case`` with new values of the same shapes and dtype and another option (:func:`_reoptioned`)."""
+    return redrawn(_reoptioned(case, rng), rng)
 
 
 def changed_alone(case: _AnyCase, rng: np.random.Generator, name: str) -> _AnyCase:
-    """``case`` with only the argument ``name`` given another value: new values for a tensor, another lambda_init (0.2 to
-    0.6 above the one in effect) or coefficient (0.3 to 1.2 away, its kind kept), the other causal flag (after
-    causal=False the argument left out: the default must apply)."""
+    """``case`` with only the argument ``name`` given another value: new values for a tensor, another option
+    (:func:`_reoptioned`) or coefficient (0.3 to 1.2 away, its kind kept)."""
+    if name in ("causal", "lambda_init"):
+        return _reoptioned(case, rng)
     changes: dict[str, Any]
-    if isinstance(case, LambdaCase) and name == "lambda_init":
-        changes = {name: round(case.effective_init + float(rng.uniform(0.2, 0.6)), 6)}
-    elif isinstance(case, AttentionCase) and name == "causal":
-        changes = {name: None if case.causal is False else False}
-    elif isinstance(case, AttentionCase) and name == "coefficient":
+    if isinstance(case, AttentionCase) and name == "coefficient":
         moved = case.coefficient + float(rng.choice((-1.0, 1.0)) * rng.uniform(0.3, 1.2))
         changes = {name: float(exact(moved, case.coefficient_dtype))}
     else:

@@ -349,16 +349,15 @@ def retyped(base: Case, rng: np.random.Generator) -> Case:
 
 
 def reflagged(base: Case, rng: np.random.Generator) -> Case:
-    """``base`` with new values of the same shapes and dtype and the other causal flag: False after a mask, and after
-    causal=False the argument left out (the default, True, must apply whatever came before)."""
-    return redrawn(replace(base, causal=None if base.causal is False else False), rng)
+    """``base`` with new values of the same shapes and dtype and the other causal flag (:func:`domain.other_flag`)."""
+    return redrawn(replace(base, causal=domain.other_flag(base.causal)), rng)
 
 
 def changed_alone(base: Case, rng: np.random.Generator, name: str) -> Case:
-    """``base`` with only the argument ``name`` given another value: new values for a tensor, the other causal flag (after
-    causal=False the argument left out: the default must apply)."""
+    """``base`` with only the argument ``name`` given another value: new values for a tensor, the other causal flag
+    (:func:`domain.other_flag`)."""
     if name == "causal":
-        return replace(base, causal=None if base.causal is False else False)
+        return replace(base, causal=domain.other_flag(base.causal))
     tensor: dict[str, Any] = {name: domain.fresh_like(rng, getattr(base, name), base.dtype)}
     return replace(base, **tensor)
 
