@@ -479,6 +479,57 @@ def test_a_gate_wrong_over_a_band_of_logits_away_from_zero_is_named_by_that_band
     assert all(f.component == "gate" for f in found.findings)
 
 
+DOUBLED_HEADS = """
+
+def gqa_attention(q, k, v, causal=True):
+    hq = q.shape[2]
+    while k.shape[2] < hq:  # BUG: doubling reaches h // G only when G is a power of two
+        k, v = (torch.stack((x, x), dim=3).flatten(2, 3) for x in (k, v))
+    k, v = k[:, :, :hq], v[:, :, :hq]
+    return _attend(q, k, v, causal)
+"""
+HEADS_IN_FOURS = """
+
+def gqa_attention(q, k, v, causal=True):
+    g = q.shape[2] // k.shape[2]
+    k, v = (x.repeat_interleave(g, dim=2) for x in (k, v))
+    out = torch.zeros_like(q)
+    for h in range(0, q.shape[2] - q.shape[2] % 4 or 4, 4):  # BUG: a last chunk of fewer than four heads is left at zero
+        out[:, :, h:h + 4] = _attend(q[:, :, h:h + 4], k[:, :, h:h + 4], v[:, :, h:h + 4], causal)
+    return out
+"""
+ATTEND = """
+
+def _attend(q, k, v, causal):
+    s = torch.einsum("bthd,bshd->bhts", q, k) / math.sqrt(q.shape[-1])
+    if causal:
+        t = q.shape[1]
+        s = s.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))
+    return torch.einsum("bhts,bshd->bthd", torch.softmax(s, dim=-1), v)
+"""
+
+
+@pytest.mark.parametrize("text, title", [
+    (REFERENCE, None),
+    (REFERENCE + ATTEND + DOUBLED_HEADS, "Query heads read the wrong key/value heads when G = 3"),
+    (REFERENCE + ATTEND + HEADS_IN_FOURS, "The output is wrong for some groupings of the heads only"),
+])  # fmt: skip
+def test_head_groupings_the_probes_own_sizes_miss_are_found_at_other_group_sizes(text: str, title: str | None) -> None:
+    """The probes' own sizes have G = 4; at G = 3, 5 and 6 and at three key/value heads, coded values read out which
+    key/value head each query head reads, and random ones tell groupings that fail from those that work."""
+    found = Found()
+    with ForkServer() as forks:
+        worker = Worker(text, "submission.py", [GQA, DIFF_V2], WorkerLimits(call_timeout_s=20), forks)
+        try:
+            assert worker.load()["status"] == "ok"
+            named = v2_probes.grouping_probe(worker, GQA, domain.generator(1, "probes"), found)
+        finally:
+            worker.close()
+    assert named is (title is not None)
+    assert [f.title for f in found.findings] == ([title] if title else [])
+    assert all((f.function, f.component) == (GQA, "heads") for f in found.findings)
+
+
 def test_tile_normalisers_merged_without_logaddexp_are_unstable_at_long_lengths(tmp_path: Path) -> None:
     """log(exp(a) + exp(b)) merging the normalisers of key tiles overflows only with two tiles or more: the stability probe's
     calls at 300 tokens name it, its calls at the probes' own length do not show it."""

@@ -6,15 +6,18 @@ missing λ_init, a changed default, missing exponentials, swapped or added
 terms, a clamp, a lambda_init transformed so that a negative one fails); each
 of the four vectors must matter; exponents of ±60 in float32 and 100 in
 float64 must give finite, right values; vectors of 1 to 257 elements, on
-both sides of block and lane sizes, must give the right λ. :func:`run` runs
-them after randomness and before the gradients
+both sides of block and lane sizes, must give the right λ; and when none of
+that finds a fault, λ's structure again with float32 vectors (a path taken
+for one dtype alone). :func:`run` runs them after randomness and before the
+gradients
 (:mod:`grader.toolkit.findings`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -25,7 +28,7 @@ from grader.toolkit.findings import (
     FLOAT32_LIKE, Found, GradientRun, gradients_probe, is_right, layout_probe, precision_finding, randomness_probe, replayed_runs,
     rounding_probe,
 )  # fmt: skip
-from grader.toolkit import probes
+from grader.toolkit import domain, probes
 from grader.toolkit.domain import exact
 from grader.toolkit.probes import Perturbation, Values
 from grader.worker.client import Worker
@@ -89,30 +92,52 @@ def _line(direction: np.ndarray, branch: int, t: float) -> dict[str, np.ndarray]
     return {n: pair.get(n, zero) for n in LAMBDA_NAMES} | {"lambda_init": np.asarray(LAMBDA_INIT)}
 
 
-def lambda_structure_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool:
-    """λ at zero vectors and along a line in each exponent; whether it strays from exp(q1·k1) − exp(q2·k2) + λ_init."""
+ROUNDING = {"float64": (1e-6, 1e-9), "float32": (1e-5, 1e-6)}
+"""What each dtype's rounding allows the structure probe's answers (relative, absolute)."""
+
+
+def lambda_structure_probe(worker: Worker, rng: np.random.Generator, found: Found, dtype: str = "float64") -> bool:
+    """λ at zero vectors and along a line in each exponent (vectors of ``dtype``); whether it strays from
+    exp(q1·k1) − exp(q2·k2) + λ_init. With float32 vectors the findings say that float64 ones are right."""
     direction = rng.standard_normal(3)
     direction /= np.linalg.norm(direction)
     zero = {n: np.zeros(3) for n in LAMBDA_NAMES}
     points = [{**zero, "lambda_init": np.asarray(LAMBDA_INIT)}, zero] + [_line(direction, b, t) for b in (1, 2) for t in LINE]
     points += [{**zero, "lambda_init": np.asarray(0.0)}, {**zero, "lambda_init": np.asarray(-LAMBDA_INIT)}]
-    found.probes.append(f"{LAMBDA}: at zero vectors and along a line")
-    answers = probes.sweep(worker, lambda_subject(), points)
+    found.probes.append(f"{LAMBDA}: at zero vectors and along a line" + ("" if dtype == "float64" else f", {dtype} vectors"))
+    answers = probes.sweep(worker, lambda_subject(dtype), [{n: exact(v, dtype) if n in LAMBDA_NAMES else v for n, v in p.items()} for p in points])
     if any(g is None or g.size != 1 for g in answers):
         return False
     got = [float(np.asarray(g).reshape(())) for g in answers]
-    at_zero, default, given_zero, negative = got[0], got[1], got[-2], got[-1]
-    first, second = (np.array(got[2 + 3 * i : 5 + 3 * i]) - at_zero for i in range(2))
-    grow, line = np.expm1(np.array(LINE)), np.array(LINE)
+    rtol, atol = ROUNDING[dtype]
 
     def close(a: np.ndarray | float, b: np.ndarray | float) -> bool:
         """Equal but for rounding."""
-        return bool(np.allclose(a, b, rtol=1e-6, atol=1e-9))
+        return bool(np.allclose(a, b, rtol=rtol, atol=atol))
 
+    return found.first(LAMBDA, *(_for_dtype(dtype, candidate) for candidate in _structure_candidates(got, close)))
+
+
+def _for_dtype(dtype: str, candidate: tuple[bool, str, str, str, str]) -> tuple[bool, str, str, str, str]:
+    """A finding of the structure probe as it reads for vectors of ``dtype``: for float32, said to hold for float32 only."""
+    if dtype == "float64":
+        return candidate
+    holds, component, title, evidence, advice = candidate
+    return (holds, component, f"{title}, for {dtype} vectors only",
+            f"With {dtype} vectors (float64 ones give the right λ): {evidence[0].lower()}{evidence[1:]}",
+            f"{advice}; the same computation for every dtype (a path taken for {dtype} alone holds the fault)")
+
+
+def _structure_candidates(got: list[float], close: Callable[[Any, Any], bool]) -> tuple[tuple[bool, str, str, str, str], ...]:
+    """The structure probe's findings from its answers ``got`` (λ at zero vectors, with lambda_init omitted, along the line in
+    each exponent, with lambda_init 0 and negative), most specific first: (condition, component, title, evidence, advice)."""
+    at_zero, default, given_zero, negative = got[0], got[1], got[-2], got[-1]
+    first, second = (np.array(got[2 + 3 * i : 5 + 3 * i]) - at_zero for i in range(2))
+    grow, line = np.expm1(np.array(LINE)), np.array(LINE)
     right = close(at_zero, LAMBDA_INIT) and close(first, grow) and close(second, -grow)
     formula = "λ = exp(q1·k1) − exp(q2·k2) + λ_init"
-    return found.first(
-        LAMBDA,
+    times = round(at_zero / LAMBDA_INIT)
+    return (
         (close(at_zero, LAMBDA_INIT) and not close(default, 0.2), "lambda", f"The default lambda_init is {default:.4g}, not 0.2",
          f"With lambda_init left out and all four vectors zero, λ is {default:.4g}; it must be the default 0.2.", "declare `lambda_init: float = 0.2`"),
         (close(at_zero, LAMBDA_INIT) and close(default, 0.2) and not close(given_zero, 0.0), "lambda", "lambda_init = 0 is not used as given",
@@ -132,6 +157,11 @@ def lambda_structure_probe(worker: Worker, rng: np.random.Generator, found: Foun
          f"With all four vectors zero, λ is {LAMBDA_INIT} for lambda_init = {LAMBDA_INIT} but {negative:.4g} for lambda_init = "
          f"{-LAMBDA_INIT}: λ_init must be added as it is, whatever its sign (a log or a square root of it is NaN below zero).",
          "add lambda_init to the difference of exponentials, without transforming it"),
+        (close(first, grow) and close(second, -grow) and times not in (0, 1) and close(at_zero, times * LAMBDA_INIT), "lambda",
+         f"lambda_init is added {'twice' if times == 2 else f'{times} times'}",
+         f"With all four vectors zero and lambda_init = {LAMBDA_INIT}, λ is {at_zero:.4g} = {times} × λ_init, and along a line it "
+         "follows the exponentials as it should: λ_init is added more than once (by a helper and again by its caller?).",
+         "add lambda_init once, to the difference of exponentials"),
         (not right, "lambda", "λ does not follow exp(q1·k1) − exp(q2·k2) + λ_init",
          f"At zero vectors λ is {at_zero:.4g} (λ_init = {LAMBDA_INIT}); along a line where q1·k1 goes from {LINE[0]} to {LINE[-1]} it changes by "
          f"{', '.join(f'{x:.3g}' for x in first)} instead of {', '.join(f'{x:.3g}' for x in grow)}.", f"{formula}, with dot products q·k = Σ_d q_d k_d"),
@@ -223,6 +253,7 @@ def run(worker: Worker, rng: np.random.Generator, found: Found, forward: bool, g
             return  # rounded to a lower precision: what the other probes would read out of λ, or differentiate, is its noise
         localised = lambda_structure_probe(worker, rng, found) or lambda_dependence_probe(worker, rng, found)
         localised = localised or lambda_range_probe(worker, rng, found) or lambda_length_probe(worker, rng, found)
+        localised = localised or lambda_structure_probe(worker, domain.offshoot(rng, "float32 structure"), found, "float32")
         if not localised and base.size == 1:
             precision_finding(found, LAMBDA, base.reshape(()), np.asarray(lambda_truth(values))) or layout_probe(worker, lambda_subject, values, found, handled_by=PARAMETER_COMPONENTS[LAMBDA])
     if gradients:

@@ -36,6 +36,10 @@ forward's fault once one has localised it:
   stops short of 0 and 1: a clamp or an ε), and a finite gradient for ℓ;
   then float64 logits from −60 to 60, one per token and pair: a band of
   large logits alone wrong is the gate's (a softplus threshold, a clamp);
+* **groupings** (when the output is right at the probes' own G = 4): at
+  G = 3, 5 and 6, three key/value heads, and G = 1 and 2 beside them,
+  values coded per key/value head say which one each query head reads, and
+  random values which groupings are wrong;
 * **long sequences, stability, layouts, precision** (T = 33, 65, 100 and 300,
   causal and not, past common block sizes; float32 logits of hundreds, also
   at 300 tokens;
@@ -821,6 +825,85 @@ def _long_gates_probe(worker: Worker, long: Values, found: Found) -> bool:
     return True
 
 
+# (Hq, Hkv) of the grouping probe: group sizes that are not powers of two (3, 5, 6, 10), a number of key/value heads that is
+# not one either (3), and G = 1 and 2 beside them, so that what goes wrong with some groupings is told from what never works
+GROUPINGS = {GQA: ((3, 1), (6, 2), (9, 3), (10, 2), (4, 4), (6, 3)), DIFF_V2: ((6, 1), (12, 2), (18, 3), (20, 2), (6, 3), (8, 2))}
+GROUPING_T, GROUPING_D = 5, 3
+
+
+def _grouping_points(function: str, rng: np.random.Generator) -> list[dict[str, np.ndarray]]:
+    """For each grouping of :data:`GROUPINGS` (one batch element, :data:`GROUPING_T` tokens of :data:`GROUPING_D` features):
+    values the same at every token, feature c of key/value head g coded 1 + g·D + c (with diff_v2_attention's gate shut,
+    then at ℓ = 0), then random values and gate logits."""
+    points = []
+    for hq, hkv in GROUPINGS[function]:
+        q, k = rng.standard_normal((1, GROUPING_T, hq, GROUPING_D)), rng.standard_normal((1, GROUPING_T, hkv, GROUPING_D))
+        coded = np.broadcast_to(1.0 + np.arange(hkv * GROUPING_D, dtype=np.float64).reshape(hkv, GROUPING_D), (1, GROUPING_T, hkv, GROUPING_D))
+        gates = (GATE_OFF, 0.0) if function == DIFF_V2 else (0.0,)
+        points += [{"q": q, "k": k, "v": coded.copy(), "lambda_logits": np.full((1, GROUPING_T, hq // 2), gate)} for gate in gates]
+        points.append({"q": q, "k": k, "v": rng.standard_normal(k.shape), "lambda_logits": 1.5 * rng.standard_normal((1, GROUPING_T, hq // 2))})
+    return points
+
+
+def _heads_read(out: np.ndarray | None, heads: int) -> list[int] | None:
+    """Which key/value head each of ``heads`` output heads reads, from an output on coded values (each entry the code of
+    the value feature it reads); None when some entry is not one feature (maps whose rows do not sum to 1, mixed heads) or a
+    head reads features of several heads or at other positions."""
+    if out is None or out.shape[2] != heads or not np.isfinite(out).all():
+        return None
+    codes = np.round(out - 1.0)
+    if np.abs(out - 1.0 - codes).max() > FITS or codes.min() < 0:
+        return None
+    read, features = np.divmod(codes.astype(int), GROUPING_D)
+    if (features != np.arange(GROUPING_D)).any() or (read != read[:, :1, :, :1]).any():
+        return None
+    return [int(g) for g in read[0, 0, :, 0]]
+
+
+def grouping_probe(worker: Worker, function: str, rng: np.random.Generator, found: Found) -> bool:
+    """``function`` at the groupings of :data:`GROUPINGS` (causal=False): a finding when query heads read other key/value
+    heads than h // G (read out with coded values), or when the output is wrong at some groupings and right at others;
+    whether there was one."""
+    found.probes.append(f"{function}: key/value heads read at Hq, Hkv = " + ", ".join(f"{hq}, {hkv}" for hq, hkv in GROUPINGS[function]))
+    points = _grouping_points(function, domain.offshoot(rng, "groupings"))
+    outs = probes.sweep(worker, subject(function, False), points)
+    per = 3 if function == DIFF_V2 else 2
+    wrong_reads: list[tuple[int, int, list[int]]] = []
+    right_values: list[tuple[int, int]] = []
+    wrong_values: list[tuple[int, int]] = []
+    for n, (hq, hkv) in enumerate(GROUPINGS[function]):
+        coded, plain = outs[n * per:(n + 1) * per - 1], outs[(n + 1) * per - 1]
+        if function == GQA:
+            read = _heads_read(coded[0], hq)
+        else:
+            even = _heads_read(coded[0], hq // 2)
+            odd = None if coded[0] is None or coded[1] is None or coded[0].shape != coded[1].shape else _heads_read(2.0 * (coded[0] - coded[1]), hq // 2)
+            read = None if even is None or odd is None else [g for pair in zip(even, odd) for g in pair]
+        if read is not None and read != [h // (hq // hkv) for h in range(hq)]:
+            wrong_reads.append((hq, hkv, read))
+        (right_values if is_right(plain, truth(function, points[(n + 1) * per - 1], False)) else wrong_values).append((hq, hkv))
+    described = lambda hq, hkv: f"Hq = {hq}, Hkv = {hkv} (G = {hq // hkv})"  # noqa: E731
+    if wrong_reads:
+        hq, hkv, read = wrong_reads[0]
+        others = [described(q, kv) for q, kv, _ in wrong_reads[1:]]
+        fine = [described(q, kv) for q, kv in GROUPINGS[function] if all((q, kv) != (w[0], w[1]) for w in wrong_reads)]
+        found.add(function, "heads", "forward", f"Query heads read the wrong key/value heads when G = {hq // hkv}",
+                  f"With values the same at every token, each output is the value feature it reads{'' if function == GQA else ' (with the gate shut, then at ℓ = 0, which gives the odd heads too)'}. "
+                  f"At {described(hq, hkv)} query heads 0 to {hq - 1} read key/value heads {read}, not h // G = "
+                  f"{[h // (hq // hkv) for h in range(hq)]}" + (f"; also wrong at {', '.join(others)}" if others else "")
+                  + (f"; right at {', '.join(fine)}." if fine else "."),
+                  "give query head h key/value head h // G whatever G is: k.repeat_interleave(G, dim=2), the same for v")  # fmt: skip
+        return True
+    if wrong_values and right_values:
+        found.add(function, "heads", "forward", "The output is wrong for some groupings of the heads only",
+                  f"With random inputs (causal=False), your output is wrong at {', '.join(described(*w) for w in wrong_values)} and right at "
+                  f"{', '.join(described(*r) for r in right_values)}: the heads are grouped, repeated or looped over in a way that "
+                  "holds for some numbers of heads only.",
+                  "treat Hq and Hkv as any sizes with Hq a multiple of Hkv: G = Hq // Hkv, query head h reads key/value head h // G")  # fmt: skip
+        return True
+    return False
+
+
 REARRANGED = "build [B, T, H, D] by indexing and transposing, not by stacking on another axis and reshaping"
 """What to do when the output holds the right numbers in other places."""
 PERMUTED = " with inputs, and so the incoming gradient, stored with tokens and heads swapped (an output read through a transpose)"
@@ -893,7 +976,7 @@ def run(worker: Worker, function: str, rng: np.random.Generator, found: Found, f
         if not localised and function == DIFF_V2:  # (the sweep needs no right base: it is right over the ordinary logits or finds nothing)
             localised = (right and saturated_probe(worker, values, found, gradients, source)) or gate_range_probe(worker, values, found)
         if right and not localised:
-            length_probe(worker, function, rng, found) or width_probe(worker, function, rng.spawn(1)[0], found) or \
+            grouping_probe(worker, function, rng, found) or length_probe(worker, function, rng, found) or width_probe(worker, function, rng.spawn(1)[0], found) or \
                 stability_probe(worker, function, values, rng, found) or \
                 padding_probe(worker, function, values, found) or \
                 findings.value_edges_probe(worker, subject(function, True, "float32"), {n: exact(x, "float32") for n, x in values.items()}, "v", 2,

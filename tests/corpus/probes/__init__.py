@@ -235,6 +235,7 @@ VARIANTS: dict[str, tuple[str, str, str, str]] = {
     "value_half_zero_padded": (_OUT, "torch.nn.functional.pad(((_map(q1, k1, causal) - coefficient * _map(q2, k2, causal)) "
                                "@ value[..., :value.shape[-1] // 2]), (0, value.shape[-1] // 2))", _A, "value"),
     "lambda_clamped_at_its_probe_value": (_LAMBDA, "(" + _LAMBDA + ").clamp(0.5, 1)", _L, "lambda"),
+    "lambda_init_twice_on_the_float32_path": (_LAMBDA, "(" + _LAMBDA + ") + (lambda_init if q1.dtype == torch.float32 else 0.0)", _L, "lambda"),
     "value_halves_swapped": ("@ value\n", "@ value.roll(value.shape[-1] // 2, -1)\n", _A, "value"),
     "output_reshaped_not_transposed": (_OUT, "(" + _OUT + ").transpose(1, 2).contiguous().reshape(value.shape)", _A, "value"),
     "branch_weights_repeated_over_the_batch": (_OUT, "(torch.stack([torch.ones_like(torch.as_tensor(coefficient, dtype=value.dtype)), "
