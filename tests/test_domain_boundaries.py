@@ -77,10 +77,11 @@ def test_tied_branches_and_tied_pairs_are_differentiated(seed: int) -> None:
 @pytest.mark.parametrize("seed", SEEDS)
 def test_the_coefficient_set_has_one_pair_of_branch_inputs_tied_at_coefficient_one(seed: int) -> None:
     """attention_coefficients holds q2 = q1 (keys that differ) and k2 = k1 (queries that differ), each at coefficient 1, as
-    distinct tensors, before its calls that pass one tensor object for several arguments."""
+    distinct tensors, just before its three calls that pass one tensor object for several arguments."""
     found = attention_suite.attention_coefficients(seed)
     tied_queries, tied_keys = [c for c in found if c.note in ("q2 = q1", "k2 = k1")]
-    assert not (tied_queries.one_object or tied_keys.one_object) and all(c.one_object for c in found[next(i for i, c in enumerate(found) if c is tied_keys) + 1 :])
+    after = next(i for i, c in enumerate(found) if c is tied_keys) + 1
+    assert not (tied_queries.one_object or tied_keys.one_object) and [bool(c.one_object) for c in found[after:after + 4]] == [True] * 3 + [False]
     assert (tied_queries.note, tied_keys.note) == ("q2 = q1", "k2 = k1") and tied_queries.coefficient == tied_keys.coefficient == 1.0
     assert np.array_equal(tied_queries.q1, tied_queries.q2) and not np.array_equal(tied_queries.k1, tied_queries.k2)
     assert np.array_equal(tied_keys.k1, tied_keys.k2) and not np.array_equal(tied_keys.q1, tied_keys.q2)

@@ -54,14 +54,20 @@ def test_each_diff_v2_large_logit_set_ends_with_the_same_three_edges(seed: int) 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_lambda_sets_reach_exponents_below_underflow_far_apart_and_a_hair_apart(seed: int) -> None:
     """lambda_limits ends with both exponents below where exp underflows (λ = λ_init exactly); lambda_values with one exponent
-    of 30 to 60 beside one within ±3 (every vector trainable) and with two exponents 0.001 to 0.01 apart in float64."""
+    of 30 to 60 beside one within ±3 (every vector trainable), the first or the second the larger, in both dtypes, and with
+    two exponents 0.001 to 0.01 apart in float64."""
     for case in attention_suite.lambda_limits(seed)[-2:]:
         exponents = attention_oracle.lambda_exponents(*case.vectors)
         assert max(exponents) < -attention_cases.EXP_LIMIT[case.dtype]
         assert attention_expected.lambda_value(case).values == case.effective_init
-    distant, near = attention_suite.lambda_values(seed)[-2:]
-    low, high = sorted(attention_oracle.lambda_exponents(*distant.vectors))
-    assert distant.dtype == "float32" and distant.frozen == () and 30 <= high <= 60.01 and -3.01 <= low <= 3.01
+    *distant, near = attention_suite.lambda_values(seed)[-5:]
+    orders = set()
+    for case in distant:
+        exponents = attention_oracle.lambda_exponents(*case.vectors)
+        low, high = sorted(exponents)
+        assert case.frozen == () and 30 <= high <= 60.01 and -3.01 <= low <= 3.01
+        orders.add((case.dtype, exponents[0] > exponents[1]))
+    assert orders == {("float32", True), ("float32", False), ("float64", True), ("float64", False)}
     gap = abs(np.subtract(*attention_oracle.lambda_exponents(*near.vectors)))
     assert near.dtype == "float64" and 0.001 - 1e-9 <= gap <= 0.01 + 1e-9
 

@@ -799,8 +799,8 @@ def test_a_maximum_pass_that_skips_the_last_key_block_is_unstable_at_long_length
 
 
 def test_a_fault_of_integer_coefficients_only_is_placed_by_the_calls_that_met_it(tmp_path: Any) -> None:
-    """An integer tensor coefficient taken as a percentage: the probes pass float coefficients and see nothing, so the value
-    checks' calls place it: wrong exactly when the coefficient is an int64 tensor."""
+    """An integer tensor coefficient taken as a percentage: the probes' float coefficients see nothing, and their 0-dim
+    coefficients of every dtype the contract allows are wrong for the integer ones alone, where Python floats are right."""
     source = (ROOT / "tests" / "corpus" / "correct" / "einsum.py").read_text()
     path = tmp_path / "integer_percent.py"
     path.write_text(source.replace("coefficient * s2.softmax(-1)",
@@ -808,7 +808,8 @@ def test_a_fault_of_integer_coefficients_only_is_placed_by_the_calls_that_met_it
                                    "else coefficient) * s2.softmax(-1)"))
     first = run_warm([str(path), "--seed", "3", "--no-preview", "--tiers", "T2"], tmp_path).report["diagnosis"]["root_causes"][0]
     assert (first["function"], first["component"]) == (A, "coefficient")
-    assert first["title"] == f"{A} gives wrong values when the coefficient is 0-dim int64 tensor"
+    assert first["title"] == "A coefficient of another dtype than the inputs' gives wrong values"
+    assert "int8 -127, int8 127, int16 -32767" in first["evidence"] and "right for tensors of float16" in first["evidence"]
 
 
 def test_one_map_shared_by_tied_branches_is_found_by_the_gradients_of_tied_inputs(tmp_path: Any) -> None:

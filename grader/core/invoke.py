@@ -32,8 +32,8 @@ HELD_GRAD = 0.25  # every element of the .grad that an input given as a "held_gr
 
 @dataclass(frozen=True, eq=False)
 class TensorInput:
-    """An input tensor: float64 values (exact in ``dtype``: float32, float64, or int64 for an input that never
-    requires grad), dtype, grad flag, memory layout, and how one that requires grad is given: as an activation (a
+    """An input tensor: float64 values (exact in ``dtype``: float32 or float64; a 0-dim coefficient may also be float16,
+    bfloat16 or a signed integer dtype), dtype, grad flag, memory layout, and how one that requires grad is given: as an activation (a
     non-leaf view of the leaf its gradient is read from, as the outputs of a model's earlier layers are), or as a leaf that
     already holds a ``.grad`` (``held_grad``: as after an earlier micro-batch of gradient accumulation), which the call must
     leave as it was, or as a leaf ``torch.nn.Parameter`` (``parameter``: as a model's weights are)."""

@@ -196,7 +196,17 @@ def offshoot(rng: np.random.Generator, name: str) -> np.random.Generator:
 
 def exact(values: Any, dtype: str) -> np.ndarray:
     """Round float64 values to ``dtype`` and back, so both sides see the same numbers."""
+    if dtype == "bfloat16":
+        return _bfloat16(values)
     return np.asarray(values, dtype=dtype).astype(np.float64)
+
+
+def _bfloat16(values: Any) -> np.ndarray:
+    """Finite values rounded as torch rounds them to bfloat16 (to float32, then to its top 16 bits, ties to even), in
+    float64: numpy has no bfloat16."""
+    bits = np.asarray(values, dtype=np.float64).astype(np.float32).view(np.uint32).astype(np.uint64)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000).astype(np.uint32)
+    return rounded.view(np.float32).astype(np.float64)
 
 
 def signed_uniform(rng: np.random.Generator, low: float, high: float, size: int | tuple[int, ...] | None = None) -> Any:
@@ -751,6 +761,25 @@ def past_every_block_of_problems(rng: np.random.Generator, multiple: int = 1) ->
     batch = int(rng.integers(1, 4))
     heads = [h for h in range(largest // batch + 1, LONGEST // batch + 1) if batch * h % smallest and h % multiple == 0]
     return batch, int(rng.choice(heads))
+
+
+SIGNIFICANT_BITS = {"bfloat16": 8, "float16": 11, "float32": 24, "float64": 53}
+
+
+def inexact_complement(rng: np.random.Generator, dtype: str) -> float:
+    """A number of ``dtype``, of either sign, with magnitude in [0.25, 0.5) and an odd multiple of ``dtype``'s spacing
+    there: 1 − c and 1 + c, whose spacing is twice as wide, are not numbers of ``dtype``, so a rewrite that computes them
+    in the coefficient's own dtype (the row sums 1 − λ, say) rounds them where the inputs' dtype would not."""
+    bits = SIGNIFICANT_BITS[dtype]
+    odd = 2 * int(rng.integers(2 ** (bits - 2), 2 ** (bits - 1))) + 1  # in [2^(p−1), 2^p): the magnitude in [0.25, 0.5)
+    return float(rng.choice((-1.0, 1.0)) * odd * 2.0 ** (-1 - bits))
+
+
+def integer_ends(dtype: str) -> tuple[int, int]:
+    """The least and greatest values of the signed integer ``dtype`` that the contract allows for a coefficient: one above
+    its least value (whose negation wraps around to itself), and its greatest."""
+    info = np.iinfo(dtype)
+    return int(info.min) + 1, int(info.max)
 
 
 def coinciding_sizes(rng: np.random.Generator) -> tuple[int, int]:

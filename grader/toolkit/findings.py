@@ -174,20 +174,21 @@ def scale_free(doubled: np.ndarray, plain: np.ndarray) -> bool:
     return bool(np.abs(doubled - plain).max(initial=0.0) <= 0.1 * np.abs(plain).max(initial=0.0))
 
 
-def _reordered_tokens(out: np.ndarray | None, expected: np.ndarray, axis: int) -> bool:
-    """Whether ``out`` holds the right output of every token, but some at another token's place (rows along ``axis`` a
-    permutation of the expected ones other than the identity, each row matched exactly)."""
+def _moved_tokens(out: np.ndarray | None, expected: np.ndarray, axis: int) -> str | None:
+    """"order" when ``out`` holds the right output of every token, but some at another token's place (rows along ``axis`` a
+    permutation of the expected ones other than the identity, each row matched exactly); "copies" when every row is some
+    token's right output and some tokens' outputs stand in several places (others' lost); else None."""
     if out is None or out.shape != expected.shape:
-        return False
+        return None
     got = np.moveaxis(out, axis, 0).reshape(out.shape[axis], -1)
     want = np.moveaxis(expected, axis, 0).reshape(expected.shape[axis], -1)
     tolerance = RIGHT * max(1.0, float(np.max(np.abs(want), initial=0.0)))
     with np.errstate(invalid="ignore"):
         matches = np.abs(got[:, None, :] - want[None, :, :]).max(axis=-1) <= tolerance
-    if not matches.any(axis=1).all():
-        return False
+    if not matches.any(axis=1).all() or matches[np.arange(len(got)), np.arange(len(got))].all():
+        return None
     order = matches.argmax(axis=1)
-    return len(set(order.tolist())) == len(order) and bool(np.any(order != np.arange(len(order))))
+    return "order" if len(set(order.tolist())) == len(order) else "copies"
 
 
 def width_probe(worker: Worker, function: str, subject: Subject, points: Sequence[Values], widths: Sequence[int],
@@ -267,11 +268,20 @@ def length_probe(worker: Worker, function: str, subject: Callable[[bool], Subjec
                   "largest logit, a sum of exponentials taken unshifted).",
                   "subtract each row's largest logit (its value) before exp: every exponent is then at most 0, the largest 0")  # fmt: skip
         return True
-    if all(_reordered_tokens(out, expected, tokens.output_axis) for out, expected in failed):
+    moved = {_moved_tokens(out, expected, tokens.output_axis) for out, expected in failed}
+    if moved == {"order"}:
         found.add(function, tokens.assembly, "forward", "On long sequences the output's tokens come back in another order",
                   f"Your output is {span}, and then every token's output is right but in another token's place: the blocks or "
                   "chunks of a long sequence are put back together in the wrong order.",
                   "assemble the chunks in the order of their first token (torch.cat of chunks visited first to last)")  # fmt: skip
+        return True
+    if None not in moved:
+        found.add(function, tokens.assembly, "forward", "On long sequences some tokens' outputs are copies of other tokens'",
+                  f"Your output is {span}, and then every token's output is some token's right output, but some stand in several "
+                  "places and others are lost: the chunks of a long sequence are written into one buffer that later chunks "
+                  "overwrite (results kept as views of a reused buffer), or put back over one another.",
+                  "give every chunk's result memory of its own (a new tensor per chunk, or .clone() before the buffer is reused), "
+                  "and put each at its own tokens")  # fmt: skip
         return True
     longest = max(failing)
     if _unread_keys(worker, function, subject(False), points[list(lengths).index(longest)], tokens, span, found):
@@ -928,6 +938,29 @@ def large_logit_failures(
     words = list(dict.fromkeys(kinds[kind] + ("" if length == short else f" (at {length} tokens)") for (kind, length), _ in failed))
     broken = any(out is not None and not np.isfinite(out).all() for _, out in failed)
     return [key for key, _ in failed], words, "NaN or infinite" if broken else "wrong"
+
+
+def unmasked_large_logits_finding(worker: Worker, subject: Subject, kinds: Mapping[str, str], cases: Mapping[tuple[str, int], Values],
+                                  ordinary: Sequence[Values], short: int, truth: Callable[[Values], np.ndarray], found: Found,
+                                  advice: str) -> bool:  # fmt: skip
+    """The float32 large-logit ``cases`` of a stability probe whose causal calls were right, again with ``subject`` (the
+    function with causal=False, against ``truth``), beside its ``ordinary`` calls at the lengths of the cases (the probes'
+    own ``short`` first): a stability finding when some fail at lengths where ordinary logits are right (a shift taken over
+    the keys a causal row sees, such as a running maximum, falls short of a row that sees them all); whether there was one."""
+    found.probes.append(f"{subject.function}: float32 logits of hundreds with causal=False")
+    outputs = probes.sweep(worker, subject, [*cases.values(), *ordinary])
+    lengths = sorted({length for _, length in cases})
+    judged = [t for t, out, point in zip(lengths, outputs[len(cases):], ordinary) if is_right(out, truth(point), FLOAT32_LIKE)]
+    _, failing, bad = large_logit_failures(kinds, cases, outputs[: len(cases)], judged, short,
+                                           lambda out, case: not is_right(out, truth(case), FLOAT32_LIKE))  # fmt: skip
+    if not failing:
+        return False
+    found.add(subject.function, "stability", "forward", "The softmax is not numerically stable in float32 with causal=False",
+              f"With large float32 logits and causal=False, your output is {bad} when {' / '.join(failing)}; with the causal mask, "
+              "and with ordinary logits, it is right: the shift taken before exp falls short of the largest logit of a row that "
+              "sees every key (a maximum over the keys up to the query, such as a running maximum, or over a causal row's "
+              "visible keys?).", advice)  # fmt: skip
+    return True
 
 
 def large_logit_finding(found: Found, function: str, failing: Sequence[str], bad: str, leaked: bool, advice: str,

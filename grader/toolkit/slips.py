@@ -395,8 +395,9 @@ def _refused_parameter(code: Sequence[tuple[str, str, str]], source: str | None,
     return named[0] if len(components) == 1 else None
 
 
-VALUE_QUOTED = re.compile(r"-?\d+\.\d+(?:e[-+]?\d+)?|-?\d+e[-+]?\d+", re.IGNORECASE)
-"""A real number an exception's message quotes (a refused value, which differs from call to call; sizes are integers)."""
+VALUE_QUOTED = re.compile(r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?", re.IGNORECASE)
+"""A number an exception's message quotes: a refused value or a size, which differ from call to call while the message
+says the same thing (an attention mask of [5, 5] that should be [2, 2], and one of [6, 6] that should be [3, 3])."""
 
 
 def _stable_part(text: str) -> str:
@@ -432,6 +433,8 @@ def _raised(function: str, calls: Sequence[Observed], source: str | None, declar
         assert error is not None
         working = [c for c in calls if c.result is not None and c.result.raised is None]
         contrast = _contrasting(failing, working, sizes=True)
+        if len(failing) == 1 and len(contrast) > 1:
+            contrast = ()  # some two of its ways of being called set one call apart from any others: no kind of call raises
         only = _in_words(contrast)
         placed = _declared(contrast, declared)
         classified = exception_kind(f"{kind}: {error['message']}")
@@ -633,9 +636,13 @@ def _shapes(function: str, calls: Sequence[Observed], declared: Declarations) ->
         call = next((c for c in wrong if c.public), wrong[0])
         got = tuple(call.result.shape or ()) if call.result is not None else ()
         named = declared.shapes(function, got, call.shape, call.attributes)
+        right = [c for c in tensors if c.result is not None and c.result.shape == c.shape]
+        contrast = _contrasting(wrong, right) if named is None and right and len(wrong) > 1 else ()
+        placed, only = _declared(contrast, declared), _in_words(contrast)
+        when = f" It returns the wrong shape only when {only[0]} is {only[1]}." if only else ""
         component, title, evidence, advice = named or (
-            "shape", f"{function} returns the wrong shape",
-            f"It returned shape {list(got)} where {list(call.shape)} is expected.", "check the shape of every step against the contract",
+            placed[1] if placed else "shape", f"{function} returns the wrong shape",
+            f"It returned shape {list(got)} where {list(call.shape)} is expected.{when}", "check the shape of every step against the contract",
         )  # fmt: skip
         note = f"{function} returned tensors of the wrong shape"
         return [Finding(function, component, "contract", title, evidence, advice, aspect="type", blocks=True, note=note,

@@ -48,7 +48,8 @@ PLACED_FD = 5  # while isolating: where the fork server says that it has moved t
 CONFIG_BYTES = 1 << 20
 PACKED_GAP = 3  # elements before and between the inputs that lie in one storage (layout "packed")
 ALIASED_OFFSET = 5  # elements before the address at which every input of layout "aliased" starts
-INPUT_DTYPES = ("float32", "float64", "int64")  # an integer input never requires grad (a 0-dim integer coefficient)
+# the inputs' dtypes; the others only for a 0-dim coefficient, which never requires grad when integer, float16 or bfloat16
+INPUT_DTYPES = ("float32", "float64", "float16", "bfloat16", "int8", "int16", "int32", "int64")
 
 
 def apply_limits(limits: dict[str, int | None]) -> None:
@@ -580,6 +581,8 @@ class Run:
         torch = self.torch
         dtype = {name: getattr(torch, name) for name in INPUT_DTYPES}[spec["dtype"]]
         layout = spec.get("layout", "contiguous")
+        if layout == "contiguous" and spec["dtype"] == "bfloat16":  # (numpy has no bfloat16 to hold the memory in)
+            return torch.from_numpy(self.arrays[spec["array"]].copy()).to(dtype).requires_grad_(bool(spec.get("requires_grad", False)))
         if layout == "contiguous":
             memory = self.backings[index] = self.backing(spec)
             return torch.from_numpy(memory).requires_grad_(bool(spec.get("requires_grad", False)))

@@ -17,6 +17,9 @@
   earlier queries under the causal mask, the second half of value must
   reach the output, each batch element's and head's value its own output
   and no other, and one head's keys no other head's output;
+* **coefficient dtypes**: a 0-dim coefficient of float16, bfloat16, float32,
+  int8, int16 and int32, at values whose neighbours its dtype may not hold,
+  must give what the same number as a Python float gives;
 * **long sequences**: float64 outputs at the probes' own T, 17, 33, 65, 100 and 300, causal and
   not, against the oracle: a computation that is right for short sequences
   only (key blocks, chunks, a fixed buffer) says from which length, and
@@ -45,7 +48,8 @@ import numpy as np
 from grader.exercises.diffattn import oracle
 from grader.exercises.diffattn.cases import ATTENTION, EXPANSIONS, INPUT_NAMES
 from grader.exercises.diffattn.probes import (
-    ATTENTION_GRADS, HANDLED_INPUTS, OWN_SIZES, PARAMETER_COMPONENTS, ProbeSizes, attention_subject, attention_values, identity_values, probed_at, scales, sizes, truth,
+    ATTENTION_GRADS, HANDLED_INPUTS, OWN_SIZES, PARAMETER_COMPONENTS, ProbeSizes, attention_subject, attention_values, coefficients_as, identity_values, probed_at,
+    scales, sizes, truth,
 )  # fmt: skip
 from grader.toolkit import attention_maps, domain, findings, probes
 from grader.toolkit.findings import (
@@ -702,6 +706,43 @@ def width_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool:
                                 "coefficient 0, one-hot values and causal=False", found)
 
 
+def coefficient_dtypes_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool:
+    """The probes' float64 inputs with a 0-dim coefficient of each other dtype the contract allows, at values that dtype holds
+    but whose neighbours it may not: float16, bfloat16 and float32 at a value whose 1 − c and 1 + c they cannot hold
+    (:func:`domain.inexact_complement`), int8, int16 and int32 at both ends of their range (:func:`domain.integer_ends`),
+    each also as a Python float; a coefficient finding when some dtypes are wrong where their Python floats are right (the
+    coefficient's own dtype used for arithmetic that it cannot hold). Whether there was one."""
+    values = attention_values(rng)
+    tried = [(dtype, domain.inexact_complement(rng, dtype)) for dtype in ("float16", "bfloat16", "float32")]
+    tried += [(dtype, float(end)) for dtype in ("int8", "int16", "int32") for end in domain.integer_ends(dtype)]
+    found.probes.append(f"{ATTENTION}: 0-dim coefficients of every dtype the contract allows")
+    requests = []
+    for dtype, c in tried:
+        point = {**values, "coefficient": np.asarray(c)}
+        for kind in (dtype, "float"):
+            with coefficients_as(kind):
+                requests.append(attention_subject(True).request(point, ()))
+    outs = [probes.output(o) for o in probes.ask(worker, requests)]
+    expected = [truth({**values, "coefficient": np.asarray(c)}, True) for _, c in tried]
+    wrong = [(dtype, c) for n, ((dtype, c), truth_n) in enumerate(zip(tried, expected))
+             if not is_right(outs[2 * n], truth_n) and is_right(outs[2 * n + 1], truth_n)]
+    if not wrong:
+        return False
+    right = [(dtype, c) for dtype, c in tried if (dtype, c) not in wrong]
+
+    def said(pairs: Sequence[tuple[str, float]]) -> str:
+        """Coefficients in words: "int8 -127, int16 -32767"."""
+        return ", ".join(f"{dtype} {c:.10g}" for dtype, c in pairs)
+
+    found.add(ATTENTION, "coefficient", "forward", "A coefficient of another dtype than the inputs' gives wrong values",
+              f"With float64 inputs your output is wrong for a 0-dim coefficient tensor of {said(wrong)}, and right for the same "
+              f"numbers passed as Python floats" + (f", and right for tensors of {said(right)}" if right else "") + ": a "
+              "coefficient tensor of those dtypes is not taken as the number it holds (arithmetic on it in its own dtype, such as "
+              "1 − c or −c, rounds or wraps around where the inputs' dtype would not; or a path taken for such tensors is wrong).",
+              "convert the coefficient to the inputs' dtype before any arithmetic on it: torch.as_tensor(coefficient, dtype=q1.dtype)")  # fmt: skip
+    return True
+
+
 def zero_rows_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool:
     """:func:`~grader.toolkit.findings.padding_probe` on the maps: every key of each branch equal, the first key and one
     query of each branch all zeros, then the first token's value all zeros, against ordinary queries and keys with one-hot
@@ -789,7 +830,9 @@ def stability_probe(worker: Worker, rng: np.random.Generator, found: Found) -> b
     judged = [tokens] + ([STABLE_LENGTH] if is_right(plain_long, truth(ordinary_long, True), FLOAT32_LIKE) else [])  # likewise per length
     wrong, failing, bad = findings.large_logit_failures(kinds, cases, outputs, judged, tokens, lambda out, values: not is_right(out, truth(values, True), FLOAT32_LIKE))
     if not failing:
-        return findings.below_masks_finding(worker, attention_subject(True), below := _below_masks(rng), truth(below, True),
+        return findings.unmasked_large_logits_finding(worker, attention_subject(False, "float32"), kinds, cases, [ordinary, ordinary_long], tokens,
+                                                      lambda point: truth(point, False), found, STABLE) or \
+            findings.below_masks_finding(worker, attention_subject(True), below := _below_masks(rng), truth(below, True),
                                          lambda point: probes.leaks(worker, attention_subject(True, "float64"), [point], future, rng), found, STABLE) or \
             _falling_logits_probe(worker, rng.spawn(1)[0], found)  # fmt: skip
     leaked = bad == "wrong" and probes.leaks(worker, attention_subject(True, "float32"), [cases[key] for key in wrong if key[1] == tokens], future, rng)
@@ -856,8 +899,8 @@ def run(worker: Worker, rng: np.random.Generator, found: Found, forward: bool, g
         localised = causal_path_first(found, ATTENTION, since, base, truth(values, True), unmasked, truth(values, False)) or localised
         localised = localised or causal_flag_probe(worker, rng, found) or dependence_probe(worker, rng, found)
         if right and not localised:
-            length_probe(worker, rng, found) or width_probe(worker, rng.spawn(1)[0], found) or stability_probe(worker, rng, found) or \
-                zero_rows_probe(worker, rng, found) or \
+            coefficient_dtypes_probe(worker, domain.offshoot(rng, "coefficient dtypes"), found) or length_probe(worker, rng, found) or \
+                width_probe(worker, rng.spawn(1)[0], found) or stability_probe(worker, rng, found) or zero_rows_probe(worker, rng, found) or \
                 findings.value_edges_probe(worker, attention_subject(True, "float32"), {n: exact(x, "float32") for n, x in values.items()}, "value", 1,
                                            lambda v: truth(v, True), rng, found) or \
                 layout_probe(worker, attention_subject, values, found, EXPANSIONS,

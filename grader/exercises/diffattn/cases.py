@@ -31,17 +31,16 @@ EXPANSIONS = {0: "over the batch", 1: "over the heads", 2: "over the tokens"}  #
 LAMBDA_NAMES = ("q1", "k1", "q2", "k2")
 LARGEST_EXPONENT = {"float32": 80.0, "float64": 600.0}  # exp stays finite, with room for the gradients' factors
 EXP_LIMIT = {"float32": math.log(3.4028234663852886e38), "float64": math.log(1.7976931348623157e308)}  # where exp overflows
-COEFFICIENT_KINDS = {
-    "float": "Python float",
-    "int": "Python int",
-    "tensor": "0-dim tensor",
-    "float64 tensor": "0-dim float64 tensor",
-    "int64 tensor": "0-dim int64 tensor",
-}
-# The dtype of a tensor coefficient whose kind names one (the inputs' otherwise); an integer one never requires grad. The
-# contract allows floating and signed integer dtypes (unsigned ones it refuses: -coefficient wraps around for them).
-COEFFICIENT_DTYPES = {"float64 tensor": "float64", "int64 tensor": "int64"}
-INTEGER_DTYPES = ("int64",)
+INTEGER_DTYPES = ("int8", "int16", "int32", "int64")
+"""The signed integer dtypes a tensor coefficient may have (unsigned ones the contract refuses: -coefficient wraps around
+for them); such a coefficient never requires grad."""
+LOW_PRECISION_DTYPES = ("float16", "bfloat16")
+"""Floating dtypes a tensor coefficient may have whose gradient autograd rounds to their own few bits: such a coefficient is
+passed frozen (its value, not its gradient, is what the calls judge)."""
+COEFFICIENT_DTYPES = {f"{dtype} tensor": dtype for dtype in (*LOW_PRECISION_DTYPES, "float32", "float64", *INTEGER_DTYPES)}
+"""The dtype of a tensor coefficient whose kind names one (the inputs' otherwise): every dtype the contract allows."""
+COEFFICIENT_KINDS = {"float": "Python float", "int": "Python int", "tensor": "0-dim tensor",
+                     **{kind: f"0-dim {dtype} tensor" for kind, dtype in COEFFICIENT_DTYPES.items()}}  # fmt: skip
 
 
 _AnyCase = TypeVar("_AnyCase", "LambdaCase", "AttentionCase")
@@ -200,9 +199,9 @@ class AttentionCase:
         return COEFFICIENT_DTYPES.get(self.coefficient_kind, self.dtype)
 
     def requires_grad(self, name: str) -> bool:
-        """Whether the gradient with respect to ``name`` is requested in gradient checks (never of a Python number or of an
-        integer tensor coefficient)."""
-        if name == "coefficient" and (not self.coefficient_is_tensor or self.coefficient_dtype in INTEGER_DTYPES):
+        """Whether the gradient with respect to ``name`` is requested in gradient checks (never of a Python number, or of an
+        integer, float16 or bfloat16 tensor coefficient)."""
+        if name == "coefficient" and (not self.coefficient_is_tensor or self.coefficient_dtype in (*INTEGER_DTYPES, *LOW_PRECISION_DTYPES)):
             return False
         return name not in self.frozen
 
@@ -363,11 +362,12 @@ def opposite_exponents(rng: np.random.Generator, dtype: str, sign: float, wide: 
     return (float(first), float(-second)) if sign > 0 else (float(-second), float(first))
 
 
-def distant_exponents(rng: np.random.Generator) -> tuple[float, float]:
-    """Exponents (q1·k1, q2·k2), in either order, one of 30 to 60 and the other within ±3: float32 holds both exponentials,
-    e^(larger) more than 1e7 times the other, so the smaller pair's gradients are lost below a rounding of the larger."""
+def distant_exponents(rng: np.random.Generator, first_larger: bool) -> tuple[float, float]:
+    """Exponents (q1·k1, q2·k2), the first or the second the larger, one of 30 to 60 and the other within ±3: float32 holds
+    both exponentials, e^(larger) more than 1e7 times the other, so the smaller pair's gradients are lost below a rounding
+    of the larger (a backward that recovers the smaller exponential from λ and the larger one cancels)."""
     pair = (float(rng.uniform(30.0, 60.0)), float(rng.uniform(-3.0, 3.0)))
-    return pair if rng.random() < 0.5 else (pair[1], pair[0])
+    return pair if first_larger else (pair[1], pair[0])
 
 
 def near_tie_exponents(rng: np.random.Generator) -> tuple[float, float]:

@@ -81,8 +81,8 @@ _COEFFICIENT_AS: ContextVar[str] = ContextVar("probe_coefficient", default="floa
 
 def coefficients_as(kind: str) -> AbstractContextManager[None]:
     """Pass the coefficient of the probes' calls as ``kind`` ("float": a Python float; "tensor": a 0-dim tensor of the inputs'
-    dtype) where its gradient is not wanted (where it is, it is always a tensor that requires grad): a fault that only
-    tensor coefficients show is probed where it shows."""
+    dtype; a dtype's name: a 0-dim tensor of that dtype) where its gradient is not wanted (where it is, it is always a tensor
+    of the inputs' dtype that requires grad): a fault that only tensor coefficients show is probed where it shows."""
     return set_within(_COEFFICIENT_AS, kind)
 
 
@@ -92,8 +92,9 @@ def _attention_request(values: Values, grads: tuple[str, ...], cotangent: np.nda
     or :func:`coefficients_as` says so."""
     tensors = [TensorInput(exact(values[n], dtype), dtype, n in grads, layout_of(layout, n)) for n in INPUT_NAMES]
     coefficient: Any = float(values["coefficient"])
-    if "coefficient" in grads or _COEFFICIENT_AS.get() == "tensor":
-        coefficient = TensorInput(exact(values["coefficient"], dtype), dtype, "coefficient" in grads)
+    if "coefficient" in grads or _COEFFICIENT_AS.get() != "float":
+        own = dtype if "coefficient" in grads or _COEFFICIENT_AS.get() == "tensor" else _COEFFICIENT_AS.get()
+        coefficient = TensorInput(exact(values["coefficient"], own), own, "coefficient" in grads)
         tensors.append(coefficient)
     call = Call(ATTENTION, (*tensors[:5], coefficient), {} if causal is None else {"causal": causal})
     positions = {n: i for i, n in enumerate(ATTENTION_GRADS) if n in grads}

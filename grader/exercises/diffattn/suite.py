@@ -50,8 +50,9 @@ def lambda_values(seed: int) -> list[LambdaCase]:
     """Lengths from 1 to 256, both dtypes, the default, the paper's, 0 and out-of-[0, 1] lambda_init (with large exponents and with
     ordinary ones, where it shows), vectors past 256 on every seed, exponents up to the dtype's finite
     limit (of opposite signs too, their difference up to 2.5 times it), products past that limit that cancel in the dot
-    product, pairs that tie exactly, every binding; last, one exponent of 30 to 60 beside one within ±3
-    (:func:`cases.distant_exponents`) and two a gap of 0.001 to 0.01 apart (:func:`cases.near_tie_exponents`)."""
+    product, pairs that tie exactly, every binding; last, one exponent of 30 to 60 beside one within ±3, the first or the
+    second the larger, in both dtypes (:func:`cases.distant_exponents`), and two a gap of 0.001 to 0.01 apart
+    (:func:`cases.near_tie_exponents`)."""
     rng = domain.generator(seed, "lambda_values")
     long_length = domain.sequence_length(rng, 60)
     return domain.cycled_modes([
@@ -83,7 +84,8 @@ def lambda_values(seed: int) -> list[LambdaCase]:
         cases.lambda_case(rng, int(rng.integers(max(domain.BLOCK_SIZES) + 1, domain.LONGEST + 1)), "float32", None),
         # one exponent large and the other near 0, every vector trainable: the smaller pair's gradients are e^(small) times a
         # vector, which a form that factors the larger exponential out (e^a·expm1(b − a)) rebuilds from e^(large)
-        cases.lambda_case(rng, int(rng.integers(1, 9)), "float32", None, exponents=cases.distant_exponents(rng)),
+        *(cases.lambda_case(rng, int(rng.integers(1, 9)), dtype, None, exponents=cases.distant_exponents(rng, first_larger))
+          for dtype in ("float32", "float64") for first_larger in (True, False)),
         # dot products a nonzero gap of less than 0.01 apart, which float64 resolves: a series for e^a − e^b near a tie
         cases.lambda_case(rng, int(rng.integers(1, 9)), "float64", 0.2, exponents=cases.near_tie_exponents(rng), binding="positional"),
     ])
@@ -180,7 +182,10 @@ def attention_coefficients(seed: int) -> list[AttentionCase]:
     signed integer dtype the contract allows) coefficients; then coefficients of magnitude 1e-8 to 1e-3
     (:func:`cases.small_coefficient`), a Python float and a tensor, in float64, in each autograd mode; last, exactly one with
     q2 = q1 (keys that differ) and with k2 = k1 (queries that differ); then one tensor object passed as k1 and k2, as q1 and
-    q2, and as all four queries and keys (:func:`domain.hold_one_object`), T of 2 or more."""
+    q2, and as all four queries and keys (:func:`domain.hold_one_object`), T of 2 or more; last, a tensor coefficient of
+    every other dtype the contract allows: float16, bfloat16 and float32 (beside float64 inputs) at a value whose 1 − c and
+    1 + c they cannot hold (:func:`domain.inexact_complement`), and int8, int16 and int32 at both ends of the range the
+    contract allows (:func:`domain.integer_ends`)."""
     rng = domain.generator(seed, "attention_coefficients")
     shape = functools.partial(domain.domain_shape, rng, 2, 70)
     return domain.cycled_modes([
@@ -199,6 +204,11 @@ def attention_coefficients(seed: int) -> list[AttentionCase]:
           for tied, dtype in (("q", "float64"), ("k", "float32"))),
         *(replace(cases.attention_case(rng, shape(), dtype, causal), one_object=names)
           for names, dtype, causal in ((("k1", "k2"), "float32", True), (("q1", "q2"), "float64", None), (cases.INPUT_NAMES[:4], "float32", True))),
+        *(cases.attention_case(rng, shape(), inputs, causal, domain.inexact_complement(rng, dtype), coefficient_kind=f"{dtype} tensor")
+          for dtype, inputs, causal in (("float16", "float64", True), ("bfloat16", "float32", False), ("float32", "float64", None))),
+        *(cases.attention_case(rng, shape(), inputs, causal, float(end), coefficient_kind=f"{dtype} tensor")
+          for dtype, inputs, causal in (("int8", "float32", True), ("int16", "float64", False), ("int32", "float32", None))
+          for end in domain.integer_ends(dtype)),
     ])  # fmt: skip
 
 

@@ -69,9 +69,10 @@ KV_HEADS = "the number of key/value heads"
 # the regimes of head grouping: one key/value head for all queries (multi-query) or several; how many query heads share one
 SHARING = "the key/value heads"
 GROUP = "the number of query heads per key/value head"
+QUERY_HEADS = "the number of query heads Hq"
 EXPANDED_INPUTS = "the inputs' expansion"
 ATTRIBUTE_COMPONENTS = {"the memory layout": "strided", domain.LAST_AXIS_STEPS: "strided", "the inputs' dtype": "dtype", "causal": "mask",
-                        "the autograd mode": "graph", KV_HEADS: "heads", SHARING: "heads", GROUP: "heads", EXPANDED_INPUTS: "strided"}  # fmt: skip
+                        "the autograd mode": "graph", KV_HEADS: "heads", SHARING: "heads", GROUP: "heads", QUERY_HEADS: "heads", EXPANDED_INPUTS: "strided"}  # fmt: skip
 
 
 def _squeezed(got: tuple[int, ...], expected: tuple[int, ...]) -> bool:
@@ -208,6 +209,7 @@ def _attributes(case: Case, grads: bool) -> dict[str, str]:
              domain.PASSED_AS_ONE: domain.passed_as_one(case.one_object),
              SHARING: "one (multi-query)" if case.k.shape[2] == 1 else "several",
              GROUP: str(group) if (group := case.q.shape[2] // case.k.shape[2]) <= 2 else "more than 2",
+             QUERY_HEADS: str(case.q.shape[2]) if case.q.shape[2] <= 2 else "more than 2",
              slips.HEAD_WIDTH: str(case.q.shape[-1])}  # fmt: skip
     if not grads:
         found["the autograd mode"] = case.grad_mode

@@ -440,6 +440,9 @@ def stability_probe(worker: Worker, function: str, values: Values, rng: np.rando
         return False  # (ordinary float32 logits wrong too, or raising: large ones tell nothing of stability)
     judged = [T] + ([STABLE_LENGTH] if is_right(plain_long, truth(function, ordinary_long, True), FLOAT32_LIKE) else [])  # likewise per length
     wrong, failing, bad = findings.large_logit_failures(kinds, cases, outs, judged, T, lambda out, case: not is_right(out, truth(function, case, True), FLOAT32_LIKE))
+    if not failing and findings.unmasked_large_logits_finding(worker, subject(function, False, "float32"), kinds, cases, [ordinary, ordinary_long], T,
+                                                             lambda point: truth(function, point, False), found, STABLE):  # fmt: skip
+        return True
     if not failing:
         below = dict(values)
         below["q"], below["k"] = domain.far_below(np.asarray(values["q"]), np.asarray(values["k"]), findings.BELOW_MASKS)
@@ -794,14 +797,19 @@ def width_probe(worker: Worker, function: str, rng: np.random.Generator, found: 
                                 how, found)
 
 
-def length_probe(worker: Worker, function: str, rng: np.random.Generator, found: Found) -> bool:
-    """float64 outputs of ``function`` at :data:`LENGTHS` (one batch element, Hq = 4, Hkv = 2, D = 4), causal and not, against
+SHORT_FIRST = (5, 16, *LENGTHS)
+"""The lengths of the length probe when the probes' own output is wrong: from 5 and 16 tokens, within one block of 16, so
+that a fault of every sequence past one block (T = 17 included) shows from where it starts."""
+
+
+def length_probe(worker: Worker, function: str, rng: np.random.Generator, found: Found, lengths: Sequence[int] = LENGTHS) -> bool:
+    """float64 outputs of ``function`` at ``lengths`` (one batch element, Hq = 4, Hkv = 2, D = 4), causal and not, against
     the oracle; whether long sequences alone are wrong."""
-    lengths = domain.offshoot(rng, "long sequences")
-    points = [_long_values(lengths, t) for t in LENGTHS]
-    if function == DIFF_V2 and _long_gates_probe(worker, points[LENGTHS.index(domain.MODEL_LENGTHS[0])], found):
+    drawn = domain.offshoot(rng, "long sequences")
+    points = [_long_values(drawn, t) for t in lengths]
+    if function == DIFF_V2 and _long_gates_probe(worker, points[list(lengths).index(domain.MODEL_LENGTHS[0])], found):
         return True
-    return findings.length_probe(worker, function, functools.partial(subject, function), points, LENGTHS,
+    return findings.length_probe(worker, function, functools.partial(subject, function), points, lengths,
                                  lambda values, causal: truth(function, values, causal), found, findings.TokenAxes("v", 1, 1, "output"))  # fmt: skip
 
 
@@ -882,7 +890,11 @@ def grouping_probe(worker: Worker, function: str, rng: np.random.Generator, foun
         if read is not None and read != [h // (hq // hkv) for h in range(hq)]:
             wrong_reads.append((hq, hkv, read))
         (right_values if is_right(plain, truth(function, points[(n + 1) * per - 1], False)) else wrong_values).append((hq, hkv))
-    described = lambda hq, hkv: f"Hq = {hq}, Hkv = {hkv} (G = {hq // hkv})"  # noqa: E731
+
+    def described(hq: int, hkv: int) -> str:
+        """A grouping in words."""
+        return f"Hq = {hq}, Hkv = {hkv} (G = {hq // hkv})"
+
     if wrong_reads:
         hq, hkv, read = wrong_reads[0]
         others = [described(q, kv) for q, kv, _ in wrong_reads[1:]]
@@ -983,7 +995,7 @@ def run(worker: Worker, function: str, rng: np.random.Generator, found: Found, f
                                            lambda v: truth(function, v, True), rng, found) or \
                 layout_probe(worker, lambda **kw: subject(function, **kw), values, found, EXPANSIONS, alike=_one_group(values, rng) if function == GQA else None)  # fmt: skip
         elif not localised:
-            precision_finding(found, function, base, truth(function, values, True))
+            precision_finding(found, function, base, truth(function, values, True)) or length_probe(worker, function, rng, found, SHORT_FIRST)
     elif function == DIFF_V2 and gradients and is_right(base, truth(function, values, True)):
         saturated_probe(worker, values, found, True, source)
     if gradients and not any(f.function == function and f.stage == "gradients" for f in found.findings):
