@@ -46,7 +46,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from grader.exercises.diffattn import oracle
-from grader.exercises.diffattn.cases import ATTENTION, EXPANSIONS, INPUT_NAMES
+from grader.exercises.diffattn.cases import ATTENTION, EDGE_FLOATING, EDGE_INTEGER, EXPANSIONS, INPUT_NAMES
 from grader.exercises.diffattn.probes import (
     ATTENTION_GRADS, HANDLED_INPUTS, OWN_SIZES, PARAMETER_COMPONENTS, ProbeSizes, attention_subject, attention_values, coefficients_as, identity_values, probed_at,
     scales, sizes, truth,
@@ -713,8 +713,8 @@ def coefficient_dtypes_probe(worker: Worker, rng: np.random.Generator, found: Fo
     each also as a Python float; a coefficient finding when some dtypes are wrong where their Python floats are right (the
     coefficient's own dtype used for arithmetic that it cannot hold). Whether there was one."""
     values = attention_values(rng)
-    tried = [(dtype, domain.inexact_complement(rng, dtype)) for dtype in ("float16", "bfloat16", "float32")]
-    tried += [(dtype, float(end)) for dtype in ("int8", "int16", "int32") for end in domain.integer_ends(dtype)]
+    tried = [(dtype, domain.inexact_complement(rng, dtype)) for dtype in EDGE_FLOATING]
+    tried += [(dtype, float(end)) for dtype in EDGE_INTEGER for end in domain.integer_ends(dtype)]
     found.probes.append(f"{ATTENTION}: 0-dim coefficients of every dtype the contract allows")
     requests = []
     for dtype, c in tried:

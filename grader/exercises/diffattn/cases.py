@@ -37,6 +37,12 @@ for them); such a coefficient never requires grad."""
 LOW_PRECISION_DTYPES = ("float16", "bfloat16")
 """Floating dtypes a tensor coefficient may have whose gradient autograd rounds to their own few bits: such a coefficient is
 passed frozen (its value, not its gradient, is what the calls judge)."""
+EDGE_FLOATING = ("float16", "bfloat16", "float32")
+"""The floating coefficient dtypes narrower than float64 inputs: the checks and the probes pass them at a value whose 1 − c
+and 1 + c they cannot hold (grader.toolkit.domain.inexact_complement)."""
+EDGE_INTEGER = INTEGER_DTYPES[:3]
+"""The integer coefficient dtypes the checks and the probes pass at both ends of their allowed range
+(grader.toolkit.domain.integer_ends); int64's ends lie past the integers float64 holds exactly."""
 COEFFICIENT_DTYPES = {f"{dtype} tensor": dtype for dtype in (*LOW_PRECISION_DTYPES, "float32", "float64", *INTEGER_DTYPES)}
 """The dtype of a tensor coefficient whose kind names one (the inputs' otherwise): every dtype the contract allows."""
 COEFFICIENT_KINDS = {"float": "Python float", "int": "Python int", "tensor": "0-dim tensor",

@@ -205,9 +205,9 @@ def attention_coefficients(seed: int) -> list[AttentionCase]:
         *(replace(cases.attention_case(rng, shape(), dtype, causal), one_object=names)
           for names, dtype, causal in ((("k1", "k2"), "float32", True), (("q1", "q2"), "float64", None), (cases.INPUT_NAMES[:4], "float32", True))),
         *(cases.attention_case(rng, shape(), inputs, causal, domain.inexact_complement(rng, dtype), coefficient_kind=f"{dtype} tensor")
-          for dtype, inputs, causal in (("float16", "float64", True), ("bfloat16", "float32", False), ("float32", "float64", None))),
+          for dtype, (inputs, causal) in zip(cases.EDGE_FLOATING, (("float64", True), ("float32", False), ("float64", None)))),
         *(cases.attention_case(rng, shape(), inputs, causal, float(end), coefficient_kind=f"{dtype} tensor")
-          for dtype, inputs, causal in (("int8", "float32", True), ("int16", "float64", False), ("int32", "float32", None))
+          for dtype, (inputs, causal) in zip(cases.EDGE_INTEGER, (("float32", True), ("float64", False), ("float32", None)))
           for end in domain.integer_ends(dtype)),
     ])  # fmt: skip
 
