@@ -1,7 +1,8 @@
 """What the breeze corpora (written blind) found credited: arithmetic on the coefficient in its own dtype, and a λ backward
 that cancels when the second exponential is the larger. Each is met by a mechanism, not by a call made for the file: a
 tensor coefficient of every dtype the contract allows, at values whose neighbours that dtype cannot hold, and exponents
-far apart in both orders (tests/test_domain_edges.py)."""
+far apart in both orders (tests/test_domain_edges.py). One of their files also showed that an exception worded by another
+library's own size check went unexplained: a message that speaks of sizes and quotes them now reads as sizes that do not fit."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from conftest import ROOT, grade
 
 from grader.exercises.diffattn import cases as attention_cases
 from grader.exercises.diffattn import suite as attention_suite
-from grader.toolkit import domain
+from grader.toolkit import domain, slips
 
 SEEDS = (20261201, 1, 2)
 
@@ -70,3 +71,20 @@ def test_bfloat16_rounding_is_torchs() -> None:
 def test_integer_ends_leave_out_the_least_value_the_stub_refuses() -> None:
     """One above the least value (whose negation wraps around) and the greatest."""
     assert domain.integer_ends("int8") == (-127, 127) and domain.integer_ends("int32") == (-(2**31) + 1, 2**31 - 1)
+
+
+def test_a_size_check_worded_by_another_library_is_read_as_sizes_that_do_not_fit() -> None:
+    """A message that speaks of a shape and quotes sizes is a shape fault, told by its words up to the first number."""
+    told = slips.exception_kind("RuntimeError: The shape of the 2D attn_mask is torch.Size([5, 5]), but should be (2, 2).")
+    assert told is not None and (told[0], told[3]) == ("shape", "The shape of the ")
+    assert slips.exception_kind("RuntimeError: the 3 workers stopped") is None
+
+
+def test_a_kernel_fed_the_batch_as_its_sequence_is_placed_by_the_sizes_that_work(tmp_path: Path) -> None:
+    """torch's sequence-first multi-head attention fed batch-first tensors raises on its own mask check: the first root cause
+    places it in the layout (it runs only when T = B) and explains the checks the exception failed."""
+    run = grade(ROOT / "tests" / "corpus" / "v2_breeze" / "wrong" / "torch_mha_kernel_fed_batch_first.py", tmp_path, 20261201)
+    cause = run.report["diagnosis"]["root_causes"][0]
+    assert (cause["function"], cause["component"]) == ("gqa_attention", "layout")
+    assert "(T = B)" in cause["evidence"] and "attn_mask" in cause["evidence"]
+    assert {"gqa_causal_values", "gqa_gradients", "toy_offset_scaling"} <= set(cause["checks"])

@@ -354,17 +354,28 @@ DTYPE_NAMES = re.compile(r"\b(?:torch\.)?(float(?:16|32|64)?|double|half|bfloat1
 
 def exception_kind(text: str) -> tuple[str, str, str, str] | None:
     """(component, meaning, advice, the words that told) of an exception's "Type: message" from torch's wording, or None: a
-    known fragment, else a message that names two different dtypes (whatever the operation's own wording)."""
+    known fragment, else a message that names two different dtypes (whatever the operation's own wording), else one that
+    speaks of sizes and quotes them (:data:`SIZE_WORDS`)."""
     lowered = text.lower()
     for fragments, component, meaning, advice in EXCEPTION_KINDS:
         for fragment in fragments:
             if fragment.lower() in lowered:
                 return component, meaning, advice, fragment
-    named = list(dict.fromkeys(m.group(1).lower() for m in DTYPE_NAMES.finditer(text.split(":", 1)[-1])))
+    message = text.split(":", 1)[-1]
+    named = list(dict.fromkeys(m.group(1).lower() for m in DTYPE_NAMES.finditer(message)))
     if len(named) >= 2:
         _, component, meaning, advice = next(kind for kind in EXCEPTION_KINDS if kind[1] == "dtype")
-        return component, meaning, advice, text.split(":", 1)[-1].strip()[:60]
+        return component, meaning, advice, message.strip()[:60]
+    if SIZE_WORDS.search(message) and len(re.findall(r"\d+", message)) >= 2:
+        _, component, meaning, advice = next(kind for kind in EXCEPTION_KINDS if kind[1] == "shape")
+        return component, meaning, advice, re.split(r"\d", message.strip(), maxsplit=1)[0] or message.strip()[:40]
     return None
+
+
+SIZE_WORDS = re.compile(r"\b(?:shape|size|sizes|dimension|dimensions|dims?)\b", re.IGNORECASE)
+"""What tells an exception about sizes in words of no known operation (a library's own check, "the shape of the 2D attn_mask
+is torch.Size([5, 5]), but should be (2, 2)"): it speaks of a shape, size or dimension and quotes numbers. Its words up to
+the first number, the same from call to call, tell it."""
 
 
 OWN_CHECK = re.compile(r"\s*(?:raise|assert)\b")
@@ -467,7 +478,9 @@ def _raised(function: str, calls: Sequence[Observed], source: str | None, declar
                                  operands=unworded) if code and (sized or unworded) else None  # fmt: skip
         if classified is not None:
             component, meaning, advice, _ = classified
-            component = (on_line or component) if component == "shape" else component
+            if component == "shape":
+                component = on_line or component
+                meaning += f", only when {only[0]} is {only[1]}" if only else ""
             if classified[3] == SHARED_MEMORY_WRITE and not (code and _writes_made_with(code[-1], source, STRIDED_BUFFER)):
                 component, meaning, advice = "mutation", INPUT_WRITE, next(kind[3] for kind in EXCEPTION_KINDS if kind[1] == "mutation")
             if component == "mutation" and code and _writes_made_with(code[-1], source, "requires_grad"):
