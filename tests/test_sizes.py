@@ -36,6 +36,7 @@ def diff_v2_attention(q, k, v, lambda_logits, causal=True):
     a = gqa_attention(q, k, v, causal)
     return a[:, :, 0::2] - torch.sigmoid(lambda_logits).unsqueeze(2) * a[:, :, 1::2]
 """
+UNREPEATED_WITHOUT_MASK = REFERENCE_GQA.replace(".repeat_interleave(g, dim=1)", ".repeat_interleave(g if causal else 1, dim=1)")
 UNPLACED = Finding(GQA, rootcause.UNPLACED, "contract", "gqa_attention raises RuntimeError", "It raised RuntimeError.", "check the shapes")
 
 
@@ -52,8 +53,7 @@ def placed(forks: ForkServer, text: str, finding: Finding) -> Finding:
     try:
         assert worker.load()["status"] == "ok"
         assert finding.function is not None
-        probe = size_probe(finding.function)
-        return sizes.placed(finding, probe, sizes.working(worker, probe))
+        return sizes.placed(finding, *sizes.first_failing(worker, [size_probe(finding.function, causal) for causal in (True, False)]))
     finally:
         worker.close()
 
@@ -63,6 +63,13 @@ def test_a_function_that_works_only_for_one_query_head_per_group_is_the_heads_gr
     found = placed(forks, UNREPEATED, UNPLACED)
     assert found.component == "heads"
     assert "Hq = Hkv" in found.evidence and "Hkv = 1" in found.evidence and found.evidence.startswith(UNPLACED.evidence)
+
+
+def test_a_fault_of_sizes_without_the_mask_alone_is_placed_by_the_calls_without_it(forks: ForkServer) -> None:
+    """Keys repeated over their group only when causal: the causal probe fits, the one without the mask places the grouping."""
+    found = placed(forks, UNREPEATED_WITHOUT_MASK, UNPLACED)
+    assert found.component == "heads"
+    assert "with causal=False it fails too" in found.evidence and "Hq = Hkv" in found.evidence
 
 
 def test_a_function_that_works_only_for_as_many_tokens_as_heads_is_the_layout(forks: ForkServer) -> None:

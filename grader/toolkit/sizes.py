@@ -50,6 +50,7 @@ class SizeProbe:
     variants: Sequence[SizeVariant]
     build: Callable[[Sizes], Built]
     shape: Callable[[Sizes], tuple[int, ...]]
+    options: str = ""  # the options the calls are made with, in words ("with causal=False"), when they are not the defaults
 
 
 def _in_words(sizes: Sizes) -> str:
@@ -70,6 +71,17 @@ def working(worker: Worker, probe: SizeProbe) -> tuple[SizeVariant, ...] | None:
     return None if fits(0) else tuple(variant for i, variant in enumerate(probe.variants, start=1) if fits(i))
 
 
+def first_failing(worker: Worker, probes_: Sequence[SizeProbe]) -> tuple[SizeProbe, tuple[SizeVariant, ...] | None]:
+    """The first of ``probes_`` (one function called with different options) whose base sizes fail, with :func:`working`'s
+    answer for it; the last probe and None when none fails (a fault of sizes may show under one option alone: a library
+    call made only without the causal mask)."""
+    for probe in probes_:
+        works = working(worker, probe)
+        if works is not None:
+            return probe, works
+    return probes_[-1], None
+
+
 def placed(finding: Finding, probe: SizeProbe, works: Sequence[SizeVariant] | None) -> Finding:
     """``finding`` (a contract finding of sizes that do not fit that nothing placed yet, :data:`~grader.toolkit.rootcause.UNPLACED`)
     placed by the variants its function works for (``works``, :func:`working`), or unchanged when they do not tell (see the
@@ -82,5 +94,6 @@ def placed(finding: Finding, probe: SizeProbe, works: Sequence[SizeVariant] | No
         return finding
     only = " or ".join(variant.words for variant in works)
     return replace(finding, component=component,
-                   evidence=f"{finding.evidence} Called on inputs of sizes {_in_words(probe.base)} it fails too; it runs and returns the "
+                   evidence=f"{finding.evidence} Called on inputs of sizes {_in_words(probe.base)}{probe.options and ' ' + probe.options} it fails "
+                            f"too; it runs and returns the "
                             f"right shape only when {only}, so the step that relates those sizes is wrong.")  # fmt: skip

@@ -177,20 +177,20 @@ SIZE_VARIANTS = {
 }  # fmt: skip
 
 
-def size_probe(function: str) -> sizes.SizeProbe:
-    """How the size probe calls ``function``: float64 inputs of about 1 in size, every gate logit 0."""
+def size_probe(function: str, causal: bool = True) -> sizes.SizeProbe:
+    """How the size probe calls ``function``: float64 inputs of about 1 in size, every gate logit 0, ``causal`` given."""
 
     def build(given: sizes.Sizes) -> toolkit_probes.Built:
         b, t, hq, hkv, d = (given[n] for n in ("B", "T", "Hq", "Hkv", "D"))
         rng = np.random.default_rng(0)
         values = {"q": rng.standard_normal((b, t, hq, d)), "k": rng.standard_normal((b, t, hkv, d)), "v": rng.standard_normal((b, t, hkv, d)),
                   "lambda_logits": np.zeros((b, t, hq // 2))}  # fmt: skip
-        return probes.subject(function).request({n: values[n] for n in TENSORS[function]})
+        return probes.subject(function, causal).request({n: values[n] for n in TENSORS[function]})
 
     def shape(given: sizes.Sizes) -> tuple[int, ...]:
         return given["B"], given["T"], given["Hq"] if function == GQA else given["Hq"] // 2, given["D"]
 
-    return sizes.SizeProbe(SIZE_BASE, SIZE_VARIANTS[function], build, shape)
+    return sizes.SizeProbe(SIZE_BASE, SIZE_VARIANTS[function], build, shape, "" if causal else "with causal=False")
 
 
 TIED = "the two query heads of a pair"
@@ -307,17 +307,17 @@ def probe_mode(grading: GradingContext, function: str) -> str:
 def _sized(grading: GradingContext, finding: Finding) -> Finding:
     """``finding``, an unplaced contract finding of sizes that do not fit, placed by the sizes its function works for
     (:func:`grader.toolkit.sizes.placed`), probed once per function (a wrong shape and an exception share the answer) in
-    the autograd mode where the function's values went wrong."""
+    the autograd mode where the function's values went wrong, with the causal mask and, when its sizes all fit there,
+    without it."""
     worker, function = grading.worker, finding.function
     if worker is None or function not in BOTH:
         return finding
-    probe = size_probe(function)
 
-    def works() -> tuple[sizes.SizeVariant, ...] | None:
+    def works() -> tuple[sizes.SizeProbe, tuple[sizes.SizeVariant, ...] | None]:
         with toolkit_probes.calls_in(probe_mode(grading, function)):
-            return sizes.working(worker, probe)
+            return sizes.first_failing(worker, [size_probe(function, causal) for causal in (True, False)])
 
-    return sizes.placed(finding, probe, grading.memo(("sizes that work", function), works))
+    return sizes.placed(finding, *grading.memo(("sizes that work", function), works))
 
 
 CALL_TO_CALL = ("randomness", "state")
