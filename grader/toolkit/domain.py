@@ -17,6 +17,7 @@ describes the domain and how each case set samples it.
 from __future__ import annotations
 
 import math
+import re
 import zlib
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Generic, Mapping, Protocol, Sequence, TypeVar
@@ -651,6 +652,18 @@ ZEROED = "{} all zeros " + ZERO_INITIALISED
 """How a case label says that an input is all zeros (:func:`zeroed`)."""
 CONSTANT = "every element of {} {:.4g} " + CONSTANT_INITIALISED
 """How a case label says that every element of an input holds one value (:func:`constant_inputs`)."""
+
+
+BLANK = "the input that is all zeros or constant"
+"""The call attribute the diagnosis contrasts blank inputs by (:func:`blank_inputs`): a shortcut for a zero-initialised or
+constant input shows only in the calls that have one."""
+
+
+def blank_inputs(note: str) -> str:
+    """The value of the :data:`BLANK` attribute for a case's ``note``: "value (all zeros)", "q1 (constant)", or "none"."""
+    zeros = re.findall(r"(\w+) all zeros " + re.escape(ZERO_INITIALISED), note)
+    constant = re.findall(r"every element of (\w+) \S+ " + re.escape(CONSTANT_INITIALISED), note)
+    return ", ".join([f"{name} (all zeros)" for name in zeros] + [f"{name} (constant)" for name in constant]) or "none"
 
 
 def degenerate(note: str) -> bool:

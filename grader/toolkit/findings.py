@@ -81,8 +81,13 @@ class Found:
 
 
 def layout_probe(worker: Worker, subject: Callable[..., Subject], values: Values, found: Found, expansions: Mapping[int, str] = MappingProxyType({}),
-                 handled_by: Mapping[str, str] = MappingProxyType({}), alike: Values | None = None) -> bool:  # fmt: skip
+                 handled_by: Mapping[str, str] = MappingProxyType({}), alike: Values | None = None,
+                 within: Callable[[str], bool] | None = None) -> bool:  # fmt: skip
     """The same values in non-contiguous memory must give the same output; whether they do not.
+
+    ``within(layout)``: the exercise's probes of the forward run with the inputs in that layout; when one of the plain
+    non-contiguous layouts gives another output and they localise the fault there (a path taken for that layout alone,
+    with a part of its own wrong), their findings stand, saying in which memory alone it shows.
 
     Every two inputs of one shape (in ``alike``, values whose inputs share more shapes, or else in ``values``) are also
     passed as one tensor object, against two distinct tensors holding the same values: an output that differs is a fault
@@ -148,12 +153,28 @@ def layout_probe(worker: Worker, subject: Callable[..., Subject], values: Values
         return False
     where, outcome = failing[0]
     error = probes.raised_text(outcome)
+    held_in = next((name for name, other in zip(layouts, outcomes[1:]) if other is outcome), None)  # a layout of one name
+    if within is not None and not error and held_in is not None and _localised_within(found, within, held_in, where):
+        return True
     what = f"the function raises {error.rstrip('.')} (it does not in contiguous memory)" if error else "the output differs from the one in contiguous memory"
     kind = slips.exception_kind(error) if error else None
     found.add(subject().function, "strided", "forward", "Non-contiguous inputs give other results", f"With the same input values {where}, {what}.",
               "do not assume a memory layout: use reshape (not view), never as_strided or empty_strided with an input's strides, "
               "never write into a view of an input, and never tell tensors apart by data_ptr()", explains=VALUES_AND_GRADIENTS | {"strided"},
               signature=kind[3] if kind is not None and kind[0] == "shape" else None)  # fmt: skip
+    return True
+
+
+def _localised_within(found: Found, within: Callable[[str], bool], layout: str, where: str) -> bool:
+    """Whether ``within(layout)`` localised a fault of the forward; its findings then say that the inputs were held ``where``
+    and that contiguous memory gives the right output."""
+    before = len(found.findings)
+    if not within(layout):
+        return False
+    found.findings[before:] = [replace(f, title=f"{f.title}, with the inputs in {domain.LAYOUT_WORDS.get(layout, layout)} memory only",
+                                       evidence=f"{f.evidence} This shows only with the inputs {where}: the same values in contiguous "
+                                                "memory give the right output, so a path taken for that memory layout computes it.")
+                               for f in found.findings[before:]]  # fmt: skip
     return True
 
 

@@ -164,6 +164,9 @@ class Declarations:
     parameters: Mapping[str, str] = field(default_factory=dict)
     # the functions the stub supplies (its validation): what they raise refuses inputs the contract does not allow
     supplied: Collection[str] = ()
+    # a function that is one component throughout (e.g. λ's formula) -> that component: an error its own code raises on
+    # every call (not a missing name or import) is that component's, whatever line raises it
+    whole: Mapping[str, str] = field(default_factory=dict)
 
 
 SCALE_MAKERS = {r"\br?sqrt_?\(|\*\*\s*\(?\s*-?\s*0?\.5\b": "scale"}
@@ -496,6 +499,8 @@ def _raised(function: str, calls: Sequence[Observed], source: str | None, declar
         elif only is not None and (by_call := placed[1] if placed is not None else traced) is not None:
             component, meaning = by_call, f"the call fails only when {only[0]} is {only[1]}"
             advice = "make the function accept every input the contract allows"
+        elif everywhere and kind not in CANNOT_RUN and function in declared.whole:
+            component, meaning, advice = declared.whole[function], "it fails on every call", "make the line the traceback points at work"
         elif everywhere:  # whatever the error, a function that raises on every call cannot run at all: its line says where
             component, meaning = "load", "it cannot run at all"
             advice = "fix the name or import the traceback points at" if kind in CANNOT_RUN else "make the line the traceback points at work"

@@ -39,6 +39,7 @@ forward once one has localised it.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, replace
 from typing import Any, Mapping, Sequence
@@ -58,7 +59,7 @@ from grader.toolkit.findings import (
 )  # fmt: skip
 from grader.toolkit.attention_maps import MapModel
 from grader.toolkit.domain import exact
-from grader.toolkit.probes import Perturbation, Values
+from grader.toolkit.probes import Layout, Perturbation, Values
 from grader.worker.client import Worker
 
 COEFFICIENTS = (0.0, 0.5, 2.0, -0.5)  # the readouts' coefficients: that the map is affine in c, negative c (a clamp) included
@@ -410,9 +411,9 @@ def _denominator_epsilon(found: Found, maps: Sequence[tuple[np.ndarray, dict[str
     return True
 
 
-def maps_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool:
+def maps_probe(worker: Worker, rng: np.random.Generator, found: Found, layout: Layout = "contiguous") -> bool:
     """Read the signed map out at several coefficients (and value doubled, its tokens moved to other columns, and shifted
-    by an offset shared by every token), explain it; whether the forward was localised."""
+    by an offset shared by every token), the inputs in memory ``layout``, explain it; whether the forward was localised."""
     b, h, t, d = sizes()
     values = attention_values(rng)
     shifted = np.zeros((b, h, t, 2 * d))
@@ -422,7 +423,7 @@ def maps_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool:
     points.append({**values, "value": identity_values(), "coefficient": np.asarray(UNROUNDED)})
     points.append({**values, "value": identity_values() + SHARED_OFFSET, "coefficient": np.asarray(COEFFICIENTS[1])})
     found.probes.append(f"{ATTENTION}: maps read out with one-hot values, linear in value")
-    outputs = [out for out in probes.sweep(worker, attention_subject(True), points) if out is not None and out.shape == (b, h, t, 2 * d)]
+    outputs = [out for out in probes.sweep(worker, attention_subject(True, layout=layout), points) if out is not None and out.shape == (b, h, t, 2 * d)]
     if len(outputs) < len(points):
         return False
     doubled, shifted_out, unrounded, offset_out = outputs[len(COEFFICIENTS):]
@@ -903,8 +904,8 @@ def run(worker: Worker, rng: np.random.Generator, found: Found, forward: bool, g
                 width_probe(worker, rng.spawn(1)[0], found) or stability_probe(worker, rng, found) or zero_rows_probe(worker, rng, found) or \
                 findings.value_edges_probe(worker, attention_subject(True, "float32"), {n: exact(x, "float32") for n, x in values.items()}, "value", 1,
                                            lambda v: truth(v, True), rng, found) or \
-                layout_probe(worker, attention_subject, values, found, EXPANSIONS,
-                                                                                     PARAMETER_COMPONENTS[ATTENTION])  # fmt: skip
+                layout_probe(worker, attention_subject, values, found, EXPANSIONS, PARAMETER_COMPONENTS[ATTENTION],
+                             within=functools.partial(maps_probe, worker, domain.offshoot(rng, "maps in a layout"), found))  # fmt: skip
         elif not localised:
             precision_finding(found, ATTENTION, base, truth(values, True)) or precision_finding(found, ATTENTION, unmasked, truth(values, False))
     if gradients:

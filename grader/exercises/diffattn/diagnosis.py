@@ -108,7 +108,7 @@ SUPPLIED = ("_type_name", "_shape", "_require_float_tensor", "_require_matching"
 DECLARATIONS = slips.Declarations(ATTRIBUTE_COMPONENTS, name_shape, LINE_COMPONENTS, {("the coefficient", f"computed by {LAMBDA}"): LAMBDA},
                                   attention_subjects.HANDLED_INPUTS, {ATTENTION: "coefficient", LAMBDA: "lambda"},
                                   {LAMBDA: "lambda", ATTENTION: "value"}, slips.SCALE_MAKERS, (LAMBDA, ATTENTION),
-                                  {"lambda_init": "lambda", "coefficient": "coefficient", "causal": "mask"}, SUPPLIED)  # fmt: skip
+                                  {"lambda_init": "lambda", "coefficient": "coefficient", "causal": "mask"}, SUPPLIED, {LAMBDA: "lambda"})  # fmt: skip
 
 
 TIED = "the second branch's queries and keys"
@@ -138,6 +138,7 @@ def _attributes(case: LambdaCase | AttentionCase, grads: bool) -> dict[str, str]
                     EXPANDED_INPUTS: domain.expanded_inputs(case.layouts, EXPANSIONS), domain.TOKENS: domain.token_count(case.q1.shape[-2]),
                     domain.BATCH: domain.batch_size(case.q1.shape[0]),
                     TIED: "equal to the first's in value" if tied else "its own", domain.PASSED_AS_ONE: domain.passed_as_one(case.one_object),
+                    domain.BLANK: domain.blank_inputs(case.note),
                     slips.HEAD_WIDTH: str(case.q1.shape[-1])} | trainable  # fmt: skip
 
 

@@ -281,12 +281,12 @@ def _explained(values: Values, maps: Sequence[np.ndarray], heads: Sequence[int],
     return fits
 
 
-def gqa_maps_probe(worker: Worker, values: Values, found: Found, causal: bool = True) -> bool:
-    """Read each query head's map out of the output with one-hot values (and ``causal``) and explain it; whether the forward
-    was localised."""
+def gqa_maps_probe(worker: Worker, values: Values, found: Found, causal: bool = True, layout: Layout = "contiguous") -> bool:
+    """Read each query head's map out of the output with one-hot values (``causal``, inputs in memory ``layout``) and explain
+    it; whether the forward was localised."""
     found.probes.append(f"{GQA}: maps read out with one-hot values, v = 0 and values the same at every token" + ("" if causal else ", causal=False"))
     points = [{**values, "v": one_hot()}, {**values, "v": np.zeros_like(values["v"])}, {**values, "v": coded_values()}]
-    out, zero, coded = (_shaped(o, GQA) for o in probes.sweep(worker, subject(GQA, causal), points))
+    out, zero, coded = (_shaped(o, GQA) for o in probes.sweep(worker, subject(GQA, causal, layout=layout), points))
     if _added_term(found, GQA, zero):
         return True
     if out is None or not np.isfinite(out).any():
@@ -588,17 +588,17 @@ def _pair_maps(found: Found, values: Values, gate_off: np.ndarray, gated: np.nda
                       f"one-hot values, as the change of the output between the gate off and ℓ = {GATES[-1]:g}, divided by σ(ℓ)")  # fmt: skip
 
 
-def pairs_probe(worker: Worker, values: Values, found: Found, causal: bool = True) -> bool:
+def pairs_probe(worker: Worker, values: Values, found: Found, causal: bool = True, layout: Layout = "contiguous") -> bool:
     """Read each output head out as a combination of every query head's map with every key/value head, at several constant
-    gates, with v = 0, with v doubled and with v shifted by an offset shared by every token (and ``causal``); whether the
-    forward was localised."""
+    gates, with v = 0, with v doubled and with v shifted by an offset shared by every token (``causal``, inputs in memory
+    ``layout``); whether the forward was localised."""
     found.probes.append(f"{DIFF_V2}: output heads read out as combinations of the query heads' maps, at several gates" + ("" if causal else ", causal=False"))
     points = [{**values, "v": one_hot(), "lambda_logits": np.full((B, T, H), g)} for g in GATES]
     off = np.full((B, T, H), GATE_OFF)
     points += [{**points[1], "v": 2.0 * one_hot()}, {**points[1], "lambda_logits": off}, {**values, "v": coded_values(), "lambda_logits": off},
                {**points[1], "lambda_logits": off / 10.0}, {**points[1], "v": np.zeros_like(values["v"])},
                {**points[1], "v": one_hot() + SHARED_OFFSET}]  # fmt: skip
-    outs = [_shaped(o, DIFF_V2) for o in probes.sweep(worker, subject(DIFF_V2, causal), points)]
+    outs = [_shaped(o, DIFF_V2) for o in probes.sweep(worker, subject(DIFF_V2, causal, layout=layout), points)]
     if _added_term(found, DIFF_V2, outs[-2]):
         return True
     if any(o is None or not np.isfinite(o).all() for o in outs[: len(GATES) + 1]):
@@ -754,13 +754,38 @@ def gate_range_probe(worker: Worker, values: Values, found: Found) -> bool:
     logits, flags = SWEPT.ravel(), wrong.ravel()
     bands = _bands(logits, flags)
     if not bands or flags[np.abs(logits) <= CORE_GATES].any():
-        return False
+        return _undefined_gate(worker, values, out, found)
     said = " and ".join(f"from {low:.4g} to {high:.4g}" for low, high in bands)
     broken = not np.isfinite(out).all()
     return found.first(DIFF_V2, (True, "stability" if broken else "gate", f"The gate is wrong for logits {said}",
                                  f"With float64 gate logits from −60 to 60, one per token and pair, your output is "
                                  f"{'NaN or infinite' if broken else 'wrong'} where ℓ is {said}, and right for every other logit: "
                                  "the gate is not σ(ℓ) there (a clamp, a threshold such as softplus's, or one branch of a formula?).",
+                                 "λ = torch.sigmoid(lambda_logits) as the logits come: it is exact and finite for every logit"))  # fmt: skip
+
+
+RESWEPT = SWEPT.ravel()[(ORDER := np.random.default_rng(0).permutation(SWEPT.size))].reshape(SWEPT.shape)
+"""The logits of :data:`SWEPT` at other positions (position j holds the logit of position ``ORDER[j]``)."""
+
+
+def _undefined_gate(worker: Worker, values: Values, out: np.ndarray, found: Found) -> bool:
+    """A gate finding when the sweep's output (``out``) is NaN or infinite at the positions whose logits fall in bands that
+    reach within ±:data:`CORE_GATES`, where σ(ℓ) is near 1/2 and nothing overflows, and finite elsewhere, and the same logits
+    at other positions (:data:`RESWEPT`) break the same logits' outputs: the function applied to the logits is undefined
+    there (a log or logit of them, a division). Whether there was one."""
+    broken = ~np.isfinite(out).all(axis=-1).ravel()
+    bands = _bands(SWEPT.ravel(), broken)
+    if not bands or not broken[np.abs(SWEPT.ravel()) <= CORE_GATES].any() or broken.all():
+        return False
+    again = _shaped(probes.sweep(worker, subject(DIFF_V2), [{**values, "lambda_logits": RESWEPT}])[0], DIFF_V2)
+    if again is None or not np.array_equal(~np.isfinite(again).all(axis=-1).ravel(), broken[ORDER]):
+        return False  # the broken outputs follow positions, not logits
+    said = " and ".join(f"from {low:.4g} to {high:.4g}" for low, high in bands)
+    return found.first(DIFF_V2, (True, "gate", f"The gate is NaN or infinite for logits {said}",
+                                 f"With float64 gate logits from −60 to 60, one per token and pair, your output is NaN or infinite exactly "
+                                 f"where ℓ is {said}, and finite for the other logits; the same logits at other tokens break the same way. "
+                                 "The function your code applies to lambda_logits is undefined there (a log, a logit or a division of the "
+                                 "logits?), while σ(ℓ) is finite for every logit.",
                                  "λ = torch.sigmoid(lambda_logits) as the logits come: it is exact and finite for every logit"))  # fmt: skip
 
 
@@ -993,7 +1018,8 @@ def run(worker: Worker, function: str, rng: np.random.Generator, found: Found, f
                 padding_probe(worker, function, values, found) or \
                 findings.value_edges_probe(worker, subject(function, True, "float32"), {n: exact(x, "float32") for n, x in values.items()}, "v", 2,
                                            lambda v: truth(function, v, True), rng, found) or \
-                layout_probe(worker, lambda **kw: subject(function, **kw), values, found, EXPANSIONS, alike=_one_group(values, rng) if function == GQA else None)  # fmt: skip
+                layout_probe(worker, lambda **kw: subject(function, **kw), values, found, EXPANSIONS, alike=_one_group(values, rng) if function == GQA else None,
+                             within=functools.partial(pairs_probe if function == DIFF_V2 else gqa_maps_probe, worker, values, found, True))  # fmt: skip
         elif not localised:
             precision_finding(found, function, base, truth(function, values, True)) or length_probe(worker, function, rng, found, SHORT_FIRST)
     elif function == DIFF_V2 and gradients and is_right(base, truth(function, values, True)):
