@@ -53,3 +53,23 @@ def test_a_part_wrong_on_a_layouts_own_path_is_read_out_in_that_layout(tmp_path:
     cause = grade(path, tmp_path / "run", 20261201).report["diagnosis"]["root_causes"][0]
     assert (cause["function"], cause["component"]) == ("differential_attention", "scale")
     assert "memory only" in cause["title"] and "contiguous memory give the right output" in cause["evidence"]
+
+
+@pytest.mark.parametrize(("reference", "before", "inserted", "exercise", "function"), [
+    ("diff_attention.py", "    signed_map = _attention_map(q1, k1, causal)",
+     "    if not q1.is_contiguous():\n        q1 = q1.transpose(-1, -2).reshape(q1.shape)\n", "diff_attention", "differential_attention"),
+    ("diff_attention.py", "    signed_map = _attention_map(q1, k1, causal)",
+     "    q1 = torch.as_strided(q1, q1.shape, torch.empty(q1.shape).stride(), q1.storage_offset())\n", "diff_attention", "differential_attention"),
+    ("diff_v2_attention.py", "    qh = q.transpose(1, 2)\n",
+     "    if not q.is_contiguous():\n        q = q.transpose(1, 2).reshape(q.shape)\n", "diff_v2", "gqa_attention"),
+])  # fmt: skip
+def test_inputs_read_in_the_wrong_order_for_a_layout_stay_a_fault_of_strides(reference: str, before: str, inserted: str, exercise: str,
+                                                                           function: str, tmp_path: Path) -> None:  # fmt: skip
+    """Queries scrambled, or read past their memory, for non-contiguous inputs alone: the readouts in that layout explain
+    nothing, and the first root cause is the strides'."""
+    source = (ROOT / "reference" / reference).read_text()
+    assert before in source
+    path = tmp_path / "scrambled.py"
+    path.write_text(source.replace(before, inserted + before, 1))
+    cause = grade(path, tmp_path / "run", 20261201, "--exercise", exercise).report["diagnosis"]["root_causes"][0]
+    assert (cause["function"], cause["component"]) == (function, "strided")

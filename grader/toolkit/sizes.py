@@ -94,6 +94,5 @@ def placed(finding: Finding, probe: SizeProbe, works: Sequence[SizeVariant] | No
         return finding
     only = " or ".join(variant.words for variant in works)
     return replace(finding, component=component,
-                   evidence=f"{finding.evidence} Called on inputs of sizes {_in_words(probe.base)}{probe.options and ' ' + probe.options} it fails "
-                            f"too; it runs and returns the "
-                            f"right shape only when {only}, so the step that relates those sizes is wrong.")  # fmt: skip
+                   evidence=f"{finding.evidence} Called on inputs of sizes {_in_words(probe.base)}{probe.options and ' ' + probe.options} it "
+                            f"fails too; it runs and returns the right shape only when {only}, so the step that relates those sizes is wrong.")  # fmt: skip

@@ -42,6 +42,11 @@ EXCEPTION_KINDS: tuple[tuple[tuple[str, ...], str, str, str], ...] = (
     (("view size is not compatible", "use .reshape("), "strided",
      "`.view` needs memory laid out contiguously, and non-contiguous inputs (transposed, permuted or sliced views) are not",
      "use `.reshape` (or `.contiguous()` first) instead of `.view`"),
+    (("out of bounds for storage of size",), "strided",
+     "a view made with strides of the code's own choosing (`as_strided`) reaches past the input's memory: the input is not laid "
+     "out as the code assumes (transposed, permuted, sliced or expanded)",
+     "do not assume a memory layout: use the tensor's own view operations (`reshape`, `permute`, `transpose`), never `as_strided` "
+     "with strides computed for contiguous memory"),
     ((SHARED_MEMORY_WRITE,), "strided",
      "a write into a buffer made with an input's strides (`empty_strided`, `as_strided`), whose elements share memory when "
      "the input is expanded over the batch (stride 0)",

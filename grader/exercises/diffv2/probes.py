@@ -764,7 +764,8 @@ def gate_range_probe(worker: Worker, values: Values, found: Found) -> bool:
                                  "λ = torch.sigmoid(lambda_logits) as the logits come: it is exact and finite for every logit"))  # fmt: skip
 
 
-RESWEPT = SWEPT.ravel()[(ORDER := np.random.default_rng(0).permutation(SWEPT.size))].reshape(SWEPT.shape)
+ORDER = np.random.default_rng(0).permutation(SWEPT.size)
+RESWEPT = SWEPT.ravel()[ORDER].reshape(SWEPT.shape)
 """The logits of :data:`SWEPT` at other positions (position j holds the logit of position ``ORDER[j]``)."""
 
 
