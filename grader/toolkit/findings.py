@@ -165,11 +165,18 @@ def layout_probe(worker: Worker, subject: Callable[..., Subject], values: Values
     return True
 
 
+FORMULA_PARTS = frozenset({"scale", "mask", "softmax", "gate", "coefficient", "sign", "lambda", "stability"})
+"""The parts of a forward whose fault a readout tells from inputs read in the wrong places: a wrong scale, mask, softmax,
+gate or coefficient is a formula, the same whatever the values. A fault of where data is read (heads, features, tokens,
+branches) is also what an input read with the wrong strides gives, so in one memory layout alone it is the strides'."""
+
+
 def _localised_within(found: Found, within: Callable[[str], bool], layout: str, where: str) -> bool:
-    """Whether ``within(layout)`` localised a fault of the forward; its findings then say that the inputs were held ``where``
-    and that contiguous memory gives the right output."""
+    """Whether ``within(layout)`` localised a fault of the forward in a part of :data:`FORMULA_PARTS`; its findings then say
+    that the inputs were held ``where`` and that contiguous memory gives the right output (others are dropped)."""
     before = len(found.findings)
-    if not within(layout):
+    if not within(layout) or any(f.component not in FORMULA_PARTS for f in found.findings[before:]):
+        del found.findings[before:]
         return False
     found.findings[before:] = [replace(f, title=f"{f.title}, with the inputs in {domain.LAYOUT_WORDS.get(layout, layout)} memory only",
                                        evidence=f"{f.evidence} This shows only with the inputs {where}: the same values in contiguous "

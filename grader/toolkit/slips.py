@@ -374,16 +374,18 @@ def exception_kind(text: str) -> tuple[str, str, str, str] | None:
     if len(named) >= 2:
         _, component, meaning, advice = next(kind for kind in EXCEPTION_KINDS if kind[1] == "dtype")
         return component, meaning, advice, message.strip()[:60]
-    if SIZE_WORDS.search(message) and len(re.findall(r"\d+", message)) >= 2:
+    if SIZE_WORDS.search(message) and len(set(QUOTED_SIZES.findall(message))) >= 2:
         _, component, meaning, advice = next(kind for kind in EXCEPTION_KINDS if kind[1] == "shape")
         return component, meaning, advice, re.split(r"\d", message.strip(), maxsplit=1)[0] or message.strip()[:40]
     return None
 
 
 SIZE_WORDS = re.compile(r"\b(?:shape|size|sizes|dimension|dimensions|dims?)\b", re.IGNORECASE)
+QUOTED_SIZES = re.compile(r"[\[(]\s*(\d+(?:\s*,\s*\d+)*)\s*,?\s*[\])]|\bsizes?\s+(\d+)\b", re.IGNORECASE)
 """What tells an exception about sizes in words of no known operation (a library's own check, "the shape of the 2D attn_mask
-is torch.Size([5, 5]), but should be (2, 2)"): it speaks of a shape, size or dimension and quotes numbers. Its words up to
-the first number, the same from call to call, tell it."""
+is torch.Size([5, 5]), but should be (2, 2)", "subscript h has size 2 ... previously seen size 4"): it speaks of a shape,
+size or dimension and quotes two different sizes, in brackets or after the word "size" (a message that quotes one shape
+twice describes a tensor, not a mismatch). Its words up to the first number, the same from call to call, tell it."""
 
 
 OWN_CHECK = re.compile(r"\s*(?:raise|assert)\b")

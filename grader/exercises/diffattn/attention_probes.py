@@ -430,7 +430,7 @@ def maps_probe(worker: Worker, rng: np.random.Generator, found: Found, layout: L
     if _value_finding(found, outputs[1], doubled, shifted_out):
         return True
     read = [out[..., :t] for out in outputs[: len(COEFFICIENTS)]]
-    if _coefficient_not_finite(found, read):
+    if _coefficient_not_finite(found, read) or _maps_not_finite(found, read):
         return True
     true_maps = (oracle.attention_maps(values["q1"], values["k1"], True), oracle.attention_maps(values["q2"], values["k2"], True))
     intercept, slope, residual = probes.affine_fit(COEFFICIENTS, read)
@@ -470,6 +470,29 @@ def _coefficient_not_finite(found: Found, read: Sequence[np.ndarray]) -> bool:
               "the coefficient goes through an operation defined for some of its values only (a logarithm, a square root, a "
               "division by it), while A1 − λ·A2 is defined for every λ.",
               "use the coefficient only as the factor of the second map (A1 − λ·A2), for any sign and for 0")  # fmt: skip
+    return True
+
+
+def _maps_not_finite(found: Found, read: Sequence[np.ndarray]) -> bool:
+    """A softmax finding when the maps read at every one of :data:`COEFFICIENTS` hold NaN or infinity in the same rows, and
+    only in some batch elements or heads; whether there was one. The probe's logits are of ordinary size, so nothing
+    overflows: the normaliser of those rows is 0 or not finite, computed from a sum or an index that does not cover every
+    batch element or head (a row hidden wholly, or an overflow, would show in every map)."""
+    broken = [~np.isfinite(r).all(axis=-1) for r in read]  # [B, H, T]: the rows that hold NaN or infinity
+    per_map = broken[0].any(axis=-1)  # [B, H]
+    if not per_map.any() or per_map.all() or any(not np.array_equal(rows, broken[0]) for rows in broken[1:]):
+        return False
+    batches, heads = (sorted({int(i) for i in np.flatnonzero(per_map.any(axis=axis))}) for axis in (1, 0))
+    b, h = per_map.shape
+    where = (f"batch element{'s' if len(batches) > 1 else ''} {listed([str(i) for i in batches])} of {b}" if per_map[batches].all() and len(batches) < b
+             else f"head{'s' if len(heads) > 1 else ''} {listed([str(i) for i in heads])} of {h}" if per_map[:, heads].all() and len(heads) < h
+             else f"{int(per_map.sum())} of the {b * h} (batch element, head) pairs")  # fmt: skip
+    found.add(ATTENTION, "softmax", "forward", f"The attention weights are NaN or infinite in {where}",
+              f"Read out of your output with one-hot values at λ = 0, ½, 2 and −½, the weights of some queries in {where} are NaN or "
+              "infinite, and every other map is finite, though every logit is of ordinary size: the normaliser of those rows is 0 or "
+              "not finite, made from a sum or an index that does not cover every batch element and head (an index tensor shaped for "
+              "the first batch element, a sum over the wrong axis?).",
+              "normalise each row by the sum of its own exponentials: keep the batch and head axes in every sum and index")  # fmt: skip
     return True
 
 

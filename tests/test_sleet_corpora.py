@@ -1,0 +1,41 @@
+"""What the sleet corpora (torch API semantics misread, written blind) showed: no wrong file at full marks on five seeds,
+and two rules of the round before them too broad. A message that describes a tensor's shape is not a mismatch of sizes,
+and a readout in one memory layout names only a formula's part (a fault of where data is read is the strides'). A
+normaliser that is not finite for some batch elements only is the softmax's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import ROOT, grade
+
+from grader.toolkit import slips
+
+CORPORA = ROOT / "tests" / "corpus"
+
+
+def test_a_message_that_quotes_one_shape_twice_is_not_sizes_that_do_not_fit() -> None:
+    """A distribution's constraint message names its tensor's shape twice: no mismatch; two different sizes are one."""
+    constraint = ("ValueError: Expected parameter probs (Tensor of shape (2, 5, 2)) of distribution Bernoulli(probs: "
+                  "torch.Size([2, 5, 2])) to satisfy the constraint Interval(lower_bound=0.0, upper_bound=1.0)")  # fmt: skip
+    assert slips.exception_kind(constraint) is None
+    told = slips.exception_kind("RuntimeError: einsum(): subscript h has size 2 for operand 1 which does not broadcast with previously seen size 4")
+    assert told is not None and told[0] == "shape"
+
+
+@pytest.mark.parametrize(("corpus_file", "exercise", "function", "component", "words"), [
+    ("v2_sleet/wrong/kv_heads_taken_at_storage_offsets.py", "diff_v2", "gqa_attention", "strided", "Non-contiguous inputs"),
+    ("v2_sleet/wrong/gate_read_from_bernoulli_distribution.py", "diff_v2", "diff_v2_attention", "gate", "lambda_logits"),
+    ("diagnosis_sleet/wrong/att_row_sums_scatter_add_index_not_broadcast.py", "diff_attention", "differential_attention", "softmax",
+     "NaN or infinite in batch element 1 of 2"),
+    ("diagnosis_sleet/wrong/lam_row_vector_mT_on_1d.py", "diff_attention", "differential_lambda", "lambda", "it fails on every call"),
+])  # fmt: skip
+def test_the_first_root_cause_names_the_misread_api_s_part(corpus_file: str, exercise: str, function: str, component: str, words: str,
+                                                           tmp_path: Path) -> None:  # fmt: skip
+    """The first root cause names the labelled function and component (the strides' for keys taken at storage offsets)."""
+    run = grade(CORPORA / corpus_file, tmp_path, 20261201, "--exercise", exercise)
+    cause: dict[str, Any] = run.report["diagnosis"]["root_causes"][0]
+    assert (cause["function"], cause["component"]) == (function, component)
+    assert words in cause["title"] + cause["evidence"]
