@@ -491,7 +491,10 @@ def _raised(function: str, calls: Sequence[Observed], source: str | None, declar
             if component == "shape":
                 component = on_line or component
                 meaning += f", only when {only[0]} is {only[1]}" if only else ""
-            if classified[3] == SHARED_MEMORY_WRITE and not (code and _writes_made_with(code[-1], source, STRIDED_BUFFER)):
+            if classified[3] == SHARED_MEMORY_WRITE and code and _writes_own_expansion(code[-1], source):
+                component, meaning, advice = "strided", OWN_EXPANSION_WRITE, ("apply that operation out of place (`x.neg()`, not "
+                                                                               "`x.neg_()`), or expand after it")  # fmt: skip
+            elif classified[3] == SHARED_MEMORY_WRITE and not (code and _writes_made_with(code[-1], source, STRIDED_BUFFER)):
                 component, meaning, advice = "mutation", INPUT_WRITE, next(kind[3] for kind in EXCEPTION_KINDS if kind[1] == "mutation")
             if component == "mutation" and code and _writes_made_with(code[-1], source, "requires_grad"):
                 component, meaning, advice = "graph", OWN_LEAF, "build the result from new tensors (torch.stack or torch.cat of the parts), " \
@@ -531,6 +534,19 @@ OWN_LEAF = "an in-place write into a tensor the function made with requires_grad
 
 
 INPUT_WRITE = "an in-place operation writes into an input or a view of it (here one expanded over the batch, whose elements share memory)"
+EXPANSION = r"\.(?:expand|expand_as)\(|\bbroadcast_to\("
+OWN_EXPANSION_WRITE = ("an in-place operation writes into a view the code itself expanded (`expand`, `expand_as`, `broadcast_to`), "
+                       "whose elements along the expanded axes share one memory location")  # fmt: skip
+
+
+def _writes_own_expansion(frame: tuple[str, str, str], source: str | None) -> bool:
+    """Whether the student's failing line (``frame``) applies an in-place operation to an expansion it makes itself
+    (``x.expand_as(y).neg_()``), or writes into a name an earlier line of its function made by expanding."""
+    text = frame[2].split("#", 1)[0]
+    expanded = re.search(EXPANSION, text)
+    return (expanded is not None and re.search(r"\.\w+_\(", text[expanded.end():]) is not None) or _writes_made_with(frame, source, EXPANSION)
+
+
 STRIDED_BUFFER = r"\b(empty_strided|new_empty_strided|as_strided)\("
 """Code that makes a tensor with strides of its choosing: written into, the only other way than an expanded input itself to meet
 elements that share memory."""
