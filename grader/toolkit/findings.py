@@ -173,10 +173,11 @@ branches) is also what an input read with the wrong strides gives, so in one mem
 
 def _localised_within(found: Found, within: Callable[[str], bool], layout: str, where: str) -> bool:
     """Whether ``within(layout)`` localised a fault of the forward in a part of :data:`FORMULA_PARTS`; its findings then say
-    that the inputs were held ``where`` and that contiguous memory gives the right output (others are dropped)."""
-    before = len(found.findings)
+    that the inputs were held ``where`` and that contiguous memory gives the right output (others are dropped, with the
+    maps their readouts showed)."""
+    before, shown = len(found.findings), len(found.maps)
     if not within(layout) or any(f.component not in FORMULA_PARTS for f in found.findings[before:]):
-        del found.findings[before:]
+        del found.findings[before:], found.maps[shown:]
         return False
     found.findings[before:] = [replace(f, title=f"{f.title}, with the inputs in {domain.LAYOUT_WORDS.get(layout, layout)} memory only",
                                        evidence=f"{f.evidence} This shows only with the inputs {where}: the same values in contiguous "

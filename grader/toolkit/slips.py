@@ -381,6 +381,7 @@ def exception_kind(text: str) -> tuple[str, str, str, str] | None:
 
 
 SIZE_WORDS = re.compile(r"\b(?:shape|size|sizes|dimension|dimensions|dims?)\b", re.IGNORECASE)
+"""The words of an exception that speaks of sizes (with :data:`QUOTED_SIZES`)."""
 QUOTED_SIZES = re.compile(r"[\[(]\s*(\d+(?:\s*,\s*\d+)*)\s*,?\s*[\])]|\bsizes?\s+(\d+)\b", re.IGNORECASE)
 """What tells an exception about sizes in words of no known operation (a library's own check, "the shape of the 2D attn_mask
 is torch.Size([5, 5]), but should be (2, 2)", "subscript h has size 2 ... previously seen size 4"): it speaks of a shape,
