@@ -1,8 +1,9 @@
 """What the sleet corpora (torch API semantics misread, written blind) showed: no wrong file at full marks on five seeds,
 and two rules of the round before them too broad. A message that describes a tensor's shape is not a mismatch of sizes,
 and a readout in one memory layout names only a formula's part (a fault of where data is read is the strides'). A
-normaliser that is not finite for some batch elements only is the softmax's, and an in-place write into an expansion the
-code made itself is not said to write into an input."""
+normaliser that is not finite for some batch elements only is the softmax's, an in-place write into an expansion the
+code made itself is not said to write into an input, and long sequences whose tokens come back right or all zeros are
+outputs never written (the project's component for the output's assembly is ``value``)."""
 
 from __future__ import annotations
 
@@ -33,6 +34,8 @@ def test_a_message_that_quotes_one_shape_twice_is_not_sizes_that_do_not_fit() ->
      "NaN or infinite in batch element 1 of 2"),
     ("diagnosis_sleet/wrong/lam_row_vector_mT_on_1d.py", "diff_attention", "differential_lambda", "lambda", "it fails on every call"),
     ("v2_sleet/wrong/odd_coefficient_expanded_then_negated.py", "diff_v2", "diff_v2_attention", "strided", "a view the code itself expanded"),
+    ("diagnosis_sleet/wrong/att_long_rows_index_tensor_tiles_copied_into_copy.py", "diff_attention", "differential_attention", "value",
+     "never written: they are 0"),
 ])  # fmt: skip
 def test_the_first_root_cause_names_the_misread_api_s_part(corpus_file: str, exercise: str, function: str, component: str, words: str,
                                                            tmp_path: Path) -> None:  # fmt: skip

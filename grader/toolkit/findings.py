@@ -206,12 +206,18 @@ def scale_free(doubled: np.ndarray, plain: np.ndarray) -> bool:
 def _moved_tokens(out: np.ndarray | None, expected: np.ndarray, axis: int) -> str | None:
     """"order" when ``out`` holds the right output of every token, but some at another token's place (rows along ``axis`` a
     permutation of the expected ones other than the identity, each row matched exactly); "copies" when every row is some
-    token's right output and some tokens' outputs stand in several places (others' lost); else None."""
+    token's right output and some tokens' outputs stand in several places (others' lost); "unwritten" when every row is its
+    own token's right output or all zeros, some of them zeros that should not be; else None."""
     if out is None or out.shape != expected.shape:
         return None
     got = np.moveaxis(out, axis, 0).reshape(out.shape[axis], -1)
     want = np.moveaxis(expected, axis, 0).reshape(expected.shape[axis], -1)
     tolerance = RIGHT * max(1.0, float(np.max(np.abs(want), initial=0.0)))
+    with np.errstate(invalid="ignore"):
+        own = np.abs(got - want).max(axis=-1, initial=0.0) <= tolerance
+    blank = (got == 0.0).all(axis=-1) & (np.abs(want).max(axis=-1, initial=0.0) > tolerance)
+    if blank.any() and (own | blank).all():
+        return "unwritten"
     with np.errstate(invalid="ignore"):
         matches = np.abs(got[:, None, :] - want[None, :, :]).max(axis=-1) <= tolerance
     if not matches.any(axis=1).all() or matches[np.arange(len(got)), np.arange(len(got))].all():
@@ -303,6 +309,14 @@ def length_probe(worker: Worker, function: str, subject: Callable[[bool], Subjec
                   f"Your output is {span}, and then every token's output is right but in another token's place: the blocks or "
                   "chunks of a long sequence are put back together in the wrong order.",
                   "assemble the chunks in the order of their first token (torch.cat of chunks visited first to last)")  # fmt: skip
+        return True
+    if moved == {"unwritten"}:
+        found.add(function, tokens.assembly, "forward", "On long sequences some tokens' outputs are never written: they are 0",
+                  f"Your output is {span}, and then every token's output is either right or all zeros: the result computed for "
+                  "those tokens never reaches the output (written in place into a copy, as `out[..., index, :].copy_(part)` or "
+                  "`out[index].add_(part)` with an index tensor make, or a chunk left out of the output).",
+                  "put each chunk's result into the output by assignment (`out[..., rows, :] = part`, which writes into out) or "
+                  "build the output with torch.cat of the chunks")  # fmt: skip
         return True
     if None not in moved:
         found.add(function, tokens.assembly, "forward", "On long sequences some tokens' outputs are copies of other tokens'",
