@@ -35,11 +35,11 @@ def test_the_first_root_cause_places_the_edit_that_broke_the_file(corpus_file: s
 
 
 def test_a_blank_input_is_a_call_attribute_in_words() -> None:
-    """The notes of zero-initialised and constant inputs become one attribute value; other notes say "none"."""
+    """The notes of zero-initialised and constant inputs become one attribute; a call without a blank input has none."""
     zeroed = domain.joined_notes("faint keys", domain.ZEROED.format("value"))
-    assert domain.blank_inputs(zeroed) == "value (all zeros)"
-    assert domain.blank_inputs(domain.CONSTANT.format("k1", -0.75)) == "k1 (constant)"
-    assert domain.blank_inputs("every argument by name") == "none"
+    assert domain.blank_inputs(zeroed) == {domain.BLANK: "value (all zeros)"}
+    assert domain.blank_inputs(domain.CONSTANT.format("k1", -0.75)) == {domain.BLANK: "k1 (constant)"}
+    assert domain.blank_inputs("every argument by name") == {}
 
 
 def test_a_part_wrong_on_a_layouts_own_path_is_read_out_in_that_layout(tmp_path: Path) -> None:

@@ -659,11 +659,13 @@ BLANK = "the input that is all zeros or constant"
 constant input shows only in the calls that have one."""
 
 
-def blank_inputs(note: str) -> str:
-    """The value of the :data:`BLANK` attribute for a case's ``note``: "value (all zeros)", "q1 (constant)", or "none"."""
+def blank_inputs(note: str) -> dict[str, str]:
+    """The :data:`BLANK` attribute of a case with ``note``: {BLANK: "value (all zeros)"}, {BLANK: "q1 (constant)"}, or {}
+    for a case without a blank input (calls that have none share no value to be set apart by)."""
     zeros = re.findall(r"(\w+) all zeros " + re.escape(ZERO_INITIALISED), note)
     constant = re.findall(r"every element of (\w+) \S+ " + re.escape(CONSTANT_INITIALISED), note)
-    return ", ".join([f"{name} (all zeros)" for name in zeros] + [f"{name} (constant)" for name in constant]) or "none"
+    said = ", ".join([f"{name} (all zeros)" for name in zeros] + [f"{name} (constant)" for name in constant])
+    return {BLANK: said} if said else {}
 
 
 def degenerate(note: str) -> bool:

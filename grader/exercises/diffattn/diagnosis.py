@@ -138,8 +138,7 @@ def _attributes(case: LambdaCase | AttentionCase, grads: bool) -> dict[str, str]
                     EXPANDED_INPUTS: domain.expanded_inputs(case.layouts, EXPANSIONS), domain.TOKENS: domain.token_count(case.q1.shape[-2]),
                     domain.BATCH: domain.batch_size(case.q1.shape[0]),
                     TIED: "equal to the first's in value" if tied else "its own", domain.PASSED_AS_ONE: domain.passed_as_one(case.one_object),
-                    domain.BLANK: domain.blank_inputs(case.note),
-                    slips.HEAD_WIDTH: str(case.q1.shape[-1])} | trainable  # fmt: skip
+                    slips.HEAD_WIDTH: str(case.q1.shape[-1])} | domain.blank_inputs(case.note) | trainable  # fmt: skip
 
 
 def observed(grading: GradingContext) -> list[Observed]:

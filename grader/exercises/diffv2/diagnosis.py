@@ -206,7 +206,7 @@ def _attributes(case: Case, grads: bool) -> dict[str, str]:
              EXPANDED_INPUTS: domain.expanded_inputs(case.memory_layouts, EXPANSIONS),
              KV_HEADS: str(case.k.shape[2]), domain.TOKENS: domain.token_count(case.q.shape[1]), domain.BATCH: domain.batch_size(case.q.shape[0]),
              TIED: "equal in value" if np.array_equal(case.q[:, :, 0::2], case.q[:, :, 1::2]) and np.unique(case.q).size > 1 else "different",
-             domain.PASSED_AS_ONE: domain.passed_as_one(case.one_object), domain.BLANK: domain.blank_inputs(case.note),
+             domain.PASSED_AS_ONE: domain.passed_as_one(case.one_object), **domain.blank_inputs(case.note),
              SHARING: "one (multi-query)" if case.k.shape[2] == 1 else "several",
              GROUP: str(group) if (group := case.q.shape[2] // case.k.shape[2]) <= 2 else "more than 2",
              QUERY_HEADS: str(case.q.shape[2]) if case.q.shape[2] <= 2 else "more than 2",
