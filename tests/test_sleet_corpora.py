@@ -36,6 +36,10 @@ def test_a_message_that_quotes_one_shape_twice_is_not_sizes_that_do_not_fit() ->
     ("v2_sleet/wrong/odd_coefficient_expanded_then_negated.py", "diff_v2", "diff_v2_attention", "strided", "a view the code itself expanded"),
     ("diagnosis_sleet/wrong/att_long_rows_index_tensor_tiles_copied_into_copy.py", "diff_attention", "differential_attention", "value",
      "never written: they are 0"),
+    ("diagnosis_sleet/wrong/att_rows_renorm_hidden_epsilon.py", "diff_attention", "differential_attention", "softmax",
+     "Tensor.renorm does both"),
+    ("diagnosis_sleet/wrong/att_nonzero_pairs_indexed_like_numpy_tuple.py", "diff_attention", "differential_attention", "mask",
+     "an index reaches past the end of a tensor's axis"),
 ])  # fmt: skip
 def test_the_first_root_cause_names_the_misread_api_s_part(corpus_file: str, exercise: str, function: str, component: str, words: str,
                                                            tmp_path: Path) -> None:  # fmt: skip
@@ -44,3 +48,33 @@ def test_the_first_root_cause_names_the_misread_api_s_part(corpus_file: str, exe
     cause: dict[str, Any] = run.report["diagnosis"]["root_causes"][0]
     assert (cause["function"], cause["component"]) == (function, component)
     assert words in cause["title"] + cause["evidence"]
+
+
+def test_a_normaliser_that_leaves_rows_of_sum_one_alone_still_adds_one_epsilon() -> None:
+    """Rows with one key of weight left exact, every other row short by one ε: the ε is found, the exact rows counted."""
+    import numpy as np
+
+    from grader.toolkit import attention_maps
+    from grader.toolkit.attention_maps import MapModel
+
+    rng = np.random.default_rng(5)
+    q, k = rng.standard_normal((6, 3)), rng.standard_normal((6, 3))
+    logits = np.where(np.tril(np.ones((6, 6), dtype=bool)), q @ k.T / np.sqrt(3), -np.inf)
+    weights = np.exp(logits - logits.max(axis=1, keepdims=True))
+    sums = weights.sum(axis=1, keepdims=True)
+    renormed = np.where(sums > 1.0, weights / (sums + 1e-7), weights / sums)
+    found = attention_maps.denominator_epsilon([(renormed, {"q": q, "k": k})], MapModel("q", "k", "causal", scale=1 / np.sqrt(3)))
+    assert found is not None and abs(found.epsilon - 1e-7) < 1e-10 and found.exact_rows == 1
+    rounded = weights / sums * (1 + 1e-16 * rng.standard_normal((6, 1)))  # rounding: no one ε
+    assert attention_maps.denominator_epsilon([(rounded, {"q": q, "k": k})], MapModel("q", "k", "causal", scale=1 / np.sqrt(3))) is None
+
+
+@pytest.mark.parametrize(("line", "masks"), [
+    ('scores[..., hidden[0], hidden[1]] = float("-inf")', True), ("x[future] = -math.inf", True), ("s.masked_fill(m, 0)", True),
+    ('peak = torch.full((t,), float("-inf"))', False), ("out[..., i] = acc / total", False),
+])  # fmt: skip
+def test_a_line_that_writes_minus_infinity_into_chosen_positions_applies_a_mask(line: str, masks: bool) -> None:
+    """−∞ written into positions of a tensor is masking; a tensor filled with −∞ (a running maximum's start) is not."""
+    import re
+
+    assert (re.search(slips.MASK_LINE, line) is not None) is masks

@@ -216,6 +216,7 @@ def row_scales(maps: Sequence[tuple[np.ndarray, Mapping[str, np.ndarray]]], stru
 
 EPSILON_SPREAD = 1e-3
 """The most the ε of :func:`denominator_epsilon` may differ between rows (relative) and still be one constant."""
+RENORM_EPSILON = 1e-7  # what Tensor.renorm adds to a row's norm before dividing by it
 MACHINE_EPSILONS = {str(np.dtype(name)): float(np.finfo(name).eps) for name in ("float16", "float32")} | {"bfloat16": 2.0**-7}
 
 
@@ -227,6 +228,7 @@ class DenominatorEpsilon:
     epsilon: float
     unshifted: bool
     shortfall: float
+    exact_rows: int = 0  # rows with one key of weight, left exact
 
 
 def denominator_epsilon(maps: Sequence[tuple[np.ndarray, Mapping[str, np.ndarray]]], structure: MapModel) -> DenominatorEpsilon | None:
@@ -237,9 +239,11 @@ def denominator_epsilon(maps: Sequence[tuple[np.ndarray, Mapping[str, np.ndarray
     m is subtracted; ε·e^(−m) in place of ε when the sum is taken before): rows
     proportional to the right ones, each summing to less than 1 by an amount
     that gives the same ε in every row. Rounding gives neither a shortfall of
-    1e-12 nor one ε for every row.
+    1e-12 nor one ε for every row. A row whose sum of exponentials is 1 (one
+    key of weight) may be left exact: a normaliser that divides only rows of
+    mass above 1 (``Tensor.renorm``'s maxnorm) leaves it so.
     """
-    shifted, unshifted, shortfall = [], [], 0.0
+    shifted, unshifted, shortfall, exact = [], [], 0.0, 0
     for got, tensors in maps:
         logits = structure.scale * (tensors[structure.query] @ tensors[structure.key].T)
         visible = keep(len(got), structure.mask)
@@ -250,15 +254,18 @@ def denominator_epsilon(maps: Sequence[tuple[np.ndarray, Mapping[str, np.ndarray
         sums = weights.sum(axis=1)
         right = weights / sums[:, None]
         rows = got.sum(axis=1)
-        if not (rows < 1.0 - 1e-12).all() or np.abs(got - rows[:, None] * right).max() > 1e-12:
+        alone = (sums == 1.0) & (np.abs(rows - 1.0) <= 1e-12)
+        short = ~alone
+        if not (rows[short] < 1.0 - 1e-12).all() or np.abs(got - rows[:, None] * right).max() > 1e-12:
             return None
-        shortfall = max(shortfall, float((1.0 - rows).max()))
-        per_row = sums * (1.0 / rows - 1.0)
+        exact += int(alone.sum())
+        shortfall = max(shortfall, float((1.0 - rows[short]).max(initial=0.0)))
+        per_row = sums[short] * (1.0 / rows[short] - 1.0)
         shifted.append(per_row)
-        unshifted.append(per_row * np.exp(peaks[:, 0]))
+        unshifted.append(per_row * np.exp(peaks[short, 0]))
     for found, before in ((np.concatenate(shifted), False), (np.concatenate(unshifted), True)):
-        if len(found) and np.ptp(found) <= EPSILON_SPREAD * found.mean():
-            return DenominatorEpsilon(float(found.mean()), before, shortfall)
+        if len(found) > 1 and np.ptp(found) <= EPSILON_SPREAD * found.mean():
+            return DenominatorEpsilon(float(found.mean()), before, shortfall, exact)
     return None
 
 
@@ -269,6 +276,11 @@ def epsilon_slip(found: DenominatorEpsilon, dtype: str) -> tuple[str, str, str, 
     evidence = (f"Read out of your output with one-hot values ({dtype} inputs), every row of the map is the softmax's times S/(S + ε), "
                 f"S the row's sum of exponentials taken {where}, with one ε = {found.epsilon:.3g} for every row: the weights of a row sum "
                 f"to less than 1, by up to {found.shortfall:.2g}.")  # fmt: skip
+    if found.exact_rows:
+        evidence += (f" {found.exact_rows} row{'s' if found.exact_rows > 1 else ''} with a single key of weight (a sum of 1) "
+                     f"{'are' if found.exact_rows > 1 else 'is'} left exact: only rows of larger sums are divided.")
+        if abs(found.epsilon - RENORM_EPSILON) <= EPSILON_SPREAD * RENORM_EPSILON:
+            evidence += " Tensor.renorm does both: it divides by the norm + 1e-7, and only rows whose norm exceeds maxnorm."
     coarser = [name for name, eps in MACHINE_EPSILONS.items() if name != dtype and abs(found.epsilon - eps) <= EPSILON_SPREAD * eps]
     if coarser and not found.unshifted:
         return ("dtype", f"The softmax adds {coarser[0]}'s machine epsilon to its sums for {dtype} inputs",

@@ -81,8 +81,10 @@ EXCEPTION_KINDS: tuple[tuple[tuple[str, ...], str, str, str], ...] = (
     (("must match the size", "must match the existing size", "shapes cannot be multiplied", "size mismatch", "dimension out of range",
       "inconsistent tensor size", "is invalid for input of size", "doesn't match the broadcast shape",
       "expected size", "mat1 and mat2 shapes", "does not match the number of dimensions", "do not broadcast",
-      "sizes of tensors must match", "too many indices", "out of bounds for dimension", "number of dims don't match"), "shape",
+      "sizes of tensors must match", "too many indices", "number of dims don't match"), "shape",
      "tensor sizes that do not fit together meet in one operation", "check the shapes of every step against the contract"),
+    (("out of bounds for dimension",), "shape", "an index reaches past the end of a tensor's axis (an index made for other sizes, "
+     "or one taken from a tensor that is empty for these sizes)", "build every index from the sizes of the tensor it indexes"),
     (("'tuple' object has no attribute",), "type",
      "a tuple (several results, e.g. a function's output and its saved statistics) is used as one tensor",
      "take the tensor out of the tuple (`out, _ = ...`) before using it"),
@@ -389,6 +391,9 @@ size or dimension and quotes two different sizes, in brackets or after the word 
 twice describes a tensor, not a mismatch). Its words up to the first number, the same from call to call, tell it."""
 
 
+MASK_LINE = r"masked_fill|\btril\(|\btriu\(|\]\s*=\s*(?:float\(\s*[\"']-inf[\"']\s*\)|-\s*(?:math|torch|np|numpy)\.inf\b)"
+"""A line that builds or applies a causal mask, for an exercise's :attr:`Declarations.lines`: a triangle of the sequence, a
+masked fill, or −∞ written into chosen positions of a tensor (``scores[..., rows, cols] = float("-inf")``)."""
 OWN_CHECK = re.compile(r"\s*(?:raise|assert)\b")
 
 

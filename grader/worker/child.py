@@ -579,7 +579,9 @@ class Run:
         """Build input tensor ``index`` with the requested dtype and memory layout."""
         spec = self.header["tensors"][index]
         torch = self.torch
-        dtype = {name: getattr(torch, name) for name in INPUT_DTYPES}[spec["dtype"]]
+        if spec["dtype"] not in INPUT_DTYPES:  # the allow-list: a request names no other attribute of torch
+            raise KeyError(spec["dtype"])
+        dtype = getattr(torch, spec["dtype"])
         layout = spec.get("layout", "contiguous")
         if layout == "contiguous" and spec["dtype"] == "bfloat16":  # (numpy has no bfloat16 to hold the memory in)
             return torch.from_numpy(self.arrays[spec["array"]].copy()).to(dtype).requires_grad_(bool(spec.get("requires_grad", False)))

@@ -63,6 +63,8 @@ from grader.toolkit.probes import Layout, Perturbation, Values
 from grader.worker.client import Worker
 
 COEFFICIENTS = (0.0, 0.5, 2.0, -0.5)  # the readouts' coefficients: that the map is affine in c, negative c (a clamp) included
+_SPOKEN = [{0.5: "½", -0.5: "−½"}.get(c, f"{c:g}".replace("-", "−")) for c in COEFFICIENTS]
+AT_COEFFICIENTS = f"λ = {', '.join(_SPOKEN[:-1])} and {_SPOKEN[-1]}"  # how the messages name the readouts' coefficients
 SHARED_OFFSET = 3.0  # added to every value of the offset readout: the output must move by (1 − λ) times it
 UNROUNDED = 0.3  # a coefficient float32 cannot hold: a readout at it tells a coefficient rounded to float32
 # The gradient comparisons, in turn: every input requiring grad; queries frozen; value frozen; only value and
@@ -269,18 +271,18 @@ def _not_affine(found: Found, values: Values, read: Sequence[np.ndarray]) -> Non
     for kind, component, title, formula, advice in NOT_AFFINE:
         with np.errstate(all="ignore"):
             if all(is_right(r, _not_affine_maps(kind, values, c), attention_maps.FITS) for r, c in zip(read, COEFFICIENTS)):
-                found.add(ATTENTION, component, "forward", title, f"Read out of your output at λ = 0, ½, 2 and −½, {formula}, which is not affine in λ.", advice)
+                found.add(ATTENTION, component, "forward", title, f"Read out of your output at {AT_COEFFICIENTS}, {formula}, which is not affine in λ.", advice)
                 return
     with np.errstate(all="ignore"):
         absolute = all(np.allclose(np.abs(r).sum(axis=-1), 1.0, atol=attention_maps.FITS) for r in read)
     if absolute:
         found.add(ATTENTION, "softmax", "forward", "The signed map is normalised by the sum of its absolute values",
-                  "Read out of your output at λ = 0, ½, 2 and −½, every row of the signed map has absolute values summing to 1: it was "
+                  f"Read out of your output at {AT_COEFFICIENTS}, every row of the signed map has absolute values summing to 1: it was "
                   "divided by the sum of its absolute values, where its rows must sum to 1 − λ.",
                   "return (A1 − λ·A2) V with no further normalisation: the signed map is not a probability distribution")  # fmt: skip
         return
     found.add(ATTENTION, "coefficient", "forward", "The output is not affine in the coefficient",
-              "Read out of your output at λ = 0, ½, 2 and −½, the signed map does not change linearly with λ, as A1 − λ·A2 does.",
+              f"Read out of your output at {AT_COEFFICIENTS}, the signed map does not change linearly with λ, as A1 − λ·A2 does.",
               "use the coefficient exactly once, as the factor of the second map")  # fmt: skip
 
 
@@ -442,7 +444,7 @@ def maps_probe(worker: Worker, rng: np.random.Generator, found: Found, layout: L
     combination = _combination(intercept, slope, true_maps)
     if _combination_finding(found, combination) or (not combination.fits and _per_element_finding(found, intercept, slope, true_maps)):
         return True
-    how = "one-hot values at λ = 0, ½, 2 and −½"
+    how = f"one-hot values at {AT_COEFFICIENTS}"
     if combination.fits and combination.weights != CONTRACT_WEIGHTS:
         return _offset_finding(found, outputs[1], offset_out) or unexplained_maps(found, ATTENTION, np.stack([intercept, -slope]), how, np.stack(true_maps))
     if combination.fits:
@@ -488,7 +490,7 @@ def _maps_not_finite(found: Found, read: Sequence[np.ndarray]) -> bool:
              else f"head{'s' if len(heads) > 1 else ''} {listed([str(i) for i in heads])} of {h}" if per_map[:, heads].all() and len(heads) < h
              else f"{int(per_map.sum())} of the {b * h} (batch element, head) pairs")  # fmt: skip
     found.add(ATTENTION, "softmax", "forward", f"The attention weights are NaN or infinite in {where}",
-              f"Read out of your output with one-hot values at λ = 0, ½, 2 and −½, the weights of some queries in {where} are NaN or "
+              f"Read out of your output with one-hot values at {AT_COEFFICIENTS}, the weights of some queries in {where} are NaN or "
               "infinite, and every other map is finite, though every logit is of ordinary size: the normaliser of those rows is 0 or "
               "not finite, made from a sum or an index that does not cover every batch element and head (an index tensor shaped for "
               "the first batch element, a sum over the wrong axis?).",

@@ -101,7 +101,7 @@ def name_shape(function: str, got: tuple[int, ...], expected: tuple[int, ...], m
 # The student's lines where tensors of sizes that do not fit meet (or an error torch words in no known way is raised), by
 # the operation: applying or building the causal mask; a row's maximum or log-normaliser, the softmax's own reductions
 # (over an empty block of keys they raise).
-LINE_COMPONENTS = {r"masked_fill|\btril\(|\btriu\(": "mask", r"\bamax\(|\blogsumexp\(|\bmaximum\(": "softmax"}
+LINE_COMPONENTS = {slips.MASK_LINE: "mask", r"\bamax\(|\blogsumexp\(|\bmaximum\(": "softmax"}
 SUPPLIED = ("_type_name", "_shape", "_require_float_tensor", "_require_matching", "_require_group", "check_lambda_inputs", "_check_coefficient",
             "check_attention_inputs")  # fmt: skip
 """The stub's own functions: its validation raises for inputs outside the contract only."""

@@ -92,8 +92,9 @@ def _attention_request(values: Values, grads: tuple[str, ...], cotangent: np.nda
     or :func:`coefficients_as` says so."""
     tensors = [TensorInput(exact(values[n], dtype), dtype, n in grads, layout_of(layout, n)) for n in INPUT_NAMES]
     coefficient: Any = float(values["coefficient"])
-    if "coefficient" in grads or _COEFFICIENT_AS.get() != "float":
-        own = dtype if "coefficient" in grads or _COEFFICIENT_AS.get() == "tensor" else _COEFFICIENT_AS.get()
+    kind = _COEFFICIENT_AS.get()
+    if "coefficient" in grads or kind != "float":
+        own = dtype if "coefficient" in grads or kind == "tensor" else kind
         coefficient = TensorInput(exact(values["coefficient"], own), own, "coefficient" in grads)
         tensors.append(coefficient)
     call = Call(ATTENTION, (*tensors[:5], coefficient), {} if causal is None else {"causal": causal})

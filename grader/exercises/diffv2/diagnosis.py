@@ -144,7 +144,7 @@ def name_shape(function: str, got: tuple[int, ...], expected: tuple[int, ...], m
 # which drops every axis of size 1; every other entry of axis 1, the tokens in [B, T, H, D], where the pairs are on axis 2),
 # building or applying the causal mask, repeating key/value heads over their group or picking them by a computed index on
 # the heads' axis of [B, T, H, D] (`k[:, :, kv_of]`).
-LINE_COMPONENTS = {r"\.T\b|\.squeeze\(\)|\[\s*:\s*,\s*[01]?\s*::\s*2\s*\]": "layout", r"masked_fill|\btril\(|\btriu\(": "mask",
+LINE_COMPONENTS = {r"\.T\b|\.squeeze\(\)|\[\s*:\s*,\s*[01]?\s*::\s*2\s*\]": "layout", slips.MASK_LINE: "mask",
                    r"\.expand\(|repeat_interleave\(|\.repeat\(|index_select\(|\b[kv]\[\s*:\s*,\s*:\s*,\s*[A-Za-z_]\w*\s*\]": "heads"}  # fmt: skip
 SUPPLIED = ("_type_name", "_shape", "_require_tensor", "_require_like", "_require_axis", "check_gqa_inputs", "check_diff_v2_inputs")
 """The stub's own functions: its validation raises for inputs outside the contract only."""
