@@ -292,6 +292,26 @@ def epsilon_slip(found: DenominatorEpsilon, dtype: str) -> tuple[str, str, str, 
             "divide by the sum of exponentials alone (after subtracting the row's maximum), or use torch.softmax")  # fmt: skip
 
 
+def value_rows(maps: np.ndarray, read: np.ndarray) -> np.ndarray | None:
+    """The token σ(j) whose value each key j's weight meets, when ``read`` (an output read out with one-hot values, [..., T, T])
+    is ``maps`` (the true maps, the same shape) with its columns moved so: read = maps · P, P[j, σ(j)] = 1, one σ for every
+    leading index. None when no such σ explains it (P solved per map is not a one-hot row per key, or differs between maps).
+
+    A map that is wrong in its weights (a mask, a scale, a softmax over another axis) gives no one-hot P: its rows are
+    other distributions, not the true ones with weights moved to other tokens. Maps too ill-conditioned to solve tell nothing.
+    """
+    t = maps.shape[-1]
+    flat_maps, flat_read = maps.reshape(-1, t, t), read.reshape(-1, t, t)
+    if not (np.isfinite(flat_maps).all() and np.isfinite(flat_read).all()) or np.linalg.cond(flat_maps).max() > 1e8:
+        return None
+    moved = np.linalg.solve(flat_maps, flat_read)
+    rows = np.rint(moved)
+    if np.abs(moved - rows).max() > 1e-5 or not ((rows == 0) | (rows == 1)).all() or not (rows.sum(axis=-1) == 1).all():
+        return None
+    sigma = rows.argmax(axis=-1)
+    return sigma[0] if (sigma == sigma[0]).all() else None
+
+
 def _factor(got: np.ndarray, predicted: np.ndarray) -> float:
     """The factor f that best makes f·predicted equal got (1.0 when within FITS of it, or nothing to fit)."""
     both = np.isfinite(got) & np.isfinite(predicted)

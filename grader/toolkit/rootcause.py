@@ -182,7 +182,17 @@ def assemble(
     # probe's finding, which says where it comes from; the contract slip of the same wording is its symptom
     reproduced = {(f.function, f.signature) for f in findings if f.stage != "contract" and f.signature is not None}
     standing = [f for f in findings if (f.via is None or f.via not in faulty) and not (f.stage == "contract" and (f.function, f.signature) in reproduced)]
-    ordered = sorted(merged(standing), key=lambda f: (STAGES.index(f.stage), -callers.get(f.function or "", 0)))
+    # an exception of sizes that do not fit, raised by some calls only and placed in no part, of a function whose returned
+    # values the probes found wrong: more likely a symptom of that fault (an axis put in the wrong place clashes only at some
+    # sizes) than a cause of its own, so it follows the forward findings
+    valued = {f.function for f in standing if f.stage == "forward"}
+
+    def stage(finding: Finding) -> float:
+        symptom = (finding.stage == "contract" and finding.component == UNPLACED and finding.signature is not None and not finding.blocks
+                   and finding.function in valued)  # fmt: skip
+        return STAGES.index("forward") + 0.5 if symptom else STAGES.index(finding.stage)
+
+    ordered = sorted(merged(standing), key=lambda f: (stage(f), -callers.get(f.function or "", 0)))
     everything = tuple(dict.fromkeys(f.function for f in ordered if f.function is not None))
     default = Role(everything, "values")
     explained: dict[int, list[str]] = {}

@@ -442,7 +442,8 @@ def maps_probe(worker: Worker, rng: np.random.Generator, found: Found, layout: L
     if _added_coefficient(found, slope):
         return True
     combination = _combination(intercept, slope, true_maps)
-    if _combination_finding(found, combination) or (not combination.fits and _per_element_finding(found, intercept, slope, true_maps)):
+    if _combination_finding(found, combination) or (not combination.fits and (
+            _per_element_finding(found, intercept, slope, true_maps) or _value_rows_finding(found, intercept, slope, true_maps))):
         return True
     how = f"one-hot values at {AT_COEFFICIENTS}"
     if combination.fits and combination.weights != CONTRACT_WEIGHTS:
@@ -457,6 +458,32 @@ def maps_probe(worker: Worker, rng: np.random.Generator, found: Found, layout: L
             unexplained_maps(found, ATTENTION, np.stack([intercept, -slope]), how, np.stack(true_maps))  # fmt: skip
     _show(found, "First map A1 (read at λ = 0)", true_maps[0], intercept)
     return _map_findings(found, fits)
+
+
+def _value_rows_finding(found: Found, intercept: np.ndarray, slope: np.ndarray, maps: tuple[np.ndarray, np.ndarray]) -> bool:
+    """A value finding when both maps read out are the true ones with each key's weight moved onto another token's value
+    (:func:`grader.toolkit.attention_maps.value_rows`), one way for every batch element and head; whether they are."""
+    moves = [attention_maps.value_rows(true, read) for true, read in zip(maps, (intercept, -slope))]
+    if any(m is None for m in moves) or all((m == np.arange(len(m))).all() for m in moves if m is not None):
+        return False
+    said = [f"in the {which} map {_moved_keys(m)}" for which, m in zip(("first", "second"), moves) if m is not None]
+    found.add(ATTENTION, "value", "forward", "The maps' weights meet other tokens' values",
+              f"Read out of your output with one-hot values at {AT_COEFFICIENTS}, both maps have the right weights, but a key's weight "
+              f"meets another token's value: {'; '.join(said)}. Each output row is Σ_j A[i, j]·value[σ(j)] instead of value[j]: the "
+              "rows of value are re-indexed before the product (a repeat_interleave where a repeat was meant, an unsqueeze on the "
+              "wrong axis, a shift by one token?).",
+              "multiply each map by value as it is: the weight of key j must meet value[..., j, :]")  # fmt: skip
+    return True
+
+
+def _moved_keys(sigma: np.ndarray) -> str:
+    """"key 1 meets token 0's value, key 2 token 1's, …" for the keys that ``sigma`` moves (or that none are moved)."""
+    moved = [(j, int(s)) for j, s in enumerate(sigma) if s != j]
+    if not moved:
+        return "every key meets its own token's value"
+    (j, s), rest = moved[0], [f"key {k} token {t}'s" for k, t in moved[1:4]]
+    more = f" and {len(moved) - 4} more" if len(moved) > 4 else ""
+    return f"key {j} meets token {s}'s value" + (f", {', '.join(rest)}" if rest else "") + more
 
 
 def _coefficient_not_finite(found: Found, read: Sequence[np.ndarray]) -> bool:

@@ -25,7 +25,7 @@ from grader.exercises.diffattn import oracle
 from grader.exercises.diffattn.cases import LAMBDA, LAMBDA_NAMES
 from grader.exercises.diffattn.probes import PARAMETER_COMPONENTS, lambda_subject
 from grader.toolkit.findings import (
-    FLOAT32_LIKE, Found, GradientRun, gradients_probe, is_right, layout_probe, precision_finding, randomness_probe, replayed_runs,
+    FLOAT32_LIKE, Found, GradientRun, gradients_probe, is_right, layout_probe, listed, precision_finding, randomness_probe, replayed_runs,
     rounding_probe,
 )  # fmt: skip
 from grader.toolkit import domain, probes
@@ -181,6 +181,35 @@ def lambda_dependence_probe(worker: Worker, rng: np.random.Generator, found: Fou
     return True
 
 
+PARTNERS = {"q1": "k1", "k1": "q1", "q2": "k2", "k2": "q2"}  # the vector each one meets in its dot product
+
+
+def lambda_pairing_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool:
+    """Each vector moved at right angles to its partner (its dot product unchanged) must leave λ as it was: λ depends on the
+    vectors only through q1·k1 and q2·k2. A finding naming the vectors that change it otherwise; whether one does."""
+    values = lambda_values(rng)
+    moved = []
+    for name, partner in PARTNERS.items():
+        step = rng.standard_normal(values[name].shape)
+        step -= (step @ values[partner]) / (values[partner] @ values[partner]) * values[partner]
+        moved.append({**values, name: values[name] + step})
+    found.probes.append(f"{LAMBDA}: each vector moved at right angles to its partner")
+    base, *answers = probes.sweep(worker, lambda_subject(), [values, *moved])
+    if base is None or base.size != 1 or not np.isfinite(base).all():
+        return False
+    changed = [n for n, got in zip(PARTNERS, answers) if got is not None and got.size == 1 and not is_right(got.reshape(()), base.reshape(()))]
+    if not changed:
+        return False
+    kept = listed(sorted({f"q{n[1]}·k{n[1]}" for n in changed}))
+    found.add(LAMBDA, "lambda", "forward", f"λ depends on {listed(changed)} beyond {'its' if len(changed) == 1 else 'their'} pair's dot product",
+              f"Moving {listed(changed)}, each at right angles to its partner (so {kept} stayed as {'it was' if ' and ' not in kept else 'they were'}), "
+              "changed λ: λ = exp(q1·k1) − exp(q2·k2) + λ_init depends on each "
+              "vector only through its own pair's dot product, so a product pairs a vector with another pair's (q1 with k2, a "
+              "sum over both pairs' keys, einsum subscripts that do not match?).",
+              "take the two dot products q1·k1 and q2·k2, each of one pair's own vectors")  # fmt: skip
+    return True
+
+
 def lambda_range_probe(worker: Worker, rng: np.random.Generator, found: Found) -> bool:
     """Exponents of ±60 in float32 and 100 in float64, and small exponents made of large elementwise products, must give
     finite, right λ; whether they do not."""
@@ -251,7 +280,8 @@ def run(worker: Worker, rng: np.random.Generator, found: Found, forward: bool, g
     if forward:
         if not is_right(base.reshape(()), np.asarray(lambda_truth(values))) and rounding_probe(worker, lambda_subject(), values, base, found):
             return  # rounded to a lower precision: what the other probes would read out of λ, or differentiate, is its noise
-        localised = lambda_structure_probe(worker, rng, found) or lambda_dependence_probe(worker, rng, found)
+        localised = lambda_structure_probe(worker, rng, found) or lambda_dependence_probe(worker, rng, found) or \
+            lambda_pairing_probe(worker, domain.offshoot(rng, "pairing"), found)
         localised = localised or lambda_range_probe(worker, rng, found) or lambda_length_probe(worker, rng, found)
         localised = localised or lambda_structure_probe(worker, domain.offshoot(rng, "float32 structure"), found, "float32")
         if not localised and base.size == 1:

@@ -74,6 +74,9 @@ from grader.worker.client import Worker
 B, T, HQ, HKV, D = 2, 17, 8, 2, 34
 G, H = HQ // HKV, HQ // 2
 GATES = (-2.0, 0.0, 1.5)  # the constant gate logits of the pair readouts
+HEAD_GATES = np.array([GATES[i % len(GATES)] for i in range(H)])
+"""A gate logit for each output head (the same at every token): head i's weights must be those it has when every head's logit is its own."""
+GATE_ON = 1000.0  # σ(1000) is 1 in float64: output head i is the even head's attention less the odd head's
 GATE_OFF = -1000.0  # σ(−1000) is 0 in float64: the odd heads vanish from the output, which is then the even heads' attention
 SCALES = {"1/√D": 1 / math.sqrt(D), "1/D": 1 / D, "1/√(2D)": 1 / math.sqrt(2 * D), "1/√T": 1 / math.sqrt(T),
           "1 (no scaling)": 1.0, "√D": math.sqrt(D), "2/√D": 2 / math.sqrt(D), "ln 2/√D": math.log(2) / math.sqrt(D)}  # fmt: skip
@@ -239,17 +242,23 @@ def coded_values() -> np.ndarray:
     return np.broadcast_to(1.0 + np.arange(HKV * D, dtype=np.float64).reshape(HKV, D), (B, T, HKV, D)).copy()
 
 
-def _moved_features(found: Found, out: np.ndarray | None, function: str = GQA) -> bool:
+def coded_reads(queries: np.ndarray) -> np.ndarray:
+    """[1, 1, len(queries), D]: with :func:`coded_values`, what query heads ``queries`` read (feature c of head h // G)."""
+    return 1.0 + ((queries // G)[:, None] * D + np.arange(D)[None, :])[None, None]
+
+
+def _moved_features(found: Found, out: np.ndarray | None, function: str = GQA, odd: bool = False) -> bool:
     """A finding when, with :func:`coded_values` (and for diff_v2_attention the gate off, so that output head i is the even
-    head 2i's), output heads receive other key/value heads' features, or features at other positions, than feature c of
-    the head their query head reads (h // G); whether there was one."""
+    head 2i's; ``odd``: the odd head 2i + 1's, read as the even head's output less the output with the gate at 1), output
+    heads receive other key/value heads' features, or features at other positions, than feature c of the head their query
+    head reads (h // G); whether there was one."""
     if out is None or not np.isfinite(out).all():
         return False
     codes = np.round(out - 1.0)
     if np.abs(out - 1.0 - codes).max() > FITS or codes.min() < 0 or codes.max() >= HKV * D:
         return False  # not every output is one value feature: the maps' rows do not sum to 1, or features are mixed
     heads, features = np.divmod(codes.astype(int), D)
-    queries = np.arange(HQ) if function == GQA else 2 * np.arange(H)
+    queries = np.arange(HQ) if function == GQA else 2 * np.arange(H) + int(odd)
     right_heads = (queries // G)[None, None, :, None]
     right_features = np.arange(D)[None, None, None, :]
     wrong = np.argwhere((heads != right_heads) | (features != right_features))
@@ -257,11 +266,20 @@ def _moved_features(found: Found, out: np.ndarray | None, function: str = GQA) -
         return False
     b, t, h, c = (int(i) for i in wrong[0])
     what = "query head" if function == GQA else "output head"
+    reading = (f"{len(wrong)} of {out.size} outputs read another one ({what} {h}, feature {c} reads key/value head {heads[b, t, h, c]}, "
+               f"feature {features[b, t, h, c]}; head {int(queries[h]) // G}, feature {c} is right)")
+    if odd:
+        shifted = bool((heads == right_heads).all())
+        found.add(function, "layout" if shifted else "heads", "forward", "The odd heads are cut from the wrong features",
+                  f"With values the same at every token and the gate at 1 (ℓ = {GATE_ON:g}), each output is the even head's value feature "
+                  f"less the odd head's, and the even heads are right: for the odd heads {reading}. The odd heads are taken from the query "
+                  "heads at the wrong place: " + ("the right heads at an offset of features, not of whole heads (a slice or unfold of "
+                  "a flattened heads × features axis?)." if shifted else "features of other heads mixed in."),
+                  "take the odd heads as whole heads, A[:, :, 1::2] of [B, T, Hq, D], never by feature offsets of a flattened axis")  # fmt: skip
+        return True
     found.add(function, "heads", "forward", f"{'Query' if function == GQA else 'Output'} heads receive the wrong key/value features",
               f"With values the same at every token{'' if function == GQA else ' and the gate off'}, each output is the value feature it "
-              f"reads: {len(wrong)} of {out.size} outputs read another one ({what} {h}, feature {c} reads key/value head "
-              f"{heads[b, t, h, c]}, feature {features[b, t, h, c]}; head {int(queries[h]) // G}, feature {c} is right). Heads are "
-              "repeated, reshaped or paired in an order that mixes their features with the heads.",
+              f"reads: {reading}. Heads are repeated, reshaped or paired in an order that mixes their features with the heads.",
               "repeat each key/value head over its group next to the head axis (k.repeat_interleave(G, dim=2)), and pair whole heads "
               "(A[:, :, 0::2] and A[:, :, 1::2] of [B, T, Hq, D]), never neighbouring features of a flattened axis")  # fmt: skip
     return True
@@ -597,9 +615,11 @@ def pairs_probe(worker: Worker, values: Values, found: Found, causal: bool = Tru
     off = np.full((B, T, H), GATE_OFF)
     points += [{**points[1], "v": 2.0 * one_hot()}, {**points[1], "lambda_logits": off}, {**values, "v": coded_values(), "lambda_logits": off},
                {**points[1], "lambda_logits": off / 10.0}, {**points[1], "v": np.zeros_like(values["v"])},
-               {**points[1], "v": one_hot() + SHARED_OFFSET}]  # fmt: skip
+               {**points[1], "v": one_hot() + SHARED_OFFSET}, {**points[1], "lambda_logits": np.broadcast_to(HEAD_GATES, (B, T, H))},
+               {**values, "v": coded_values(), "lambda_logits": np.full((B, T, H), GATE_ON)}]  # fmt: skip
     outs = [_shaped(o, DIFF_V2) for o in probes.sweep(worker, subject(DIFF_V2, causal, layout=layout), points)]
-    if _added_term(found, DIFF_V2, outs[-2]):
+    zero_v, offset, per_head, coded_on = outs[len(GATES) + 4 :]
+    if _added_term(found, DIFF_V2, zero_v):
         return True
     if any(o is None or not np.isfinite(o).all() for o in outs[: len(GATES) + 1]):
         return False
@@ -620,19 +640,48 @@ def pairs_probe(worker: Worker, values: Values, found: Found, causal: bool = Tru
                                          "Doubling v left your output almost as it was: A_2i v − σ(ℓ)·A_2i+1 v is linear in v, so something scale-free "
                                          "(an RMSNorm, a layer norm: DIFF V1's head norm) rescales it.",
                                          "return the gated difference itself; DIFF V2 has no norm after it"))  # fmt: skip
-        if _offset_scaled(found, outs[1], outs[-1]):
+        if _offset_scaled(found, outs[1], offset):
             return True
         gated = outs[len(GATES) - 1]
         if gate_off is None or not np.isfinite(gate_off).all() or gated is None:
             return False
-        return _moved_features(found, coded, DIFF_V2) or _pair_maps(found, values, gate_off, gated, causal)
+        if _moved_features(found, coded, DIFF_V2):
+            return True
+        even_right = coded is not None and np.allclose(coded, coded_reads(2 * np.arange(H)), rtol=0.0, atol=FITS)
+        if even_right and coded_on is not None and _moved_features(found, coded - coded_on, DIFF_V2, odd=True):  # σ(ℓ) = 1: A_2i v − A_2i+1 v
+            return True
+        return _pair_maps(found, values, gate_off, gated, causal)
     weights = np.array([[w for w, _ in row] for row in fitted]).reshape(len(GATES), H, HQ, HKV)
     used = [[(int(h), int(g)) for h, g in np.argwhere(np.abs(weights[:, i]).max(axis=0) > 1e-6)] for i in range(H)]
     if _routing_findings(found, used):
         return True
     pairs = np.arange(H)
     even, odd = weights[:, pairs, 2 * pairs, (2 * pairs) // G], weights[:, pairs, 2 * pairs + 1, (2 * pairs + 1) // G]
-    return _pair_findings(found, even, odd)
+    return _gates_of_other_heads(found, per_head, basis, even, odd) or _pair_findings(found, even, odd)
+
+
+def _gates_of_other_heads(found: Found, out: np.ndarray | None, basis: np.ndarray, even: np.ndarray, odd: np.ndarray) -> bool:
+    """A gate finding when, read out with :data:`HEAD_GATES`, some output head's (even, odd) weights differ from its weights
+    when every head has that head's logit (``even``, ``odd``: GATES × H): the other heads' logits reach it. Whether so."""
+    if out is None or not np.isfinite(out).all():
+        return False
+    fitted = [_fit(out[0, :, i], basis) for i in range(H)]
+    if max(residual for _, residual in fitted) > FITS:
+        return False
+    pairs = np.arange(H)
+    weights = np.array([w for w, _ in fitted]).reshape(H, HQ, HKV)
+    got = np.stack([weights[pairs, 2 * pairs, (2 * pairs) // G], weights[pairs, 2 * pairs + 1, (2 * pairs + 1) // G]], axis=1)
+    alone = np.stack([[even[GATES.index(g), i], odd[GATES.index(g), i]] for i, g in enumerate(HEAD_GATES)])
+    differ = [i for i in range(H) if not np.allclose(got[i], alone[i], rtol=1e-6, atol=1e-9)]
+    if not differ:
+        return False
+    i = differ[0]
+    return found.first(DIFF_V2, (True, "gate", "Each output head's gate mixes the other heads' logits",
+                                 f"Read out of your output with a gate logit of its own for each output head ({', '.join(f'{g:g}' for g in HEAD_GATES)}), "
+                                 f"output head {i}'s pair is weighted ({got[i, 0]:.4g}, {got[i, 1]:.4g}); with the same logit {HEAD_GATES[i]:g} on "
+                                 f"every head it is weighted ({alone[i, 0]:.4g}, {alone[i, 1]:.4g}): the other heads' logits reach it (the gates "
+                                 "summed or broadcast over the heads' axis: an einsum subscript or an unsqueeze on the wrong axis?).",
+                                 "λ[b, t, i] = σ(lambda_logits[b, t, i]) weights the odd head of output head i alone"))  # fmt: skip
 
 
 def gate_dependence_probe(worker: Worker, values: Values, rng: np.random.Generator, found: Found) -> bool:
