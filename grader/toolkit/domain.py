@@ -110,6 +110,7 @@ MODEL_WIDTHS = (WIDEST + 1, 256)
 # wide heads (query-key layer scaling, a kernel's tile of 128) takes another path
 COMMON_WIDTHS = (80, 96, 128, 192, 256)
 WIDE_PATH = 128
+KERNEL_WIDEST = 256  # the widest head fused attention kernels take: each exercise's non-causal set has one call past it
 MODEL_PROBLEMS = (2, 12)  # B and H (or query heads) of the wide call: a multiple of 4 (batch, head) pairs, as kernels' fast paths ask
 # The lengths of the wide call: multiples of 8 past 16 (a training batch padded to a multiple, where a fused kernel's shape
 # constraints, such as 16 < T and T % 4 == 0, hold and its fast path is taken)
@@ -817,6 +818,12 @@ def model_scale(rng: np.random.Generator, long: bool, wide: bool = False) -> tup
     width = int(rng.choice(common)) if rng.random() < 0.5 else int(rng.integers(shortest, MODEL_WIDTHS[1] + 1))
     low, high = MODEL_SHAPED_LENGTHS
     return (*MODEL_PROBLEMS, 8 * int(rng.integers(low // 8, high // 8 + 1)), width)
+
+
+def past_kernel_width(rng: np.random.Generator) -> tuple[int, int, int, int]:
+    """(B, H, T, D) of a call with heads wider than :data:`KERNEL_WIDEST`: one head of 257 to 320 features over 2 to 16 tokens
+    (the contract allows any width; code that copies a fused kernel's limit refuses it, or takes another path)."""
+    return 1, 1, int(rng.integers(2, 17)), int(rng.integers(KERNEL_WIDEST + 1, KERNEL_WIDEST + 65))
 
 
 def past_context(rng: np.random.Generator) -> tuple[int, int, int, int]:

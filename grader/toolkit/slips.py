@@ -397,6 +397,42 @@ masked fill, or −∞ written into chosen positions of a tensor (``scores[..., 
 OWN_CHECK = re.compile(r"\s*(?:raise|assert)\b")
 
 
+def _own_check(code: Sequence[tuple[str, str, str]], source: str | None, declared: Declarations) -> list[str] | None:
+    """The statement that raised (the last of ``code``) and the if over it, when it is a check of the student's own: an
+    assert, or a raise directly under an if (not in an except block, which passes another error on), not in a function
+    the stub supplies; None otherwise."""
+    if not code:
+        return None
+    line, function, text = code[-1]
+    if function.strip() in declared.supplied or not OWN_CHECK.match(text):
+        return None
+    if not text.lstrip().startswith("raise"):
+        return [text]
+    lines = dict(function_lines(source, function.strip()))
+    raising = lines.get(int(line), text)
+    indent = len(raising) - len(raising.lstrip())
+    header = next((lines[n] for n in range(int(line) - 1, 0, -1) if n in lines and lines[n].strip() and not lines[n].lstrip().startswith("#")
+                   and len(lines[n]) - len(lines[n].lstrip()) < indent), "")  # fmt: skip
+    return [text, header] if re.match(r"\s*(?:el)?if\b", header) else None
+
+
+SIZE_READS = re.compile(r"\.shape\b|\.size\(|\.ndim\b|\.dim\(\)|\.numel\(\)|\blen\(")
+
+
+def _tests_sizes(own: Sequence[str], frame: tuple[str, str, str], source: str | None) -> bool:
+    """Whether a check of the student's own (:func:`_own_check`: its statement and the if over it) tests sizes: it reads
+    them (``.shape``, ``.size()``, ``len()``), or tests a name its function took from them (``b, t, h, d = q.shape``)."""
+    tested = " ".join(own)
+    if SIZE_READS.search(tested):
+        return True
+    names = set(re.findall(r"\b[A-Za-z_]\w*\b", tested))
+    for _, text in function_lines(source, frame[1].strip()):
+        assigned = re.match(r"\s*([A-Za-z_][\w, ]*?)\s*=(?!=)(.*)", text)
+        if assigned and SIZE_READS.search(assigned.group(2)) and {n.strip() for n in assigned.group(1).split(",")} & names:
+            return True
+    return False
+
+
 def _refused_parameter(code: Sequence[tuple[str, str, str]], source: str | None, message: str, declared: Declarations) -> str | None:
     """The parameter a check of the student's own refused, or None: the exception came from an assert statement of theirs,
     or a raise statement directly under an if (not in an except block, which passes another error on), not in a function
@@ -404,19 +440,12 @@ def _refused_parameter(code: Sequence[tuple[str, str, str]], source: str | None,
     :attr:`Declarations.parameters` (or several of one component)."""
     if not code or not declared.parameters:
         return None
-    line, function, text = code[-1]
-    if function.strip() in declared.supplied or not OWN_CHECK.match(text):
+    own = _own_check(code, source, declared)
+    if own is None:
         return None
-    guard = [text, message, *(earlier for _, _, earlier in code[:-1])]
-    if text.lstrip().startswith("raise"):  # under an if of its own: a raise in an except block passes another error on
-        lines = dict(function_lines(source, function.strip()))
-        raising = lines.get(int(line), text)
-        indent = len(raising) - len(raising.lstrip())
-        header = next((lines[n] for n in range(int(line) - 1, 0, -1) if n in lines and lines[n].strip() and not lines[n].lstrip().startswith("#")
-                       and len(lines[n]) - len(lines[n].lstrip()) < indent), "")  # fmt: skip
-        if not re.match(r"\s*(?:el)?if\b", header):
-            return None
-        guard.append(header)
+    # the calls that led there, but not a call into a graded function, which passes its arguments along untested
+    passed = [earlier for _, _, earlier in code[:-1] if not any(re.search(rf"\b{name}\s*\(", earlier) for name in declared.functions)]
+    guard = [own[0], message, *passed, *own[1:]]
     named = [name for name in re.findall(r"\b\w+\b", " ".join(guard)) if name in declared.parameters]
     components = {declared.parameters[name] for name in named}
     return named[0] if len(components) == 1 else None
@@ -471,13 +500,20 @@ def _raised(function: str, calls: Sequence[Observed], source: str | None, declar
         everywhere = len(failing) == sum(c.result is not None for c in calls)  # (a call after another that raised has no result)
         code = FRAME.findall(error.get("traceback", "") or "")
         refused = None if everywhere else _refused_parameter(code, source, message, declared)
-        if refused is not None:  # the student's message and line say what it refused: a contrast of the calls would guess
-            component, signature = declared.parameters[refused], _stable_part(f"{kind}: {message}")
+        refusal = None if refused is None else (refused, refused, declared.parameters[refused])  # (tested, accepted, component)
+        own = None if everywhere or refusal is not None else _own_check(code, source, declared)
+        if own is not None and _tests_sizes(own, code[-1], source):
+            refusal = ("the sizes of its inputs", "size of its inputs", placed[1] if placed is not None else "shape")  # (the part those sizes tell)
+        elif own is not None and function in declared.whole:
+            refusal = (f"the inputs of {function}", f"input of {function}", declared.whole[function])  # a function of one part: that part refuses
+        if refusal is not None:  # the student's message and line say what it refused: a contrast of the calls would guess
+            (tested, accepted, component), signature = refusal, _stable_part(f"{kind}: {message}")
             owner = code[-1][1].strip() if (code[-1][1].strip(), signature) in callees else function
             title = f"{owner} raises {kind}: a check of its own refuses calls the contract allows" + (f" (called by {function})" if owner != function else "")
-            found.append(replace(_finding(owner, component, title, f"It raised {kind}: {message}{where}. The check tests {refused}, and the "
-                                          f"calls it refused are within the contract.", f"remove that check or widen it to the contract: "
-                                          f"accept every {refused} the contract allows", explains=frozenset({ASPECT_OF.get(component) or "type"})),
+            which = f", only when {only[0]} is {only[1]}" if only and refused not in declared.parameters else ""
+            found.append(replace(_finding(owner, component, title, f"It raised {kind}: {message}{where}{which}. The check tests {tested}, and "
+                                          f"the calls it refused are within the contract.", f"remove that check or widen it to the contract: "
+                                          f"accept every {accepted} the contract allows", explains=frozenset({ASPECT_OF.get(component) or "type"})),
                                  signature=signature, via=declared.made_by.get(only) if only else None))  # fmt: skip
             continue
         if kind == "NotImplementedError":

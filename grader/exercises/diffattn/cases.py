@@ -52,10 +52,16 @@ COEFFICIENT_KINDS = {"float": "Python float", "int": "Python int", "tensor": "0-
 _AnyCase = TypeVar("_AnyCase", "LambdaCase", "AttentionCase")
 
 
-def small_coefficient(rng: np.random.Generator) -> float:
-    """A coefficient of magnitude 1e-8 to 1e-3, either sign: λ near zero is not λ = 0 (a shortcut that drops the second
-    branch below some threshold loses coefficient·A2·V, which float64 resolves down to these magnitudes)."""
-    return float(rng.choice((-1.0, 1.0)) * 10.0 ** rng.uniform(-8.0, -3.0))
+def small_coefficient(rng: np.random.Generator, decades: tuple[float, float] = (-8.0, -3.0)) -> float:
+    """A coefficient of magnitude 10^``decades[0]`` to 10^``decades[1]`` (1e-8 to 1e-3), either sign: λ near zero is not
+    λ = 0 (a shortcut that drops the second branch below some threshold, or snaps a float near an integer to it, loses
+    coefficient·A2·V, which float64 resolves down to these magnitudes)."""
+    return float(rng.choice((-1.0, 1.0)) * 10.0 ** rng.uniform(*decades))
+
+
+NEAR_INTEGER = (-8.0, -6.0)
+"""The decades of :func:`small_coefficient` within which a Python float near 0 or 1 lies at least once per set: below the
+1e-6 that code "cleaning float noise" snaps to an integer, still above what float64 output resolves."""
 
 
 def coinciding_shapes(rng: np.random.Generator) -> tuple[tuple[int, int, int, int], tuple[int, int, int, int]]:

@@ -161,7 +161,8 @@ def attention_causal(seed: int) -> list[AttentionCase]:
 def attention_noncausal(seed: int) -> list[AttentionCase]:
     """causal=False cases: T from 1 to 320 (once past 256), D from 1 to 64, both dtypes, by name and by position; once 24
     (batch, head) pairs over 24 to 64 tokens (a multiple of 8) with D from 65 to 256 (:func:`domain.model_scale`); then B = H = T = D and B = H = T = 2D
-    (:func:`cases.coinciding_shapes`), and (batch, head) pairs past every block size."""
+    (:func:`cases.coinciding_shapes`), (batch, head) pairs past every block size, and one head wider than a fused kernel's
+    widest (:func:`domain.past_kernel_width`)."""
     rng = domain.generator(seed, "attention_noncausal")
     return domain.cycled_modes([
         cases.attention_case(rng, (2, 2, 6, 4), "float32", False),
@@ -173,6 +174,7 @@ def attention_noncausal(seed: int) -> list[AttentionCase]:
         cases.attention_case(rng, domain.model_scale(rng, long=False), "float32", False),
         *(cases.attention_case(rng, shape, "float64", False) for shape in reversed(cases.coinciding_shapes(rng))),
         cases.attention_case(rng, cases.many_problems(rng), "float64", False),
+        cases.attention_case(rng, domain.past_kernel_width(rng), "float64", False),
     ])
 
 
@@ -180,12 +182,12 @@ def attention_noncausal(seed: int) -> list[AttentionCase]:
 def attention_coefficients(seed: int) -> list[AttentionCase]:
     """Negative, zero, exactly one, greater-than-one, int and 0-dim tensor (also float64 with float32 inputs, and int64, a
     signed integer dtype the contract allows) coefficients; then coefficients of magnitude 1e-8 to 1e-3
-    (:func:`cases.small_coefficient`), a Python float and a tensor, in float64, in each autograd mode; last, exactly one with
+    (:func:`cases.small_coefficient`; the first below 1e-6), a Python float and a tensor, in float64, in each autograd mode; then exactly one with
     q2 = q1 (keys that differ) and with k2 = k1 (queries that differ); then one tensor object passed as k1 and k2, as q1 and
     q2, and as all four queries and keys (:func:`domain.hold_one_object`), T of 2 or more; last, a tensor coefficient of
     every other dtype the contract allows: float16, bfloat16 and float32 (beside float64 inputs) at a value whose 1 − c and
     1 + c they cannot hold (:func:`domain.inexact_complement`), and int8, int16 and int32 at both ends of the range the
-    contract allows (:func:`domain.integer_ends`)."""
+    contract allows (:func:`domain.integer_ends`); last, a float64 call at 1 ± 1e-8 to 1e-6, a Python float near 1."""
     rng = domain.generator(seed, "attention_coefficients")
     shape = functools.partial(domain.domain_shape, rng, 2, 70)
     return domain.cycled_modes([
@@ -198,8 +200,8 @@ def attention_coefficients(seed: int) -> list[AttentionCase]:
         cases.attention_case(rng, shape(), "float32", False, float(rng.choice([-1, 2, 3])), coefficient_kind="int"),
         cases.attention_case(rng, shape(), "float32", True, coefficient_kind="float64 tensor"),
         cases.attention_case(rng, shape(), "float32", True, float(rng.choice([-1, 2, 3])), coefficient_kind="int64 tensor"),
-        *(cases.attention_case(rng, shape(), "float64", causal, cases.small_coefficient(rng), coefficient_kind=kind)
-          for causal, kind in ((True, "float"), (False, "tensor"), (None, "float"))),
+        *(cases.attention_case(rng, shape(), "float64", causal, cases.small_coefficient(rng, decades), coefficient_kind=kind)
+          for causal, kind, decades in ((True, "float", cases.NEAR_INTEGER), (False, "tensor", (-8.0, -3.0)), (None, "float", (-6.0, -3.0)))),
         *(cases.identical_branches(cases.attention_case(rng, shape(), dtype, True), 1.0, tied=(tied,))
           for tied, dtype in (("q", "float64"), ("k", "float32"))),
         *(replace(cases.attention_case(rng, shape(), dtype, causal), one_object=names)
@@ -209,6 +211,7 @@ def attention_coefficients(seed: int) -> list[AttentionCase]:
         *(cases.attention_case(rng, shape(), inputs, causal, float(end), coefficient_kind=f"{dtype} tensor")
           for dtype, (inputs, causal) in zip(cases.EDGE_INTEGER, (("float32", True), ("float64", False), ("float32", None)))
           for end in domain.integer_ends(dtype)),
+        cases.attention_case(rng, shape(), "float64", True, 1.0 + cases.small_coefficient(rng, cases.NEAR_INTEGER)),
     ])  # fmt: skip
 
 

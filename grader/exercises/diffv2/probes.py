@@ -242,7 +242,7 @@ def coded_values() -> np.ndarray:
     return np.broadcast_to(1.0 + np.arange(HKV * D, dtype=np.float64).reshape(HKV, D), (B, T, HKV, D)).copy()
 
 
-def coded_reads(queries: np.ndarray) -> np.ndarray:
+def _coded_reads(queries: np.ndarray) -> np.ndarray:
     """[1, 1, len(queries), D]: with :func:`coded_values`, what query heads ``queries`` read (feature c of head h // G)."""
     return 1.0 + ((queries // G)[:, None] * D + np.arange(D)[None, :])[None, None]
 
@@ -647,7 +647,7 @@ def pairs_probe(worker: Worker, values: Values, found: Found, causal: bool = Tru
             return False
         if _moved_features(found, coded, DIFF_V2):
             return True
-        even_right = coded is not None and np.allclose(coded, coded_reads(2 * np.arange(H)), rtol=0.0, atol=FITS)
+        even_right = coded is not None and np.allclose(coded, _coded_reads(2 * np.arange(H)), rtol=0.0, atol=FITS)
         if even_right and coded_on is not None and _moved_features(found, coded - coded_on, DIFF_V2, odd=True):  # σ(ℓ) = 1: A_2i v − A_2i+1 v
             return True
         return _pair_maps(found, values, gate_off, gated, causal)

@@ -48,7 +48,8 @@ def _output_set(seed: int, name: str, function: str, causal: bool) -> list[Case]
     groups of the smallest size and of one that divides no block size);
     both dtypes, by name and by position, the autograd modes cycled; a batch's decoding step and a float64 call of many batch
     elements and wide heads laid out heads-major (:func:`_batched_calls`); one tensor passed as k and v, and as q, k and v
-    (:func:`_one_object_calls`); causal, last, a float32 call under inference_mode past a context window of 2048 tokens
+    (:func:`_one_object_calls`); last, not causal, a float64 call with heads wider than a fused kernel's widest
+    (:func:`domain.past_kernel_width`), causal, a float32 call under inference_mode past a context window of 2048 tokens
     (:func:`domain.past_context`) whose first key is an attention sink."""
     rng = domain.generator(seed, name)
     draw = functools.partial(cases.shape, rng, function)
@@ -74,7 +75,9 @@ def _output_set(seed: int, name: str, function: str, causal: bool) -> list[Case]
                   *(cases.many_problems(rng, function, groups[function]) for groups in (cases.ALIGNED_GROUPS, cases.UNALIGNED_GROUPS))]
     found += domain.cycled_modes([cases.case(rng, function, dims, "float64", causal) for dims in odd_shapes])
     if not causal:
-        return found + _batched_calls(rng, function, causal) + _one_object_calls(rng, function, causal)
+        batch, _, length, width = domain.past_kernel_width(rng)
+        wider = cases.case(rng, function, (batch, length, *MODEL_HEADS[True], width), "float64", causal)
+        return found + _batched_calls(rng, function, causal) + _one_object_calls(rng, function, causal) + [wider]
     batch, _, length, width = domain.past_context(rng)
     context = cases.case(rng, function, (batch, length, *CONTEXT_HEADS[function], width), "float32", True, sink=domain.SINK_LOGIT)
     tied = _one_object_calls(rng, function, causal)
