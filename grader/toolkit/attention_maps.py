@@ -293,15 +293,16 @@ def epsilon_slip(found: DenominatorEpsilon, dtype: str) -> tuple[str, str, str, 
 
 
 def value_rows(maps: np.ndarray, read: np.ndarray) -> np.ndarray | None:
-    """The token σ(j) whose value each key j's weight meets, when ``read`` (an output read out with one-hot values, [..., T, T])
-    is ``maps`` (the true maps, the same shape) with its columns moved so: read = maps · P, P[j, σ(j)] = 1, one σ for every
-    leading index. None when no such σ explains it (P solved per map is not a one-hot row per key, or differs between maps).
+    """The column σ(j) of one-hot values (token σ(j)'s, when below T) that each key j's weight meets, when ``read`` (an
+    output read out with one-hot values, [..., T, W], W ≥ T) is ``maps`` (the true maps, [..., T, T]) with its columns moved
+    so: read = maps · P, P[j, σ(j)] = 1, one σ for every leading index. None when no such σ explains it (P solved per map
+    is not a one-hot row per key, or differs between maps).
 
     A map that is wrong in its weights (a mask, a scale, a softmax over another axis) gives no one-hot P: its rows are
     other distributions, not the true ones with weights moved to other tokens. Maps too ill-conditioned to solve tell nothing.
     """
     t = maps.shape[-1]
-    flat_maps, flat_read = maps.reshape(-1, t, t), read.reshape(-1, t, t)
+    flat_maps, flat_read = maps.reshape(-1, t, t), read.reshape(-1, t, read.shape[-1])
     if not (np.isfinite(flat_maps).all() and np.isfinite(flat_read).all()) or np.linalg.cond(flat_maps).max() > 1e8:
         return None
     moved = np.linalg.solve(flat_maps, flat_read)

@@ -1121,13 +1121,22 @@ CAUSAL_PATH = (
 
 
 def causal_path_first(found: Found, function: str, since: int, masked: np.ndarray | None, right: np.ndarray,
-                      unmasked: np.ndarray | None, plain: np.ndarray) -> bool:  # fmt: skip
+                      unmasked: np.ndarray | None, plain: np.ndarray, plain_prefix: Callable[[int], np.ndarray | None],
+                      tokens: int) -> bool:  # fmt: skip
     """Put :data:`CAUSAL_PATH` before the findings made since ``since`` when the output with causal=True (``masked``) is
-    wrong, the one with causal=False (``unmasked``) right, and none of those findings is about the mask: a fault that
-    shows in causal attention only lies in what the function does for it, whatever those findings fitted; whether it did."""
+    wrong, the one with causal=False (``unmasked``) right, none of those findings is about the mask, and the first query
+    whose causal output is wrong gets another answer without the mask from the keys it sees (``plain_prefix(n)``: the
+    output with causal=False on the first n tokens; ``tokens``: the outputs' token axis): a fault that shows in causal
+    attention only lies in what the function does for it, whatever those findings fitted; whether it did. A query answered
+    alike both ways is wrong for what its keys are (one key alone, say), which the findings fitted."""
     if masked is None or is_right(masked, right) or not is_right(unmasked, plain):
         return False
     if any(f.component == "mask" for f in found.findings[since:]):
+        return False
+    rows, expected = np.moveaxis(masked, tokens, 0), np.moveaxis(right, tokens, 0)
+    first = next(t for t in range(len(rows)) if not is_right(rows[t], expected[t]))
+    prefix = plain_prefix(first + 1)
+    if prefix is not None and prefix.shape[tokens] == first + 1 and is_right(np.moveaxis(prefix, tokens, 0)[first], rows[first]):
         return False
     later = found.findings[since:]
     del found.findings[since:]

@@ -207,10 +207,14 @@ def assemble(
             continue
         blocking = [i for i in candidates if ordered[i].blocks or ordered[i].stage == "load"]
         direct = [i for i in candidates if ordered[i].aspect in (role.aspect, *role.also)]
-        chosen = (blocking or direct or candidates)[0]
+        # a check whose message quotes a function's exception failed for it, before what the probes found of that function's
+        # own aspect (they met the same exception); another function's fault may have caused it
+        raised = [i for i in candidates if ordered[i].stage == "contract" and _shown(ordered[i], record)
+                  and all(ordered[j].function == ordered[i].function for j in direct)]  # fmt: skip
+        chosen = (blocking or raised or direct or candidates)[0]
         explained.setdefault(chosen, []).append(str(record["id"]))
         cause = ordered[chosen]
-        shown = cause.signature is not None and cause.signature.lower() in str(record.get("message", "")).lower()
+        shown = _shown(cause, record)
         if chosen not in direct and not shown and cause.stage != "load" and cause.note and cause.public:  # (a message showing the fault stands)
             notes[str(record["id"])] = f"Not judged: {cause.note}. See the root cause “{cause.title}”."
     kept = sorted(explained)  # a cause that explains no failed check is no root cause
@@ -220,6 +224,11 @@ def assemble(
         unexplained=tuple(unexplained),
         notes=notes,
     )
+
+
+def _shown(cause: Finding, record: Mapping[str, Any]) -> bool:
+    """Whether a check's message (``record``: its report object) quotes ``cause``'s signature."""
+    return cause.signature is not None and cause.signature.lower() in str(record.get("message", "")).lower()
 
 
 def to_json(diagnosis: Diagnosis) -> list[dict[str, Any]]:

@@ -416,21 +416,37 @@ def _own_check(code: Sequence[tuple[str, str, str]], source: str | None, declare
     return [text, header] if re.match(r"\s*(?:el)?if\b", header) else None
 
 
-SIZE_READS = re.compile(r"\.shape\b|\.size\(|\.ndim\b|\.dim\(\)|\.numel\(\)|\blen\(")
+SIZE_READS = r"\.shape\b|\.size\(|\.ndim\b|\.dim\(\)|\.numel\(\)"
 
 
 def _tests_sizes(own: Sequence[str], frame: tuple[str, str, str], source: str | None) -> bool:
     """Whether a check of the student's own (:func:`_own_check`: its statement and the if over it) tests sizes: it reads
-    them (``.shape``, ``.size()``, ``len()``), or tests a name its function took from them (``b, t, h, d = q.shape``)."""
-    tested = " ".join(own)
-    if SIZE_READS.search(tested):
+    them (``.shape``, ``.size()``, ``len()`` of a parameter of its function), or tests a name its function took from them
+    (``b, t, h, d = q.shape``)."""
+    lengths = "|".join(rf"\blen\(\s*{re.escape(name)}\s*\)" for name in _parameters(source, frame[1].strip()))
+    sizes = re.compile(f"{SIZE_READS}|{lengths}" if lengths else SIZE_READS)
+    tested = STRING_LITERAL.sub("", " ".join(own))  # (not the words of its message)
+    if sizes.search(tested):
         return True
     names = set(re.findall(r"\b[A-Za-z_]\w*\b", tested))
     for _, text in function_lines(source, frame[1].strip()):
         assigned = re.match(r"\s*([A-Za-z_][\w, ]*?)\s*=(?!=)(.*)", text)
-        if assigned and SIZE_READS.search(assigned.group(2)) and {n.strip() for n in assigned.group(1).split(",")} & names:
+        if assigned and sizes.search(assigned.group(2)) and {n.strip() for n in assigned.group(1).split(",")} & names:
             return True
     return False
+
+
+def _parameters(source: str | None, name: str) -> list[str]:
+    """The parameters of the module-level function ``name`` of ``source`` (none when it is not found)."""
+    try:
+        tree = ast.parse(source or "")
+    except (SyntaxError, ValueError):
+        return []
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
+            arguments = node.args
+            return [a.arg for a in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs)]
+    return []
 
 
 def _refused_parameter(code: Sequence[tuple[str, str, str]], source: str | None, message: str, declared: Declarations) -> str | None:
@@ -447,8 +463,26 @@ def _refused_parameter(code: Sequence[tuple[str, str, str]], source: str | None,
     passed = [earlier for _, _, earlier in code[:-1] if not any(re.search(rf"\b{name}\s*\(", earlier) for name in declared.functions)]
     guard = [own[0], message, *passed, *own[1:]]
     named = [name for name in re.findall(r"\b\w+\b", " ".join(guard)) if name in declared.parameters]
+    if not named:  # the check tests a value the function made: what made it (``gate = torch.sigmoid(lambda_logits)``)
+        named = [name for name in re.findall(r"\b\w+\b", " ".join(_made_of(own[-1], code[-1], source))) if name in declared.parameters]
     components = {declared.parameters[name] for name in named}
     return named[0] if len(components) == 1 else None
+
+
+STRING_LITERAL = re.compile(r"""[rbfu]*("|')(?:\\.|(?!\1).)*?\1""", re.IGNORECASE)
+"""A string literal on one line (a check's message): no name it holds is read."""
+
+
+def _made_of(condition: str, frame: tuple[str, str, str], source: str | None) -> list[str]:
+    """The right-hand sides of the lines of ``frame``'s function before it that assign a name ``condition`` reads (its
+    code outside strings): what the values a check tests were made of."""
+    read = set(re.findall(r"\b[A-Za-z_]\w*\b", STRING_LITERAL.sub("", condition.split("#", 1)[0])))
+    made = []
+    for number, text in function_lines(source, frame[1].strip()):
+        assigned = re.match(r"\s*([A-Za-z_][\w, ]*?)\s*=(?!=)(.*)", text.split("#", 1)[0])
+        if number < int(frame[0]) and assigned and {name.strip() for name in assigned.group(1).split(",")} & read:
+            made.append(assigned.group(2))
+    return made
 
 
 VALUE_QUOTED = re.compile(r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?", re.IGNORECASE)
@@ -506,11 +540,13 @@ def _raised(function: str, calls: Sequence[Observed], source: str | None, declar
             refusal = ("the sizes of its inputs", "size of its inputs", placed[1] if placed is not None else "shape")  # (the part those sizes tell)
         elif own is not None and function in declared.whole:
             refusal = (f"the inputs of {function}", f"input of {function}", declared.whole[function])  # a function of one part: that part refuses
+        elif own is not None and (made := _line_component(declared, code[-1], source, trace=True, operation=STRING_LITERAL.sub("", own[-1]))):
+            refusal = ("values the function made", "input", made)  # what the check tests was made by a part the exercise names
         if refusal is not None:  # the student's message and line say what it refused: a contrast of the calls would guess
             (tested, accepted, component), signature = refusal, _stable_part(f"{kind}: {message}")
             owner = code[-1][1].strip() if (code[-1][1].strip(), signature) in callees else function
             title = f"{owner} raises {kind}: a check of its own refuses calls the contract allows" + (f" (called by {function})" if owner != function else "")
-            which = f", only when {only[0]} is {only[1]}" if only and refused not in declared.parameters else ""
+            which = f", only when {only[0]} is {only[1]}" if only and refused is None else ""
             found.append(replace(_finding(owner, component, title, f"It raised {kind}: {message}{where}{which}. The check tests {tested}, and "
                                           f"the calls it refused are within the contract.", f"remove that check or widen it to the contract: "
                                           f"accept every {accepted} the contract allows", explains=frozenset({ASPECT_OF.get(component) or "type"})),

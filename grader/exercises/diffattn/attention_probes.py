@@ -266,13 +266,46 @@ def _not_affine_maps(kind: str, values: Values, c: float) -> np.ndarray:
     return (e1 - c * e2) / (e1 - c * e2).sum(axis=-1, keepdims=True)
 
 
-def _not_affine(found: Found, values: Values, read: Sequence[np.ndarray]) -> None:
-    """A finding for a signed map that is not affine in λ: one of :data:`NOT_AFFINE`, else that it is not."""
+def _in_maps(w1: float, w2: float) -> str:
+    """w1·A1 + w2·A2 in words, with true minus signs."""
+    return f"{w1:.4g}·A1 {'−' if w2 < 0 else '+'} {abs(w2):.4g}·A2".replace("-", "−")
+
+
+def _piecewise_coefficient(found: Found, read: Sequence[np.ndarray], maps: tuple[np.ndarray, np.ndarray]) -> bool:
+    """A finding when the map read at each coefficient is some combination of the true maps, A1 − c·A2 at some coefficients
+    and another at the others (a coefficient handled apart by its sign or size: an abs, a clamp, a swap); whether it is.
+    Negative coefficients alone wrong are the sign's fault when A1's weight changes with them, else the coefficient's."""
+    fitted = [_combination(r, np.zeros_like(r), maps) for r in read]
+    if not all(f.fits for f in fitted):
+        return False
+    right = [abs(f.weights[0] - 1.0) <= 1e-6 and abs(f.weights[1] + c) <= 1e-6 for f, c in zip(fitted, COEFFICIENTS)]
+    if all(right) or not any(right):
+        return False
+    wrong = [(spoken, f.weights[:2], c) for f, c, spoken, ok in zip(fitted, COEFFICIENTS, _SPOKEN, right) if not ok]
+    negative = {c for *_, c in wrong} == {c for c in COEFFICIENTS if c < 0}
+    # the first map's weight changed too: the subtraction itself is rearranged for such λ (the branches swapped), not λ alone
+    rearranged = any(abs(w1 - 1.0) > 1e-6 for _, (w1, _), _ in wrong)
+    said = "; ".join(f"at λ = {spoken} it is {_in_maps(w1, w2)}, where "
+                     f"{_in_maps(1.0, -c)} is right" for spoken, (w1, w2), c in wrong)
+    found.add(ATTENTION, "sign" if negative and rearranged else "coefficient", "forward",
+              "Negative coefficients give the wrong map" if negative else "Some coefficients give the wrong map",
+              f"Read out of your output, the signed map is A1 − λ·A2 at λ = {', '.join(s for s, ok in zip(_SPOKEN, right) if ok)}; {said}: "
+              + ("the sign of λ is handled apart (an abs, a clamp at 0, the branches swapped when λ < 0?), but a negative λ is valid "
+                 "and adds |λ|·A2." if negative else "some values of λ are handled apart (a clamp, a special case?)."),
+              "use the coefficient as it is, whatever its sign and size: (A1 − λ·A2) V")  # fmt: skip
+    return True
+
+
+def _not_affine(found: Found, values: Values, read: Sequence[np.ndarray], maps: tuple[np.ndarray, np.ndarray]) -> None:
+    """A finding for a signed map that is not affine in λ: one of :data:`NOT_AFFINE`, a coefficient handled apart for some
+    values (:func:`_piecewise_coefficient`, ``maps`` the true maps), else that it is not affine."""
     for kind, component, title, formula, advice in NOT_AFFINE:
         with np.errstate(all="ignore"):
             if all(is_right(r, _not_affine_maps(kind, values, c), attention_maps.FITS) for r, c in zip(read, COEFFICIENTS)):
                 found.add(ATTENTION, component, "forward", title, f"Read out of your output at {AT_COEFFICIENTS}, {formula}, which is not affine in λ.", advice)
                 return
+    if _piecewise_coefficient(found, read, maps):
+        return
     with np.errstate(all="ignore"):
         absolute = all(np.allclose(np.abs(r).sum(axis=-1), 1.0, atol=attention_maps.FITS) for r in read)
     if absolute:
@@ -368,6 +401,29 @@ def _offset_finding(found: Found, plain: np.ndarray, offset_out: np.ndarray) -> 
                                    "everything that reaches the output goes through (A1 − λ·A2) applied to value"))  # fmt: skip
 
 
+def coefficients_probe(worker: Worker, rng: np.random.Generator, found: Found, coefficients: Sequence[float]) -> bool:
+    """Read the signed map out at the ``coefficients`` of the value checks' wrong calls (values a rule of the file may treat
+    apart: snapped to an integer, bounded, rounded): a coefficient finding when the map there is A1 − λ'·A2 with another
+    λ'; whether there was one."""
+    found.probes.append(f"{ATTENTION}: maps read out at the coefficients of wrong calls")
+    values, t = attention_values(rng), sizes().t
+    outputs = probes.sweep(worker, attention_subject(True), [{**values, "value": identity_values(), "coefficient": np.asarray(c)} for c in coefficients])
+    first, second = oracle.attention_maps(values["q1"], values["k1"], True), oracle.attention_maps(values["q2"], values["k2"], True)
+    for c, out in zip(coefficients, outputs):
+        if out is None or out.shape[-2] != t or not np.isfinite(out).all():
+            continue
+        rest = out[..., :t] - first
+        used = round(-float(np.sum(rest * second)) / float(np.sum(second * second)), 12) + 0.0  # (the fit's rounding off; no −0)
+        if np.abs(rest + used * second).max() > attention_maps.FITS or abs(used - c) <= 1e-9 * max(1.0, abs(c)):
+            continue  # not A1 − λ'·A2 (the other read-outs' to explain), or λ' = λ
+        found.add(ATTENTION, "coefficient", "forward", f"The coefficient {c:.6g} is used as {used:.6g}".replace("-", "−"),
+                  f"Read out of your output at λ = {c:.10g}, a coefficient a value check passed, the signed map is A1 − λ'·A2 with "
+                  f"λ' = {used:.10g}: that coefficient is changed before it is used (snapped to a nearby integer, rounded, bounded?).".replace("-", "−"),
+                  "use the coefficient exactly as it comes: every finite value is valid, however close to an integer or however large")  # fmt: skip
+        return True
+    return False
+
+
 def _rounded_coefficient(found: Found, read: Sequence[np.ndarray], unrounded: np.ndarray) -> bool:
     """A coefficient finding when the map read at λ = 0.3 is A1 − λ'·A2 with λ' = 0.3 rounded to float32; whether it is."""
     a, b = read[0], (read[2] - read[0]) / (COEFFICIENTS[2] - COEFFICIENTS[0])  # λ = 0 and 2 are exact in float32
@@ -413,6 +469,11 @@ def _denominator_epsilon(found: Found, maps: Sequence[tuple[np.ndarray, dict[str
     return True
 
 
+def _first_tokens(values: Values, n: int) -> Values:
+    """``values`` cut to their first ``n`` tokens (the coefficient as it is)."""
+    return {name: x[:, :, :n] if x.ndim == 4 else x for name, x in values.items()}
+
+
 def maps_probe(worker: Worker, rng: np.random.Generator, found: Found, layout: Layout = "contiguous") -> bool:
     """Read the signed map out at several coefficients (and value doubled, its tokens moved to other columns, and shifted
     by an offset shared by every token), the inputs in memory ``layout``, explain it; whether the forward was localised."""
@@ -437,13 +498,13 @@ def maps_probe(worker: Worker, rng: np.random.Generator, found: Found, layout: L
     true_maps = (oracle.attention_maps(values["q1"], values["k1"], True), oracle.attention_maps(values["q2"], values["k2"], True))
     intercept, slope, residual = probes.affine_fit(COEFFICIENTS, read)
     if residual > attention_maps.FITS:
-        _not_affine(found, values, read)
+        _not_affine(found, values, read, true_maps)
         return True
     if _added_coefficient(found, slope):
         return True
     combination = _combination(intercept, slope, true_maps)
     if _combination_finding(found, combination) or (not combination.fits and (
-            _per_element_finding(found, intercept, slope, true_maps) or _value_rows_finding(found, intercept, slope, true_maps))):
+            _per_element_finding(found, intercept, slope, true_maps) or _value_rows_finding(found, outputs[: len(COEFFICIENTS)], true_maps))):
         return True
     how = f"one-hot values at {AT_COEFFICIENTS}"
     if combination.fits and combination.weights != CONTRACT_WEIGHTS:
@@ -455,35 +516,69 @@ def maps_probe(worker: Worker, rng: np.random.Generator, found: Found, layout: L
     if fits is None:
         return _offset_finding(found, outputs[1], offset_out) or \
             findings.row_scale_finding(found, ATTENTION, _with_tensors(values, intercept), MapModel("q", "k", "causal"), 1 / math.sqrt(d)) or \
+            _branches_apart(worker, values, rng, found, (intercept, -slope)) or \
             unexplained_maps(found, ATTENTION, np.stack([intercept, -slope]), how, np.stack(true_maps))  # fmt: skip
     _show(found, "First map A1 (read at λ = 0)", true_maps[0], intercept)
     return _map_findings(found, fits)
 
 
-def _value_rows_finding(found: Found, intercept: np.ndarray, slope: np.ndarray, maps: tuple[np.ndarray, np.ndarray]) -> bool:
-    """A value finding when both maps read out are the true ones with each key's weight moved onto another token's value
-    (:func:`grader.toolkit.attention_maps.value_rows`), one way for every batch element and head; whether they are."""
+def _branches_apart(worker: Worker, values: Values, rng: np.random.Generator, found: Found, read: tuple[np.ndarray, np.ndarray]) -> bool:
+    """A branch finding when both maps ``read`` out are distributions (rows that sum to 1) and a branch's map moves with the
+    other branch's queries or keys: the output at λ = 0 (the first branch's alone) with q2 or k2 changed, and its change
+    from λ = 0 to λ = 1 (the second branch's) with q1 or k1 changed, must stay as they were; whether one did not. (Rows
+    that do not sum to 1 are a normaliser's fault, one shared by both branches' keys included.)"""
+    if not all(np.allclose(m.sum(axis=-1), 1.0, rtol=0.0, atol=attention_maps.FITS) for m in read):
+        return False
+    changed = {name: probes.perturb(values, Perturbation(name, (...,), name), rng) for name in ("q1", "k1", "q2", "k2")}
+    points = [{**point, "coefficient": np.asarray(c)} for point in (values, *changed.values()) for c in (0.0, 1.0)]
+    shape = np.shape(values["value"])
+    outputs = [out for out in probes.sweep(worker, attention_subject(True), points) if out is not None and out.shape == shape and np.isfinite(out).all()]
+    if len(outputs) < len(points):
+        return False
+    first = {name: outputs[2 * i] for i, name in enumerate(("", *changed))}
+    second = {name: outputs[2 * i + 1] - outputs[2 * i] for i, name in enumerate(("", *changed))}
+    crossing = [f"the first map moves with {name}" for name in ("q2", "k2") if probes.moved(first[""], first[name]).any()]
+    crossing += [f"the second map moves with {name}" for name in ("q1", "k1") if probes.moved(second[""], second[name]).any()]
+    return found.first(ATTENTION, (bool(crossing), "branch", "A branch's map depends on the other branch's queries or keys",
+                                   f"Changing one branch's queries or keys, with the other branch's left as they were: {'; '.join(crossing)} "
+                                   "(the first map read at λ = 0, the second as the change from λ = 0 to λ = 1). Each map must be made of its "
+                                   "own branch alone: the features of the two branches are mixed (split from a joint tensor along another "
+                                   "axis, or interleaved?).",
+                                   "compute A1 from q1 and k1 only and A2 from q2 and k2 only: softmax(q1 k1ᵀ/√D) and softmax(q2 k2ᵀ/√D)"))  # fmt: skip
+
+
+def _value_rows_finding(found: Found, outputs: Sequence[np.ndarray], maps: tuple[np.ndarray, np.ndarray]) -> bool:
+    """A value finding when both maps read out of ``outputs`` (at :data:`COEFFICIENTS`, every column of one-hot values) are
+    the true ones with each key's weight moved onto another column of value (:func:`grader.toolkit.attention_maps.value_rows`),
+    one way for every batch element and head; whether they are."""
+    intercept, slope, residual = probes.affine_fit(COEFFICIENTS, outputs)
+    if residual > attention_maps.FITS:
+        return False
     moves = [attention_maps.value_rows(true, read) for true, read in zip(maps, (intercept, -slope))]
     if any(m is None for m in moves) or all((m == np.arange(len(m))).all() for m in moves if m is not None):
         return False
-    said = [f"in the {which} map {_moved_keys(m)}" for which, m in zip(("first", "second"), moves) if m is not None]
-    found.add(ATTENTION, "value", "forward", "The maps' weights meet other tokens' values",
-              f"Read out of your output with one-hot values at {AT_COEFFICIENTS}, both maps have the right weights, but a key's weight "
-              f"meets another token's value: {'; '.join(said)}. Each output row is Σ_j A[i, j]·value[σ(j)] instead of value[j]: the "
-              "rows of value are re-indexed before the product (a repeat_interleave where a repeat was meant, an unsqueeze on the "
-              "wrong axis, a shift by one token?).",
-              "multiply each map by value as it is: the weight of key j must meet value[..., j, :]")  # fmt: skip
+    width = outputs[0].shape[-1]
+    halves = [m is not None and (m == (np.arange(len(m)) + width // 2) % width).all() for m in moves]
+    said = [f"in the {which} map " + ("each key's weight meets the other half of value (column j ± D)" if swapped else _moved_keys(m))
+            for which, m, swapped in zip(("first", "second"), moves, halves) if m is not None and not (m == np.arange(len(m))).all()]  # fmt: skip
+    found.add(ATTENTION, "value", "forward", "The maps' weights meet other columns of value" if any(halves) else "The maps' weights meet other tokens' values",
+              f"Read out of your output with one-hot values at {AT_COEFFICIENTS} (key j's value is 1 in column j), both maps have the right "
+              f"weights, but a key's weight meets another column of value: {'; '.join(said)}. Each output row is Σ_j A[i, j]·value[σ(j)] "
+              "instead of value[j]: " + ("the two halves of value (V1 and V2 of the paper's FlashDiffAttn) are swapped for that map." if any(halves)
+              else "the rows of value are re-indexed before the product (a repeat_interleave where a repeat was meant, an unsqueeze on "
+              "the wrong axis, a shift by one token?)."),
+              "multiply each map by value as it is: the weight of key j must meet value[..., j, :], both halves in place")  # fmt: skip
     return True
 
 
 def _moved_keys(sigma: np.ndarray) -> str:
-    """"key 1 meets token 0's value, key 2 token 1's, …" for the keys that ``sigma`` moves (or that none are moved)."""
+    """"key 1 meets token 0's value, key 2 token 1's, …" for the keys that ``sigma`` moves (column T or later of one-hot
+    values: no token's)."""
+    t = len(sigma)
     moved = [(j, int(s)) for j, s in enumerate(sigma) if s != j]
-    if not moved:
-        return "every key meets its own token's value"
-    (j, s), rest = moved[0], [f"key {k} token {t}'s" for k, t in moved[1:4]]
+    (j, s), rest = moved[0], [f"key {k} {f'token {c}' if c < t else f'column {c}'}'s" for k, c in moved[1:4]]
     more = f" and {len(moved) - 4} more" if len(moved) > 4 else ""
-    return f"key {j} meets token {s}'s value" + (f", {', '.join(rest)}" if rest else "") + more
+    return f"key {j} meets {f'token {s}' if s < t else f'column {s}'}'s value" + (f", {', '.join(rest)}" if rest else "") + more
 
 
 def _coefficient_not_finite(found: Found, read: Sequence[np.ndarray]) -> bool:
@@ -871,7 +966,7 @@ def stability_probe(worker: Worker, rng: np.random.Generator, found: Found) -> b
     right, a float64 call whose visible logits lie below finite mask constants
     (:func:`~grader.toolkit.findings.below_masks_finding`); whether one fails."""
     kinds, tokens = {**probes.LARGE_LOGITS, "branches": "branch 2's logits are far from branch 1's"}, sizes().t
-    future = _future("value", "the last token's value")
+    future = Perturbation("value", (..., tokens - 1, 0), "the first feature of the last token's value", forbidden=(..., slice(0, tokens - 1), slice(None)))
     cases = {(kind, tokens): _large(rng, kind) for kind in kinds} | {(kind, STABLE_LENGTH): _large(rng, kind, STABLE_LENGTH) for kind in kinds}
     ordinary, ordinary_long = ({n: exact(x, "float32") for n, x in point.items()} for point in (attention_values(rng), _long_values(rng, STABLE_LENGTH)))
     found.probes.append(f"{ATTENTION}: float32 logits of hundreds, and of ordinary size, at {tokens} and {STABLE_LENGTH} tokens")
@@ -949,7 +1044,8 @@ def run(worker: Worker, rng: np.random.Generator, found: Found, forward: bool, g
         since = len(found.findings)
         localised = findings.rearranged_finding(found, ATTENTION, base, truth(values, True), "value", REARRANGED) or \
             masked_nan_finding(found, ATTENTION, base, unmasked, truth(values, False)) or maps_probe(worker, rng, found)  # fmt: skip
-        localised = causal_path_first(found, ATTENTION, since, base, truth(values, True), unmasked, truth(values, False)) or localised
+        localised = causal_path_first(found, ATTENTION, since, base, truth(values, True), unmasked, truth(values, False), lambda n: probes.output(
+            probes.ask(worker, [attention_subject(False).request(_first_tokens(values, n), ATTENTION_GRADS)])[0]), 2) or localised  # fmt: skip
         localised = localised or causal_flag_probe(worker, rng, found) or dependence_probe(worker, rng, found)
         if right and not localised:
             coefficient_dtypes_probe(worker, domain.offshoot(rng, "coefficient dtypes"), found) or length_probe(worker, rng, found) or \

@@ -254,6 +254,12 @@ def probe_coefficient(grading: GradingContext) -> str:
     return findings.failing_mode(kinds, usual="float")
 
 
+def wrong_coefficients(grading: GradingContext, most: int = 3) -> list[float]:
+    """The first ``most`` coefficients, each once, of the value checks' wrong calls of differential_attention."""
+    wrong = [case.coefficient for case, right in value_calls(grading, ATTENTION) if isinstance(case, AttentionCase) and not right]
+    return [float(c) for c in dict.fromkeys(c for c in wrong if math.isfinite(c))][:most]
+
+
 def diagnose(grading: GradingContext, records: list[dict[str, Any]]) -> Evidence:
     """The evidence for the root causes of a submission some of whose checks failed (see the module's docstring)."""
     evidence = Evidence(hints=hint_findings(records))
@@ -283,6 +289,9 @@ def diagnose(grading: GradingContext, records: list[dict[str, Any]]) -> Evidence
             resized = failing_sizes(grading) if function == ATTENTION and "values" in aspects else None
             if resized is not None and not any(f.function == function for f in evidence.findings + evidence.hints + found.findings):
                 attention_probes.resized_run(grading.worker, rng, found, *resized)
+        if function == ATTENTION and "values" in aspects and not any(f.function == function for f in evidence.findings + evidence.hints + found.findings):
+            with attention_subjects.coefficients_as(coefficient):
+                attention_probes.coefficients_probe(grading.worker, rng, found, wrong_coefficients(grading))
         if "values" in aspects and not any(f.function == function for f in evidence.findings + evidence.hints):  # (they may explain it)
             findings.wrong_only_when(found, function, [(_attributes(case, False), right) for case, right in value_calls(grading, function)],
                                      UNPROBED_KINDS)

@@ -353,6 +353,11 @@ def _partly_masked(function: str, values: Values) -> list[np.ndarray]:
     return [oracle.apply_maps(even[:, 0::2] - gates * odd[:, 1::2], v, G // 2) for even, odd in ((masked, plain), (plain, masked))]
 
 
+def _first_tokens(values: Values, n: int) -> Values:
+    """``values`` cut to their first ``n`` tokens."""
+    return {name: x[:, :n] for name, x in values.items()}
+
+
 def causal_flag_probe(worker: Worker, function: str, values: Values, found: Found) -> bool:
     """With causal omitted the output must be the causal one, also right after a call with causal=False, and with
     causal=False the unmasked one; whether any is not."""
@@ -437,8 +442,8 @@ def _large(rng: np.random.Generator, values: Values, kind: str) -> dict[str, np.
     return {n: exact(x, "float32") for n, x in large.items()}
 
 
-FUTURE_VALUES = Perturbation("v", (slice(None), T - 1), "the last token's values", forbidden=(slice(None), slice(0, T - 1)))
-"""The last token's values, which under the causal mask reach no earlier token's output."""
+FUTURE_VALUES = Perturbation("v", (slice(None), T - 1, slice(None), 0), "the first feature of the last token's values", forbidden=(slice(None), slice(0, T - 1)))
+"""The first feature of the last token's values, which under the causal mask reaches no earlier token's output."""
 
 
 def stability_probe(worker: Worker, function: str, values: Values, rng: np.random.Generator, found: Found) -> bool:
@@ -524,6 +529,12 @@ def _pair_findings(found: Found, even: np.ndarray, odd: np.ndarray) -> bool:
         return found.first(DIFF_V2, (True, "output", "The gated head is added, not subtracted", weights,
                                      "subtract the gated odd head: A_2i − σ(ℓ)·A_2i+1 (no lerp, no sum)"))  # fmt: skip
     factor = float(np.mean(even))
+    if not np.allclose(even, factor, atol=1e-6) and np.allclose(odd, -sigma * even, rtol=1e-6, atol=1e-9):
+        return found.first(DIFF_V2, (True, "output", "The gated difference is rescaled by a factor that depends on the gate",
+                                     f"Read out of your output, each output head is f·(A_2i − σ(ℓ)·A_2i+1) with f = "
+                                     f"{', '.join(f'{x:.4g} at ℓ = {g:g}' for g, x in zip(GATES, even[:, 0]))}: the difference is right, "
+                                     "then multiplied by something the gate sets (a norm of the weights 1 and σ(ℓ), such as 1/√(1 + λ²)?).",
+                                     "return A_2i − σ(ℓ)·A_2i+1 itself: DIFF V2 rescales nothing after the difference"))  # fmt: skip
     if not np.allclose(even, factor, atol=1e-6):
         gated = not np.allclose(even, even[:1], atol=1e-6)  # the even head's weight moves with the gate logit (the rows)
         return found.first(DIFF_V2, (True, "gate" if gated else "output", "The gate reaches the even head, whose weight must be 1" if gated
@@ -655,9 +666,15 @@ def pairs_probe(worker: Worker, values: Values, found: Found, causal: bool = Tru
     used = [[(int(h), int(g)) for h, g in np.argwhere(np.abs(weights[:, i]).max(axis=0) > 1e-6)] for i in range(H)]
     if _routing_findings(found, used):
         return True
-    pairs = np.arange(H)
-    even, odd = weights[:, pairs, 2 * pairs, (2 * pairs) // G], weights[:, pairs, 2 * pairs + 1, (2 * pairs + 1) // G]
+    even, odd = _pair_weights(weights)
     return _gates_of_other_heads(found, per_head, basis, even, odd) or _pair_findings(found, even, odd)
+
+
+def _pair_weights(weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each output head's weight on its own pair's even and odd query heads, each with its key/value head, from read-out
+    ``weights`` (..., output head, query head, key/value head): two arrays (..., output head)."""
+    pairs = np.arange(H)
+    return weights[..., pairs, 2 * pairs, (2 * pairs) // G], weights[..., pairs, 2 * pairs + 1, (2 * pairs + 1) // G]
 
 
 def _gates_of_other_heads(found: Found, out: np.ndarray | None, basis: np.ndarray, even: np.ndarray, odd: np.ndarray) -> bool:
@@ -668,9 +685,7 @@ def _gates_of_other_heads(found: Found, out: np.ndarray | None, basis: np.ndarra
     fitted = [_fit(out[0, :, i], basis) for i in range(H)]
     if max(residual for _, residual in fitted) > FITS:
         return False
-    pairs = np.arange(H)
-    weights = np.array([w for w, _ in fitted]).reshape(H, HQ, HKV)
-    got = np.stack([weights[pairs, 2 * pairs, (2 * pairs) // G], weights[pairs, 2 * pairs + 1, (2 * pairs + 1) // G]], axis=1)
+    got = np.stack(_pair_weights(np.array([w for w, _ in fitted]).reshape(H, HQ, HKV)), axis=1)
     alone = np.stack([[even[GATES.index(g), i], odd[GATES.index(g), i]] for i, g in enumerate(HEAD_GATES)])
     differ = [i for i in range(H) if not np.allclose(got[i], alone[i], rtol=1e-6, atol=1e-9)]
     if not differ:
@@ -682,6 +697,20 @@ def _gates_of_other_heads(found: Found, out: np.ndarray | None, basis: np.ndarra
                                  f"every head it is weighted ({alone[i, 0]:.4g}, {alone[i, 1]:.4g}): the other heads' logits reach it (the gates "
                                  "summed or broadcast over the heads' axis: an einsum subscript or an unsqueeze on the wrong axis?).",
                                  "λ[b, t, i] = σ(lambda_logits[b, t, i]) weights the odd head of output head i alone"))  # fmt: skip
+
+
+def pairs_apart_probe(worker: Worker, values: Values, rng: np.random.Generator, found: Found) -> bool:
+    """The queries of the last batch element changed must leave batch element 0's output as it was: a heads finding when
+    they do not (diff_v2_attention combines heads only to pair them, so pairs formed across batch elements); whether so."""
+    found.probes.append(f"{DIFF_V2}: batch elements apart")
+    effects = probes.dependence(worker, subject(DIFF_V2), values, [Perturbation("q", (B - 1,), "the queries of the last batch element", forbidden=(0,))], rng)
+    if not effects or not effects[0].leaked:
+        return False
+    return found.first(DIFF_V2, (True, "heads", "Pairs are formed across batch elements: one sequence's queries change another's outputs",
+                                 f"Changing every query of batch element {B - 1} changed outputs of batch element 0: the query heads are paired "
+                                 "along an axis that holds the batch too (batch and heads folded head-major, [H·B, ...], before taking "
+                                 "heads 2i and 2i + 1?).",
+                                 "pair the query heads of each batch element on the heads axis of [B, T, Hq, D]: A[:, :, 0::2] and A[:, :, 1::2]"))  # fmt: skip
 
 
 def gate_dependence_probe(worker: Worker, values: Values, rng: np.random.Generator, found: Found) -> bool:
@@ -803,7 +832,7 @@ def gate_range_probe(worker: Worker, values: Values, found: Found) -> bool:
     logits, flags = SWEPT.ravel(), wrong.ravel()
     bands = _bands(logits, flags)
     if not bands or flags[np.abs(logits) <= CORE_GATES].any():
-        return _undefined_gate(worker, values, out, found)
+        return _undefined_gate(worker, values, out, found) or _gates_read(found, point, out)
     said = " and ".join(f"from {low:.4g} to {high:.4g}" for low, high in bands)
     broken = not np.isfinite(out).all()
     return found.first(DIFF_V2, (True, "stability" if broken else "gate", f"The gate is wrong for logits {said}",
@@ -811,6 +840,41 @@ def gate_range_probe(worker: Worker, values: Values, found: Found) -> bool:
                                  f"{'NaN or infinite' if broken else 'wrong'} where ℓ is {said}, and right for every other logit: "
                                  "the gate is not σ(ℓ) there (a clamp, a threshold such as softplus's, or one branch of a formula?).",
                                  "λ = torch.sigmoid(lambda_logits) as the logits come: it is exact and finite for every logit"))  # fmt: skip
+
+
+def _gates_read(found: Found, point: Values, out: np.ndarray) -> bool:
+    """A gate finding when the sweep's output (``out`` at ``point``) is, at every (batch, token, output head), the true even
+    head's output less some g times the true odd head's, and those g are σ(a·ℓ + c) with (a, c) ≠ (1, 0), or no such σ;
+    whether so."""
+    with np.errstate(over="ignore"):
+        even = truth(DIFF_V2, {**point, "lambda_logits": np.full_like(point["lambda_logits"], GATE_OFF)}, True)
+        odd = even - truth(DIFF_V2, {**point, "lambda_logits": np.full_like(point["lambda_logits"], GATE_ON)}, True)
+    if not np.isfinite(out).all():
+        return False
+    norms = (odd * odd).sum(axis=-1)
+    gates = ((even - out) * odd).sum(axis=-1) / np.where(norms > 0.0, norms, 1.0)
+    scale = max(1.0, float(np.abs(even).max()))
+    if float(np.abs(even - gates[..., None] * odd - out).max()) > FITS * scale:
+        return False  # not the two heads' outputs weighed against each other: no gate to read
+    logits = point["lambda_logits"]
+    resolved = (norms > 1e-6) & (gates > 1e-9) & (gates < 1.0 - 1e-9)
+    if resolved.sum() < 3:
+        return False
+    implied = np.log(gates[resolved] / (1.0 - gates[resolved]))
+    (slope, intercept), *_ = np.linalg.lstsq(np.stack([logits[resolved], np.ones(int(resolved.sum()))], axis=1), implied, rcond=None)
+    affine = float(np.abs(slope * logits[resolved] + intercept - implied).max()) <= 1e-6 * max(1.0, float(np.abs(implied).max()))
+    if affine and abs(slope - 1.0) <= 1e-6 and abs(intercept) <= 1e-6:
+        return False
+    shown = [int(i) for i in np.flatnonzero(resolved.ravel())[:: max(1, int(resolved.sum()) // 3)][:3]]
+    examples = ", ".join(f"ℓ = {logits.ravel()[i]:.4g} gets {gates.ravel()[i]:.4g} (σ(ℓ) = {float(oracle.sigmoids(logits.ravel()[i])):.4g})"
+                         for i in shown).replace("-", "−")
+    shift = "" if abs(intercept) <= 1e-6 else f" {'−' if intercept < 0 else '+'} {abs(intercept):.4g}"
+    form = f"σ({slope:.4g}·ℓ{shift})" if affine else "no σ of ℓ"
+    return found.first(DIFF_V2, (True, "gate", "The gate is not σ(ℓ) of each logit",
+                                 f"With float64 gate logits from −60 to 60, one per token and pair, each output head of yours is its even head "
+                                 f"less g times its odd head, but g is {form}: {examples}. The logits are rescaled, shifted or transformed "
+                                 "before the sigmoid (by the largest logit of the call?), or the gate is another function of them.",
+                                 "λ = torch.sigmoid(lambda_logits) as the logits come, each on its own"))  # fmt: skip
 
 
 ORDER = np.random.default_rng(0).permutation(SWEPT.size)
@@ -1051,7 +1115,8 @@ def run(worker: Worker, function: str, rng: np.random.Generator, found: Found, f
             localised = gqa_maps_probe(worker, values, found) or (not np.isfinite(base).all() and gqa_maps_probe(worker, values, found, causal=False))
             unmasked = _shaped(probes.sweep(worker, subject(GQA, False), [values])[0], GQA)
             if not right:  # wrong with causal=True only: the causal path, whatever the maps fitted
-                localised = causal_path_first(found, GQA, since, base, truth(GQA, values, True), unmasked, truth(GQA, values, False)) or localised
+                localised = causal_path_first(found, GQA, since, base, truth(GQA, values, True), unmasked, truth(GQA, values, False),
+                                              lambda n: probes.sweep(worker, subject(GQA, False), [_first_tokens(values, n)])[0], 1) or localised  # fmt: skip
             elif not is_right(unmasked, truth(GQA, values, False)):  # wrong with causal=False only: explain those maps
                 localised = findings.hidden_rows_finding(found, GQA, unmasked, base, "causal=False", "your output (one per query and head)") or \
                     gqa_maps_probe(worker, values, found, causal=False)  # fmt: skip
@@ -1059,7 +1124,7 @@ def run(worker: Worker, function: str, rng: np.random.Generator, found: Found, f
         else:
             # maps whose causal readout is not finite (0 · −∞ where the mask meets a wrong softmax) are read without the mask
             localised = causal_flag_probe(worker, DIFF_V2, values, found) or pairs_probe(worker, values, found, bool(np.isfinite(base).all())) or \
-                (np.isfinite(base).all() and gate_dependence_probe(worker, values, rng, found))  # fmt: skip
+                (np.isfinite(base).all() and (gate_dependence_probe(worker, values, rng, found) or pairs_apart_probe(worker, values, rng, found)))  # fmt: skip
         if not localised and function == DIFF_V2:  # (the sweep needs no right base: it is right over the ordinary logits or finds nothing)
             localised = (right and saturated_probe(worker, values, found, gradients, source)) or gate_range_probe(worker, values, found)
         if right and not localised:
