@@ -1133,11 +1133,13 @@ def causal_path_first(found: Found, function: str, since: int, masked: np.ndarra
         return False
     if any(f.component == "mask" for f in found.findings[since:]):
         return False
-    rows, expected = np.moveaxis(masked, tokens, 0), np.moveaxis(right, tokens, 0)
-    first = next(t for t in range(len(rows)) if not is_right(rows[t], expected[t]))
-    prefix = plain_prefix(first + 1)
-    if prefix is not None and prefix.shape[tokens] == first + 1 and is_right(np.moveaxis(prefix, tokens, 0)[first], rows[first]):
-        return False
+    if masked.shape == right.shape:  # (an output of another shape is no answer to compare query by query)
+        rows, expected = np.moveaxis(masked, tokens, 0), np.moveaxis(right, tokens, 0)
+        first = next(t for t in range(len(rows)) if not is_right(rows[t], expected[t]))
+        prefix = plain_prefix(first + 1)
+        if prefix is not None and prefix.shape == (*right.shape[:tokens], first + 1, *right.shape[tokens + 1:]) and \
+                is_right(np.moveaxis(prefix, tokens, 0)[first], rows[first]):  # fmt: skip
+            return False
     later = found.findings[since:]
     del found.findings[since:]
     component, title, evidence, advice = CAUSAL_PATH
