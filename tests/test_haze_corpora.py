@@ -16,6 +16,10 @@ from conftest import first_root_cause
      "branch", "A branch's map depends on the other branch's queries or keys"),
     ("diagnosis_haze/wrong/att_stacked_branches_one_sequence_softmax.py", "T2", "diff_attention", "differential_attention",
      "softmax", "The attention weights of a row do not sum to 1"),
+    ("diagnosis_haze/wrong/att_pseudocode_shapes_heads_in_width.py", "T2", "diff_attention", "differential_attention",
+     "layout", "Every head gets the same map: the heads are folded into the features"),
+    ("diagnosis_mist/wrong/att_baddbmm_into_expanded_bias.py", "T2", "diff_attention", "differential_attention",
+     "strided", "Every (batch, head) pair gets the same maps: their logits share one buffer"),
     ("v2_haze/wrong/context_rms_rescaled_by_gate.py", "T2", "diff_v2", "diff_v2_attention",
      "output", "The gated difference is rescaled by a factor that depends on the gate"),
     ("v2_haze/wrong/batch_folded_into_heads_head_major.py", "T2", "diff_v2", "diff_v2_attention",
@@ -24,7 +28,8 @@ from conftest import first_root_cause
 def test_the_first_root_cause_places_the_transcription_fault(corpus_file: str, tiers: str, exercise: str, function: str, component: str,
                                                              title: str, tmp_path: Path) -> None:  # fmt: skip
     """Halves of value crossed, branches' features interleaved (but one normaliser over both branches' keys is the softmax's),
-    a gate-set rescale, pairs across the batch: each placed."""
+    heads folded into the width (and, from the mist corpus, logits accumulated into one expanded buffer), a gate-set
+    rescale, pairs across the batch: each placed."""
     cause = first_root_cause(corpus_file, tmp_path, tiers, "--exercise", exercise)
     assert (cause["function"], cause["component"], cause["title"]) == (function, component, title)
 

@@ -516,10 +516,50 @@ def maps_probe(worker: Worker, rng: np.random.Generator, found: Found, layout: L
     if fits is None:
         return _offset_finding(found, outputs[1], offset_out) or \
             findings.row_scale_finding(found, ATTENTION, _with_tensors(values, intercept), MapModel("q", "k", "causal"), 1 / math.sqrt(d)) or \
-            _branches_apart(worker, values, rng, found, (intercept, -slope)) or \
+            _heads_share_a_map(found, values, (intercept, -slope)) or _branches_apart(worker, values, rng, found, (intercept, -slope)) or \
             unexplained_maps(found, ATTENTION, np.stack([intercept, -slope]), how, np.stack(true_maps))  # fmt: skip
     _show(found, "First map A1 (read at λ = 0)", true_maps[0], intercept)
     return _map_findings(found, fits)
+
+
+def _summed_maps(values: Values, query: str, key: str, over: tuple[int, ...]) -> list[np.ndarray]:
+    """Causal softmax maps of q kᵀ summed over the axes ``over`` of (batch, head), at the scales 1/√D, 1/√(n·D) and
+    1/√(B·H·D) (n the pairs summed), each broadcast back to [B, H, T, T]."""
+    b, h, t, d = sizes()
+    logits = (values[query] @ np.swapaxes(values[key], -1, -2)).sum(axis=over, keepdims=True)
+    summed = int(np.prod([(b, h)[axis] for axis in over]))
+    visible = attention_maps.keep(t, "causal")
+    found = []
+    for scale in {1 / math.sqrt(d), 1 / math.sqrt(summed * d), 1 / math.sqrt(b * h * d)}:
+        scaled = np.where(visible, logits * scale, -np.inf)
+        e = np.exp(scaled - scaled.max(axis=-1, keepdims=True))
+        found.append(np.broadcast_to(e / e.sum(axis=-1, keepdims=True), (b, h, t, t)))
+    return found
+
+
+def _heads_share_a_map(found: Found, values: Values, read: tuple[np.ndarray, np.ndarray]) -> bool:
+    """A finding when both maps read out are softmaxes of q kᵀ summed over the heads of each batch element (``layout``:
+    the heads folded into the width) or over every (batch, head) pair (``strided``: each pair's logits accumulated into one
+    tensor expanded with stride 0); whether so."""
+    if sizes().h < 2 or not all(np.isfinite(m).all() for m in read):
+        return False
+
+    def made(over: tuple[int, ...]) -> bool:
+        return all(any(np.allclose(m, model, rtol=0.0, atol=attention_maps.FITS) for model in _summed_maps(values, q, k, over))
+                   for m, (q, k) in zip(read, (("q1", "k1"), ("q2", "k2"))))  # fmt: skip
+
+    how = f"Read out of your output with one-hot values at {AT_COEFFICIENTS}, each map is the softmax of q kᵀ summed over"
+    return found.first(ATTENTION, (made((0, 1)), "strided", "Every (batch, head) pair gets the same maps: their logits share one buffer",
+                                   f"{how} every batch element and head, where each pair's queries and keys must make its own: the "
+                                   "logits are accumulated into memory all pairs share (an out= or an in-place baddbmm_ into a tensor "
+                                   "expanded with stride 0?).",
+                                   "give every (batch, head) pair memory of its own: repeat or clone an expanded tensor before writing "
+                                   "into it, or compute out of place (torch.baddbmm, not baddbmm_)"),
+                       (made((1,)), "layout", "Every head gets the same map: the heads are folded into the features",
+                        f"{how} the heads of its batch element, where each head's queries and keys must make its own: the logits take "
+                        "q·k over the features of every head at once (shapes [B, T, H·D] of the paper's pseudo-code, or heads "
+                        "reshaped into the width?).",
+                        "keep the heads apart: q1 @ k1.transpose(-2, -1) on [B, H, T, D] gives each head its own [T, T] logits"))  # fmt: skip
 
 
 def _branches_apart(worker: Worker, values: Values, rng: np.random.Generator, found: Found, read: tuple[np.ndarray, np.ndarray]) -> bool:
