@@ -95,12 +95,12 @@ def keep(t: int, mask: str) -> np.ndarray:
     return {"none": np.ones((t, t), dtype=bool), "strict": below < 0, "upper": below >= 0}.get(mask, below <= 0)
 
 
-def _softmax_rows(logits: np.ndarray, visible: np.ndarray) -> np.ndarray:
-    """Softmax of each row over its visible entries (0 elsewhere; NaN for a row with none)."""
+def softmax_rows(logits: np.ndarray, visible: np.ndarray) -> np.ndarray:
+    """Softmax of each row (the last axis) over its visible entries (0 elsewhere; NaN for a row with none)."""
     masked = np.where(visible, logits, -np.inf)
     with np.errstate(invalid="ignore"):
-        e = np.exp(masked - masked.max(axis=1, keepdims=True))
-        return e / e.sum(axis=1, keepdims=True)
+        e = np.exp(masked - masked.max(axis=-1, keepdims=True))
+        return e / e.sum(axis=-1, keepdims=True)
 
 
 def predict(model: MapModel, tensors: Mapping[str, np.ndarray]) -> np.ndarray:
@@ -112,7 +112,7 @@ def predict(model: MapModel, tensors: Mapping[str, np.ndarray]) -> np.ndarray:
         logits, visible = np.where(visible, logits, 0.0), np.ones((t, t), dtype=bool)
     elif model.mask == "after":
         visible = np.ones((t, t), dtype=bool)
-    found = _softmax_rows(logits, visible) if model.axis == "keys" else _softmax_rows(logits.T, visible.T).T
+    found = softmax_rows(logits, visible) if model.axis == "keys" else softmax_rows(logits.T, visible.T).T
     if model.mask == "after":
         found = found * keep(t, "causal")
     return model.factor * (found.T if model.transposed else found)
@@ -207,7 +207,7 @@ def row_scales(maps: Sequence[tuple[np.ndarray, Mapping[str, np.ndarray]]], stru
             if not np.all(np.isfinite(row)) or np.any(row[seen] <= 0.0):
                 return None
             scale = _fitted_scale(row[None, :], x[None, :], seen[None, :])
-            if scale is None or not np.allclose(_softmax_rows(scale * x[None, :], seen[None, :])[0], row, rtol=0.0, atol=FITS):
+            if scale is None or not np.allclose(softmax_rows(scale * x[None, :], seen[None, :])[0], row, rtol=0.0, atol=FITS):
                 return None
             scales[t] = scale
         found.append(scales)

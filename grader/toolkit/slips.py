@@ -225,19 +225,24 @@ def origin(activations: bool, held_grads: bool = False, parameters: bool = False
 # ---- the submission's source ----------------------------------------------------------------------
 
 
+def _function_node(source: str | None, name: str) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    """The module-level function ``name`` of ``source``, or None (not found, or a file that does not parse)."""
+    try:
+        tree = ast.parse(source or "")
+    except (SyntaxError, ValueError):
+        return None
+    return next((node for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name), None)
+
+
 def function_lines(source: str | None, name: str) -> list[tuple[int, str]]:
     """The numbered lines of the module-level function ``name`` (every line of the file when it is not found)."""
     if not source:
         return []
     lines = source.splitlines()
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
-        tree = None
-    for node in tree.body if tree is not None else []:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
-            return [(n, lines[n - 1]) for n in range(node.lineno, (node.end_lineno or node.lineno) + 1)]
-    return list(enumerate(lines, start=1))
+    node = _function_node(source, name)
+    if node is None:
+        return list(enumerate(lines, start=1))
+    return [(n, lines[n - 1]) for n in range(node.lineno, (node.end_lineno or node.lineno) + 1)]
 
 
 def matching_line(source: str | None, name: str, pattern: re.Pattern[str]) -> tuple[int, str] | None:
@@ -417,6 +422,13 @@ def _own_check(code: Sequence[tuple[str, str, str]], source: str | None, declare
 
 
 SIZE_READS = r"\.shape\b|\.size\(|\.ndim\b|\.dim\(\)|\.numel\(\)"
+ASSIGNMENT = re.compile(r"\s*([A-Za-z_][\w, ]*?)\s*=(?!=)(.*)")
+"""A line that assigns names (``b, t, h, d = q.shape``): the names, then what they are given."""
+
+
+def _assigned(assignment: re.Match[str]) -> set[str]:
+    """The names an :data:`ASSIGNMENT` assigns."""
+    return {name.strip() for name in assignment.group(1).split(",")}
 
 
 def _tests_sizes(own: Sequence[str], frame: tuple[str, str, str], source: str | None) -> bool:
@@ -430,34 +442,26 @@ def _tests_sizes(own: Sequence[str], frame: tuple[str, str, str], source: str | 
         return True
     names = set(re.findall(r"\b[A-Za-z_]\w*\b", tested))
     for _, text in function_lines(source, frame[1].strip()):
-        assigned = re.match(r"\s*([A-Za-z_][\w, ]*?)\s*=(?!=)(.*)", text)
-        if assigned and sizes.search(assigned.group(2)) and {n.strip() for n in assigned.group(1).split(",")} & names:
+        assigned = ASSIGNMENT.match(text)
+        if assigned and sizes.search(assigned.group(2)) and _assigned(assigned) & names:
             return True
     return False
 
 
 def _parameters(source: str | None, name: str) -> list[str]:
     """The parameters of the module-level function ``name`` of ``source`` (none when it is not found)."""
-    try:
-        tree = ast.parse(source or "")
-    except (SyntaxError, ValueError):
+    node = _function_node(source, name)
+    if node is None:
         return []
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
-            arguments = node.args
-            return [a.arg for a in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs)]
-    return []
+    return [a.arg for a in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs)]
 
 
-def _refused_parameter(code: Sequence[tuple[str, str, str]], source: str | None, message: str, declared: Declarations) -> str | None:
-    """The parameter a check of the student's own refused, or None: the exception came from an assert statement of theirs,
-    or a raise statement directly under an if (not in an except block, which passes another error on), not in a function
-    the stub supplies, and that statement, its condition, its message and the calls that led to it name one of
-    :attr:`Declarations.parameters` (or several of one component)."""
-    if not code or not declared.parameters:
-        return None
-    own = _own_check(code, source, declared)
-    if own is None:
+def _refused_parameter(own: Sequence[str], code: Sequence[tuple[str, str, str]], source: str | None, message: str,
+                       declared: Declarations) -> str | None:  # fmt: skip
+    """The parameter a check of the student's own (``own``: :func:`_own_check` of the traceback's frames ``code``) refused,
+    or None: that statement, its condition, its message and the calls that led to it name one of
+    :attr:`Declarations.parameters` (or several of one component), else what made the values its condition reads does."""
+    if not declared.parameters:
         return None
     # the calls that led there, but not a call into a graded function, which passes its arguments along untested
     passed = [earlier for _, _, earlier in code[:-1] if not any(re.search(rf"\b{name}\s*\(", earlier) for name in declared.functions)]
@@ -479,8 +483,8 @@ def _made_of(condition: str, frame: tuple[str, str, str], source: str | None) ->
     read = set(re.findall(r"\b[A-Za-z_]\w*\b", STRING_LITERAL.sub("", condition.split("#", 1)[0])))
     made = []
     for number, text in function_lines(source, frame[1].strip()):
-        assigned = re.match(r"\s*([A-Za-z_][\w, ]*?)\s*=(?!=)(.*)", text.split("#", 1)[0])
-        if number < int(frame[0]) and assigned and {name.strip() for name in assigned.group(1).split(",")} & read:
+        assigned = ASSIGNMENT.match(text.split("#", 1)[0])
+        if number < int(frame[0]) and assigned and _assigned(assigned) & read:
             made.append(assigned.group(2))
     return made
 
@@ -533,10 +537,12 @@ def _raised(function: str, calls: Sequence[Observed], source: str | None, declar
         evidence = f"It raised {kind}: {message}{where}" + (f", only when {only[0]} is {only[1]}" if only else "") + "."
         everywhere = len(failing) == sum(c.result is not None for c in calls)  # (a call after another that raised has no result)
         code = FRAME.findall(error.get("traceback", "") or "")
-        refused = None if everywhere else _refused_parameter(code, source, message, declared)
-        refusal = None if refused is None else (refused, refused, declared.parameters[refused])  # (tested, accepted, component)
-        own = None if everywhere or refusal is not None else _own_check(code, source, declared)
-        if own is not None and _tests_sizes(own, code[-1], source):
+        own = None if everywhere else _own_check(code, source, declared)
+        refused = None if own is None else _refused_parameter(own, code, source, message, declared)
+        refusal: tuple[str, str, str] | None = None  # (tested, accepted, component)
+        if refused is not None:
+            refusal = (refused, refused, declared.parameters[refused])
+        elif own is not None and _tests_sizes(own, code[-1], source):
             refusal = ("the sizes of its inputs", "size of its inputs", placed[1] if placed is not None else "shape")  # (the part those sizes tell)
         elif own is not None and function in declared.whole:
             refusal = (f"the inputs of {function}", f"input of {function}", declared.whole[function])  # a function of one part: that part refuses
@@ -708,10 +714,10 @@ def _line_component(declared: Declarations, frame: tuple[str, str, str], source:
 
     wanted = set(re.findall(r"\b[A-Za-z_]\w*\b", (operation or text).split("#", 1)[0]))
     for number, earlier in reversed(function_lines(source, function)):
-        assigned = re.match(r"\s*([A-Za-z_][\w, ]*?)\s*=(?!=)", earlier)
+        assigned = ASSIGNMENT.match(earlier)
         if number >= int(line) or assigned is None:
             continue
-        names = {name.strip() for name in assigned.group(1).split(",")} & wanted
+        names = _assigned(assigned) & wanted
         if names:
             wanted -= names  # an earlier assignment of the same name is no longer the one the failing line reads
             if (component := made(earlier.split("#", 1)[0])) is not None:

@@ -258,9 +258,7 @@ def _not_affine_maps(kind: str, values: Values, c: float) -> np.ndarray:
     if kind == "divided":
         return (oracle.attention_maps(values["q1"], values["k1"], True) - c * oracle.attention_maps(values["q2"], values["k2"], True)) / (1.0 - c)
     if kind == "logits":
-        logits = np.where(visible, s1 - c * s2, -np.inf)
-        e = np.exp(logits - logits.max(axis=-1, keepdims=True))
-        return e / e.sum(axis=-1, keepdims=True)
+        return attention_maps.softmax_rows(s1 - c * s2, visible)
     top = np.maximum(np.where(visible, s1, -np.inf).max(axis=-1, keepdims=True), np.where(visible, s2, -np.inf).max(axis=-1, keepdims=True))
     e1, e2 = (np.where(visible, np.exp(x - top), 0.0) for x in (s1, s2))
     return (e1 - c * e2) / (e1 - c * e2).sum(axis=-1, keepdims=True)
@@ -529,12 +527,8 @@ def _summed_maps(values: Values, query: str, key: str, over: tuple[int, ...]) ->
     logits = (values[query] @ np.swapaxes(values[key], -1, -2)).sum(axis=over, keepdims=True)
     summed = int(np.prod([(b, h)[axis] for axis in over]))
     visible = attention_maps.keep(t, "causal")
-    found = []
-    for scale in {1 / math.sqrt(d), 1 / math.sqrt(summed * d), 1 / math.sqrt(b * h * d)}:
-        scaled = np.where(visible, logits * scale, -np.inf)
-        e = np.exp(scaled - scaled.max(axis=-1, keepdims=True))
-        found.append(np.broadcast_to(e / e.sum(axis=-1, keepdims=True), (b, h, t, t)))
-    return found
+    return [np.broadcast_to(attention_maps.softmax_rows(logits * scale, visible), (b, h, t, t))
+            for scale in {1 / math.sqrt(d), 1 / math.sqrt(summed * d), 1 / math.sqrt(b * h * d)}]
 
 
 def _heads_share_a_map(found: Found, values: Values, read: tuple[np.ndarray, np.ndarray]) -> bool:
