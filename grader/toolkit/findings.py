@@ -1098,16 +1098,26 @@ def half_precision_finding(worker: Worker, subject: Subject, ordinary: Values, f
     return True
 
 
-def masked_nan_finding(found: Found, function: str, masked: np.ndarray | None, unmasked: np.ndarray | None, plain: np.ndarray) -> bool:
-    """A mask finding when the output with causal=True holds NaN or infinity for ordinary inputs while the one with
-    causal=False (``unmasked``, against ``plain``) is right; whether there was one."""
-    if masked is None or np.isfinite(masked).all() or not is_right(unmasked, plain):
-        return False
-    found.add(function, "mask", "forward", "The causal mask turns the output into NaN or infinity",
-              "With causal=False your output is right; with causal=True it holds NaN or infinity for ordinary inputs: the mask makes "
-              "them (0 · −∞ is NaN, and so is a softmax over a row of −∞ only).",
-              "add −∞ (or a very negative number) to the logits of future keys with masked_fill or torch.where, never by multiplying")  # fmt: skip
-    return True
+def causal_nan_finding(found: Found, function: str, masked: np.ndarray | None, right: np.ndarray, unmasked: np.ndarray | None,
+                       plain: np.ndarray) -> bool:  # fmt: skip
+    """A mask finding when the output of one causal mode holds NaN or infinity for ordinary inputs while the other mode's is
+    right (``masked``, with causal=True, against ``right``; ``unmasked``, with causal=False, against ``plain``); whether
+    there was one. Either way the mask makes them: applied when it must add nothing, or made of 0 · −∞."""
+    if masked is not None and not np.isfinite(masked).all() and is_right(unmasked, plain):
+        found.add(function, "mask", "forward", "The causal mask turns the output into NaN or infinity",
+                  "With causal=False your output is right; with causal=True it holds NaN or infinity for ordinary inputs: the mask "
+                  "makes them (0 · −∞ is NaN, and so is a softmax over a row of −∞ only).",
+                  "add −∞ (or a very negative number) to the logits of future keys with masked_fill or torch.where, never by multiplying")  # fmt: skip
+        return True
+    if unmasked is not None and not np.isfinite(unmasked).all() and is_right(masked, right):
+        rows = ~np.isfinite(unmasked).all(axis=-1)
+        found.add(function, "mask", "forward", "With causal=False the mask still reaches the output, as NaN or infinity",
+                  f"With causal=True your output is right; with causal=False {int(rows.sum())} of its {rows.size} rows hold NaN or "
+                  "infinity for ordinary inputs, as rows whose every key is hidden would: without the mask nothing may be hidden, "
+                  "yet something is (a mask that hides every key, or a −∞ mask multiplied by the flag: 0 · −∞ is NaN).",
+                  "apply the mask only when causal is True (`if causal:` around masked_fill or torch.where); never multiply −∞ by a flag")  # fmt: skip
+        return True
+    return False
 
 
 CAUSAL_PATH = (

@@ -37,6 +37,8 @@ FRAME = re.compile(r'File "[^"\n]*", line (\d+), in ([^\n]+)\n[ \t]+([^\n]+)')
 MARKED = re.compile(r'File "[^"\n]*", line \d+, in [^\n]+\n([ \t]+[^\n]+)\n([ \t]*)([~^]+)[ \t]*(?:\n|$)')
 """A frame whose code line is followed by the markers Python puts under the failing operation: (the code line as printed,
 the markers' indentation, the markers)."""
+OUT_OF_BOUNDS = "out of bounds for dimension"
+"""torch's wording of an index past the end of an axis."""
 # torch's wording of an exception -> (component, what it means, what to do)
 EXCEPTION_KINDS: tuple[tuple[tuple[str, ...], str, str, str], ...] = (
     (("view size is not compatible", "use .reshape("), "strided",
@@ -83,7 +85,7 @@ EXCEPTION_KINDS: tuple[tuple[tuple[str, ...], str, str, str], ...] = (
       "expected size", "mat1 and mat2 shapes", "does not match the number of dimensions", "do not broadcast",
       "sizes of tensors must match", "too many indices", "number of dims don't match"), "shape",
      "tensor sizes that do not fit together meet in one operation", "check the shapes of every step against the contract"),
-    (("out of bounds for dimension",), "shape", "an index reaches past the end of a tensor's axis (an index made for other sizes, "
+    ((OUT_OF_BOUNDS,), "shape", "an index reaches past the end of a tensor's axis (an index made for other sizes, "
      "or one taken from a tensor that is empty for these sizes)", "build every index from the sizes of the tensor it indexes"),
     (("'tuple' object has no attribute",), "type",
      "a tuple (several results, e.g. a function's output and its saved statistics) is used as one tensor",
@@ -94,6 +96,9 @@ EXCEPTION_KINDS: tuple[tuple[tuple[str, ...], str, str, str], ...] = (
 _TO_FLOAT = r"\bfloat\((?!\s*[\"'])"  # float(x), not float("-inf")
 NUMBER_AS_TENSOR = re.compile(r"'(?:float|int)' object has no attribute|must be Tensor, not (?:float|int)\b")
 """Wordings of an exception raised where a Python number was used as a tensor (`x.to(...)`, `torch.exp(x)` on a float)."""
+TENSOR_AS_NUMBER = re.compile(r"must be (?:Number|float|int|bool), not (?:Tensor|Parameter)\b")
+"""Wordings of an exception raised where a tensor was passed to an argument torch takes as a Python number only (`alpha=` of
+`torch.sub` or `torch.add` when the tensor requires grad, `torch.full`'s fill value)."""
 CANNOT_RUN = ("NameError", "UnboundLocalError", "ImportError", "ModuleNotFoundError", "AttributeError")
 """Exceptions that, raised by every call, mean the function cannot run at all (a typo, a missing import)."""
 NUMBER_SLIPS = re.compile(rf"\.item\(\)|\bmath\.(exp|log|sqrt)\(|{_TO_FLOAT}|\.tolist\(\)")
@@ -174,6 +179,9 @@ class Declarations:
     # a function that is one component throughout (e.g. λ's formula) -> that component: an error its own code raises on
     # every call (not a missing name or import) is that component's, whatever line raises it
     whole: Mapping[str, str] = field(default_factory=dict)
+    # a function -> the letters of its main inputs' axes in order (e.g. "BHTD"): sizes unpacked from an input under those
+    # letters in another order (``B, T, H, D = q.shape``) read one axis for another, the layout's fault
+    layouts: Mapping[str, str] = field(default_factory=dict)
 
 
 SCALE_MAKERS = {r"\br?sqrt_?\(|\*\*\s*\(?\s*-?\s*0?\.5\b": "scale"}
@@ -489,6 +497,37 @@ def _made_of(condition: str, frame: tuple[str, str, str], source: str | None) ->
     return made
 
 
+SHAPE_UNPACK = re.compile(r"^\s*\(?\s*(\w+(?:\s*,\s*\w+)+)\s*,?\s*\)?\s*=\s*(\w+)\.(?:shape\b|size\(\s*\))")
+"""A line that unpacks a tensor's sizes into names (``b, t, h, d = q.shape``): the names, then the tensor."""
+
+
+def misread_layout(function: str, source: str | None, declared: Declarations) -> str | None:
+    """Evidence, in one sentence, when ``function`` unpacks the sizes of one of its parameters into names whose initials are
+    the letters of its layout (:attr:`Declarations.layouts`) in another order; or None."""
+    layout = declared.layouts.get(function)
+    if not layout:
+        return None
+    parameters = set(_parameters(source, function))
+    for number, text in function_lines(source, function):
+        unpacked = SHAPE_UNPACK.match(text.split("#", 1)[0])
+        if unpacked is None or unpacked.group(2) not in parameters:
+            continue
+        names = [name.strip() for name in unpacked.group(1).split(",")]
+        initials = "".join(name[0].upper() for name in names)
+        if initials != layout and sorted(initials) == sorted(layout):
+            return (f"Line {number} unpacks the sizes of {unpacked.group(2)} as {', '.join(names)}, but {unpacked.group(2)} is laid out "
+                    f"[{', '.join(layout)}]: each of those names holds the size of another axis")  # fmt: skip
+    return None
+
+
+def _parameter_parts(frame: tuple[str, str, str], source: str | None, declared: Declarations, *, traced: bool) -> set[str]:
+    """The components :attr:`Declarations.parameters` gives the parameters the code line of ``frame`` reads (``traced``: also
+    through names earlier lines of its function assigned from them)."""
+    code = STRING_LITERAL.sub("", frame[2].split("#", 1)[0])
+    read = re.findall(r"\b\w+\b", " ".join([code, *(_made_of(code, frame, source) if traced else ())]))
+    return {declared.parameters[name] for name in read if name in declared.parameters}
+
+
 VALUE_QUOTED = re.compile(r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?", re.IGNORECASE)
 """A number an exception's message quotes: a refused value or a size, which differ from call to call while the message
 says the same thing (an attention mask of [5, 5] that should be [2, 2], and one of [6, 6] that should be [3, 3])."""
@@ -572,7 +611,13 @@ def _raised(function: str, calls: Sequence[Observed], source: str | None, declar
                                  operands=unworded) if code and (sized or unworded) else None  # fmt: skip
         if classified is not None:
             component, meaning, advice, _ = classified
-            if component == "shape":
+            if component == "shape" and (misread := misread_layout(function, source, declared)) is not None:
+                component, meaning, evidence = "layout", "its sizes are read from the wrong axes", f"{evidence} {misread}."
+                advice = f"unpack the sizes in the order of the layout: {', '.join(declared.layouts[function])} = x.shape"
+            elif component == "shape" and classified[3] == OUT_OF_BOUNDS and code and len(parts := _parameter_parts(code[-1], source, declared,
+                                                                                                            traced=False)) == 1:  # fmt: skip
+                component = on_line or parts.pop()  # an index past the end of a value made of one parameter: that parameter's part
+            elif component == "shape":
                 component = on_line or component
                 meaning += f", only when {only[0]} is {only[1]}" if only else ""
             if classified[3] == SHARED_MEMORY_WRITE and code and _writes_own_expansion(code[-1], source):
@@ -588,13 +633,19 @@ def _raised(function: str, calls: Sequence[Observed], source: str | None, declar
         elif function in declared.numbers and NUMBER_AS_TENSOR.search(message):
             component, meaning = declared.numbers[function], "a Python number it was given is used as a tensor"
             advice = "accept a Python number as the contract allows: turn it into a tensor (`torch.as_tensor(x, dtype=q.dtype)`) however it is passed"
+        elif function in declared.numbers and TENSOR_AS_NUMBER.search(message) and code and \
+                declared.numbers[function] in _parameter_parts(code[-1], source, declared, traced=True):
+            component, meaning = declared.numbers[function], "a tensor it was given is passed where torch takes a Python number only"
+            advice = ("accept a tensor as the contract allows: combine it with tensor arithmetic (`a - c * b`), which takes a Python "
+                      "number too and carries the tensor's gradient")  # fmt: skip
         elif on_line is not None:  # an error torch words in no known way, on a line the exercise can place
             component, meaning, advice = on_line, "the call fails on that line", "make that line work for every input the contract allows"
         elif only is not None and (by_call := placed[1] if placed is not None else traced) is not None:
             component, meaning = by_call, f"the call fails only when {only[0]} is {only[1]}"
             advice = "make the function accept every input the contract allows"
-        elif everywhere and kind not in CANNOT_RUN and function in declared.whole:
-            component, meaning, advice = declared.whole[function], "it fails on every call", "make the line the traceback points at work"
+        elif kind not in CANNOT_RUN and function in declared.whole:  # a function of one part: whatever the calls, that part raises
+            component, advice = declared.whole[function], "make the line the traceback points at work for every call the contract allows"
+            meaning = "it fails on every call" if everywhere else "it fails on calls the contract allows"
         elif everywhere:  # whatever the error, a function that raises on every call cannot run at all: its line says where
             component, meaning = "load", "it cannot run at all"
             advice = "fix the name or import the traceback points at" if kind in CANNOT_RUN else "make the line the traceback points at work"

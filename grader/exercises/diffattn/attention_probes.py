@@ -55,7 +55,7 @@ from grader.exercises.diffattn.probes import (
 from grader.toolkit import attention_maps, domain, findings, probes
 from grader.toolkit.findings import (
     FLOAT32_LIKE, Found, GradientRun, gradients_probe, is_right, layout_probe, listed, precision_finding, randomness_probe, unexplained_maps,
-    half_precision_finding, masked_nan_finding, causal_path_first, rounding_probe,
+    half_precision_finding, causal_nan_finding, causal_path_first, rounding_probe,
 )  # fmt: skip
 from grader.toolkit.attention_maps import MapModel
 from grader.toolkit.domain import exact
@@ -743,7 +743,8 @@ def causal_flag_probe(worker: Worker, rng: np.random.Generator, found: Found) ->
             title, advice = attention_maps.MASK_TEXT["causal"] if got == "causal" else attention_maps.MASK_TEXT[got]
             found.add(ATTENTION, "mask", "forward", title[0].upper() + title[1:], f"With causal=False, the map read out of your output has {attention_maps.MASKS[got]}.", advice)
             localised = True
-    return localised
+    # NaN or infinity that no fitted mask explained (a mask that hides every key, −∞ times the flag)
+    return localised or causal_nan_finding(found, ATTENTION, read[0], causal_map, read[1], oracle.attention_maps(values["q1"], values["k1"], False))
 
 
 def _future(name: str, label: str) -> Perturbation:
@@ -1077,7 +1078,7 @@ def run(worker: Worker, rng: np.random.Generator, found: Found, forward: bool, g
         unmasked = None if right else probes.output(probes.ask(worker, [attention_subject(False).request(values, ATTENTION_GRADS)])[0])
         since = len(found.findings)
         localised = findings.rearranged_finding(found, ATTENTION, base, truth(values, True), "value", REARRANGED) or \
-            masked_nan_finding(found, ATTENTION, base, unmasked, truth(values, False)) or maps_probe(worker, rng, found)  # fmt: skip
+            causal_nan_finding(found, ATTENTION, base, truth(values, True), unmasked, truth(values, False)) or maps_probe(worker, rng, found)  # fmt: skip
         localised = causal_path_first(found, ATTENTION, since, base, truth(values, True), unmasked, truth(values, False), lambda n: probes.output(
             probes.ask(worker, [attention_subject(False).request(_first_tokens(values, n), ATTENTION_GRADS)])[0]), 2) or localised  # fmt: skip
         localised = localised or causal_flag_probe(worker, rng, found) or dependence_probe(worker, rng, found)

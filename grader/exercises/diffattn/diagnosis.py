@@ -108,7 +108,8 @@ SUPPLIED = ("_type_name", "_shape", "_require_float_tensor", "_require_matching"
 DECLARATIONS = slips.Declarations(ATTRIBUTE_COMPONENTS, name_shape, LINE_COMPONENTS, {("the coefficient", f"computed by {LAMBDA}"): LAMBDA},
                                   attention_subjects.HANDLED_INPUTS, {ATTENTION: "coefficient", LAMBDA: "lambda"},
                                   {LAMBDA: "lambda", ATTENTION: "value"}, slips.SCALE_MAKERS, (LAMBDA, ATTENTION),
-                                  {"lambda_init": "lambda", "coefficient": "coefficient", "causal": "mask"}, SUPPLIED, {LAMBDA: "lambda"})  # fmt: skip
+                                  {"lambda_init": "lambda", "coefficient": "coefficient", "causal": "mask"}, SUPPLIED, {LAMBDA: "lambda"},
+                                  layouts={ATTENTION: "BHTD"})  # fmt: skip
 
 
 TIED = "the second branch's queries and keys"

@@ -137,6 +137,7 @@ def _structure_candidates(got: list[float], close: Callable[[Any, Any], bool]) -
     right = close(at_zero, LAMBDA_INIT) and close(first, grow) and close(second, -grow)
     formula = "λ = exp(q1·k1) − exp(q2·k2) + λ_init"
     times = round(at_zero / LAMBDA_INIT)
+    truth = np.array([LAMBDA_INIT, 0.2, *(LAMBDA_INIT + grow), *(LAMBDA_INIT - grow), 0.0, -LAMBDA_INIT])
     return (
         (close(at_zero, LAMBDA_INIT) and not close(default, 0.2), "lambda", f"The default lambda_init is {default:.4g}, not 0.2",
          f"With lambda_init left out and all four vectors zero, λ is {default:.4g}; it must be the default 0.2.", "declare `lambda_init: float = 0.2`"),
@@ -162,6 +163,9 @@ def _structure_candidates(got: list[float], close: Callable[[Any, Any], bool]) -
          f"With all four vectors zero and lambda_init = {LAMBDA_INIT}, λ is {at_zero:.4g} = {times} × λ_init, and along a line it "
          "follows the exponentials as it should: λ_init is added more than once (by a helper and again by its caller?).",
          "add lambda_init once, to the difference of exponentials"),
+        (not close(got, truth) and close(got, np.abs(truth)), "sign", "λ loses its sign: negative values come back positive",
+         f"Where {formula[4:]} is negative (down to {truth.min():.4g} along a line), your λ is its absolute value; where it is "
+         "positive, your λ is right.", f"{formula}, negative wherever the exponentials make it so: no abs, no square root of a square"),
         (not right, "lambda", "λ does not follow exp(q1·k1) − exp(q2·k2) + λ_init",
          f"At zero vectors λ is {at_zero:.4g} (λ_init = {LAMBDA_INIT}); along a line where q1·k1 goes from {LINE[0]} to {LINE[-1]} it changes by "
          f"{', '.join(f'{x:.3g}' for x in first)} instead of {', '.join(f'{x:.3g}' for x in grow)}.", f"{formula}, with dot products q·k = Σ_d q_d k_d"),

@@ -149,7 +149,8 @@ LINE_COMPONENTS = {r"\.T\b|\.squeeze\(\)|\[\s*:\s*,\s*[01]?\s*::\s*2\s*\]": "lay
 SUPPLIED = ("_type_name", "_shape", "_require_tensor", "_require_like", "_require_axis", "check_gqa_inputs", "check_diff_v2_inputs")
 """The stub's own functions: its validation raises for inputs outside the contract only."""
 DECLARATIONS = slips.Declarations(ATTRIBUTE_COMPONENTS, name_shape, LINE_COMPONENTS, answers=WHOLE_ANSWER, operands=slips.SCALE_MAKERS,
-                                  functions=(GQA, DIFF_V2), parameters={"lambda_logits": "gate", "causal": "mask"}, supplied=SUPPLIED)
+                                  functions=(GQA, DIFF_V2), parameters={"lambda_logits": "gate", "causal": "mask"}, supplied=SUPPLIED,
+                                  layouts={GQA: "BTHD", DIFF_V2: "BTHD"})
 
 # Sizes that all differ (G = 4, H = 6 output heads for diff_v2_attention), and the variants that make two of them equal or one
 # of them 1: a function that works only when the query heads and key/value heads meet one to one groups them wrongly; one that

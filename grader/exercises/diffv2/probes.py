@@ -66,7 +66,7 @@ from grader.toolkit.attention_maps import MapModel
 from grader.toolkit.domain import exact
 from grader.toolkit.findings import (
     FLOAT32_LIKE, RIGHT, Found, GradientRun, gradients_probe, is_right, layout_probe, precision_finding, randomness_probe, unexplained_maps,
-    half_precision_finding, masked_nan_finding, CAUSAL_PATH, causal_path_first, rounding_probe,
+    half_precision_finding, causal_nan_finding, CAUSAL_PATH, causal_path_first, rounding_probe,
 )  # fmt: skip
 from grader.toolkit.probes import Built, Layout, Perturbation, Subject, Values, layout_of
 from grader.worker.client import Worker
@@ -366,7 +366,7 @@ def causal_flag_probe(worker: Worker, function: str, values: Values, found: Foun
     outs = [_shaped(probes.output(o), function) for o in asked]
     omitted, masked, unmasked, again = outs
     right, plain = truth(function, values, True), truth(function, values, False)
-    if masked_nan_finding(found, function, masked, unmasked, plain):
+    if causal_nan_finding(found, function, masked, right, unmasked, plain):
         return True
     return found.first(
         function,
