@@ -703,7 +703,7 @@ def causal_flag_probe(worker: Worker, rng: np.random.Generator, found: Found) ->
     read = [_read_map(probes.output(outcome)) for outcome in outcomes]
     if _second_unmasked_finding(found, values, read[1], read[3]):
         return True
-    causal_map = oracle.attention_maps(values["q1"], values["k1"], True)
+    causal_map, plain_map = (oracle.attention_maps(values["q1"], values["k1"], masked) for masked in (True, False))
     first, again = read[0], read[2]
     if first is not None and again is not None and is_right(first, causal_map) and not is_right(again, causal_map):
         found.add(ATTENTION, "mask", "forward", "A call without causal takes the flag of an earlier call",
@@ -716,7 +716,7 @@ def causal_flag_probe(worker: Worker, rng: np.random.Generator, found: Found) ->
         if read_map is None:
             continue
         masked = causal is None
-        if is_right(read_map, oracle.attention_maps(values["q1"], values["k1"], masked)):
+        if is_right(read_map, causal_map if masked else plain_map):
             continue
         if findings.hidden_rows_finding(found, ATTENTION, read_map, read[1 if masked else 0], "causal omitted" if masked else "causal=False",
                                         "the map read out of your output") or (not masked and _unmasked_finding(found, values, read_map)):  # fmt: skip
@@ -727,7 +727,7 @@ def causal_flag_probe(worker: Worker, rng: np.random.Generator, found: Found) ->
         sums = read_map.sum(axis=-1)
         if fits is None and not masked and bool((sums > 1.0 - 1e-9).all() and (sums > 1.0 + 1e-9).any()) and \
                 unexplained_maps(found, ATTENTION, read_map, "one-hot values, coefficient 0 and causal=False",
-                                 oracle.attention_maps(values["q1"], values["k1"], False), causal=False):  # fmt: skip
+                                 plain_map, causal=False):  # fmt: skip
             return True
         if fits is not None and not masked and "mask" not in fits[1].changes:  # the mask is right, something else is not
             return _map_findings(found, fits, ", with causal=False")
@@ -744,7 +744,7 @@ def causal_flag_probe(worker: Worker, rng: np.random.Generator, found: Found) ->
             found.add(ATTENTION, "mask", "forward", title[0].upper() + title[1:], f"With causal=False, the map read out of your output has {attention_maps.MASKS[got]}.", advice)
             localised = True
     # NaN or infinity that no fitted mask explained (a mask that hides every key, −∞ times the flag)
-    return localised or causal_nan_finding(found, ATTENTION, read[0], causal_map, read[1], oracle.attention_maps(values["q1"], values["k1"], False))
+    return localised or causal_nan_finding(found, ATTENTION, read[0], causal_map, read[1], plain_map)
 
 
 def _future(name: str, label: str) -> Perturbation:
