@@ -3,9 +3,9 @@
 A test that only needs a file's report grades it here (``conftest.run_warm``)
 instead of in a fresh ``python -m grader``, which would spend most of its two
 seconds importing torch and computing the seed's expected values again. A
-batch's grading process grades one student after another the same way; the
-CLI's own process (exit codes, signals, hostile files) is tested with fresh
-processes (``conftest.run_cli``).
+batch's grading process grades one student after another the same way, hostile
+files included; the CLI's own process (exit codes, signals, attacks on the
+grading process) is tested with fresh processes (``conftest.run_cli``).
 
 Protocol: one JSON request per line on stdin, ``{"argv": [...], "cwd": "..."}``;
 one JSON reply per line on the stdout the process started with, ``{"code": int,

@@ -4,7 +4,11 @@ Every submission here is graded by the real CLI in its own classroom folder
 holding sentinels: a classmate's file, an earlier report, and a copy of the
 reference passed with --reference (so the worker must not read it). After the
 run no sentinel may have changed and no process the submission started may
-still exist. Limits are kept small so that the suite is safe on a 2-core CI
+still exist. The cases are graded one after another by the suite's warm
+grading processes, as a batch grades its students, so each also shows that the
+grading process and its fork server survive the case for the next run;
+attacks on the grading process itself and memory hogs run in fresh
+processes. Limits are kept small so that the suite is safe on a 2-core CI
 machine.
 """
 
@@ -24,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import REFERENCE, ROOT, Graded, run_cli
+from conftest import REFERENCE, ROOT, Graded, run_cli, run_warm
 from corpus.mutants import CORRECT_DIR
 
 from grader.worker import isolation
@@ -220,8 +224,8 @@ def hostile_runs() -> dict[str, tuple[Classroom, dict[str, str], Graded, list[st
     def grade(name: str) -> Graded:
         room = rooms[name]
         room.reports.mkdir()
-        args = [str(room.submission), "--seed", "7", "--reference", str(room.reference), *LIMITS]
-        return run_cli(args, room.root, reports=room.reports)
+        reports = ["--json", str(room.reports / "report.json"), "--html", str(room.reports / "report.html")]
+        return run_warm([str(room.submission), "--seed", "7", "--reference", str(room.reference), *LIMITS, *reports], room.root)
 
     with ThreadPoolExecutor(max_workers=2) as pool:
         runs = dict(zip(rooms, pool.map(grade, rooms)))
@@ -360,7 +364,7 @@ def test_reports_say_which_protections_applied(hostile_runs) -> None:
 
 
 def test_no_cgroup_is_left_behind(hostile_runs) -> None:
-    """Every fork server of the runs above has ended, and none left a cgroup (its own or a worker's) behind."""
+    """No cgroup of a fork server or worker of the runs above outlives its process."""
     for _, own in isolation._controllers()[0]:
         for entry in Path(own).iterdir():
             number = entry.name[len(isolation.CGROUP_PREFIX) :]
