@@ -247,6 +247,14 @@ def keyword_order(rng: np.random.Generator, names: tuple[str, ...], binding: str
     return tuple(str(n) for n in rng.permutation(names)) if binding == "names" else ()
 
 
+def by_name(case: _Drawn, rng: np.random.Generator, names: tuple[str, ...]) -> _Drawn:
+    """``case`` (a dataclass with ``binding`` and ``keyword_order`` fields) called with every argument by name, in a shuffled
+    order of ``names``. The gradient sets pass their tensors by position otherwise; code that looks for the tensors that
+    require grad among its positional arguments only (``*args`` in a decorator) finds none in such a call, and keeps no
+    graph. A copy shares the case's arrays, so its truths are the case's."""
+    return replace(case, binding="names", keyword_order=keyword_order(rng, names, "names"))
+
+
 def cycled_modes(found: list[_Drawn]) -> list[_Drawn]:
     """The cases (dataclasses with a ``grad_mode`` field) with their autograd modes cycled through GRAD_MODES, from no_grad.
 

@@ -551,9 +551,11 @@ def _finding(function: str, component: str, title: str, evidence: str, advice: s
 def _raised(function: str, calls: Sequence[Observed], source: str | None, declared: Declarations,
             callees: Collection[tuple[str, str]] = (), place: Placement = _as_it_is) -> list[Finding]:  # fmt: skip
     """Findings for the exceptions a function raised, one per kind of exception. An exception raised in the code of another
-    graded function (one this function calls) that raises it on its own calls too (``callees``: (function, signature)) is
-    that function's fault; otherwise it stays this function's (it may hand the other one wrong inputs). ``place``: as for
-    :func:`findings`."""
+    graded function (one this function calls) that raises on its own calls too (``callees``: (function, signature) of what
+    each raises on its own calls) is that function's fault, whatever it raised there: the sizes this function hands it
+    differ from its own calls', and so may the error a fault of its code gives. Otherwise it stays this function's (it
+    may hand the other one wrong inputs). ``place``: as for :func:`findings`."""
+    raisers = {name for name, _ in callees}
     groups: dict[tuple[str, str], list[Observed]] = {}
     for call in calls:
         result = call.result
@@ -589,7 +591,7 @@ def _raised(function: str, calls: Sequence[Observed], source: str | None, declar
             refusal = ("values the function made", "input", made)  # what the check tests was made by a part the exercise names
         if refusal is not None:  # the student's message and line say what it refused: a contrast of the calls would guess
             (tested, accepted, component), signature = refusal, _stable_part(f"{kind}: {message}")
-            owner = code[-1][1].strip() if (code[-1][1].strip(), signature) in callees else function
+            owner = code[-1][1].strip() if code[-1][1].strip() in raisers else function
             title = f"{owner} raises {kind}: a check of its own refuses calls the contract allows" + (f" (called by {function})" if owner != function else "")
             which = f", only when {only[0]} is {only[1]}" if only and refused is None else ""
             found.append(replace(_finding(owner, component, title, f"It raised {kind}: {message}{where}{which}. The check tests {tested}, and "
@@ -652,7 +654,7 @@ def _raised(function: str, calls: Sequence[Observed], source: str | None, declar
         else:
             continue
         signature = classified[3] if classified else f"{kind}: {message}"[:120]
-        owner = code[-1][1].strip() if code and (code[-1][1].strip(), signature) in callees else function
+        owner = code[-1][1].strip() if code and code[-1][1].strip() in raisers else function
         title = f"{owner} raises {kind}: {meaning}" + (f" (called by {function})" if owner != function else "")
         finding = replace(_finding(owner, component, title, evidence, advice, blocks=everywhere and owner == function,
                                    explains=frozenset({ASPECT_OF.get(component) or "type"})), signature=signature,

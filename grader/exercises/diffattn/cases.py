@@ -27,6 +27,7 @@ from grader.toolkit.domain import Renew, exact
 LAMBDA = "differential_lambda"
 ATTENTION = "differential_attention"
 INPUT_NAMES = ("q1", "k1", "q2", "k2", "value")
+ATTENTION_PARAMETERS = (*INPUT_NAMES, "coefficient", "causal")
 EXPANSIONS = {0: "over the batch", 1: "over the heads", 2: "over the tokens"}  # the dims of [B, H, T, D] an input can be expanded along
 LAMBDA_NAMES = ("q1", "k1", "q2", "k2")
 LARGEST_EXPONENT = {"float32": 80.0, "float64": 600.0}  # exp stays finite, with room for the gradients' factors
@@ -336,7 +337,6 @@ def attention_case(
         (q1, k1), (q2, k2) = domain.faint_keys(q1, k1, faint, tokens=2), domain.faint_keys(q2, k2, faint, tokens=2)
     if coefficient is None:
         coefficient = float(rng.uniform(0.2, 0.9))
-    names = INPUT_NAMES + ("coefficient", "causal")
     value = rng.standard_normal((b, h, t, 2 * d))  # after the coefficient: the order of the draws fixes each seed's cases
     return AttentionCase(
         exact(q1, dtype), exact(k1, dtype), exact(q2, dtype), exact(k2, dtype), exact(value, dtype),
@@ -348,7 +348,7 @@ def attention_case(
         layouts=layouts,
         frozen=frozen,
         binding=binding,
-        keyword_order=domain.keyword_order(rng, names, binding),
+        keyword_order=domain.keyword_order(rng, ATTENTION_PARAMETERS, binding),
         grad_mode=grad_mode,
         note=domain.joined_notes(note, None if faint is None else domain.faint_note(faint)),
     )

@@ -293,8 +293,9 @@ def attention_gradients(seed: int) -> list[AttentionCase]:
     """Gradient cases: every input frozen alone and in groups, tensor (also exactly 0 and 1, and int64), int and Python-float coefficients, T up to 320,
     a value feature zero at every token (the first call of heads wider than one), logits up to 1000; T past 512 without the mask and with it (:data:`domain.ONE_PAST_BLOCKS`); both branches equal in value;
     keys past the first 128 faint (:func:`domain.faint_keys`); one tensor passed as q1 and k1, then as all four queries and keys
-    (:func:`domain.hold_one_object`); the first call again differentiated as output.sum() (:func:`domain.summed`); last, each
-    input in turn all zeros, then constant (:func:`domain.constant_inputs`)."""
+    (:func:`domain.hold_one_object`); the first call again differentiated as output.sum() (:func:`domain.summed`); each
+    input in turn all zeros, then constant (:func:`domain.constant_inputs`); last, the first two calls again with every
+    argument by name (:func:`domain.by_name`)."""
     rng = domain.generator(seed, "attention_gradients")
     kinds = ("tensor", "tensor", "float", "tensor", "int", "float64 tensor", "tensor", "float", "tensor", "tensor")
     found = []
@@ -333,7 +334,8 @@ def attention_gradients(seed: int) -> list[AttentionCase]:
     # zero- and constant-initialised inputs: their gradients are not zero, nor one number for every element
     constant = domain.constant_inputs(lambda: cases.attention_case(rng, domain.domain_shape(rng, 2, 12, 8), "float64", None, coefficient_kind="tensor"),
                                       cases.INPUT_NAMES[:5], rng)  # fmt: skip
-    return domain.as_training_inputs([*found, domain.summed(found[0]), *constant])
+    named = [domain.by_name(case, rng, cases.ATTENTION_PARAMETERS) for case in found[:2]]
+    return domain.as_training_inputs([*found, domain.summed(found[0]), *constant, *named])
 
 
 @SETS.register

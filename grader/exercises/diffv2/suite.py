@@ -292,8 +292,8 @@ def gqa_gradients(seed: int) -> list[Case]:
     a value feature zero at every token (the first call of heads wider than one);
     T past 512 without the mask and with it (:data:`domain.ONE_PAST_BLOCKS`); then at one token, one batch element and one head, each input alone
     requiring grad; keys past the first 128 faint (:func:`domain.faint_keys`); the first call again differentiated as output.sum()
-    (:func:`domain.summed`); one tensor passed for several inputs; last, each input in turn all zeros, then constant
-    (:func:`_constant_inputs`)."""
+    (:func:`domain.summed`); one tensor passed for several inputs; each input in turn all zeros, then constant
+    (:func:`_constant_inputs`); last, the first two calls again with every argument by name (:func:`domain.by_name`)."""
     rng = domain.generator(seed, "gqa_gradients")
     found = []
     for i, frozen in enumerate(GQA_FROZEN):
@@ -306,7 +306,13 @@ def gqa_gradients(seed: int) -> list[Case]:
     alone = _trainable_alone(rng, GQA, (1, 1, 1, 1))
     return domain.as_training_inputs([*found, *alone, _one_past_blocks(rng, GQA, "float32", causal=True),
                                       _one_past_blocks(rng, GQA, "float64", causal=True, faint=domain.FIRST_FAINT), domain.summed(found[0]),
-                                      *_one_object_calls(rng, GQA, True, ("float64", "float32")), *_constant_inputs(rng, GQA)])
+                                      *_one_object_calls(rng, GQA, True, ("float64", "float32")), *_constant_inputs(rng, GQA),
+                                      *_named(rng, found)])
+
+
+def _named(rng: np.random.Generator, found: list[Case]) -> list[Case]:
+    """The first two of ``found`` called again with every argument by name (:func:`domain.by_name`)."""
+    return [domain.by_name(case, rng, cases.PARAMETERS[case.function]) for case in found[:2]]
 
 
 def _constant_inputs(rng: np.random.Generator, function: str) -> list[Case]:
@@ -333,8 +339,9 @@ def diff_gradients(seed: int) -> list[Case]:
     a value feature zero at every token (the first call of heads wider than one);
     T past 512 without the mask and with it (:data:`domain.ONE_PAST_BLOCKS`); the two query heads of every pair equal in value; then at one token, one
     batch element and one pair, each input alone requiring grad; keys past the first 128 faint (:func:`domain.faint_keys`); the
-    first call again differentiated as output.sum(); one tensor passed for several inputs; last, each input in turn all
-    zeros, then constant (:func:`_constant_inputs`)."""
+    first call again differentiated as output.sum(); one tensor passed for several inputs; each input in turn all
+    zeros, then constant (:func:`_constant_inputs`); last, the first two calls again with every argument by name
+    (:func:`domain.by_name`)."""
     rng = domain.generator(seed, "diff_gradients")
     found = []
     for i, frozen in enumerate(DIFF_V2_FROZEN):
@@ -349,7 +356,8 @@ def diff_gradients(seed: int) -> list[Case]:
     alone = _trainable_alone(rng, DIFF_V2, (1, 1, 2, 1))
     return domain.as_training_inputs([*found, *alone, _one_past_blocks(rng, DIFF_V2, "float64", causal=True),
                                       _one_past_blocks(rng, DIFF_V2, "float64", faint=domain.FIRST_FAINT), domain.summed(found[0]),
-                                      *_one_object_calls(rng, DIFF_V2, None, ("float32", "float64")), *_constant_inputs(rng, DIFF_V2)])
+                                      *_one_object_calls(rng, DIFF_V2, None, ("float32", "float64")), *_constant_inputs(rng, DIFF_V2),
+                                      *_named(rng, found)])
 
 
 @SETS.register
