@@ -549,13 +549,12 @@ def _finding(function: str, component: str, title: str, evidence: str, advice: s
 
 
 def _raised(function: str, calls: Sequence[Observed], source: str | None, declared: Declarations,
-            callees: Collection[tuple[str, str]] = (), place: Placement = _as_it_is) -> list[Finding]:  # fmt: skip
+            raisers: Collection[str] = (), place: Placement = _as_it_is) -> list[Finding]:  # fmt: skip
     """Findings for the exceptions a function raised, one per kind of exception. An exception raised in the code of another
-    graded function (one this function calls) that raises on its own calls too (``callees``: (function, signature) of what
-    each raises on its own calls) is that function's fault, whatever it raised there: the sizes this function hands it
-    differ from its own calls', and so may the error a fault of its code gives. Otherwise it stays this function's (it
-    may hand the other one wrong inputs). ``place``: as for :func:`findings`."""
-    raisers = {name for name, _ in callees}
+    graded function (one this function calls) that raises on its own calls too (``raisers``: those functions) is that
+    function's fault, whatever it raised there: the sizes this function hands it differ from its own calls', and so may the
+    error a fault of its code gives. Otherwise it stays this function's (it may hand the other one wrong inputs).
+    ``place``: as for :func:`findings`."""
     groups: dict[tuple[str, str], list[Observed]] = {}
     for call in calls:
         result = call.result
@@ -987,9 +986,9 @@ def findings(calls: Sequence[Observed], source: str | None, declared: Declaratio
     the function works for, :mod:`grader.toolkit.sizes`), before an operand's earlier line is looked for."""
     found: list[Finding] = []
     mine = {function: [c for c in calls if c.function == function] for function in dict.fromkeys(c.function for c in calls)}
-    own = {(function, f.signature or "") for function, made in mine.items() for f in _raised(function, made, source, declared)}
+    raisers = {function for function, made in mine.items() if _raised(function, made, source, declared)}
     for function, made in mine.items():
-        found += _raised(function, made, source, declared, own, place) + _not_tensors(function, made, source)
+        found += _raised(function, made, source, declared, raisers, place) + _not_tensors(function, made, source)
         found += [place(f) if f.component == UNPLACED else f for f in _placed_shapes(_shapes(function, made, declared), made, declared)]
         found += _mutations(function, made, source) + _grad_mode_left(function, made, source) + _inference_outside(function, made, source)
         found += _detached(function, made, source, declared) + _overwritten(function, made, declared)
